@@ -1,0 +1,50 @@
+//! Numbers and durations as people read them.
+
+use std::time::Duration;
+
+/// `hh:mm:ss.mmm`, the classic N-Queens table's time column (hours grow past 99).
+pub fn hms(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    format!("{h:02}:{:02}:{:02}.{:03}", rest / 60_000, rest / 1000 % 60, rest % 1000)
+}
+
+/// A count with thousands separators: `14,772,512`.
+pub fn thousands(x: u128) -> String {
+    let digits = x.to_string();
+    let mut out = String::with_capacity(digits.len() * 4 / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A rate with an SI prefix: `1.73 G`.
+pub fn si(x: f64) -> String {
+    let (v, p) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(s, _)| x >= *s)
+        .map_or((x, ""), |(s, p)| (x / s, p));
+    format!("{v:.2} {p}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(hms(Duration::from_millis(0)), "00:00:00.000");
+        assert_eq!(hms(Duration::from_millis(3_723_045)), "01:02:03.045");
+        assert_eq!(hms(Duration::from_secs(100 * 3600)), "100:00:00.000");
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(14_772_512), "14,772,512");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(si(1.73e9), "1.73 G");
+        assert_eq!(si(12.0), "12.00 ");
+    }
+}

@@ -1,0 +1,216 @@
+//! `nqueens`: the command-line front end. Argument parsing and dispatch only;
+//! the work is done by the workspace crates.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use nqueens_common::boards::Solutions;
+use nqueens_common::complete::{complete, parse_queens};
+use nqueens_common::report::Report;
+use nqueens_common::{solve, Size};
+use std::io::{self, BufWriter, Read, Write};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "nqueens",
+    version,
+    about = "Count the solutions of the N-Queens problem exactly",
+    long_about = "Count the solutions of the N-Queens problem exactly: all of them (total) and \
+                  those distinct up to rotation and reflection (unique), with a multithreaded, \
+                  symmetry-aware bitmap search.",
+    after_help = "Examples:\n  nqueens solve 16\n  nqueens table 4..14\n  nqueens boards 8 --limit 3 --format board\n  echo '1\n0 1' | nqueens complete --n 6"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Count the total and unique solutions of one N.
+    #[command(after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n\n\
+        The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
+        a difference is reported as an error (exit code 1).")]
+    Solve {
+        /// Board size, 1 to 32.
+        n: Size,
+        #[command(flatten)]
+        threads: Threads,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the classic table of counts, one row per N as soon as it is done.
+    #[command(after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json")]
+    Table {
+        /// Range of N, both ends included: FROM..TO (or a single N).
+        #[arg(default_value = "4..16")]
+        range: SizeRange,
+        #[command(flatten)]
+        threads: Threads,
+        /// Print one JSON object per line instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List solutions in lexicographic order of their rows, streamed.
+    #[command(after_help = "Examples:\n  nqueens boards 5\n  nqueens boards 8 --limit 2 --format board\n\n\
+        Rows format: '1: 0 2 4 1 3' lists, for each row from the top, the column of its queen (0-based).")]
+    Boards {
+        /// Board size, 1 to 32.
+        n: Size,
+        /// Stop after this many boards.
+        #[arg(long, value_name = "K")]
+        limit: Option<u64>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Rows)]
+        format: Format,
+    },
+    /// Complete a board from given queens read on standard input.
+    #[command(after_help = "Input (the classic judge format): a line with k, then k lines 'row col'\n\
+        (0-based) of the given queens. Output: one full board holding them, 'Q' and '.'.\n\n\
+        Example:\n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\n\n\
+        Exit codes: 0 completed, 1 no completion exists, 2 bad input.")]
+    Complete {
+        /// Board size, 1 to 32.
+        #[arg(long, default_value = "8")]
+        n: Size,
+    },
+}
+
+#[derive(clap::Args)]
+struct Threads {
+    /// Worker threads [default: all cores].
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+}
+
+impl Threads {
+    fn get(&self) -> usize {
+        self.threads.map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// `1: 0 4 7 5 2 6 1 3`, the column of each row's queen.
+    Rows,
+    /// A diagram of `Q` and `.`, one line per row.
+    Board,
+}
+
+/// An inclusive range of board sizes: `4..16`, `4..=16` or `12`.
+#[derive(Clone, Copy)]
+struct SizeRange(Size, Size);
+
+impl std::str::FromStr for SizeRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, b) = s.split_once("..=").or_else(|| s.split_once("..")).unwrap_or((s, s));
+        let (from, to): (Size, Size) = (a.parse()?, b.parse()?);
+        if from > to {
+            return Err(format!("the range {s} is empty: write FROM..TO with FROM <= TO"));
+        }
+        Ok(SizeRange(from, to))
+    }
+}
+
+/// How a command failed, and so which exit code it gets.
+enum Failure {
+    /// The command ran but found nothing (or a wrong count): exit 1.
+    NotFound(String),
+    /// The input was wrong: exit 2.
+    BadInput(String),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`nqueens boards 12 | head`) is the reader's choice, not an error.
+        Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Io(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::NotFound(msg)) => {
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+        Err(Failure::BadInput(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), Failure> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    match command {
+        Command::Solve { n, threads, json } => {
+            let report = count(n, threads.get())?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes"))?;
+            } else {
+                write!(out, "{}", report.text())?;
+            }
+            out.flush()?;
+            check_known(&report)
+        }
+        Command::Table { range, threads, json } => {
+            if !json {
+                writeln!(out, "{}", Report::table_header())?;
+            }
+            for n in range.0.get()..=range.1.get() {
+                let report = count(Size::new(n).expect("inside a checked range"), threads.get())?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes"))?;
+                } else {
+                    writeln!(out, "{}", report.table_row())?;
+                }
+                out.flush()?;
+                check_known(&report)?;
+            }
+            Ok(())
+        }
+        Command::Boards { n, limit, format } => {
+            for (i, b) in Solutions::new(n).take(limit.map_or(usize::MAX, |k| k as usize)).enumerate() {
+                match format {
+                    Format::Rows => writeln!(out, "{}: {}", i + 1, b.rows_line())?,
+                    Format::Board => writeln!(out, "# {}\n{}", i + 1, b.diagram())?,
+                }
+            }
+            Ok(out.flush()?)
+        }
+        Command::Complete { n } => {
+            let mut text = String::new();
+            io::stdin().read_to_string(&mut text)?;
+            let queens = parse_queens(&text, n).map_err(|e| Failure::BadInput(e.to_string()))?;
+            let board = complete(n, &queens)
+                .ok_or_else(|| Failure::NotFound(format!("no {n}x{n} board holds all the given queens")))?;
+            write!(out, "{}", board.diagram())?;
+            Ok(out.flush()?)
+        }
+    }
+}
+
+fn count(n: Size, threads: usize) -> Result<Report, Failure> {
+    solve(n, threads)
+        .and_then(|s| Report::new(&s))
+        .map_err(|e| Failure::NotFound(format!("error: N={n}: {e}")))
+}
+
+/// A count that differs from the published one is a bug: say so loudly.
+fn check_known(r: &Report) -> Result<(), Failure> {
+    match r.matches_known {
+        Some(false) => Err(Failure::NotFound(format!(
+            "error: N={} counted total {} unique {}, which differs from the published values; please report this bug",
+            r.n, r.total, r.unique
+        ))),
+        _ => Ok(()),
+    }
+}
