@@ -17,7 +17,7 @@ use std::process::ExitCode;
     long_about = "Count the solutions of the N-Queens problem exactly: all of them (total) and \
                   those distinct up to rotation and reflection (unique), with a multithreaded, \
                   symmetry-aware bitmap search.",
-    after_help = "Examples:\n  nqueens solve 16\n  nqueens table 4..14\n  nqueens boards 8 --limit 3 --format board\n  echo '1\n0 1' | nqueens complete --n 6"
+    after_help = "Examples:\n  nqueens solve 16\n  nqueens table 4..14\n  nqueens boards 8 --limit 3 --format board\n  printf '1\\n0 1\\n' | nqueens complete --n 6"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -27,9 +27,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Count the total and unique solutions of one N.
-    #[command(after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n\n\
+    #[command(
+        after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n\n\
         The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
-        a difference is reported as an error (exit code 1).")]
+        a difference is reported as an error (exit code 1)."
+    )]
     Solve {
         /// Board size, 1 to 32.
         n: Size,
@@ -40,7 +42,9 @@ enum Command {
         json: bool,
     },
     /// Print the classic table of counts, one row per N as soon as it is done.
-    #[command(after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json")]
+    #[command(
+        after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json"
+    )]
     Table {
         /// Range of N, both ends included: FROM..TO (or a single N).
         #[arg(default_value = "4..16")]
@@ -52,8 +56,10 @@ enum Command {
         json: bool,
     },
     /// List solutions in lexicographic order of their rows, streamed.
-    #[command(after_help = "Examples:\n  nqueens boards 5\n  nqueens boards 8 --limit 2 --format board\n\n\
-        Rows format: '1: 0 2 4 1 3' lists, for each row from the top, the column of its queen (0-based).")]
+    #[command(
+        after_help = "Examples:\n  nqueens boards 5\n  nqueens boards 8 --limit 2 --format board\n\n\
+        Rows format: '1: 0 2 4 1 3' lists, for each row from the top, the column of its queen (0-based)."
+    )]
     Boards {
         /// Board size, 1 to 32.
         n: Size,
@@ -65,10 +71,12 @@ enum Command {
         format: Format,
     },
     /// Complete a board from given queens read on standard input.
-    #[command(after_help = "Input (the classic judge format): a line with k, then k lines 'row col'\n\
+    #[command(
+        after_help = "Input (the classic judge format): a line with k, then k lines 'row col'\n\
         (0-based) of the given queens. Output: one full board holding them, 'Q' and '.'.\n\n\
         Example:\n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\n\n\
-        Exit codes: 0 completed, 1 no completion exists, 2 bad input.")]
+        Exit codes: 0 completed, 1 no completion exists, 2 bad input."
+    )]
     Complete {
         /// Board size, 1 to 32.
         #[arg(long, default_value = "8")]
@@ -85,7 +93,8 @@ struct Threads {
 
 impl Threads {
     fn get(&self) -> usize {
-        self.threads.map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
+        self.threads
+            .map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
     }
 }
 
@@ -104,10 +113,15 @@ struct SizeRange(Size, Size);
 impl std::str::FromStr for SizeRange {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s.split_once("..=").or_else(|| s.split_once("..")).unwrap_or((s, s));
+        let (a, b) = s
+            .split_once("..=")
+            .or_else(|| s.split_once(".."))
+            .unwrap_or((s, s));
         let (from, to): (Size, Size) = (a.parse()?, b.parse()?);
         if from > to {
-            return Err(format!("the range {s} is empty: write FROM..TO with FROM <= TO"));
+            return Err(format!(
+                "the range {s} is empty: write FROM..TO with FROM <= TO"
+            ));
         }
         Ok(SizeRange(from, to))
     }
@@ -154,21 +168,33 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Solve { n, threads, json } => {
             let report = count(n, threads.get())?;
             if json {
-                writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes"))?;
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string(&report).expect("report serializes")
+                )?;
             } else {
                 write!(out, "{}", report.text())?;
             }
             out.flush()?;
             check_known(&report)
         }
-        Command::Table { range, threads, json } => {
+        Command::Table {
+            range,
+            threads,
+            json,
+        } => {
             if !json {
                 writeln!(out, "{}", Report::table_header())?;
             }
             for n in range.0.get()..=range.1.get() {
                 let report = count(Size::new(n).expect("inside a checked range"), threads.get())?;
                 if json {
-                    writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes"))?;
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string(&report).expect("report serializes")
+                    )?;
                 } else {
                     writeln!(out, "{}", report.table_row())?;
                 }
@@ -178,7 +204,10 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Boards { n, limit, format } => {
-            for (i, b) in Solutions::new(n).take(limit.map_or(usize::MAX, |k| k as usize)).enumerate() {
+            for (i, b) in Solutions::new(n)
+                .take(limit.map_or(usize::MAX, |k| k as usize))
+                .enumerate()
+            {
                 match format {
                     Format::Rows => writeln!(out, "{}: {}", i + 1, b.rows_line())?,
                     Format::Board => writeln!(out, "# {}\n{}", i + 1, b.diagram())?,
@@ -190,8 +219,9 @@ fn run(command: Command) -> Result<(), Failure> {
             let mut text = String::new();
             io::stdin().read_to_string(&mut text)?;
             let queens = parse_queens(&text, n).map_err(|e| Failure::BadInput(e.to_string()))?;
-            let board = complete(n, &queens)
-                .ok_or_else(|| Failure::NotFound(format!("no {n}x{n} board holds all the given queens")))?;
+            let board = complete(n, &queens).ok_or_else(|| {
+                Failure::NotFound(format!("no {n}x{n} board holds all the given queens"))
+            })?;
             write!(out, "{}", board.diagram())?;
             Ok(out.flush()?)
         }

@@ -173,7 +173,9 @@ mod tests {
 
     #[test]
     fn symmetries_form_a_group_of_eight_distinct_maps() {
-        let b = Board { cols: vec![1, 3, 0, 2] };
+        let b = Board {
+            cols: vec![1, 3, 0, 2],
+        };
         assert!(b.is_solution());
         for s in Symmetry::ALL {
             assert!(b.transformed(s).is_solution(), "{s:?}");
@@ -193,7 +195,9 @@ mod tests {
 
     #[test]
     fn formats() {
-        let b = Board { cols: vec![1, 3, 0, 2] };
+        let b = Board {
+            cols: vec![1, 3, 0, 2],
+        };
         assert_eq!(b.rows_line(), "1 3 0 2");
         assert_eq!(b.diagram(), ".Q..\n...Q\nQ...\n..Q.\n");
     }

@@ -59,7 +59,11 @@ impl Iterator for Solutions {
                     cols: self.cols[..self.n].to_vec(),
                 });
             }
-            let (l, d, r) = ((self.left[y] | bit) << 1, self.down[y] | bit, (self.right[y] | bit) >> 1);
+            let (l, d, r) = (
+                (self.left[y] | bit) << 1,
+                self.down[y] | bit,
+                (self.right[y] | bit) >> 1,
+            );
             y += 1;
             (self.left[y], self.down[y], self.right[y]) = (l, d, r);
             self.todo[y] = self.mask & !(l | d | r);

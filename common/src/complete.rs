@@ -14,7 +14,9 @@ pub struct Queen {
 /// names the line and says what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
-    #[error("empty input: expected a first line with the number of queens k, then k lines 'row col'")]
+    #[error(
+        "empty input: expected a first line with the number of queens k, then k lines 'row col'"
+    )]
     Empty,
     #[error("line 1: expected the number of queens k (a whole number), found '{0}'")]
     BadCount(String),
@@ -25,11 +27,24 @@ pub enum InputError {
     #[error("line {line}: expected 'row col' (two whole numbers), found '{text}'")]
     BadLine { line: usize, text: String },
     #[error("line {line}: queen at ({row}, {col}) is off the {n}x{n} board (rows and columns are 0..{max})", max = n - 1)]
-    OffBoard { line: usize, row: usize, col: usize, n: usize },
+    OffBoard {
+        line: usize,
+        row: usize,
+        col: usize,
+        n: usize,
+    },
     #[error("line {line}: row {row} already holds the queen of line {other}")]
-    SameRow { line: usize, other: usize, row: usize },
+    SameRow {
+        line: usize,
+        other: usize,
+        row: usize,
+    },
     #[error("line {line}: column {col} already holds the queen of line {other}")]
-    SameColumn { line: usize, other: usize, col: usize },
+    SameColumn {
+        line: usize,
+        other: usize,
+        col: usize,
+    },
     #[error("line {line}: queen at ({r1}, {c1}) attacks the queen of line {other} at ({r2}, {c2}) along a diagonal")]
     Diagonal {
         line: usize,
@@ -47,21 +62,35 @@ pub enum InputError {
 /// on the board and do not attack each other.
 pub fn parse_queens(text: &str, n: Size) -> Result<Vec<Queen>, InputError> {
     let n = n.n();
-    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty());
     let (_, first) = lines.next().ok_or(InputError::Empty)?;
-    let k: usize = first.parse().map_err(|_| InputError::BadCount(first.to_string()))?;
+    let k: usize = first
+        .parse()
+        .map_err(|_| InputError::BadCount(first.to_string()))?;
     if k > n {
         return Err(InputError::TooMany { k, n });
     }
     let mut queens: Vec<(usize, Queen)> = Vec::with_capacity(k);
     for found in 0..k {
-        let (line, text) = lines.next().ok_or(InputError::MissingLines { expected: k, found })?;
+        let (line, text) = lines
+            .next()
+            .ok_or(InputError::MissingLines { expected: k, found })?;
         let bad = || InputError::BadLine {
             line,
             text: text.to_string(),
         };
-        let nums: Vec<usize> = text.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let [row, col] = nums[..] else { return Err(bad()) };
+        let nums: Vec<usize> = text
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let [row, col] = nums[..] else {
+            return Err(bad());
+        };
         if row >= n || col >= n {
             return Err(InputError::OffBoard { line, row, col, n });
         }
@@ -113,7 +142,11 @@ pub fn complete(n: Size, given: &[Queen]) -> Option<Board> {
         s.place(q.row, q.col);
     }
     s.search().then(|| Board {
-        cols: s.cols.iter().map(|c| c.expect("complete board") as u8).collect(),
+        cols: s
+            .cols
+            .iter()
+            .map(|c| c.expect("complete board") as u8)
+            .collect(),
     })
 }
 
@@ -143,11 +176,17 @@ impl State {
     }
     fn free(&self, r: usize) -> u64 {
         (0..self.n)
-            .filter(|&c| self.col_used >> c & 1 == 0 && self.diag >> (r + c) & 1 == 0 && self.anti >> (r + self.n - 1 - c) & 1 == 0)
+            .filter(|&c| {
+                self.col_used >> c & 1 == 0
+                    && self.diag >> (r + c) & 1 == 0
+                    && self.anti >> (r + self.n - 1 - c) & 1 == 0
+            })
             .fold(0, |m, c| m | 1 << c)
     }
     fn search(&mut self) -> bool {
-        let open = (0..self.n).filter(|&r| self.cols[r].is_none()).map(|r| (self.free(r), r));
+        let open = (0..self.n)
+            .filter(|&r| self.cols[r].is_none())
+            .map(|r| (self.free(r), r));
         let Some((mut free, row)) = open.min_by_key(|(f, r)| (f.count_ones(), *r)) else {
             return true;
         };
@@ -200,13 +239,59 @@ mod tests {
             ("", InputError::Empty),
             ("x\n", InputError::BadCount("x".into())),
             ("9\n", InputError::TooMany { k: 9, n: 8 }),
-            ("2\n0 0\n", InputError::MissingLines { expected: 2, found: 1 }),
-            ("1\n0\n", InputError::BadLine { line: 2, text: "0".into() }),
-            ("1\n0 a\n", InputError::BadLine { line: 2, text: "0 a".into() }),
-            ("1\n-1 2\n", InputError::BadLine { line: 2, text: "-1 2".into() }),
-            ("1\n8 0\n", InputError::OffBoard { line: 2, row: 8, col: 0, n: 8 }),
-            ("2\n1 0\n1 5\n", InputError::SameRow { line: 3, other: 2, row: 1 }),
-            ("2\n1 5\n3 5\n", InputError::SameColumn { line: 3, other: 2, col: 5 }),
+            (
+                "2\n0 0\n",
+                InputError::MissingLines {
+                    expected: 2,
+                    found: 1,
+                },
+            ),
+            (
+                "1\n0\n",
+                InputError::BadLine {
+                    line: 2,
+                    text: "0".into(),
+                },
+            ),
+            (
+                "1\n0 a\n",
+                InputError::BadLine {
+                    line: 2,
+                    text: "0 a".into(),
+                },
+            ),
+            (
+                "1\n-1 2\n",
+                InputError::BadLine {
+                    line: 2,
+                    text: "-1 2".into(),
+                },
+            ),
+            (
+                "1\n8 0\n",
+                InputError::OffBoard {
+                    line: 2,
+                    row: 8,
+                    col: 0,
+                    n: 8,
+                },
+            ),
+            (
+                "2\n1 0\n1 5\n",
+                InputError::SameRow {
+                    line: 3,
+                    other: 2,
+                    row: 1,
+                },
+            ),
+            (
+                "2\n1 5\n3 5\n",
+                InputError::SameColumn {
+                    line: 3,
+                    other: 2,
+                    col: 5,
+                },
+            ),
             (
                 "2\n0 0\n3 3\n",
                 InputError::Diagonal {
@@ -218,10 +303,21 @@ mod tests {
                     c2: 0,
                 },
             ),
-            ("1\n0 0\n1 2\n", InputError::Trailing { line: 3, k: 1, text: "1 2".into() }),
+            (
+                "1\n0 0\n1 2\n",
+                InputError::Trailing {
+                    line: 3,
+                    k: 1,
+                    text: "1 2".into(),
+                },
+            ),
         ];
         for (text, want) in cases {
-            assert_eq!(parse_queens(text, n(8)).as_ref(), Err(want), "input {text:?}");
+            assert_eq!(
+                parse_queens(text, n(8)).as_ref(),
+                Err(want),
+                "input {text:?}"
+            );
         }
     }
 }

@@ -113,6 +113,12 @@ mod tests {
         };
         assert_eq!(t.total(), Err(CountOverflow));
         t.c8 = u128::MAX;
-        assert_eq!(t.add_piece(&PieceCounts { c8: 1, ..Default::default() }), Err(CountOverflow));
+        assert_eq!(
+            t.add_piece(&PieceCounts {
+                c8: 1,
+                ..Default::default()
+            }),
+            Err(CountOverflow)
+        );
     }
 }

@@ -6,7 +6,12 @@ use std::time::Duration;
 pub fn hms(d: Duration) -> String {
     let ms = d.as_millis();
     let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
-    format!("{h:02}:{:02}:{:02}.{:03}", rest / 60_000, rest / 1000 % 60, rest % 1000)
+    format!(
+        "{h:02}:{:02}:{:02}.{:03}",
+        rest / 60_000,
+        rest / 1000 % 60,
+        rest % 1000
+    )
 }
 
 /// A count with thousands separators: `14,772,512`.

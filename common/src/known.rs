@@ -77,7 +77,10 @@ mod tests {
             return;
         };
         let mut rows = 0;
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.starts_with('n')) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with('n'))
+        {
             let f: Vec<&str> = line.split('\t').collect();
             let n: u32 = f[0].parse().unwrap();
             let k = known(n).expect("shared table has an N we lack");

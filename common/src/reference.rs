@@ -11,7 +11,10 @@ pub const MAX_REFERENCE_N: usize = 11;
 
 /// Class counts of all solutions for `n` by brute force (nodes left at 0).
 pub fn brute_force(n: usize) -> Totals {
-    assert!((1..=MAX_REFERENCE_N).contains(&n), "reference is for N <= {MAX_REFERENCE_N}");
+    assert!(
+        (1..=MAX_REFERENCE_N).contains(&n),
+        "reference is for N <= {MAX_REFERENCE_N}"
+    );
     let mut totals = Totals::default();
     let mut perm: Vec<u8> = (0..n as u8).collect();
     loop {
@@ -43,7 +46,10 @@ fn next_permutation(p: &mut [u8]) -> bool {
     let Some(i) = (1..p.len()).rev().find(|&i| p[i - 1] < p[i]) else {
         return false;
     };
-    let j = (i..p.len()).rev().find(|&j| p[j] > p[i - 1]).expect("p[i] is larger");
+    let j = (i..p.len())
+        .rev()
+        .find(|&j| p[j] > p[i - 1])
+        .expect("p[i] is larger");
     p.swap(i - 1, j);
     p[i..].reverse();
     true

@@ -74,12 +74,18 @@ impl Report {
 
     /// The header of the classic table.
     pub fn table_header() -> String {
-        format!("{:>2}  {:>20}  {:>20}  {:>14}", "N", "Total", "Unique", "hh:mm:ss.ms")
+        format!(
+            "{:>2}  {:>20}  {:>20}  {:>14}",
+            "N", "Total", "Unique", "hh:mm:ss.ms"
+        )
     }
 
     /// One row of the classic table.
     pub fn table_row(&self) -> String {
         let time = hms(std::time::Duration::from_secs_f64(self.seconds));
-        format!("{:>2}  {:>20}  {:>20}  {time:>14}", self.n, self.total, self.unique)
+        format!(
+            "{:>2}  {:>20}  {:>20}  {time:>14}",
+            self.n, self.total, self.unique
+        )
     }
 }

@@ -130,7 +130,7 @@ impl Rules {
     /// Free columns of row `y` given the attack masks of the rows above.
     #[inline(always)]
     fn candidates(&self, y: usize, l: u32, d: u32, r: u32) -> u32 {
-        let mut bm = self.allowed[y] & !(l | d | r);
+        let mut bm = self.allowed[y & 31] & !(l | d | r);
         if y == self.bound2_row {
             // At row bound2 the outer columns must already hold a queen, or
             // this one must go there: otherwise the bottom edge is smaller.
@@ -162,7 +162,11 @@ impl Rules {
         for (y, &col) in prefix.iter().enumerate() {
             let bit = 1u32.checked_shl(col.into()).unwrap_or(0);
             // Rows fixed by the case skip the row rules (they define them).
-            let free = if y < root.len() { self.mask & !(l | d | r) } else { self.candidates(y, l, d, r) };
+            let free = if y < root.len() {
+                self.mask & !(l | d | r)
+            } else {
+                self.candidates(y, l, d, r)
+            };
             if bit & free == 0 {
                 return Err(PieceError::NotAllowed { row: y, col });
             }
@@ -202,39 +206,82 @@ impl Rules {
     }
 
     /// The hot loop: depth-first from row `y0` with an explicit stack.
+    /// Specialised per case (`EDGE`) so the corner loop pays nothing for the
+    /// bound2 rule or the rotation checks. Indices are masked with `& 31`
+    /// (every row index is below 32) so no bounds checks are left in the loop.
     fn count_from(&self, y0: usize, l: u32, d: u32, r: u32, board: &mut [u32; 32]) -> PieceCounts {
+        match self.case {
+            Case::Corner { .. } => self.count_case::<false>(y0, l, d, r, board),
+            Case::Edge { .. } => self.count_case::<true>(y0, l, d, r, board),
+        }
+    }
+
+    #[inline(always)]
+    fn free<const EDGE: bool>(&self, y: usize, l: u32, d: u32, r: u32) -> u32 {
+        if EDGE {
+            self.candidates(y, l, d, r)
+        } else {
+            self.allowed[y & 31] & !(l | d | r)
+        }
+    }
+
+    fn count_case<const EDGE: bool>(
+        &self,
+        y0: usize,
+        l: u32,
+        d: u32,
+        r: u32,
+        board: &mut [u32; 32],
+    ) -> PieceCounts {
         let mut counts = PieceCounts::default();
-        // Per-row state: attack masks and the columns still to try.
-        let mut left = [0u32; 32];
-        let mut down = [0u32; 32];
-        let mut right = [0u32; 32];
-        let mut todo = [0u32; 32];
         let last = self.last;
-        let mut y = y0;
-        (left[y], down[y], right[y]) = (l, d, r);
-        todo[y] = self.candidates(y, l, d, r);
+        if y0 == last {
+            // Only the last row is open: at most one column is free.
+            let bm = self.free::<EDGE>(last, l, d, r);
+            if bm != 0 {
+                counts.nodes += 1;
+                board[last & 31] = bm;
+                self.record_leaf(board, &mut counts);
+            }
+            return counts;
+        }
+        // Saved state of the rows above the current one: columns still to
+        // try, then the three attack masks (one record, one address).
+        let mut stack = [[0u32; 4]; 32];
+        let (mut y, mut cl, mut cd, mut cr) = (y0, l, d, r);
+        let mut bm = self.free::<EDGE>(y, l, d, r);
+        let mut nodes = 0u64;
         loop {
-            let bm = todo[y];
             if bm == 0 {
                 if y == y0 {
                     break;
                 }
                 y -= 1;
+                [bm, cl, cd, cr] = stack[y & 31];
                 continue;
             }
             let bit = bm & bm.wrapping_neg();
-            todo[y] = bm ^ bit;
-            board[y] = bit;
-            counts.nodes += 1;
-            if y == last {
-                self.record_leaf(board, &mut counts);
+            bm ^= bit;
+            board[y & 31] = bit;
+            nodes += 1;
+            let (nl, nd, nr) = ((cl | bit) << 1, cd | bit, (cr | bit) >> 1);
+            if y + 1 == last {
+                // The last row has at most one free column: finish it here
+                // instead of pushing a row.
+                let lastbm = self.free::<EDGE>(last, nl, nd, nr);
+                if lastbm != 0 {
+                    nodes += 1;
+                    board[last & 31] = lastbm;
+                    self.record_leaf(board, &mut counts);
+                }
                 continue;
             }
-            let (nl, nd, nr) = ((left[y] | bit) << 1, down[y] | bit, (right[y] | bit) >> 1);
+            stack[y & 31] = [bm, cl, cd, cr];
             y += 1;
-            (left[y], down[y], right[y]) = (nl, nd, nr);
-            todo[y] = self.candidates(y, nl, nd, nr);
+            (cl, cd, cr) = (nl, nd, nr);
+            bm = self.free::<EDGE>(y, nl, nd, nr);
         }
+        counts.nodes = nodes;
         counts
     }
 
@@ -337,7 +384,9 @@ impl Rules {
 pub fn cases(n: Size) -> Vec<Case> {
     let n = n.get() as u8;
     let corners = (2..n.saturating_sub(1)).map(|bound1| Case::Corner { bound1 });
-    let edges = (1..n).take_while(|&b| 2 * b + 1 < n).map(|bound1| Case::Edge { bound1 });
+    let edges = (1..n)
+        .take_while(|&b| 2 * b + 1 < n)
+        .map(|bound1| Case::Edge { bound1 });
     if n < 4 {
         return Vec::new();
     }
@@ -364,11 +413,17 @@ pub fn split(n: Size, min_pieces: usize) -> Split {
         .iter()
         .map(|&c| Rules::new(n, c).expect("cases() yields valid cases"))
         .collect();
-    let mut pieces: Vec<(usize, Piece)> = rules.iter().enumerate().map(|(i, r)| (i, r.root())).collect();
+    let mut pieces: Vec<(usize, Piece)> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r.root()))
+        .collect();
     // Each root adds one placement: the queen of row 1 (corner) or row 0 (edge).
     nodes += rules.len() as u64;
     // Deepen while too few, but never to the last row (pieces must have a row left).
-    let deepenable = |ps: &[(usize, Piece)]| !ps.is_empty() && ps.iter().all(|(_, p)| p.prefix.len() < n.n() - 1);
+    let deepenable = |ps: &[(usize, Piece)]| {
+        !ps.is_empty() && ps.iter().all(|(_, p)| p.prefix.len() < n.n() - 1)
+    };
     while pieces.len() < min_pieces && deepenable(&pieces) {
         let mut next = Vec::with_capacity(pieces.len() * 4);
         for (i, p) in &pieces {

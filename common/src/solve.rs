@@ -69,7 +69,9 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
                     let mut mine = Totals::default();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(piece) = cut.pieces.get(i) else { break };
+                        let Some(piece) = cut.pieces.get(i) else {
+                            break;
+                        };
                         let c = rules[i].count(piece).expect("split yields valid pieces");
                         mine.add_piece(&c)?;
                     }
@@ -77,7 +79,10 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("solver thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("solver thread panicked"))
+            .collect()
     });
     for p in partials {
         counts.add(&p?)?;

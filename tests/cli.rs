@@ -1,0 +1,217 @@
+//! The `nqueens` binary, run as a user runs it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn nqueens(args: &[&str]) -> Output {
+    run(args, None)
+}
+
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nqueens");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn json(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+#[test]
+fn solve_prints_counts_and_verifies_them() {
+    let o = nqueens(&["solve", "12", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("total    14200\n"), "{text}");
+    assert!(text.contains("unique   1787\n"), "{text}");
+    assert!(text.contains("matches OEIS"), "{text}");
+    assert!(text.contains("nodes/s"), "{text}");
+}
+
+#[test]
+fn solve_json_has_every_field() {
+    let o = nqueens(&["solve", "10", "--json", "--threads", "1"]);
+    assert!(o.status.success());
+    let v = json(stdout(&o).trim());
+    assert_eq!(v["n"], 10);
+    assert_eq!(v["total"], 724);
+    assert_eq!(v["unique"], 92);
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["matches_known"], true);
+    assert!(v["nodes"].as_u64().unwrap() > 0);
+    assert!(v["seconds"].as_f64().is_some());
+}
+
+#[test]
+fn bad_sizes_exit_2_with_a_clear_message() {
+    for (arg, needle) in [
+        ("0", "between 1 and 32"),
+        ("33", "between 1 and 32"),
+        ("abc", "whole number"),
+        ("-3", ""),
+    ] {
+        let o = nqueens(&["solve", arg]);
+        assert_eq!(o.status.code(), Some(2), "solve {arg}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "solve {arg}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    let o = nqueens(&["solve", "8", "--threads", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn table_prints_one_row_per_n() {
+    let o = nqueens(&["table", "4..9"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 1 + 6, "{text}");
+    assert!(rows[0].contains("Total") && rows[0].contains("hh:mm:ss.ms"));
+    let eight: Vec<&str> = rows[5].split_whitespace().collect();
+    assert_eq!(&eight[..3], ["8", "92", "12"]);
+    // hh:mm:ss.ms
+    let t = eight[3];
+    assert!(t.len() == 12 && &t[2..3] == ":" && &t[8..9] == ".", "{t}");
+}
+
+#[test]
+fn table_json_and_range_errors() {
+    let o = nqueens(&["table", "10..=12", "--json"]);
+    assert!(o.status.success());
+    let ns: Vec<u64> = stdout(&o)
+        .lines()
+        .map(|l| json(l)["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ns, [10, 11, 12]);
+    let o = nqueens(&["table", "12..10"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("FROM <= TO"), "{}", stderr(&o));
+}
+
+#[test]
+fn boards_rows_and_board_formats() {
+    let o = nqueens(&["boards", "5", "--limit", "3"]);
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), "1: 0 2 4 1 3\n2: 0 3 1 4 2\n3: 1 3 0 2 4\n");
+    let o = nqueens(&["boards", "4", "--format", "board"]);
+    assert_eq!(
+        stdout(&o),
+        "# 1\n.Q..\n...Q\nQ...\n..Q.\n\n# 2\n..Q.\nQ...\n...Q\n.Q..\n\n"
+    );
+}
+
+#[test]
+fn boards_lists_every_solution_of_twelve() {
+    let o = nqueens(&["boards", "12"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 14_200);
+    assert!(text.lines().last().unwrap().starts_with("14200: "));
+}
+
+#[test]
+fn boards_stops_quietly_when_the_reader_leaves() {
+    // A reader that closes the pipe early (like `head`) is not an error.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(["boards", "14"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{:?} {}", o.status, stderr(&o));
+}
+
+#[test]
+fn complete_the_issue_example() {
+    let o = run(&["complete"], Some("2\n2 2\n5 3\n"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<Vec<char>> = stdout(&o).lines().map(|l| l.chars().collect()).collect();
+    assert_eq!(rows.len(), 8);
+    assert!(rows
+        .iter()
+        .all(|r| r.len() == 8 && r.iter().filter(|&&c| c == 'Q').count() == 1));
+    assert_eq!(rows[2][2], 'Q');
+    assert_eq!(rows[5][3], 'Q');
+    let cols: Vec<usize> = rows
+        .iter()
+        .map(|r| r.iter().position(|&c| c == 'Q').unwrap())
+        .collect();
+    for i in 0..8 {
+        for j in i + 1..8 {
+            assert!(
+                cols[i] != cols[j] && cols[i].abs_diff(cols[j]) != j - i,
+                "attack {cols:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn complete_other_sizes_and_no_queens() {
+    let o = run(&["complete", "--n", "20"], Some("0\n"));
+    assert!(o.status.success());
+    assert_eq!(stdout(&o).lines().count(), 20);
+}
+
+#[test]
+fn complete_rejects_bad_input_with_exit_2() {
+    let cases = [
+        ("", "empty input"),
+        ("two\n", "number of queens"),
+        ("2\n1 1\n", "found only 1"),
+        ("1\n1\n", "expected 'row col'"),
+        ("1\n8 0\n", "off the 8x8 board"),
+        ("2\n1 0\n1 5\n", "row 1 already"),
+        ("2\n1 5\n3 5\n", "column 5 already"),
+        ("2\n0 0\n3 3\n", "diagonal"),
+        ("1\n0 0\nextra\n", "unexpected text"),
+    ];
+    for (input, needle) in cases {
+        let o = run(&["complete"], Some(input));
+        assert_eq!(o.status.code(), Some(2), "{input:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{input:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{input:?}");
+    }
+}
+
+#[test]
+fn complete_without_solution_exits_1() {
+    let o = run(&["complete", "--n", "4"], Some("1\n0 0\n"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no 4x4 board"), "{}", stderr(&o));
+}
+
+#[test]
+fn every_subcommand_help_has_an_example() {
+    for sub in ["solve", "table", "boards", "complete"] {
+        let o = nqueens(&[sub, "--help"]);
+        assert!(o.status.success());
+        let text = stdout(&o);
+        assert!(text.contains("Example"), "{sub} --help:\n{text}");
+        assert!(
+            text.contains(&format!("nqueens {sub}")) || sub == "complete",
+            "{sub}"
+        );
+    }
+}
