@@ -4,7 +4,9 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::boards::Solutions;
 use nqueens_common::complete::{complete, parse_queens};
-use nqueens_common::report::Report;
+use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
+use nqueens_common::report::{describe, PlanSummary, Report};
+use nqueens_common::solve::solve_plan;
 use nqueens_common::{solve, Size};
 use std::io::{self, BufWriter, Read, Write};
 use std::process::ExitCode;
@@ -17,7 +19,7 @@ use std::process::ExitCode;
     long_about = "Count the solutions of the N-Queens problem exactly: all of them (total) and \
                   those distinct up to rotation and reflection (unique), with a multithreaded, \
                   symmetry-aware bitmap search.",
-    after_help = "Examples:\n  nqueens solve 16\n  nqueens table 4..14\n  nqueens boards 8 --limit 3 --format board\n  printf '1\\n0 1\\n' | nqueens complete --n 6"
+    after_help = "Examples:\n  nqueens solve 16\n  nqueens plan 20 --strategy frame\n  nqueens table 4..14\n  nqueens boards 8 --limit 3 --format board\n  printf '1\\n0 1\\n' | nqueens complete --n 6"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,7 +30,10 @@ struct Cli {
 enum Command {
     /// Count the total and unique solutions of one N.
     #[command(
-        after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n\n\
+        after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n  \
+        nqueens solve 17 --strategy frame\n\n\
+        Without --strategy the whole search is cut into pieces in memory. With --strategy the\n\
+        count goes through a plan's tasks, as a cluster would run it (see `nqueens plan`).\n\n\
         The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
         a difference is reported as an error (exit code 1)."
     )]
@@ -37,7 +42,41 @@ enum Command {
         n: Size,
         #[command(flatten)]
         threads: Threads,
+        /// Count through a plan of this strategy.
+        #[arg(long)]
+        strategy: Option<Strategy>,
+        #[command(flatten)]
+        shape: PlanShape,
         /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Split one N into subproblems and tasks, and summarise (or list) them.
+    #[command(
+        after_help = "Examples:\n  nqueens plan 20 --strategy frame\n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\n  \
+        nqueens plan 10 --strategy frame --list\n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\n\n\
+        prefix: the first K rows of the symmetry-pruned search; each subproblem's class counts\n\
+        add up directly.\n\
+        frame: one queen on each of the 8 border lines (rows and columns 0, 1, N-2, N-1), one\n\
+        frame per symmetry orbit with its weight (2, 4 or 8; 1 if fully symmetric); the unique\n\
+        count comes from the half- and quarter-turn symmetric searches (Burnside).\n\n\
+        Subproblem ids are stable: the same N and options always give the same ids and tasks."
+    )]
+    Plan {
+        /// Board size, 1 to 32.
+        n: Size,
+        /// How to split the search.
+        #[arg(long)]
+        strategy: Strategy,
+        #[command(flatten)]
+        shape: PlanShape,
+        /// List every subproblem (id and description), task by task.
+        #[arg(long, conflicts_with = "task")]
+        list: bool,
+        /// List the subproblems of this task only.
+        #[arg(long, value_name = "I")]
+        task: Option<u64>,
+        /// Print JSON (one object; with --list or --task, one per subproblem).
         #[arg(long)]
         json: bool,
     },
@@ -82,6 +121,28 @@ enum Command {
         #[arg(long, default_value = "8")]
         n: Size,
     },
+}
+
+#[derive(clap::Args)]
+struct PlanShape {
+    /// Prefix strategy: rows placed in each subproblem (2 to 11).
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_DEPTH)]
+    depth: u32,
+    /// About how many tasks to cut the plan into.
+    #[arg(long, value_name = "M", default_value_t = DEFAULT_TASKS)]
+    tasks: u64,
+}
+
+impl PlanShape {
+    fn plan(&self, n: Size, strategy: Strategy) -> Result<Plan, Failure> {
+        Plan::new(PlanSpec {
+            n,
+            strategy,
+            depth: self.depth,
+            tasks: self.tasks,
+        })
+        .map_err(|e| Failure::BadInput(e.to_string()))
+    }
 }
 
 #[derive(clap::Args)]
@@ -165,8 +226,23 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), Failure> {
     let mut out = BufWriter::new(io::stdout().lock());
     match command {
-        Command::Solve { n, threads, json } => {
-            let report = count(n, threads.get())?;
+        Command::Solve {
+            n,
+            threads,
+            strategy,
+            shape,
+            json,
+        } => {
+            let report = match strategy {
+                None => count(n, threads.get())?,
+                Some(strategy) => {
+                    let plan = shape.plan(n, strategy)?;
+                    let failed = |e: String| Failure::NotFound(format!("error: N={n}: {e}"));
+                    let solution = solve_plan(&plan, &plan.schedule(), threads.get())
+                        .map_err(|e| failed(e.to_string()))?;
+                    Report::new(&solution).map_err(|e| failed(e.to_string()))?
+                }
+            };
             if json {
                 writeln!(
                     out,
@@ -178,6 +254,58 @@ fn run(command: Command) -> Result<(), Failure> {
             }
             out.flush()?;
             check_known(&report)
+        }
+        Command::Plan {
+            n,
+            strategy,
+            shape,
+            list,
+            task,
+            json,
+        } => {
+            let start = std::time::Instant::now();
+            let plan = shape.plan(n, strategy)?;
+            let schedule = plan.schedule();
+            let tasks = match task {
+                Some(i) => {
+                    let t = schedule.tasks.get(i as usize).ok_or_else(|| {
+                        Failure::BadInput(format!(
+                            "task {i} does not exist: this plan has tasks 0 to {}",
+                            schedule.tasks.len() - 1
+                        ))
+                    })?;
+                    std::slice::from_ref(t)
+                }
+                None if list => &schedule.tasks[..],
+                None => {
+                    let summary = PlanSummary::new(&plan, &schedule, start.elapsed());
+                    if json {
+                        writeln!(
+                            out,
+                            "{}",
+                            serde_json::to_string(&summary).expect("summary serializes")
+                        )?;
+                    } else {
+                        write!(out, "{}", summary.text())?;
+                    }
+                    return Ok(out.flush()?);
+                }
+            };
+            let mut result = Ok(());
+            for t in tasks {
+                plan.for_each_subproblem(t, |s| {
+                    if result.is_ok() {
+                        result = if json {
+                            let line = serde_json::json!({"task": t.index, "id": s.id(), "subproblem": describe(&s)});
+                            writeln!(out, "{line}")
+                        } else {
+                            writeln!(out, "task {} id {:#018x} {}", t.index, s.id(), describe(&s))
+                        };
+                    }
+                });
+            }
+            result?;
+            Ok(out.flush()?)
         }
         Command::Table {
             range,

@@ -204,7 +204,7 @@ fn complete_without_solution_exits_1() {
 
 #[test]
 fn every_subcommand_help_has_an_example() {
-    for sub in ["solve", "table", "boards", "complete"] {
+    for sub in ["solve", "plan", "table", "boards", "complete"] {
         let o = nqueens(&[sub, "--help"]);
         assert!(o.status.success());
         let text = stdout(&o);
@@ -213,5 +213,125 @@ fn every_subcommand_help_has_an_example() {
             text.contains(&format!("nqueens {sub}")) || sub == "complete",
             "{sub}"
         );
+    }
+}
+
+#[test]
+fn solve_through_either_plan_is_exact() {
+    for strategy in ["prefix", "frame"] {
+        let o = nqueens(&[
+            "solve",
+            "13",
+            "--strategy",
+            strategy,
+            "--tasks",
+            "50",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{strategy}: {}", stderr(&o));
+        let v = json(stdout(&o).trim());
+        assert_eq!(
+            (v["total"].as_u64(), v["unique"].as_u64()),
+            (Some(73_712), Some(9_233)),
+            "{strategy}"
+        );
+    }
+}
+
+#[test]
+fn plan_summary_and_listing_agree() {
+    let o = nqueens(&[
+        "plan",
+        "10",
+        "--strategy",
+        "frame",
+        "--tasks",
+        "20",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = json(stdout(&o).trim());
+    let subproblems = summary["subproblems"].as_u64().unwrap();
+    let tasks = summary["tasks"].as_u64().unwrap();
+    assert!(subproblems > 100 && tasks >= 10, "{summary}");
+
+    let o = nqueens(&[
+        "plan",
+        "10",
+        "--strategy",
+        "frame",
+        "--tasks",
+        "20",
+        "--list",
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
+    assert_eq!(lines.len() as u64, subproblems);
+    let ids: std::collections::BTreeSet<u64> =
+        lines.iter().map(|l| l["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len() as u64, subproblems, "ids are distinct");
+    let last_task = lines.last().unwrap()["task"].as_u64().unwrap();
+    assert_eq!(last_task + 1, tasks);
+
+    // One task alone lists exactly its part of the full listing.
+    let o = nqueens(&[
+        "plan",
+        "10",
+        "--strategy",
+        "frame",
+        "--tasks",
+        "20",
+        "--task",
+        "3",
+        "--json",
+    ]);
+    let part: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
+    let expected: Vec<&serde_json::Value> = lines.iter().filter(|l| l["task"] == 3).collect();
+    assert_eq!(part.iter().collect::<Vec<_>>(), expected);
+}
+
+#[test]
+fn plan_text_names_the_classes() {
+    let o = nqueens(&["plan", "12", "--strategy", "prefix", "--depth", "3"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(
+        text.contains("prefix (depth 3)")
+            && text.contains("corner pieces")
+            && text.contains("edge pieces"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_plan_options_exit_2() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["plan", "10", "--strategy", "spiral"], "unknown strategy"),
+        (
+            &["plan", "10", "--strategy", "prefix", "--depth", "1"],
+            "depth must be between 2 and 11",
+        ),
+        (
+            &["plan", "10", "--strategy", "frame", "--tasks", "0"],
+            "at least 1",
+        ),
+        (
+            &[
+                "plan",
+                "10",
+                "--strategy",
+                "frame",
+                "--tasks",
+                "5",
+                "--task",
+                "500",
+            ],
+            "task 500 does not exist",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = nqueens(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }

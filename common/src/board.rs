@@ -5,9 +5,25 @@ use std::fmt;
 /// The largest N: a row of the board is held in a u32 mask.
 pub const MAX_N: u32 = 32;
 
-/// A board size that was checked to be in 1..=32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A board size that was checked to be in 1..=32 (also when deserialized).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "u32", into = "u32")]
 pub struct Size(u32);
+
+impl TryFrom<u32> for Size {
+    type Error = SizeError;
+    fn try_from(n: u32) -> Result<Size, SizeError> {
+        Size::new(n)
+    }
+}
+
+impl From<Size> for u32 {
+    fn from(s: Size) -> u32 {
+        s.0
+    }
+}
 
 /// N outside 1..=32.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,10 +2,13 @@
 //!
 //! - [`search`]: the symmetry-pruned bitmap search, cut into pieces.
 //! - [`solve`]: counting one N on many threads.
+//! - [`frame`]: frame (carry-chain) pre-placements, canonical under symmetry.
+//! - [`symmetric`]: solutions fixed by a half or quarter turn (for Burnside).
 //! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
 //! - [`board`]: board sizes, boards, the 8 symmetries.
 //! - [`boards`]: streaming every solution in lexicographic order.
 //! - [`complete`]: completing a board from given queens (judge format).
+//! - [`plan`]: one N split into subproblems with stable ids, grouped into tasks.
 //! - [`known`]: published counts to check results against.
 //! - [`reference`]: a naive brute-force counter, for tests.
 //! - [`format`]: numbers and durations for people.
@@ -16,11 +19,14 @@ pub mod boards;
 pub mod complete;
 pub mod counts;
 pub mod format;
+pub mod frame;
 pub mod known;
+pub mod plan;
 pub mod reference;
 pub mod report;
 pub mod search;
 pub mod solve;
+pub mod symmetric;
 
 pub use board::{Board, Size, MAX_N};
 pub use counts::{PieceCounts, Totals};

@@ -3,6 +3,7 @@
 use crate::counts::CountOverflow;
 use crate::format::{hms, si, thousands};
 use crate::known::known;
+use crate::plan::{Plan, Schedule, Strategy, Subproblem};
 use crate::solve::Solution;
 use serde::Serialize;
 
@@ -87,5 +88,86 @@ impl Report {
             "{:>2}  {:>20}  {:>20}  {time:>14}",
             self.n, self.total, self.unique
         )
+    }
+}
+
+/// What `nqueens plan` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanSummary {
+    pub n: u32,
+    pub strategy: String,
+    /// Prefix strategy only.
+    pub depth: Option<u32>,
+    pub subproblems: u64,
+    pub tasks: usize,
+    pub classes: Vec<(String, u64)>,
+    /// Estimated work, relative units (see `plan`).
+    pub work: f64,
+    /// Largest and smallest task estimate as a share of the whole.
+    pub largest_task_share: f64,
+    pub smallest_task_share: f64,
+    pub seconds: f64,
+}
+
+impl PlanSummary {
+    pub fn new(plan: &Plan, schedule: &Schedule, elapsed: std::time::Duration) -> PlanSummary {
+        let share = |w: f64| {
+            if schedule.work > 0.0 {
+                w / schedule.work
+            } else {
+                0.0
+            }
+        };
+        let works = || schedule.tasks.iter().map(|t| t.work);
+        PlanSummary {
+            n: plan.spec.n.get(),
+            strategy: plan.spec.strategy.to_string(),
+            depth: (plan.spec.strategy == Strategy::Prefix).then_some(plan.spec.depth),
+            subproblems: schedule.subproblems,
+            tasks: schedule.tasks.len(),
+            classes: schedule.classes.clone(),
+            work: schedule.work,
+            largest_task_share: share(works().fold(0.0, f64::max)),
+            smallest_task_share: share(works().fold(f64::INFINITY, f64::min)),
+            seconds: elapsed.as_secs_f64(),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = format!("N            {}\nstrategy     {}", self.n, self.strategy);
+        if let Some(d) = self.depth {
+            s += &format!(" (depth {d})");
+        }
+        s += &format!(
+            "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\nwork         {:.4e} (estimated, relative units)\n",
+            thousands(self.subproblems.into()),
+            self.tasks,
+            100.0 * self.largest_task_share,
+            100.0 * self.smallest_task_share,
+            self.work
+        );
+        for (name, count) in &self.classes {
+            s += &format!("  {name:<24} {}\n", thousands((*count).into()));
+        }
+        s += &format!(
+            "planned in   {}\n",
+            hms(std::time::Duration::from_secs_f64(self.seconds))
+        );
+        s
+    }
+}
+
+/// One line describing a subproblem, for `nqueens plan --list`.
+pub fn describe(s: &Subproblem) -> String {
+    let cols = |c: &[u8]| c.iter().map(u8::to_string).collect::<Vec<_>>().join(" ");
+    match s {
+        Subproblem::Whole => "whole search".into(),
+        Subproblem::Prefix(p) => format!("prefix rows: {}", cols(&p.prefix)),
+        Subproblem::Frame { frame, weight } => {
+            format!("frame lines: {} weight {weight}", cols(&frame.pos))
+        }
+        Subproblem::Symmetric { turn, first } => {
+            format!("{turn:?}-turn symmetric, row 0 queen in column {first}").to_lowercase()
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::board::Size;
 use crate::counts::{CountOverflow, Totals};
+use crate::plan::{Plan, PlanError, Schedule, Tally};
 use crate::search::{split, Rules};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -92,6 +93,43 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
         counts,
         threads,
         pieces: cut.pieces.len(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Counts a whole plan with `threads` threads, each taking one task at a
+/// time: the way a worker will, and with memory bounded by one task.
+pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<Solution, PlanError> {
+    let start = Instant::now();
+    let threads = threads.max(1);
+    let next = AtomicUsize::new(0);
+    let partials: Vec<Result<Tally, PlanError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Tally::default();
+                    while let Some(task) = schedule.tasks.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        mine.merge(&plan.count_task(task)?)?;
+                    }
+                    Ok(mine)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("solver thread panicked"))
+            .collect()
+    });
+    let mut tally = Tally::default();
+    for p in partials {
+        tally.merge(&p?)?;
+    }
+    Ok(Solution {
+        n: plan.spec.n,
+        counts: plan.finish(&tally)?,
+        threads,
+        pieces: schedule.subproblems as usize,
         elapsed: start.elapsed(),
     })
 }

@@ -1,0 +1,661 @@
+//! Plans: one N split into subproblems with stable ids, grouped into tasks.
+//!
+//! A subproblem id is a u64: the kind in the top 4 bits and a payload whose
+//! order is the enumeration order, so a task is just an id range (plus, for
+//! a group too costly for one task, a skip/take within it). Listing a task
+//! walks only the part of the enumeration inside its range, and an id can be
+//! decoded and checked back into its subproblem (see [`Plan::decode`]), so a
+//! corrupt or forged id is detected.
+//!
+//! Strategies:
+//! - **prefix**: the first K rows of the symmetry-pruned search
+//!   ([`crate::search`]); class counts add up directly.
+//! - **frame**: canonical frames ([`crate::frame`]) weighted by orbit size,
+//!   plus the half- and quarter-turn symmetric counts
+//!   ([`crate::symmetric`]) from which the classes follow by Burnside.
+//!
+//! Planning keeps one record per *group* (frames sharing an outer ring, or
+//! prefix pieces sharing all but their last row), never one per subproblem,
+//! so memory stays bounded at record sizes.
+
+use crate::board::Size;
+use crate::counts::{CountOverflow, PieceCounts, Totals};
+use crate::frame::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
+use crate::search::{cases, Piece, PieceError, Rules};
+use crate::symmetric::{count_symmetric, Turn};
+use serde::{Deserialize, Serialize};
+
+/// How a plan splits the search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Strategy {
+    Prefix,
+    Frame,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "prefix" => Ok(Strategy::Prefix),
+            "frame" => Ok(Strategy::Frame),
+            _ => Err(format!("unknown strategy '{s}': use 'prefix' or 'frame'")),
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Strategy::Prefix => "prefix",
+            Strategy::Frame => "frame",
+        })
+    }
+}
+
+/// What to plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSpec {
+    pub n: Size,
+    pub strategy: Strategy,
+    /// Prefix strategy: rows placed in each subproblem (at least 2).
+    pub depth: u32,
+    /// About how many tasks to make.
+    pub tasks: u64,
+}
+
+/// Default prefix depth: deep enough for thousands of subproblems.
+pub const DEFAULT_DEPTH: u32 = 4;
+/// Default number of tasks to aim for.
+pub const DEFAULT_TASKS: u64 = 1000;
+/// Most rows a prefix id can hold (5 bits each under the kind tag).
+pub const MAX_DEPTH: u32 = 11;
+
+/// Estimated cost growth per free row of a frame (measured at N=16:
+/// mean inner nodes grow 3.5–4× per free row). Relative only: it orders
+/// and sizes tasks; time estimates come from observed rates.
+const FRAME_ROW_FACTOR: f64 = 4.0;
+
+/// Kinds of subproblem (the top 4 bits of an id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum Kind {
+    /// The whole search, for boards too small to split.
+    Whole = 0,
+    Prefix = 1,
+    Frame = 2,
+    HalfTurn = 3,
+    QuarterTurn = 4,
+}
+
+const KIND_SHIFT: u32 = 60;
+const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
+
+/// One unit of counting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subproblem {
+    Whole,
+    Prefix(Piece),
+    Frame { frame: Frame, weight: u32 },
+    Symmetric { turn: Turn, first: u8 },
+}
+
+impl Subproblem {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Subproblem::Whole => Kind::Whole,
+            Subproblem::Prefix(_) => Kind::Prefix,
+            Subproblem::Frame { .. } => Kind::Frame,
+            Subproblem::Symmetric {
+                turn: Turn::Half, ..
+            } => Kind::HalfTurn,
+            Subproblem::Symmetric {
+                turn: Turn::Quarter,
+                ..
+            } => Kind::QuarterTurn,
+        }
+    }
+
+    /// The stable id: kind tag, then a payload ordered like the enumeration.
+    pub fn id(&self) -> u64 {
+        let payload = match self {
+            Subproblem::Whole => 0,
+            Subproblem::Prefix(p) => pack_cols(&p.prefix),
+            Subproblem::Frame { frame, .. } => frame.key(),
+            Subproblem::Symmetric { first, .. } => u64::from(*first),
+        };
+        (self.kind() as u64) << KIND_SHIFT | payload
+    }
+}
+
+fn pack_cols(cols: &[u8]) -> u64 {
+    cols.iter().fold(0, |k, &c| k << POS_BITS | u64::from(c))
+}
+
+/// Why an id does not name a subproblem of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("prefix depth must be between 2 and {max}, got {0}", max = MAX_DEPTH)]
+    BadDepth(u32),
+    #[error("the number of tasks must be at least 1")]
+    NoTasks,
+    #[error("id {0:#x} has a kind this plan does not use")]
+    WrongKind(u64),
+    #[error("id {0:#x}: {1}")]
+    BadPrefix(u64, PieceError),
+    #[error("id {0:#x}: {1}")]
+    BadFrame(u64, FrameError),
+    #[error("id {0:#x}: first column out of range")]
+    BadColumn(u64),
+    #[error(transparent)]
+    Overflow(#[from] CountOverflow),
+    #[error("results do not add up: {0}")]
+    Inconsistent(&'static str),
+}
+
+/// A contiguous part of the enumeration: the subproblems with ids in
+/// `lo..hi`, skipping the first `skip` and taking at most `take`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub index: u64,
+    pub lo: u64,
+    pub hi: u64,
+    pub skip: u64,
+    pub take: u64,
+    pub subproblems: u64,
+    /// Estimated work, in the plan's relative units.
+    pub work: f64,
+}
+
+/// A run of subproblems planned as one unit (never split across tasks
+/// except by skip/take when alone too big).
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    lo: u64,
+    hi: u64,
+    count: u64,
+    work: f64,
+}
+
+/// One N and how it is split: cheap to make, so a worker can decode, list
+/// and count subproblems without enumerating the plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub spec: PlanSpec,
+    frames: Option<Frames>,
+}
+
+/// A plan's tasks, made by enumerating it once (see [`Plan::schedule`]).
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub tasks: Vec<Task>,
+    pub subproblems: u64,
+    pub work: f64,
+    /// Subproblems by class (e.g. frames by weight), for the summary.
+    pub classes: Vec<(String, u64)>,
+}
+
+impl Plan {
+    /// Checks the spec; enumerates nothing.
+    pub fn new(spec: PlanSpec) -> Result<Plan, PlanError> {
+        if spec.tasks == 0 {
+            return Err(PlanError::NoTasks);
+        }
+        if spec.strategy == Strategy::Prefix && !(2..=MAX_DEPTH).contains(&spec.depth) {
+            return Err(PlanError::BadDepth(spec.depth));
+        }
+        let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
+            .then(|| Frames::new(spec.n).expect("N checked"));
+        Ok(Plan { spec, frames })
+    }
+
+    /// Enumerates the plan once and cuts it into about `spec.tasks` tasks of
+    /// similar estimated work. Memory: one record per group.
+    pub fn schedule(&self) -> Schedule {
+        let (groups, classes) = self.groups();
+        let work: f64 = groups.iter().map(|g| g.work).sum();
+        Schedule {
+            tasks: cut(&groups, work / self.spec.tasks as f64),
+            subproblems: groups.iter().map(|g| g.count).sum(),
+            work,
+            classes,
+        }
+    }
+
+    /// Whether the plan falls back to one whole-search subproblem.
+    fn whole(&self) -> bool {
+        let n = self.spec.n.get();
+        match self.spec.strategy {
+            Strategy::Prefix => n < 4 || self.spec.depth as usize >= self.spec.n.n() - 1,
+            Strategy::Frame => self.frames.is_none(),
+        }
+    }
+
+    fn groups(&self) -> (Vec<Group>, Vec<(String, u64)>) {
+        let n = self.spec.n;
+        let mut groups = Vec::new();
+        let classes;
+        if self.whole() {
+            classes = vec![("whole search".into(), 1)];
+            let id = Subproblem::Whole.id();
+            groups.push(Group {
+                lo: id,
+                hi: id + 1,
+                count: 1,
+                work: 1.0,
+            });
+            return (groups, classes);
+        }
+        match (self.spec.strategy, &self.frames) {
+            (Strategy::Prefix, _) => {
+                let mut by_case = [0u64; 2];
+                self.for_each_prefix(0, u64::MAX, |p, work| {
+                    by_case[usize::from(p.prefix[0] != 0)] += 1;
+                    let id = Subproblem::Prefix(p.clone()).id();
+                    // Group the pieces that share all rows but the last.
+                    let parent = id >> POS_BITS;
+                    match groups.last_mut() {
+                        Some(g) if g.lo >> POS_BITS == parent => {
+                            g.hi = id + 1;
+                            g.count += 1;
+                            g.work += work;
+                        }
+                        _ => groups.push(Group {
+                            lo: id,
+                            hi: id + 1,
+                            count: 1,
+                            work,
+                        }),
+                    }
+                });
+                classes = vec![
+                    ("corner pieces".into(), by_case[0]),
+                    ("edge pieces".into(), by_case[1]),
+                ];
+            }
+            (Strategy::Frame, Some(frames)) => {
+                let mut by_weight = [0u64; 9];
+                let tag = (Kind::Frame as u64) << KIND_SHIFT;
+                let nn = n.n();
+                frames.for_each_in(0, u64::MAX, |f, w, queens| {
+                    by_weight[w as usize] += 1;
+                    let id = tag | f.key();
+                    let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
+                    // Group the frames that share an outer ring.
+                    let ring = id >> (4 * POS_BITS);
+                    match groups.last_mut() {
+                        Some(g) if g.lo >> (4 * POS_BITS) == ring => {
+                            g.hi = id + 1;
+                            g.count += 1;
+                            g.work += work;
+                        }
+                        _ => groups.push(Group {
+                            lo: id,
+                            hi: id + 1,
+                            count: 1,
+                            work,
+                        }),
+                    }
+                });
+                // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
+                for (turn, rows) in [(Turn::Half, nn / 2), (Turn::Quarter, nn / 4)] {
+                    for first in 0..n.get() as u8 {
+                        let id = Subproblem::Symmetric { turn, first }.id();
+                        let work = FRAME_ROW_FACTOR.powi(rows as i32);
+                        groups.push(Group {
+                            lo: id,
+                            hi: id + 1,
+                            count: 1,
+                            work,
+                        });
+                    }
+                }
+                classes = vec![
+                    ("frames of weight 8".into(), by_weight[8]),
+                    ("frames of weight 4".into(), by_weight[4]),
+                    ("frames of weight 2".into(), by_weight[2]),
+                    ("frames of weight 1".into(), by_weight[1]),
+                    ("half-turn searches".into(), n.get().into()),
+                    ("quarter-turn searches".into(), n.get().into()),
+                ];
+            }
+            (Strategy::Frame, None) => unreachable!("whole() covers frame plans without frames"),
+        }
+        (groups, classes)
+    }
+
+    /// Prefix pieces at the plan's depth with ids in `lo..hi`, in id order,
+    /// with their estimated work.
+    fn for_each_prefix(&self, lo: u64, hi: u64, mut visit: impl FnMut(&Piece, f64)) {
+        let n = self.spec.n;
+        let depth = self.spec.depth as usize;
+        let tag = (Kind::Prefix as u64) << KIND_SHIFT;
+        for case in cases(n) {
+            let rules = Rules::new(n, case).expect("cases() are valid");
+            let mut stack = vec![rules.root()];
+            while let Some(p) = stack.pop() {
+                // Ids of the pieces below p: p's columns then anything.
+                let rest = POS_BITS * (depth - p.prefix.len()) as u32;
+                let first = tag | pack_cols(&p.prefix) << rest;
+                let end = tag | (pack_cols(&p.prefix) + 1) << rest;
+                if end <= lo || first >= hi {
+                    continue;
+                }
+                if p.prefix.len() == depth {
+                    visit(&p, prefix_work(n, &p.prefix));
+                    continue;
+                }
+                let kids = rules.children(&p).expect("pieces from the root are valid");
+                stack.extend(kids.into_iter().rev());
+            }
+        }
+    }
+
+    /// Visits the subproblems of `task`, in id order.
+    pub fn for_each_subproblem(&self, task: &Task, mut visit: impl FnMut(Subproblem)) {
+        let mut seen = 0u64;
+        let mut taken = 0u64;
+        let mut each = |s: Subproblem| {
+            seen += 1;
+            if seen > task.skip && taken < task.take {
+                taken += 1;
+                visit(s);
+            }
+        };
+        for kind in [
+            Kind::Whole,
+            Kind::Prefix,
+            Kind::Frame,
+            Kind::HalfTurn,
+            Kind::QuarterTurn,
+        ] {
+            let base = (kind as u64) << KIND_SHIFT;
+            let (lo, hi) = (task.lo.max(base), task.hi.min(base | PAYLOAD));
+            if lo >= hi {
+                continue;
+            }
+            match kind {
+                Kind::Whole => each(Subproblem::Whole),
+                Kind::Prefix => {
+                    self.for_each_prefix(lo, hi, |p, _| each(Subproblem::Prefix(p.clone())))
+                }
+                Kind::Frame => {
+                    if let Some(fr) = &self.frames {
+                        fr.for_each_in(
+                            lo & PAYLOAD,
+                            (hi - base).min(PAYLOAD),
+                            |frame, weight, _| each(Subproblem::Frame { frame, weight }),
+                        );
+                    }
+                }
+                Kind::HalfTurn | Kind::QuarterTurn => {
+                    let turn = if kind == Kind::HalfTurn {
+                        Turn::Half
+                    } else {
+                        Turn::Quarter
+                    };
+                    for first in (lo & PAYLOAD)..(hi - base).min(self.spec.n.get().into()) {
+                        each(Subproblem::Symmetric {
+                            turn,
+                            first: first as u8,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The subproblem an id names, checked against this plan: the id must be
+    /// one the plan itself enumerates.
+    pub fn decode(&self, id: u64) -> Result<Subproblem, PlanError> {
+        let payload = id & PAYLOAD;
+        let n = self.spec.n;
+        let kind = id >> KIND_SHIFT;
+        match kind {
+            0 if self.whole() && payload == 0 => Ok(Subproblem::Whole),
+            1 if !self.whole() && self.spec.strategy == Strategy::Prefix => {
+                let depth = self.spec.depth as usize;
+                if payload >> (POS_BITS as usize * depth) != 0 {
+                    return Err(PlanError::BadPrefix(
+                        id,
+                        PieceError::TooLong {
+                            len: depth + 1,
+                            n: n.get(),
+                        },
+                    ));
+                }
+                let prefix: Vec<u8> = (0..depth)
+                    .rev()
+                    .map(|i| (payload >> (POS_BITS as usize * i) & 31) as u8)
+                    .collect();
+                let case = if prefix[0] == 0 {
+                    crate::search::Case::Corner { bound1: prefix[1] }
+                } else {
+                    crate::search::Case::Edge { bound1: prefix[0] }
+                };
+                let piece = Piece { case, prefix };
+                let rules = Rules::new(n, case).map_err(|e| PlanError::BadPrefix(id, e))?;
+                rules
+                    .children(&piece)
+                    .map_err(|e| PlanError::BadPrefix(id, e))?; // replays and checks every row
+                Ok(Subproblem::Prefix(piece))
+            }
+            2 => {
+                let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
+                let frame = fr.decode(payload).map_err(|e| PlanError::BadFrame(id, e))?;
+                Ok(Subproblem::Frame {
+                    frame,
+                    weight: fr.weight(&frame),
+                })
+            }
+            3 | 4 if self.frames.is_some() => {
+                if payload >= n.get().into() {
+                    return Err(PlanError::BadColumn(id));
+                }
+                let turn = if kind == 3 { Turn::Half } else { Turn::Quarter };
+                Ok(Subproblem::Symmetric {
+                    turn,
+                    first: payload as u8,
+                })
+            }
+            _ => Err(PlanError::WrongKind(id)),
+        }
+    }
+
+    /// Counts one subproblem (single thread). For a frame or a symmetric
+    /// search the count is in `c1`, unweighted; [`Tally::add`] weights it.
+    pub fn count(&self, s: &Subproblem) -> PieceCounts {
+        let n = self.spec.n;
+        match s {
+            Subproblem::Whole => {
+                let sol = crate::solve::solve(n, 1).expect("small boards cannot overflow");
+                let c = sol.counts;
+                PieceCounts {
+                    c1: c.c1 as u64,
+                    c2: c.c2 as u64,
+                    c4: c.c4 as u64,
+                    c8: c.c8 as u64,
+                    nodes: c.nodes as u64,
+                }
+            }
+            Subproblem::Prefix(p) => Rules::new(n, p.case)
+                .and_then(|r| r.count(p))
+                .expect("plan pieces are valid"),
+            Subproblem::Frame { frame, .. } => {
+                self.frames.as_ref().expect("frame plan").count(frame)
+            }
+            Subproblem::Symmetric { turn, first } => count_symmetric(n, *turn, *first),
+        }
+    }
+
+    /// Counts every subproblem of a task.
+    pub fn count_task(&self, task: &Task) -> Result<Tally, PlanError> {
+        let mut tally = Tally::default();
+        let mut result = Ok(());
+        self.for_each_subproblem(task, |s| {
+            if result.is_ok() {
+                result = tally.add(&s, &self.count(&s));
+            }
+        });
+        result.map(|()| tally)
+    }
+
+    /// The class counts of the whole N from the tally of every task.
+    pub fn finish(&self, t: &Tally) -> Result<Totals, PlanError> {
+        if self.frames.is_none() {
+            return Ok(t.classes);
+        }
+        // Burnside (N >= 2, no reflection fixes a solution): orbits of 2 are
+        // the quarter-turn symmetric solutions in pairs, orbits of 4 the
+        // other half-turn symmetric ones in fours, the rest in eights.
+        let (total, half, quarter) = (t.weighted, t.half, t.quarter);
+        let exact = |x: u128, d: u128, what| {
+            if x % d == 0 {
+                Ok(x / d)
+            } else {
+                Err(PlanError::Inconsistent(what))
+            }
+        };
+        let c2 = exact(quarter, 2, "quarter-turn count is odd")?;
+        let c4 = exact(
+            half.checked_sub(quarter)
+                .ok_or(PlanError::Inconsistent("quarter > half"))?,
+            4,
+            "half-turn count",
+        )?;
+        let c8 = exact(
+            total
+                .checked_sub(half)
+                .ok_or(PlanError::Inconsistent("half > total"))?,
+            8,
+            "total",
+        )?;
+        Ok(Totals {
+            c1: 0,
+            c2,
+            c4,
+            c8,
+            nodes: t.classes.nodes,
+        })
+    }
+}
+
+/// Estimated work of a prefix piece: the square root of the product of the
+/// free columns left in each open row by the placed queens. Cheap, and it
+/// ranks pieces by how constrained they are.
+fn prefix_work(n: Size, prefix: &[u8]) -> f64 {
+    let (mut l, mut d, mut r) = (0u32, 0u32, 0u32);
+    for &c in prefix {
+        let bit = 1u32 << c;
+        (l, d, r) = ((l | bit) << 1, d | bit, (r | bit) >> 1);
+    }
+    let mut log = 0.0;
+    for _ in prefix.len()..n.n() {
+        log += f64::from((n.mask() & !(l | d | r)).count_ones().max(1)).ln();
+        (l, r) = (l << 1, r >> 1);
+    }
+    (0.5 * log).exp()
+}
+
+/// Cuts groups into tasks of about `target` work: small groups are merged,
+/// a group above the target is split by count into equal parts.
+fn cut(groups: &[Group], target: f64) -> Vec<Task> {
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut open: Option<Task> = None;
+    let push = |tasks: &mut Vec<Task>, mut t: Task| {
+        t.index = tasks.len() as u64;
+        tasks.push(t);
+    };
+    for g in groups {
+        if g.work > target && g.count > 1 {
+            if let Some(t) = open.take() {
+                push(&mut tasks, t);
+            }
+            let parts = ((g.work / target).ceil() as u64).min(g.count);
+            for i in 0..parts {
+                let (skip, end) = (g.count * i / parts, g.count * (i + 1) / parts);
+                push(
+                    &mut tasks,
+                    Task {
+                        index: 0,
+                        lo: g.lo,
+                        hi: g.hi,
+                        skip,
+                        take: end - skip,
+                        subproblems: end - skip,
+                        work: g.work * (end - skip) as f64 / g.count as f64,
+                    },
+                );
+            }
+            continue;
+        }
+        let t = open.get_or_insert(Task {
+            index: 0,
+            lo: g.lo,
+            hi: g.hi,
+            skip: 0,
+            take: u64::MAX,
+            subproblems: 0,
+            work: 0.0,
+        });
+        t.hi = g.hi;
+        t.subproblems += g.count;
+        t.work += g.work;
+        if t.work >= target {
+            push(&mut tasks, open.take().expect("open task"));
+        }
+    }
+    if let Some(t) = open {
+        push(&mut tasks, t);
+    }
+    tasks
+}
+
+/// Counts gathered from subproblems, before the plan turns them into classes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Class counts of prefix or whole subproblems, and every node count.
+    pub classes: Totals,
+    /// Σ weight × completions over frames.
+    pub weighted: u128,
+    /// Solutions fixed by a half turn.
+    pub half: u128,
+    /// Solutions fixed by a quarter turn.
+    pub quarter: u128,
+}
+
+impl Tally {
+    /// Adds the counts of one subproblem.
+    pub fn add(&mut self, s: &Subproblem, c: &PieceCounts) -> Result<(), PlanError> {
+        let add = |a: u128, b: u128| a.checked_add(b).ok_or(CountOverflow);
+        match s {
+            Subproblem::Whole | Subproblem::Prefix(_) => self.classes.add_piece(c)?,
+            Subproblem::Frame { weight, .. } => {
+                let w = u128::from(c.c1)
+                    .checked_mul((*weight).into())
+                    .ok_or(CountOverflow)?;
+                self.weighted = add(self.weighted, w)?;
+                self.classes.nodes = add(self.classes.nodes, c.nodes.into())?;
+            }
+            Subproblem::Symmetric { turn, .. } => {
+                let slot = if *turn == Turn::Half {
+                    &mut self.half
+                } else {
+                    &mut self.quarter
+                };
+                *slot = add(*slot, c.c1.into())?;
+                self.classes.nodes = add(self.classes.nodes, c.nodes.into())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds another tally (another task's).
+    pub fn merge(&mut self, o: &Tally) -> Result<(), PlanError> {
+        let add = |a: u128, b: u128| a.checked_add(b).ok_or(CountOverflow);
+        self.classes.add(&o.classes)?;
+        self.weighted = add(self.weighted, o.weighted)?;
+        self.half = add(self.half, o.half)?;
+        self.quarter = add(self.quarter, o.quarter)?;
+        Ok(())
+    }
+}

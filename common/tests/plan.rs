@@ -1,0 +1,188 @@
+//! Plans: exact for both strategies, deterministic, ids that round-trip and
+//! catch forgeries, tasks that partition the enumeration.
+
+use nqueens_common::known::known;
+use nqueens_common::plan::{Kind, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally};
+use nqueens_common::solve::solve_plan;
+use nqueens_common::Size;
+use proptest::prelude::*;
+
+fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
+    PlanSpec {
+        n: Size::new(n).unwrap(),
+        strategy,
+        depth,
+        tasks,
+    }
+}
+
+fn all_ids(plan: &Plan) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for t in &plan.schedule().tasks {
+        plan.for_each_subproblem(t, |s| ids.push(s.id()));
+    }
+    ids
+}
+
+fn assert_exact(plan: &Plan) {
+    let n = plan.spec.n.get();
+    let s = solve_plan(plan, &plan.schedule(), 2).unwrap();
+    let k = known(n).unwrap();
+    assert_eq!(s.total().unwrap(), k.total, "total {:?}", plan.spec);
+    assert_eq!(s.unique().unwrap(), k.unique, "unique {:?}", plan.spec);
+}
+
+#[test]
+fn prefix_plans_are_exact_at_several_depths() {
+    for n in 1..=16 {
+        for depth in [2, 3, 5] {
+            assert_exact(&Plan::new(spec(n, Strategy::Prefix, depth, 64)).unwrap());
+        }
+    }
+}
+
+#[test]
+fn frame_plans_are_exact() {
+    for n in 1..=15 {
+        assert_exact(&Plan::new(spec(n, Strategy::Frame, 0, 200)).unwrap());
+    }
+}
+
+/// N=16 by frames takes a few seconds: kept apart so it is easy to spot.
+#[test]
+fn frame_plan_is_exact_for_16() {
+    assert_exact(&Plan::new(spec(16, Strategy::Frame, 0, 500)).unwrap());
+}
+
+#[test]
+fn frame_classes_match_the_direct_solver() {
+    for n in [8, 10, 12, 13] {
+        let plan = Plan::new(spec(n, Strategy::Frame, 0, 50)).unwrap();
+        let frame = solve_plan(&plan, &plan.schedule(), 2).unwrap();
+        let direct = nqueens_common::solve(Size::new(n).unwrap(), 2).unwrap();
+        let classes = |t: &nqueens_common::Totals| (t.c1, t.c2, t.c4, t.c8);
+        assert_eq!(classes(&frame.counts), classes(&direct.counts), "N={n}");
+    }
+}
+
+#[test]
+fn small_boards_fall_back_to_one_subproblem() {
+    for strategy in [Strategy::Prefix, Strategy::Frame] {
+        for n in 1..=3 {
+            let plan = Plan::new(spec(n, strategy, 2, 10)).unwrap();
+            assert_eq!(plan.schedule().subproblems, 1);
+            assert_eq!(all_ids(&plan), vec![Subproblem::Whole.id()]);
+        }
+    }
+}
+
+#[test]
+fn plans_are_deterministic() {
+    for (strategy, depth) in [(Strategy::Prefix, 4), (Strategy::Frame, 0)] {
+        let a = Plan::new(spec(12, strategy, depth, 100)).unwrap();
+        let b = Plan::new(spec(12, strategy, depth, 100)).unwrap();
+        assert_eq!(a.schedule().tasks, b.schedule().tasks);
+        assert_eq!(all_ids(&a), all_ids(&b));
+    }
+}
+
+#[test]
+fn tasks_partition_the_enumeration_in_id_order() {
+    for (strategy, depth) in [
+        (Strategy::Prefix, 3),
+        (Strategy::Prefix, 6),
+        (Strategy::Frame, 0),
+    ] {
+        let whole = Plan::new(spec(11, strategy, depth, 1)).unwrap();
+        let many = Plan::new(spec(11, strategy, depth, 300)).unwrap();
+        let ids = all_ids(&many);
+        let many = many.schedule();
+        assert_eq!(ids, all_ids(&whole), "{strategy} depth {depth}");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
+        assert_eq!(ids.len() as u64, many.subproblems);
+        let per_task: u64 = many.tasks.iter().map(|t| t.subproblems).sum();
+        assert_eq!(per_task, many.subproblems);
+        assert!(many.tasks.len() > 50, "{} tasks", many.tasks.len());
+    }
+}
+
+#[test]
+fn ids_decode_to_their_subproblems_and_forgeries_are_refused() {
+    for (strategy, depth) in [(Strategy::Prefix, 4), (Strategy::Frame, 0)] {
+        let plan = Plan::new(spec(10, strategy, depth, 20)).unwrap();
+        let mut subs = Vec::new();
+        for t in &plan.schedule().tasks {
+            plan.for_each_subproblem(t, |s| subs.push(s));
+        }
+        for s in &subs {
+            assert_eq!(&plan.decode(s.id()).unwrap(), s);
+        }
+        let ids: std::collections::HashSet<u64> = subs.iter().map(Subproblem::id).collect();
+        // Flip each low bit of some ids: the result is either another real
+        // subproblem of the plan or refused, never a new one.
+        for s in subs.iter().step_by(7) {
+            for bit in 0..40 {
+                let forged = s.id() ^ (1 << bit);
+                if let Ok(d) = plan.decode(forged) {
+                    assert!(ids.contains(&d.id()), "forged id {forged:#x} accepted");
+                }
+            }
+        }
+    }
+    let prefix = Plan::new(spec(10, Strategy::Prefix, 4, 20)).unwrap();
+    let frame_id = (Kind::Frame as u64) << 60;
+    assert!(matches!(
+        prefix.decode(frame_id),
+        Err(PlanError::WrongKind(_))
+    ));
+}
+
+#[test]
+fn bad_specs_are_refused() {
+    assert_eq!(
+        Plan::new(spec(10, Strategy::Prefix, 1, 5)).unwrap_err(),
+        PlanError::BadDepth(1)
+    );
+    assert_eq!(
+        Plan::new(spec(10, Strategy::Prefix, 12, 5)).unwrap_err(),
+        PlanError::BadDepth(12)
+    );
+    assert_eq!(
+        Plan::new(spec(10, Strategy::Frame, 0, 0)).unwrap_err(),
+        PlanError::NoTasks
+    );
+}
+
+#[test]
+fn task_work_estimates_cover_the_plan() {
+    let plan = Plan::new(spec(13, Strategy::Frame, 0, 100))
+        .unwrap()
+        .schedule();
+    let sum: f64 = plan.tasks.iter().map(|t| t.work).sum();
+    assert!((sum - plan.work).abs() / plan.work < 1e-9);
+    assert!(plan.tasks.iter().all(|t| t.work > 0.0));
+}
+
+#[test]
+fn tallies_merge_like_one_tally() {
+    let plan = Plan::new(spec(9, Strategy::Frame, 0, 20)).unwrap();
+    let mut merged = Tally::default();
+    for t in &plan.schedule().tasks {
+        merged.merge(&plan.count_task(t).unwrap()).unwrap();
+    }
+    let one = Plan::new(spec(9, Strategy::Frame, 0, 1)).unwrap();
+    assert_eq!(merged, one.count_task(&one.schedule().tasks[0]).unwrap());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    #[test]
+    fn random_plans_are_exact(n in 4u32..=11, depth in 2u32..=8, tasks in 1u64..500, frame in any::<bool>()) {
+        let strategy = if frame { Strategy::Frame } else { Strategy::Prefix };
+        let plan = Plan::new(spec(n, strategy, depth, tasks)).unwrap();
+        let s = solve_plan(&plan, &plan.schedule(), 1).unwrap();
+        let k = known(n).unwrap();
+        prop_assert_eq!((s.total().unwrap(), s.unique().unwrap()), (k.total, k.unique));
+    }
+}

@@ -1,0 +1,243 @@
+//! The nqueens wire schema (`proto/nqueens/v1/*.proto`, package
+//! `nqueens.v1`) and checked conversions between it and the core types.
+//!
+//! Conversions *from* the wire never trust the sender: a subproblem is
+//! re-derived from its id by the plan and must equal the payload sent.
+
+use nqueens_common::board::SizeError;
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Task};
+use nqueens_common::symmetric::Turn;
+use nqueens_common::Size;
+
+/// Types generated from the .proto files.
+pub mod v1 {
+    #![allow(clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/nqueens.v1.rs"));
+}
+
+/// What is wrong with a message received from the wire.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("message is not valid protobuf: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("field '{0}' is missing")]
+    Missing(&'static str),
+    #[error("unknown strategy value {0}: expected STRATEGY_PREFIX or STRATEGY_FRAME")]
+    Strategy(i32),
+    #[error(transparent)]
+    Size(#[from] SizeError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("subproblem {0:#x}: the payload does not match what the id names")]
+    Mismatch(u64),
+    #[error("task: the range [{lo:#x}, {hi:#x}) is empty or reversed")]
+    EmptyRange { lo: u64, hi: u64 },
+}
+
+impl From<&PlanSpec> for v1::PlanSpec {
+    fn from(s: &PlanSpec) -> Self {
+        v1::PlanSpec {
+            n: s.n.get(),
+            strategy: match s.strategy {
+                Strategy::Prefix => v1::Strategy::Prefix,
+                Strategy::Frame => v1::Strategy::Frame,
+            } as i32,
+            depth: s.depth,
+            tasks: s.tasks,
+        }
+    }
+}
+
+impl TryFrom<&v1::PlanSpec> for PlanSpec {
+    type Error = WireError;
+    fn try_from(w: &v1::PlanSpec) -> Result<Self, WireError> {
+        let strategy = match v1::Strategy::try_from(w.strategy) {
+            Ok(v1::Strategy::Prefix) => Strategy::Prefix,
+            Ok(v1::Strategy::Frame) => Strategy::Frame,
+            _ => return Err(WireError::Strategy(w.strategy)),
+        };
+        let spec = PlanSpec {
+            n: Size::new(w.n)?,
+            strategy,
+            depth: w.depth,
+            tasks: w.tasks,
+        };
+        Plan::new(spec)?; // the spec itself must be valid
+        Ok(spec)
+    }
+}
+
+/// The wire form of a subproblem.
+pub fn subproblem_to_wire(s: &Subproblem) -> v1::Subproblem {
+    use v1::subproblem::Payload;
+    let payload = match s {
+        Subproblem::Whole => Payload::Whole(v1::Whole {}),
+        Subproblem::Prefix(p) => Payload::Prefix(v1::Prefix {
+            columns: p.prefix.clone(),
+        }),
+        Subproblem::Frame { frame, weight } => Payload::Frame(v1::Frame {
+            positions: frame.pos.to_vec(),
+            weight: *weight,
+        }),
+        Subproblem::Symmetric { turn, first } => Payload::Symmetric(v1::Symmetric {
+            turn: match turn {
+                Turn::Half => v1::Turn::Half,
+                Turn::Quarter => v1::Turn::Quarter,
+            } as i32,
+            first_column: (*first).into(),
+        }),
+    };
+    v1::Subproblem {
+        id: s.id(),
+        payload: Some(payload),
+    }
+}
+
+/// A subproblem received from the wire, re-derived from its id by `plan`
+/// and checked against the payload.
+pub fn subproblem_from_wire(plan: &Plan, w: &v1::Subproblem) -> Result<Subproblem, WireError> {
+    if w.payload.is_none() {
+        return Err(WireError::Missing("payload"));
+    }
+    let s = plan.decode(w.id)?;
+    if subproblem_to_wire(&s) != *w {
+        return Err(WireError::Mismatch(w.id));
+    }
+    Ok(s)
+}
+
+/// The wire form of a task of the plan `spec`.
+pub fn task_to_wire(spec: &PlanSpec, t: &Task) -> v1::Task {
+    v1::Task {
+        plan: Some(spec.into()),
+        index: t.index,
+        lo: t.lo,
+        hi: t.hi,
+        skip: t.skip,
+        take: t.take,
+        subproblems: t.subproblems,
+        work: t.work,
+    }
+}
+
+/// A task received from the wire, with its plan's spec.
+pub fn task_from_wire(w: &v1::Task) -> Result<(PlanSpec, Task), WireError> {
+    let spec = PlanSpec::try_from(w.plan.as_ref().ok_or(WireError::Missing("plan"))?)?;
+    if w.lo >= w.hi {
+        return Err(WireError::EmptyRange { lo: w.lo, hi: w.hi });
+    }
+    let task = Task {
+        index: w.index,
+        lo: w.lo,
+        hi: w.hi,
+        skip: w.skip,
+        take: w.take,
+        subproblems: w.subproblems,
+        work: w.work,
+    };
+    Ok((spec, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    fn plan(n: u32, strategy: Strategy) -> Plan {
+        Plan::new(PlanSpec {
+            n: Size::new(n).unwrap(),
+            strategy,
+            depth: 4,
+            tasks: 10,
+        })
+        .unwrap()
+    }
+
+    fn subproblems(p: &Plan) -> Vec<Subproblem> {
+        let mut v = Vec::new();
+        for t in &p.schedule().tasks {
+            p.for_each_subproblem(t, |s| v.push(s));
+        }
+        v
+    }
+
+    #[test]
+    fn subproblems_round_trip_through_bytes() {
+        for strategy in [Strategy::Prefix, Strategy::Frame] {
+            for n in [3, 9] {
+                let p = plan(n, strategy);
+                for s in subproblems(&p) {
+                    let bytes = subproblem_to_wire(&s).encode_to_vec();
+                    let back = v1::Subproblem::decode(bytes.as_slice()).unwrap();
+                    assert_eq!(subproblem_from_wire(&p, &back).unwrap(), s);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_subproblems_are_refused() {
+        let p = plan(9, Strategy::Frame);
+        let subs = subproblems(&p);
+        let ids: std::collections::HashSet<u64> = subs.iter().map(Subproblem::id).collect();
+        for s in subs.iter().step_by(5) {
+            let bytes = subproblem_to_wire(s).encode_to_vec();
+            // Every single-bit flip and every truncation: refused, or (when
+            // the flip lands on an unused bit of the encoding) the same
+            // subproblem; never a different one accepted.
+            let mut variants: Vec<Vec<u8>> = (0..bytes.len() * 8)
+                .map(|b| {
+                    let mut v = bytes.clone();
+                    v[b / 8] ^= 1 << (b % 8);
+                    v
+                })
+                .collect();
+            variants.extend((0..bytes.len()).map(|k| bytes[..k].to_vec()));
+            for v in variants {
+                if let Ok(w) = v1::Subproblem::decode(v.as_slice()) {
+                    if let Ok(got) = subproblem_from_wire(&p, &w) {
+                        assert!(ids.contains(&got.id()));
+                        assert_eq!(subproblem_to_wire(&got), w);
+                    }
+                }
+            }
+        }
+        // A payload that disagrees with its id.
+        let mut w = subproblem_to_wire(&subs[0]);
+        w.id = subs[1].id();
+        assert!(matches!(
+            subproblem_from_wire(&p, &w),
+            Err(WireError::Mismatch(_))
+        ));
+        w.payload = None;
+        assert!(matches!(
+            subproblem_from_wire(&p, &w),
+            Err(WireError::Missing("payload"))
+        ));
+    }
+
+    #[test]
+    fn tasks_round_trip_and_bad_specs_are_refused() {
+        let p = plan(10, Strategy::Frame);
+        for t in p.schedule().tasks {
+            let w = task_to_wire(&p.spec, &t);
+            let back = v1::Task::decode(w.encode_to_vec().as_slice()).unwrap();
+            assert_eq!(task_from_wire(&back).unwrap(), (p.spec, t));
+        }
+        let mut spec = v1::PlanSpec::from(&p.spec);
+        spec.n = 40;
+        assert!(matches!(PlanSpec::try_from(&spec), Err(WireError::Size(_))));
+        spec.n = 10;
+        spec.strategy = 9;
+        assert!(matches!(
+            PlanSpec::try_from(&spec),
+            Err(WireError::Strategy(9))
+        ));
+        spec.strategy = v1::Strategy::Prefix as i32;
+        spec.depth = 0;
+        assert!(matches!(
+            PlanSpec::try_from(&spec),
+            Err(WireError::Plan(PlanError::BadDepth(0)))
+        ));
+    }
+}
