@@ -2,6 +2,7 @@
 //! the work is done by the workspace crates.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use nqueens_common::bench::{bench, BenchRow};
 use nqueens_common::boards::Solutions;
 use nqueens_common::complete::{complete, parse_queens};
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
@@ -77,6 +78,30 @@ enum Command {
         #[arg(long, value_name = "I")]
         task: Option<u64>,
         /// Print JSON (one object; with --list or --task, one per subproblem).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the solver core against the plain bitmap baseline kept in the repo.
+    #[command(
+        after_help = "Examples:\n  nqueens bench\n  nqueens bench 14..18 --runs 3\n  nqueens bench 17 --no-baseline --json\n\n\
+        Each N is counted by the fast core on one thread and on T threads (default: all cores),\n\
+        then by the baseline (a Somers-style bitmap search using only the mirror symmetry) on\n\
+        one thread. Times are medians of --runs in-process runs; every count is checked.\n\
+        speedup = baseline time / fast core time, both on one thread."
+    )]
+    Bench {
+        /// Range of N, both ends included: FROM..TO (or a single N).
+        #[arg(default_value = "14..16")]
+        range: SizeRange,
+        #[command(flatten)]
+        threads: Threads,
+        /// Runs per figure; the median is reported.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Skip the baseline (it is several times slower).
+        #[arg(long)]
+        no_baseline: bool,
+        /// Print one JSON object per N.
         #[arg(long)]
         json: bool,
     },
@@ -328,6 +353,33 @@ fn run(command: Command) -> Result<(), Failure> {
                 }
                 out.flush()?;
                 check_known(&report)?;
+            }
+            Ok(())
+        }
+        Command::Bench {
+            range,
+            threads,
+            runs,
+            no_baseline,
+            json,
+        } => {
+            if !json {
+                writeln!(out, "{}", BenchRow::header())?;
+            }
+            for n in range.0.get()..=range.1.get() {
+                let n = Size::new(n).expect("inside a checked range");
+                let row = bench(n, threads.get(), runs as usize, !no_baseline)
+                    .map_err(|e| Failure::NotFound(format!("error: {e}")))?;
+                if json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string(&row).expect("row serializes")
+                    )?;
+                } else {
+                    writeln!(out, "{}", row.text())?;
+                }
+                out.flush()?;
             }
             Ok(())
         }

@@ -204,7 +204,7 @@ fn complete_without_solution_exits_1() {
 
 #[test]
 fn every_subcommand_help_has_an_example() {
-    for sub in ["solve", "plan", "table", "boards", "complete"] {
+    for sub in ["solve", "plan", "bench", "table", "boards", "complete"] {
         let o = nqueens(&[sub, "--help"]);
         assert!(o.status.success());
         let text = stdout(&o);
@@ -334,4 +334,25 @@ fn bad_plan_options_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn bench_reports_both_cores_and_the_ratio() {
+    let o = nqueens(&["bench", "8..9", "--json", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
+    assert_eq!(rows.len(), 2);
+    for (row, n) in rows.iter().zip([8, 9]) {
+        assert_eq!(row["n"], n);
+        assert_eq!(row["threads"], 2);
+        assert!(row["nodes"].as_u64().unwrap() > 0);
+        assert!(row["speedup_vs_baseline"].as_f64().unwrap() > 0.0);
+    }
+    let o = nqueens(&["bench", "8", "--no-baseline"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).lines().nth(1).unwrap().trim_end().ends_with('-'),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -11,9 +11,13 @@
 //! - [`plan`]: one N split into subproblems with stable ids, grouped into tasks.
 //! - [`known`]: published counts to check results against.
 //! - [`reference`]: a naive brute-force counter, for tests.
+//! - [`bench`]: the benchmark behind `nqueens bench`.
+//! - [`baseline`]: the plain bitmap mirror counter that benchmarks compare with.
 //! - [`format`]: numbers and durations for people.
 //! - [`report`]: what `solve` and `table` print, as text or JSON.
 
+pub mod baseline;
+pub mod bench;
 pub mod board;
 pub mod boards;
 pub mod complete;

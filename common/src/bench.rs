@@ -1,0 +1,132 @@
+//! `nqueens bench`: the fast core on one thread and on all threads, beside
+//! the plain bitmap baseline ([`crate::baseline`]) in the same run, so a
+//! speed ratio is always at hand. Each figure is the median of `runs`
+//! in-process runs; every count is checked against the known values.
+
+use crate::baseline::mirror_count;
+use crate::board::Size;
+use crate::known::known;
+use crate::solve::solve;
+use serde::Serialize;
+use std::time::Instant;
+
+/// One N's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    pub n: u32,
+    pub threads: usize,
+    /// Fast core, one thread.
+    pub seconds_1t: f64,
+    pub nodes: u128,
+    pub nodes_per_second_1t: f64,
+    /// Fast core, `threads` threads.
+    pub seconds_mt: f64,
+    /// seconds_1t / seconds_mt.
+    pub scaling: f64,
+    /// Baseline, one thread (absent when skipped).
+    pub baseline_seconds: Option<f64>,
+    pub baseline_nodes: Option<u64>,
+    /// baseline_seconds / seconds_1t: how many times faster per core.
+    pub speedup_vs_baseline: Option<f64>,
+}
+
+/// A count that disagrees with the published one: the benchmark stops.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("N={n}: {what} counted {got}, expected {want}")]
+pub struct BenchError {
+    pub n: u32,
+    pub what: &'static str,
+    pub got: u128,
+    pub want: u128,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Times one N: fast core on 1 and `threads` threads, and the baseline
+/// unless `baseline` is false.
+pub fn bench(n: Size, threads: usize, runs: usize, baseline: bool) -> Result<BenchRow, BenchError> {
+    let runs = runs.max(1);
+    let want = known(n.get()).map(|k| k.total);
+    let check = |what, got: u128| match want {
+        Some(w) if w != got => Err(BenchError {
+            n: n.get(),
+            what,
+            got,
+            want: w,
+        }),
+        _ => Ok(()),
+    };
+    let time_fast = |t: usize| -> Result<(f64, u128), BenchError> {
+        let mut secs = Vec::with_capacity(runs);
+        let mut nodes = 0;
+        for _ in 0..runs {
+            let s = solve(n, t).expect("N <= 32 cannot overflow u128");
+            check("fast core", s.total().expect("checked"))?;
+            secs.push(s.elapsed.as_secs_f64());
+            nodes = s.counts.nodes;
+        }
+        Ok((median(secs), nodes))
+    };
+    let (seconds_1t, nodes) = time_fast(1)?;
+    let (seconds_mt, _) = time_fast(threads)?;
+    let (baseline_seconds, baseline_nodes) = if baseline {
+        let mut secs = Vec::with_capacity(runs);
+        let mut placed = 0;
+        for _ in 0..runs {
+            let start = Instant::now();
+            let (total, p) = mirror_count(n);
+            secs.push(start.elapsed().as_secs_f64());
+            check("baseline", total)?;
+            placed = p;
+        }
+        (Some(median(secs)), Some(placed))
+    } else {
+        (None, None)
+    };
+    Ok(BenchRow {
+        n: n.get(),
+        threads,
+        seconds_1t,
+        nodes,
+        nodes_per_second_1t: nodes as f64 / seconds_1t,
+        seconds_mt,
+        scaling: seconds_1t / seconds_mt,
+        baseline_seconds,
+        baseline_nodes,
+        speedup_vs_baseline: baseline_seconds.map(|b| b / seconds_1t),
+    })
+}
+
+impl BenchRow {
+    pub fn header() -> String {
+        format!(
+            "{:>2}  {:>10}  {:>10}  {:>12}  {:>12}  {:>8}  {:>12}  {:>9}",
+            "N",
+            "1 thread s",
+            "nodes/s",
+            "nodes",
+            "T threads s",
+            "scaling",
+            "baseline s",
+            "speedup"
+        )
+    }
+
+    pub fn text(&self) -> String {
+        let opt = |x: Option<f64>, f: &dyn Fn(f64) -> String| x.map_or("-".to_string(), f);
+        format!(
+            "{:>2}  {:>10.3}  {:>9.1}M  {:>12}  {:>12.3}  {:>7.2}x  {:>12}  {:>9}",
+            self.n,
+            self.seconds_1t,
+            self.nodes_per_second_1t / 1e6,
+            self.nodes,
+            self.seconds_mt,
+            self.scaling,
+            opt(self.baseline_seconds, &|b| format!("{b:.3}")),
+            opt(self.speedup_vs_baseline, &|s| format!("{s:.2}x")),
+        )
+    }
+}
