@@ -1,6 +1,6 @@
-//! The nqueens coordinator.
+//! The nqueens coordinator: persists jobs and their tasks, leases tasks to
+//! workers over gRPC, and aggregates their counts exactly and durably.
 //!
-//! It will persist jobs and tasks, lease tasks to workers over gRPC and
-//! aggregate their counts durably. Nothing is implemented yet: the work is
-//! tracked in the coordinator issue, and this crate exists so the workspace
-//! layout (one crate per role) is fixed from the start.
+//! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
+
+pub mod journal;

@@ -5,14 +5,19 @@
 //! re-derived from its id by the plan and must equal the payload sent.
 
 use nqueens_common::board::SizeError;
-use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Task};
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally, Task};
 use nqueens_common::symmetric::Turn;
-use nqueens_common::Size;
+use nqueens_common::{Size, Totals};
 
-/// Types generated from the .proto files.
+/// Types and gRPC stubs generated from the .proto files.
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic)]
     include!(concat!(env!("OUT_DIR"), "/nqueens.v1.rs"));
+
+    /// The encoded descriptors of every message and service, for gRPC
+    /// server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/nqueens_descriptor.bin"));
 }
 
 /// What is wrong with a message received from the wire.
@@ -64,6 +69,53 @@ impl TryFrom<&v1::PlanSpec> for PlanSpec {
         };
         Plan::new(spec)?; // the spec itself must be valid
         Ok(spec)
+    }
+}
+
+/// A u128 on the wire.
+pub fn u128_to_wire(x: u128) -> v1::U128 {
+    v1::U128 {
+        hi: (x >> 64) as u64,
+        lo: x as u64,
+    }
+}
+
+/// A u128 from the wire (absent means 0, as proto3 leaves zero values out).
+pub fn u128_from_wire(w: Option<&v1::U128>) -> u128 {
+    w.map_or(0, |w| u128::from(w.hi) << 64 | u128::from(w.lo))
+}
+
+/// The counts of a task result (elapsed time and solver version are the
+/// caller's to fill in).
+pub fn tally_to_wire(t: &Tally) -> v1::TaskResult {
+    let u = |x| Some(u128_to_wire(x));
+    v1::TaskResult {
+        c1: u(t.classes.c1),
+        c2: u(t.classes.c2),
+        c4: u(t.classes.c4),
+        c8: u(t.classes.c8),
+        nodes: u(t.classes.nodes),
+        weighted: u(t.weighted),
+        half: u(t.half),
+        quarter: u(t.quarter),
+        elapsed_ms: 0,
+        solver_version: String::new(),
+    }
+}
+
+/// The counts of a task result from the wire.
+pub fn tally_from_wire(r: &v1::TaskResult) -> Tally {
+    Tally {
+        classes: Totals {
+            c1: u128_from_wire(r.c1.as_ref()),
+            c2: u128_from_wire(r.c2.as_ref()),
+            c4: u128_from_wire(r.c4.as_ref()),
+            c8: u128_from_wire(r.c8.as_ref()),
+            nodes: u128_from_wire(r.nodes.as_ref()),
+        },
+        weighted: u128_from_wire(r.weighted.as_ref()),
+        half: u128_from_wire(r.half.as_ref()),
+        quarter: u128_from_wire(r.quarter.as_ref()),
     }
 }
 
@@ -214,6 +266,22 @@ mod tests {
             subproblem_from_wire(&p, &w),
             Err(WireError::Missing("payload"))
         ));
+    }
+
+    #[test]
+    fn counts_round_trip_at_full_width() {
+        for x in [
+            0,
+            1,
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) + 1,
+            u128::MAX,
+        ] {
+            assert_eq!(u128_from_wire(Some(&u128_to_wire(x))), x);
+        }
+        let p = plan(9, Strategy::Frame);
+        let t = p.count_task(&p.schedule().tasks[0]).unwrap();
+        assert_eq!(tally_from_wire(&tally_to_wire(&t)), t);
     }
 
     #[test]
