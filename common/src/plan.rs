@@ -222,7 +222,7 @@ impl Plan {
     }
 
     /// Whether the plan falls back to one whole-search subproblem.
-    fn whole(&self) -> bool {
+    pub fn whole(&self) -> bool {
         let n = self.spec.n.get();
         match self.spec.strategy {
             Strategy::Prefix => n < 4 || self.spec.depth as usize >= self.spec.n.n() - 1,

@@ -1,0 +1,1078 @@
+//! Everything the coordinator knows, in memory: jobs, their tasks and
+//! results, leases and workers. Pure and deterministic (the clock is passed
+//! in), so the same code replays the journal at start-up and serves live
+//! calls, and tests drive it without sleeping.
+//!
+//! Durable facts enter only through [`State::apply`] with a journal record
+//! that is already on disk. Leases are not durable: after a restart every
+//! unfinished task is pending again, and results of leases from before the
+//! restart are still taken (first valid result wins).
+
+use nqueens_common::known::known;
+use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally, Task};
+use nqueens_proto::tally_from_wire;
+use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Lease ids are `(boot epoch << EPOCH_SHIFT) | counter`.
+const EPOCH_SHIFT: u32 = 40;
+
+/// Timing and retry rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A lease not renewed within this returns its task to pending.
+    pub lease_ttl_ms: u64,
+    /// Expired leases a task may have before it is dead.
+    pub retry_budget: u32,
+    /// Wait before retrying a task: base × 2^(attempts-1), at most max.
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            lease_ttl_ms: 60_000,
+            retry_budget: 5,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 300_000,
+        }
+    }
+}
+
+/// What a job is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Submitted; its tasks are being computed.
+    Planning,
+    Running,
+    Paused,
+    Cancelled,
+    Done,
+}
+
+/// A stored task result and who produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredResult {
+    pub tally: Tally,
+    pub worker: String,
+    pub lease_id: u64,
+    pub unix_ms: u64,
+    pub elapsed_ms: u64,
+    pub solver_version: String,
+}
+
+/// A result that disagreed with the stored one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conflict {
+    pub task: u64,
+    pub worker: String,
+    pub tally: Tally,
+}
+
+#[derive(Clone, Debug)]
+struct Lease {
+    lease_id: u64,
+    worker: String,
+    deadline: u64,
+}
+
+/// One job.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: u64,
+    pub spec: PlanSpec,
+    pub submitted_ms: u64,
+    /// The operator's choice: Running, Paused or Cancelled.
+    control: JobState,
+    /// The plan's tasks, once planned.
+    tasks: Option<Vec<Task>>,
+    planned: Option<(u64, u64)>,
+    pub work_total: f64,
+    pub work_done: f64,
+    results: BTreeMap<u64, StoredResult>,
+    dead: BTreeMap<u64, String>,
+    pub conflicts: Vec<Conflict>,
+    /// Sum of every stored result (checked arithmetic).
+    pub tally: Tally,
+    leases: BTreeMap<u64, Lease>,
+    ready: BTreeSet<u64>,
+    /// Tasks waiting out a retry backoff: (not before, task).
+    waiting: BTreeSet<(u64, u64)>,
+    attempts: HashMap<u64, u32>,
+}
+
+/// A snapshot of a job's progress.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub id: u64,
+    pub spec: PlanSpec,
+    pub state: JobState,
+    pub tasks: u64,
+    pub pending: u64,
+    pub leased: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub dead: u64,
+    pub work_total: f64,
+    pub work_done: f64,
+    pub total: u128,
+    pub unique: u128,
+    pub conflicts: u64,
+    pub submitted_ms: u64,
+}
+
+impl Job {
+    pub fn state(&self) -> JobState {
+        match (self.control, &self.tasks) {
+            (JobState::Cancelled, _) => JobState::Cancelled,
+            (_, None) => JobState::Planning,
+            (_, Some(t)) if self.results.len() == t.len() => JobState::Done,
+            (c, _) => c,
+        }
+    }
+
+    pub fn tasks(&self) -> Option<&[Task]> {
+        self.tasks.as_deref()
+    }
+
+    pub fn result(&self, task: u64) -> Option<&StoredResult> {
+        self.results.get(&task)
+    }
+
+    pub fn results(&self) -> impl Iterator<Item = (&u64, &StoredResult)> {
+        self.results.iter()
+    }
+
+    pub fn planned(&self) -> Option<(u64, u64)> {
+        self.planned
+    }
+
+    /// Total and unique of the results so far: exact once the job is done
+    /// (the unique count of a frame plan needs every task, so it stays 0
+    /// until then).
+    pub fn counts(&self) -> (u128, u128) {
+        let plan = Plan::new(self.spec).expect("stored specs are valid");
+        if self.state() == JobState::Done {
+            if let Ok(t) = plan.finish(&self.tally) {
+                return (t.total().unwrap_or(0), t.unique().unwrap_or(0));
+            }
+        }
+        let c = &self.tally.classes;
+        let total = c.total().unwrap_or(0).saturating_add(self.tally.weighted);
+        let unique = if self.spec.strategy == Strategy::Prefix || plan.whole() {
+            c.unique().unwrap_or(0)
+        } else {
+            0
+        };
+        (total, unique)
+    }
+
+    pub fn view(&self) -> JobView {
+        let (total, unique) = self.counts();
+        JobView {
+            id: self.id,
+            spec: self.spec,
+            state: self.state(),
+            tasks: self.tasks.as_ref().map_or(0, |t| t.len() as u64),
+            pending: self.ready.len() as u64,
+            leased: self.leases.len() as u64,
+            done: self.results.len() as u64,
+            failed: self.waiting.len() as u64,
+            dead: self.dead.len() as u64,
+            work_total: self.work_total,
+            work_done: self.work_done,
+            total,
+            unique,
+            conflicts: self.conflicts.len() as u64,
+            submitted_ms: self.submitted_ms,
+        }
+    }
+
+    fn unfinished(&self, task: u64) -> bool {
+        !self.results.contains_key(&task) && !self.dead.contains_key(&task)
+    }
+}
+
+/// A worker as the coordinator sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub host: String,
+    pub cores: u32,
+    pub solver_version: String,
+    pub last_seen_ms: u64,
+    pub tasks_done: u64,
+    pub subproblems_done: u64,
+    pub errors: u64,
+}
+
+/// A task lent to a worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Granted {
+    pub job: u64,
+    pub spec: PlanSpec,
+    pub task: Task,
+    pub lease_id: u64,
+    pub deadline: u64,
+}
+
+/// A worker's reference to one of its leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    pub job: u64,
+    pub task: u64,
+    pub lease_id: u64,
+}
+
+/// How a report compares with what is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The task's first result: journal it, then apply it.
+    New,
+    /// Equal to the stored result: nothing to do.
+    Duplicate,
+    /// Different from the stored result: journal the conflict.
+    Conflict,
+}
+
+/// A request that cannot be served, with what was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateError {
+    #[error("job {0} does not exist")]
+    UnknownJob(u64),
+    #[error("job {job} has no task {task} (it has {tasks})")]
+    UnknownTask { job: u64, task: u64, tasks: u64 },
+    #[error("job {0} is still being planned; try again shortly")]
+    NotPlanned(u64),
+    #[error("task {task} of job {job} is not leased to worker '{worker}' under lease {lease_id} (expired and reassigned, or never granted)")]
+    NotLeased {
+        job: u64,
+        task: u64,
+        lease_id: u64,
+        worker: String,
+    },
+    #[error("result for task {task} of job {job} is impossible: {why}")]
+    Implausible { job: u64, task: u64, why: String },
+    #[error("job {job} is {state:?}; it cannot be {action}")]
+    Finished {
+        job: u64,
+        state: JobState,
+        action: &'static str,
+    },
+    #[error("journal record does not fit the state: {0}")]
+    BadRecord(String),
+    #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
+    PlanChanged { job: u64, got: u64, want: u64 },
+}
+
+/// The whole in-memory state.
+#[derive(Debug)]
+pub struct State {
+    limits: Limits,
+    jobs: BTreeMap<u64, Job>,
+    workers: BTreeMap<String, WorkerInfo>,
+    /// Current leases: lease id → (job, task).
+    by_lease: HashMap<u64, (u64, u64)>,
+    /// Expired leases of this boot whose late results are still welcome:
+    /// lease id → (worker, job, task).
+    expired: HashMap<u64, (String, u64, u64)>,
+    epoch: u64,
+    next_lease: u64,
+}
+
+/// An order-sensitive digest of a task list (FNV-1a over the ranges), so a
+/// re-plan can be checked against the journal.
+pub fn digest(tasks: &[Task]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in tasks {
+        for x in [t.lo, t.hi, t.skip, t.take] {
+            for b in x.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
+impl State {
+    pub fn new(limits: Limits) -> State {
+        State {
+            limits,
+            jobs: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            by_lease: HashMap::new(),
+            expired: HashMap::new(),
+            epoch: 0,
+            next_lease: 0,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn job(&self, id: u64) -> Result<&Job, StateError> {
+        self.jobs.get(&id).ok_or(StateError::UnknownJob(id))
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &WorkerInfo> {
+        self.workers.values()
+    }
+
+    /// Leases a worker holds now.
+    pub fn leases_of(&self, worker: &str) -> usize {
+        self.jobs
+            .values()
+            .flat_map(|j| j.leases.values())
+            .filter(|l| l.worker == worker)
+            .count()
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn next_job_id(&self) -> u64 {
+        self.jobs.keys().next_back().map_or(1, |k| k + 1)
+    }
+
+    /// Applies one journal record (replayed or just written). Task results
+    /// are idempotent by task: a second one is compared, never added.
+    pub fn apply(&mut self, record: &JournalRecord) -> Result<Option<Verdict>, StateError> {
+        let bad = |what: &str| StateError::BadRecord(what.to_string());
+        match record.record.as_ref().ok_or_else(|| bad("empty record"))? {
+            Record::Boot(b) => {
+                self.epoch = self.epoch.max(b.epoch);
+                self.next_lease = 0;
+            }
+            Record::JobSubmitted(s) => {
+                let spec =
+                    PlanSpec::try_from(s.plan.as_ref().ok_or_else(|| bad("job without plan"))?)
+                        .map_err(|e| bad(&e.to_string()))?;
+                self.jobs
+                    .insert(s.job_id, new_job(s.job_id, spec, s.unix_ms));
+            }
+            Record::JobPlanned(p) => {
+                let job = self
+                    .jobs
+                    .get_mut(&p.job_id)
+                    .ok_or(StateError::UnknownJob(p.job_id))?;
+                job.planned = Some((p.tasks, p.digest));
+            }
+            Record::JobState(c) => {
+                let job = self
+                    .jobs
+                    .get_mut(&c.job_id)
+                    .ok_or(StateError::UnknownJob(c.job_id))?;
+                job.control = match v1::JobState::try_from(c.state) {
+                    Ok(v1::JobState::Running) => JobState::Running,
+                    Ok(v1::JobState::Paused) => JobState::Paused,
+                    Ok(v1::JobState::Cancelled) => JobState::Cancelled,
+                    _ => return Err(bad("unknown job state")),
+                };
+                if job.control == JobState::Cancelled {
+                    let ids: Vec<u64> = job.leases.values().map(|l| l.lease_id).collect();
+                    job.leases.clear();
+                    for id in ids {
+                        self.by_lease.remove(&id);
+                    }
+                }
+            }
+            Record::TaskDone(d) => {
+                let tally =
+                    tally_from_wire(d.result.as_ref().ok_or_else(|| bad("result missing"))?);
+                let job = self
+                    .jobs
+                    .get_mut(&d.job_id)
+                    .ok_or(StateError::UnknownJob(d.job_id))?;
+                if let Some(stored) = job.results.get(&d.task_index) {
+                    let v = if stored.tally == tally {
+                        Verdict::Duplicate
+                    } else {
+                        Verdict::Conflict
+                    };
+                    if v == Verdict::Conflict {
+                        job.conflicts.push(Conflict {
+                            task: d.task_index,
+                            worker: d.worker_id.clone(),
+                            tally,
+                        });
+                    }
+                    return Ok(Some(v));
+                }
+                job.tally.merge(&tally).map_err(|e| bad(&e.to_string()))?;
+                let r = d.result.as_ref().expect("checked above");
+                job.results.insert(
+                    d.task_index,
+                    StoredResult {
+                        tally,
+                        worker: d.worker_id.clone(),
+                        lease_id: d.lease_id,
+                        unix_ms: d.unix_ms,
+                        elapsed_ms: r.elapsed_ms,
+                        solver_version: r.solver_version.clone(),
+                    },
+                );
+                job.dead.remove(&d.task_index);
+                if let Some(t) = job
+                    .tasks
+                    .as_ref()
+                    .and_then(|t| t.get(d.task_index as usize))
+                {
+                    job.work_done += t.work;
+                }
+                job.ready.remove(&d.task_index);
+                job.waiting.retain(|&(_, t)| t != d.task_index);
+                if let Some(l) = job.leases.remove(&d.task_index) {
+                    self.by_lease.remove(&l.lease_id);
+                }
+                if let Some(w) = self.workers.get_mut(&d.worker_id) {
+                    w.tasks_done += 1;
+                }
+                return Ok(Some(Verdict::New));
+            }
+            Record::TaskConflict(c) => {
+                let tally =
+                    tally_from_wire(c.result.as_ref().ok_or_else(|| bad("result missing"))?);
+                let job = self
+                    .jobs
+                    .get_mut(&c.job_id)
+                    .ok_or(StateError::UnknownJob(c.job_id))?;
+                job.conflicts.push(Conflict {
+                    task: c.task_index,
+                    worker: c.worker_id.clone(),
+                    tally,
+                });
+                if let Some(w) = self.workers.get_mut(&c.worker_id) {
+                    w.errors += 1;
+                }
+            }
+            Record::TaskDead(d) => {
+                let job = self
+                    .jobs
+                    .get_mut(&d.job_id)
+                    .ok_or(StateError::UnknownJob(d.job_id))?;
+                if !job.results.contains_key(&d.task_index) {
+                    job.dead.insert(d.task_index, d.reason.clone());
+                    job.ready.remove(&d.task_index);
+                    job.waiting.retain(|&(_, t)| t != d.task_index);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives a planned job its task list (computed, or loaded from the
+    /// store), checked against the journal's digest.
+    pub fn attach_tasks(&mut self, job_id: u64, tasks: Vec<Task>) -> Result<(), StateError> {
+        let job = self
+            .jobs
+            .get_mut(&job_id)
+            .ok_or(StateError::UnknownJob(job_id))?;
+        let got = digest(&tasks);
+        if let Some((_, want)) = job.planned {
+            if want != got {
+                return Err(StateError::PlanChanged {
+                    job: job_id,
+                    got,
+                    want,
+                });
+            }
+        }
+        job.work_total = tasks.iter().map(|t| t.work).sum();
+        job.work_done = job
+            .results
+            .keys()
+            .filter_map(|&i| tasks.get(i as usize))
+            .map(|t| t.work)
+            .sum();
+        job.ready = (0..tasks.len() as u64)
+            .filter(|&i| job.unfinished(i))
+            .collect();
+        job.tasks = Some(tasks);
+        Ok(())
+    }
+
+    /// Records a call from a worker (registering it if new).
+    pub fn touch_worker(&mut self, id: &str, now: u64) -> &mut WorkerInfo {
+        let w = self
+            .workers
+            .entry(id.to_string())
+            .or_insert_with(|| WorkerInfo {
+                id: id.to_string(),
+                ..WorkerInfo::default()
+            });
+        w.last_seen_ms = now;
+        w
+    }
+
+    /// Lends up to `max` ready tasks to `worker`, oldest job first.
+    pub fn lease(&mut self, worker: &str, max: usize, now: u64) -> Vec<Granted> {
+        self.touch_worker(worker, now);
+        let ttl = self.limits.lease_ttl_ms;
+        let mut granted = Vec::new();
+        for job in self.jobs.values_mut() {
+            if granted.len() >= max {
+                break;
+            }
+            if job.state() != JobState::Running {
+                continue;
+            }
+            // Tasks whose backoff is over become ready again.
+            while let Some(&(until, task)) = job.waiting.first() {
+                if until > now {
+                    break;
+                }
+                job.waiting.pop_first();
+                if job.unfinished(task) && !job.leases.contains_key(&task) {
+                    job.ready.insert(task);
+                }
+            }
+            while granted.len() < max {
+                let Some(task) = job.ready.pop_first() else {
+                    break;
+                };
+                let lease_id = self.epoch << EPOCH_SHIFT | self.next_lease;
+                self.next_lease += 1;
+                let deadline = now + ttl;
+                job.leases.insert(
+                    task,
+                    Lease {
+                        lease_id,
+                        worker: worker.to_string(),
+                        deadline,
+                    },
+                );
+                self.by_lease.insert(lease_id, (job.id, task));
+                let t = job.tasks.as_ref().expect("running jobs are planned")[task as usize];
+                granted.push(Granted {
+                    job: job.id,
+                    spec: job.spec,
+                    task: t,
+                    lease_id,
+                    deadline,
+                });
+            }
+        }
+        granted
+    }
+
+    /// Extends the worker's listed leases; returns the extended ones, the
+    /// new deadline, and the ones to stop (cancelled, lost or done).
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        refs: &[LeaseRef],
+        subproblems_done: u64,
+        now: u64,
+    ) -> (Vec<LeaseRef>, u64, Vec<LeaseRef>) {
+        self.touch_worker(worker, now).subproblems_done = subproblems_done;
+        let deadline = now + self.limits.lease_ttl_ms;
+        let (mut extended, mut stop) = (Vec::new(), Vec::new());
+        for r in refs {
+            let lease = self
+                .jobs
+                .get_mut(&r.job)
+                .and_then(|j| j.leases.get_mut(&r.task));
+            match lease {
+                Some(l) if l.lease_id == r.lease_id && l.worker == worker => {
+                    l.deadline = deadline;
+                    extended.push(*r);
+                }
+                _ => stop.push(*r),
+            }
+        }
+        (extended, deadline, stop)
+    }
+
+    /// Hands leases back without penalty (a worker going away).
+    pub fn release(&mut self, worker: &str, refs: &[LeaseRef], now: u64) -> u32 {
+        self.touch_worker(worker, now);
+        let mut released = 0;
+        for r in refs {
+            let Some(job) = self.jobs.get_mut(&r.job) else {
+                continue;
+            };
+            if job
+                .leases
+                .get(&r.task)
+                .is_some_and(|l| l.lease_id == r.lease_id && l.worker == worker)
+            {
+                job.leases.remove(&r.task);
+                self.by_lease.remove(&r.lease_id);
+                if job.unfinished(r.task) {
+                    job.ready.insert(r.task);
+                }
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Returns expired leases' tasks to pending after a backoff; a task out
+    /// of retries is returned in the list (the caller journals it as dead).
+    pub fn expire(&mut self, now: u64) -> Vec<(u64, u64)> {
+        let limits = self.limits;
+        let mut dying = Vec::new();
+        for job in self.jobs.values_mut() {
+            let gone: Vec<u64> = job
+                .leases
+                .iter()
+                .filter(|(_, l)| l.deadline <= now)
+                .map(|(&t, _)| t)
+                .collect();
+            for task in gone {
+                let l = job.leases.remove(&task).expect("listed above");
+                self.by_lease.remove(&l.lease_id);
+                if let Some(w) = self.workers.get_mut(&l.worker) {
+                    w.errors += 1;
+                }
+                self.expired.insert(l.lease_id, (l.worker, job.id, task));
+                if !job.unfinished(task) {
+                    continue;
+                }
+                let attempts = job.attempts.entry(task).or_insert(0);
+                *attempts += 1;
+                if *attempts >= limits.retry_budget {
+                    dying.push((job.id, task));
+                } else {
+                    let backoff = limits
+                        .backoff_base_ms
+                        .saturating_mul(1 << (*attempts - 1).min(20))
+                        .min(limits.backoff_max_ms);
+                    job.waiting.insert((now + backoff, task));
+                }
+            }
+        }
+        dying
+    }
+
+    /// Checks a reported result before it is journaled.
+    pub fn check_report(
+        &self,
+        worker: &str,
+        r: &LeaseRef,
+        tally: &Tally,
+    ) -> Result<Verdict, StateError> {
+        let job = self.job(r.job)?;
+        let tasks = job.tasks.as_ref().ok_or(StateError::NotPlanned(r.job))?;
+        if r.task >= tasks.len() as u64 {
+            return Err(StateError::UnknownTask {
+                job: r.job,
+                task: r.task,
+                tasks: tasks.len() as u64,
+            });
+        }
+        plausible(job, r.task, tally)?;
+        if let Some(stored) = job.results.get(&r.task) {
+            return Ok(if stored.tally == *tally {
+                Verdict::Duplicate
+            } else {
+                Verdict::Conflict
+            });
+        }
+        let current = job
+            .leases
+            .get(&r.task)
+            .is_some_and(|l| l.lease_id == r.lease_id && l.worker == worker);
+        let late = self
+            .expired
+            .get(&r.lease_id)
+            .is_some_and(|(w, j, t)| w == worker && *j == r.job && *t == r.task);
+        let before_restart = r.lease_id >> EPOCH_SHIFT < self.epoch;
+        if current || late || before_restart {
+            Ok(Verdict::New)
+        } else {
+            Err(StateError::NotLeased {
+                job: r.job,
+                task: r.task,
+                lease_id: r.lease_id,
+                worker: worker.to_string(),
+            })
+        }
+    }
+}
+
+fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64) -> Job {
+    Job {
+        id,
+        spec,
+        submitted_ms,
+        control: JobState::Running,
+        tasks: None,
+        planned: None,
+        work_total: 0.0,
+        work_done: 0.0,
+        results: BTreeMap::new(),
+        dead: BTreeMap::new(),
+        conflicts: Vec::new(),
+        tally: Tally::default(),
+        leases: BTreeMap::new(),
+        ready: BTreeSet::new(),
+        waiting: BTreeSet::new(),
+        attempts: HashMap::new(),
+    }
+}
+
+/// Rejects results that no task of this plan can produce: counts of the
+/// wrong kind for the strategy, or more solutions than the whole N has.
+fn plausible(job: &Job, task: u64, t: &Tally) -> Result<(), StateError> {
+    let no = |why: String| {
+        Err(StateError::Implausible {
+            job: job.id,
+            task,
+            why,
+        })
+    };
+    let plan = Plan::new(job.spec).expect("stored specs are valid");
+    let classes = t.classes.c1 | t.classes.c2 | t.classes.c4 | t.classes.c8;
+    if plan.whole() || job.spec.strategy == Strategy::Prefix {
+        if t.weighted | t.half | t.quarter != 0 {
+            return no("frame counts in a task of whole or prefix subproblems".into());
+        }
+    } else if classes != 0 {
+        return no("class counts in a task of frames".into());
+    }
+    if let Some(k) = known(job.spec.n.get()) {
+        let total = t
+            .classes
+            .total()
+            .unwrap_or(u128::MAX)
+            .saturating_add(t.weighted);
+        if total > k.total || t.half > k.total || t.quarter > t.half.max(k.total) {
+            return no(format!(
+                "more solutions than N={} has ({})",
+                job.spec.n, k.total
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nqueens_common::Size;
+    use nqueens_proto::tally_to_wire;
+    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDead, TaskDone};
+
+    const TTL: u64 = 10_000;
+
+    fn rec(r: Record) -> JournalRecord {
+        JournalRecord { record: Some(r) }
+    }
+
+    fn spec(n: u32, strategy: Strategy, tasks: u64) -> PlanSpec {
+        PlanSpec {
+            n: Size::new(n).unwrap(),
+            strategy,
+            depth: 3,
+            tasks,
+        }
+    }
+
+    /// A state with one planned, running job (id 1), booted in `epoch`.
+    fn running(spec: PlanSpec, epoch: u64) -> (State, Plan, Vec<Task>) {
+        let mut s = State::new(Limits {
+            lease_ttl_ms: TTL,
+            retry_budget: 3,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 4_000,
+        });
+        s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 })))
+            .unwrap();
+        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
+            job_id: 1,
+            plan: Some((&spec).into()),
+            unix_ms: 5,
+        })))
+        .unwrap();
+        let plan = Plan::new(spec).unwrap();
+        let tasks = plan.schedule().tasks;
+        s.apply(&rec(Record::JobPlanned(JobPlanned {
+            job_id: 1,
+            tasks: tasks.len() as u64,
+            digest: digest(&tasks),
+        })))
+        .unwrap();
+        s.attach_tasks(1, tasks.clone()).unwrap();
+        (s, plan, tasks)
+    }
+
+    fn done(job: u64, task: u64, t: &Tally, worker: &str, lease_id: u64) -> JournalRecord {
+        rec(Record::TaskDone(TaskDone {
+            job_id: job,
+            task_index: task,
+            result: Some(tally_to_wire(t)),
+            worker_id: worker.into(),
+            lease_id,
+            unix_ms: 1,
+        }))
+    }
+
+    fn lref(g: &Granted) -> LeaseRef {
+        LeaseRef {
+            job: g.job,
+            task: g.task.index,
+            lease_id: g.lease_id,
+        }
+    }
+
+    /// Leases, counts and reports every task as one worker would.
+    fn run_all(s: &mut State, plan: &Plan, worker: &str, now: u64) {
+        loop {
+            let g = s.lease(worker, 3, now);
+            if g.is_empty() {
+                break;
+            }
+            for g in g {
+                let t = plan.count_task(&g.task).unwrap();
+                assert_eq!(s.check_report(worker, &lref(&g), &t), Ok(Verdict::New));
+                assert_eq!(
+                    s.apply(&done(g.job, g.task.index, &t, worker, g.lease_id))
+                        .unwrap(),
+                    Some(Verdict::New)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_job_runs_to_exact_counts() {
+        for strategy in [Strategy::Frame, Strategy::Prefix] {
+            let (mut s, plan, tasks) = running(spec(10, strategy, 7), 1);
+            assert_eq!(s.job(1).unwrap().view().pending, tasks.len() as u64);
+            run_all(&mut s, &plan, "w1", 100);
+            let v = s.job(1).unwrap().view();
+            assert_eq!(v.state, JobState::Done);
+            assert_eq!((v.total, v.unique), (724, 92), "{strategy}");
+            assert_eq!((v.done, v.pending, v.leased), (tasks.len() as u64, 0, 0));
+            assert!((v.work_done - v.work_total).abs() < 1e-6 * v.work_total);
+            assert_eq!(s.workers().next().unwrap().tasks_done, tasks.len() as u64);
+        }
+    }
+
+    #[test]
+    fn duplicates_never_add_and_differences_are_conflicts() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w1", 1, 0).remove(0);
+        let t = plan.count_task(&g.task).unwrap();
+        s.apply(&done(1, g.task.index, &t, "w1", g.lease_id))
+            .unwrap();
+        let before = s.job(1).unwrap().tally;
+        // The same result again, from anyone: a duplicate, nothing added.
+        assert_eq!(s.check_report("w2", &lref(&g), &t), Ok(Verdict::Duplicate));
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &t, "w2", 99)).unwrap(),
+            Some(Verdict::Duplicate)
+        );
+        // A different result: a conflict, recorded, nothing added.
+        let mut wrong = t;
+        wrong.weighted += 8;
+        assert_eq!(
+            s.check_report("w2", &lref(&g), &wrong),
+            Ok(Verdict::Conflict)
+        );
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &wrong, "w2", 99)).unwrap(),
+            Some(Verdict::Conflict)
+        );
+        assert_eq!(s.job(1).unwrap().tally, before);
+        assert_eq!(s.job(1).unwrap().conflicts.len(), 1);
+    }
+
+    #[test]
+    fn expired_leases_go_back_after_a_backoff_and_late_results_still_count_once() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let first = s.lease("slow", 1, 0).remove(0);
+        // Heartbeats keep it alive past the original deadline.
+        let (ext, deadline, stop) = s.heartbeat("slow", &[lref(&first)], 0, TTL - 1);
+        assert_eq!((ext.len(), deadline, stop.len()), (1, 2 * TTL - 1, 0));
+        assert!(s.expire(TTL + 1).is_empty());
+        assert_eq!(s.job(1).unwrap().view().leased, 1);
+        // Silence past the deadline: the task leaves the lease...
+        assert!(s.expire(2 * TTL).is_empty());
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.leased, v.failed), (0, 1));
+        // ...and waits out its backoff (1 s) before anyone gets it again.
+        let others: Vec<u64> = s
+            .lease("fast", 10, 2 * TTL)
+            .iter()
+            .map(|g| g.task.index)
+            .collect();
+        assert!(!others.contains(&first.task.index));
+        let again = s.lease("fast", 10, 2 * TTL + 1_000);
+        let second = again
+            .iter()
+            .find(|g| g.task.index == first.task.index)
+            .expect("re-leased after backoff")
+            .clone();
+        // The old holder is told to stop at its next heartbeat.
+        let (_, _, stop) = s.heartbeat("slow", &[lref(&first)], 0, 2 * TTL + 1_001);
+        assert_eq!(stop, vec![lref(&first)]);
+        // Its late result is still welcome (first valid result wins)...
+        let t = plan.count_task(&first.task).unwrap();
+        assert_eq!(s.check_report("slow", &lref(&first), &t), Ok(Verdict::New));
+        s.apply(&done(1, first.task.index, &t, "slow", first.lease_id))
+            .unwrap();
+        // ...and the new holder's becomes a duplicate.
+        assert_eq!(
+            s.check_report("fast", &lref(&second), &t),
+            Ok(Verdict::Duplicate)
+        );
+    }
+
+    #[test]
+    fn a_task_out_of_retries_is_reported_dying() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 1), 1);
+        let mut now = 0;
+        for attempt in 1..=3 {
+            let g = s.lease("w", 1, now);
+            assert_eq!(g.len(), 1, "attempt {attempt}");
+            now += TTL;
+            let dying = s.expire(now);
+            if attempt < 3 {
+                assert!(dying.is_empty());
+                now += 4_000; // past the longest backoff
+            } else {
+                assert_eq!(dying, vec![(1, g[0].task.index)]);
+            }
+        }
+        s.apply(&rec(Record::TaskDead(TaskDead {
+            job_id: 1,
+            task_index: 0,
+            reason: "out of retries".into(),
+        })))
+        .unwrap();
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.dead, v.pending, v.failed), (1, 0, 0));
+        assert!(s.lease("w", 1, now + 10_000).is_empty());
+    }
+
+    #[test]
+    fn release_returns_tasks_at_once_without_penalty() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w1", 2, 0);
+        let refs: Vec<LeaseRef> = g.iter().map(lref).collect();
+        assert_eq!(s.release("w2", &refs, 1), 0, "only the holder can release");
+        assert_eq!(s.release("w1", &refs, 1), 2);
+        let again: BTreeSet<u64> = s.lease("w2", 10, 2).iter().map(|g| g.task.index).collect();
+        assert!(g.iter().all(|g| again.contains(&g.task.index)));
+    }
+
+    #[test]
+    fn pause_stops_new_leases_and_cancel_stops_running_ones() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 5), 1);
+        let held = s.lease("w", 1, 0).remove(0);
+        let state = |st: i32| {
+            rec(Record::JobState(JobStateChanged {
+                job_id: 1,
+                state: st,
+            }))
+        };
+        s.apply(&state(v1::JobState::Paused as i32)).unwrap();
+        assert_eq!(s.job(1).unwrap().state(), JobState::Paused);
+        assert!(s.lease("w", 5, 1).is_empty());
+        assert_eq!(
+            s.heartbeat("w", &[lref(&held)], 0, 2).0.len(),
+            1,
+            "running work may finish"
+        );
+        s.apply(&state(v1::JobState::Running as i32)).unwrap();
+        assert!(!s.lease("w", 1, 3).is_empty());
+        s.apply(&state(v1::JobState::Cancelled as i32)).unwrap();
+        assert_eq!(s.job(1).unwrap().state(), JobState::Cancelled);
+        let (ext, _, stop) = s.heartbeat("w", &[lref(&held)], 0, 4);
+        assert!(ext.is_empty());
+        assert_eq!(stop, vec![lref(&held)]);
+        assert!(s.lease("w", 5, 5).is_empty());
+    }
+
+    #[test]
+    fn reports_without_a_lease_or_with_impossible_counts_are_refused() {
+        let (mut s, plan, tasks) = running(spec(8, Strategy::Frame, 3), 2);
+        let g = s.lease("w1", 1, 0).remove(0);
+        let t = plan.count_task(&g.task).unwrap();
+        // Another worker, or a lease id this boot never granted for it.
+        assert!(matches!(
+            s.check_report("w2", &lref(&g), &t),
+            Err(StateError::NotLeased { .. })
+        ));
+        let forged = LeaseRef {
+            lease_id: (2 << EPOCH_SHIFT) + 777,
+            ..lref(&g)
+        };
+        assert!(matches!(
+            s.check_report("w1", &forged, &t),
+            Err(StateError::NotLeased { .. })
+        ));
+        // A lease from before the restart (epoch 1) is accepted: its result is still valid work.
+        let old = LeaseRef {
+            lease_id: (1 << EPOCH_SHIFT) + 5,
+            ..lref(&g)
+        };
+        assert_eq!(s.check_report("w3", &old, &t), Ok(Verdict::New));
+        // Unknown job and task.
+        assert_eq!(
+            s.check_report("w1", &LeaseRef { job: 9, ..lref(&g) }, &t),
+            Err(StateError::UnknownJob(9))
+        );
+        let far = LeaseRef {
+            task: 999,
+            ..lref(&g)
+        };
+        let count = tasks.len() as u64;
+        assert!(
+            matches!(s.check_report("w1", &far, &t), Err(StateError::UnknownTask { tasks, .. }) if tasks == count)
+        );
+        // Class counts in a frame task, or more solutions than N=8 has.
+        let mut bad = t;
+        bad.classes.c8 = 1;
+        assert!(matches!(
+            s.check_report("w1", &lref(&g), &bad),
+            Err(StateError::Implausible { .. })
+        ));
+        let mut big = t;
+        big.weighted = 93;
+        assert!(matches!(
+            s.check_report("w1", &lref(&g), &big),
+            Err(StateError::Implausible { .. })
+        ));
+    }
+
+    #[test]
+    fn replaying_the_same_records_gives_the_same_state() {
+        let (mut s, plan, tasks) = running(spec(9, Strategy::Frame, 4), 1);
+        let mut log = Vec::new();
+        for g in s.lease("w", 10, 0) {
+            let t = plan.count_task(&g.task).unwrap();
+            let r = done(1, g.task.index, &t, "w", g.lease_id);
+            s.apply(&r).unwrap();
+            log.push(r.clone());
+            log.push(r); // a duplicate in the journal must not double-count
+        }
+        let (mut fresh, _, _) = running(spec(9, Strategy::Frame, 4), 1);
+        for r in &log {
+            fresh.apply(r).unwrap();
+        }
+        let (a, b) = (s.job(1).unwrap().view(), fresh.job(1).unwrap().view());
+        assert_eq!((a.total, a.unique, a.done), (b.total, b.unique, b.done));
+        assert_eq!(a.total, 352);
+        assert_eq!(a.done, tasks.len() as u64);
+    }
+
+    #[test]
+    fn a_re_plan_that_differs_from_the_journal_is_refused() {
+        let (mut s, _, mut tasks) = running(spec(9, Strategy::Frame, 4), 1);
+        tasks[0].hi += 1;
+        assert!(matches!(
+            s.attach_tasks(1, tasks),
+            Err(StateError::PlanChanged { .. })
+        ));
+    }
+}
