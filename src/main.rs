@@ -105,6 +105,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the coordinator: durable jobs, task leases over gRPC, exact totals.
+    #[command(
+        after_help = "Examples:\n  nqueens coordinator --data-dir ./nq-data\n  \
+        nqueens coordinator --listen 0.0.0.0:7700 --data-dir /var/lib/nqueens \\\n      \
+        --worker-token-file /etc/nqueens/worker.token --operator-token-file /etc/nqueens/operator.token\n\n\
+        Every result is on disk (fsync) before a worker is told it was stored. After a crash or\n\
+        kill -9, start it again on the same --data-dir: every job continues where it was.\n\
+        Tokens can also come from NQUEENS_WORKER_TOKEN and NQUEENS_OPERATOR_TOKEN. Listening\n\
+        beyond loopback without both tokens is refused unless --insecure is given.\n\
+        Logs: RUST_LOG (default info), e.g. RUST_LOG=nqueens_coordinator=debug."
+    )]
+    Coordinator {
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: std::net::SocketAddr,
+        /// Directory for the journal, the store and the lock.
+        #[arg(long, value_name = "DIR")]
+        data_dir: std::path::PathBuf,
+        /// File holding the token workers must present.
+        #[arg(long, value_name = "F")]
+        worker_token_file: Option<std::path::PathBuf>,
+        /// File holding the token operators must present.
+        #[arg(long, value_name = "F")]
+        operator_token_file: Option<std::path::PathBuf>,
+        /// Allow a non-loopback address without tokens.
+        #[arg(long)]
+        insecure: bool,
+        /// Seconds a lease lives without a heartbeat.
+        #[arg(long, value_name = "S", default_value_t = 60)]
+        lease_ttl: u64,
+    },
     /// Print the classic table of counts, one row per N as soon as it is done.
     #[command(
         after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json"
@@ -383,6 +414,41 @@ fn run(command: Command) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Coordinator {
+            listen,
+            data_dir,
+            worker_token_file,
+            operator_token_file,
+            insecure,
+            lease_ttl,
+        } => {
+            let token =
+                |file: Option<std::path::PathBuf>, var: &str| -> Result<Option<String>, Failure> {
+                    match file {
+                        Some(f) => std::fs::read_to_string(&f)
+                            .map(|t| Some(t.trim().to_string()))
+                            .map_err(|e| {
+                                Failure::BadInput(format!(
+                                    "cannot read token file {}: {e}",
+                                    f.display()
+                                ))
+                            }),
+                        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
+                    }
+                };
+            let config = nqueens_coordinator::server::Config {
+                listen,
+                data_dir,
+                worker_token: token(worker_token_file, "NQUEENS_WORKER_TOKEN")?,
+                operator_token: token(operator_token_file, "NQUEENS_OPERATOR_TOKEN")?,
+                insecure,
+                limits: nqueens_coordinator::state::Limits {
+                    lease_ttl_ms: lease_ttl.max(1) * 1000,
+                    ..Default::default()
+                },
+            };
+            run_coordinator(config)
+        }
         Command::Boards { n, limit, format } => {
             for (i, b) in Solutions::new(n)
                 .take(limit.map_or(usize::MAX, |k| k as usize))
@@ -406,6 +472,45 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(out.flush()?)
         }
     }
+}
+
+/// Serves until Ctrl-C or SIGTERM. Prints the bound address on stdout
+/// first, so scripts (and tests) using port 0 can find it.
+fn run_coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
+        let running = nqueens_coordinator::server::start(config, clock)
+            .await
+            .map_err(|e| Failure::NotFound(format!("error: {e}")))?;
+        println!("nqueens coordinator listening on {}", running.addr);
+        io::stdout().flush()?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            () = terminated() => {}
+        }
+        tracing::info!("shutting down");
+        running
+            .shutdown()
+            .await
+            .map_err(|e| Failure::NotFound(format!("error: {e}")))
+    })
+}
+
+/// Resolves on SIGTERM (never elsewhere).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        s.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
 }
 
 fn count(n: Size, threads: usize) -> Result<Report, Failure> {

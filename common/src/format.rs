@@ -19,7 +19,7 @@ pub fn thousands(x: u128) -> String {
     let digits = x.to_string();
     let mut out = String::with_capacity(digits.len() * 4 / 3);
     for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);

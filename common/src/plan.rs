@@ -509,7 +509,7 @@ impl Plan {
         // other half-turn symmetric ones in fours, the rest in eights.
         let (total, half, quarter) = (t.weighted, t.half, t.quarter);
         let exact = |x: u128, d: u128, what| {
-            if x % d == 0 {
+            if x.is_multiple_of(d) {
                 Ok(x / d)
             } else {
                 Err(PlanError::Inconsistent(what))

@@ -1,8 +1,14 @@
 //! The nqueens coordinator: persists jobs and their tasks, leases tasks to
 //! workers over gRPC, and aggregates their counts exactly and durably.
 //!
+//! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
+//! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
+//! - [`service`]: the gRPC services, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
 
+pub mod core;
 pub mod journal;
+pub mod server;
+pub mod service;
 pub mod state;

@@ -1,0 +1,378 @@
+//! The coordinator's core: the state behind a lock, the journal in front of
+//! every durable change. The rule everywhere: write the journal record, wait
+//! for its fsync, apply it to the state, then answer.
+
+use crate::journal::{Journal, JournalError};
+use crate::state::{
+    digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, Verdict, WorkerInfo,
+};
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
+use nqueens_proto::tally_to_wire;
+use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, from the coordinator's clock only.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// A clock that moves only when told to (for tests of lease expiry).
+#[derive(Default)]
+pub struct ManualClock(pub AtomicU64);
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl ManualClock {
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("invalid plan: {0}")]
+    Plan(#[from] PlanError),
+    #[error("data directory {path}: {why}")]
+    DataDir { path: PathBuf, why: String },
+    #[error("start-up check failed for job {job}: {why}")]
+    Verify { job: u64, why: String },
+}
+
+/// The coordinator.
+pub struct Coordinator {
+    state: Mutex<State>,
+    journal: Journal,
+    clock: Arc<dyn Clock>,
+    /// Bumped after every change, for watchers.
+    changed: tokio::sync::watch::Sender<u64>,
+    /// Serialises job submissions (job ids come from the state).
+    submit: tokio::sync::Mutex<()>,
+    data_dir: PathBuf,
+    /// Held open for the lifetime of the process: the data directory's lock.
+    _lock: File,
+}
+
+fn rec(r: Record) -> JournalRecord {
+    JournalRecord { record: Some(r) }
+}
+
+impl Coordinator {
+    /// Opens the data directory: takes its lock, replays the journal,
+    /// re-plans every job (checked against the journal's digest), verifies
+    /// the totals, and records a new boot.
+    pub async fn open(
+        data_dir: &Path,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Coordinator>, CoordError> {
+        let dir_err = |why: String| CoordError::DataDir {
+            path: data_dir.to_path_buf(),
+            why,
+        };
+        std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
+        let lock = File::create(data_dir.join("LOCK"))
+            .map_err(|e| dir_err(format!("cannot create its lock file: {e}")))?;
+        lock.try_lock().map_err(|_| {
+            dir_err(
+                "another coordinator is using it (its LOCK file is held); stop that one first"
+                    .into(),
+            )
+        })?;
+        let (journal, replay) = Journal::open(&data_dir.join("journal"))?;
+        let mut state = State::new(limits);
+        for r in &replay.records {
+            state.apply(r)?;
+        }
+        let jobs: Vec<(u64, PlanSpec, bool)> = state
+            .jobs()
+            .map(|j| (j.id, j.spec, j.planned().is_some()))
+            .collect();
+        let (changed, _) = tokio::sync::watch::channel(0);
+        let core = Arc::new(Coordinator {
+            state: Mutex::new(state),
+            journal,
+            clock,
+            changed,
+            submit: tokio::sync::Mutex::new(()),
+            data_dir: data_dir.to_path_buf(),
+            _lock: lock,
+        });
+        for (id, spec, planned) in jobs {
+            core.plan_job(id, spec, planned).await?;
+        }
+        core.verify()?;
+        let epoch = core.lock().epoch() + 1;
+        core.write(rec(Record::Boot(v1::Boot {
+            epoch,
+            unix_ms: core.clock.now_ms(),
+        })))
+        .await?;
+        tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, "coordinator state restored");
+        Ok(core)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.lock().limits()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("state lock poisoned")
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// A receiver that changes after every state change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Journals a record (waiting for its fsync), then applies it.
+    async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
+        self.journal.append(&r).await?;
+        let v = self.lock().apply(&r)?;
+        self.bump();
+        Ok(v)
+    }
+
+    /// Computes a job's tasks off the async threads and attaches them; a job
+    /// planned for the first time gets its JobPlanned record.
+    async fn plan_job(&self, id: u64, spec: PlanSpec, planned: bool) -> Result<(), CoordError> {
+        let tasks =
+            tokio::task::spawn_blocking(move || Plan::new(spec).map(|p| p.schedule().tasks))
+                .await
+                .expect("planning thread panicked")?;
+        if !planned {
+            self.write(rec(Record::JobPlanned(v1::JobPlanned {
+                job_id: id,
+                tasks: tasks.len() as u64,
+                digest: digest(&tasks),
+            })))
+            .await?;
+        }
+        self.lock().attach_tasks(id, tasks)?;
+        self.bump();
+        Ok(())
+    }
+
+    /// Re-derives every job's totals from its result rows.
+    fn verify(&self) -> Result<(), CoordError> {
+        let state = self.lock();
+        for job in state.jobs() {
+            let mut sum = Tally::default();
+            for (_, r) in job.results() {
+                sum.merge(&r.tally).map_err(|e| CoordError::Verify {
+                    job: job.id,
+                    why: e.to_string(),
+                })?;
+            }
+            if sum != job.tally {
+                return Err(CoordError::Verify {
+                    job: job.id,
+                    why: "the job's running totals differ from the sum of its results".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Accepts a job; planning continues in the background.
+    pub async fn submit(self: &Arc<Self>, spec: PlanSpec) -> Result<JobView, CoordError> {
+        Plan::new(spec)?;
+        let _one_at_a_time = self.submit.lock().await;
+        let id = self.lock().next_job_id();
+        self.write(rec(Record::JobSubmitted(v1::JobSubmitted {
+            job_id: id,
+            plan: Some((&spec).into()),
+            unix_ms: self.now_ms(),
+        })))
+        .await?;
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(e) = me.plan_job(id, spec, false).await {
+                tracing::error!(job = id, error = %e, "planning failed");
+            }
+        });
+        self.job(id)
+    }
+
+    pub fn job(&self, id: u64) -> Result<JobView, CoordError> {
+        Ok(self.lock().job(id)?.view())
+    }
+
+    pub fn jobs(&self) -> Vec<JobView> {
+        self.lock().jobs().map(|j| j.view()).collect()
+    }
+
+    pub fn workers(&self) -> Vec<(WorkerInfo, usize)> {
+        let s = self.lock();
+        s.workers()
+            .map(|w| (w.clone(), s.leases_of(&w.id)))
+            .collect()
+    }
+
+    /// Pauses, resumes or cancels a job.
+    pub async fn set_state(&self, id: u64, to: JobState) -> Result<JobView, CoordError> {
+        let now = self.lock().job(id)?.state();
+        let action = match to {
+            JobState::Paused => "paused",
+            JobState::Running => "resumed",
+            _ => "cancelled",
+        };
+        if matches!(now, JobState::Cancelled | JobState::Done) {
+            return Err(StateError::Finished {
+                job: id,
+                state: now,
+                action,
+            }
+            .into());
+        }
+        let wire = match to {
+            JobState::Paused => v1::JobState::Paused,
+            JobState::Running => v1::JobState::Running,
+            _ => v1::JobState::Cancelled,
+        };
+        self.write(rec(Record::JobState(v1::JobStateChanged {
+            job_id: id,
+            state: wire as i32,
+        })))
+        .await?;
+        self.job(id)
+    }
+
+    pub fn register(&self, worker: &str, host: &str, cores: u32, version: &str) {
+        let now = self.now_ms();
+        let mut s = self.lock();
+        let w = s.touch_worker(worker, now);
+        w.host = host.to_string();
+        w.cores = cores;
+        w.solver_version = version.to_string();
+    }
+
+    pub fn lease(&self, worker: &str, max: usize) -> Vec<Granted> {
+        let now = self.now_ms();
+        let g = self.lock().lease(worker, max, now);
+        if !g.is_empty() {
+            self.bump();
+        }
+        g
+    }
+
+    pub fn heartbeat(
+        &self,
+        worker: &str,
+        refs: &[LeaseRef],
+        subproblems_done: u64,
+    ) -> (Vec<LeaseRef>, u64, Vec<LeaseRef>) {
+        let now = self.now_ms();
+        self.lock().heartbeat(worker, refs, subproblems_done, now)
+    }
+
+    pub fn release(&self, worker: &str, refs: &[LeaseRef]) -> u32 {
+        let now = self.now_ms();
+        let n = self.lock().release(worker, refs, now);
+        self.bump();
+        n
+    }
+
+    /// Stores a result: on disk before this returns `New`.
+    pub async fn report(
+        &self,
+        worker: &str,
+        r: LeaseRef,
+        tally: Tally,
+        elapsed_ms: u64,
+        version: &str,
+    ) -> Result<Verdict, CoordError> {
+        let verdict = self.lock().check_report(worker, &r, &tally)?;
+        let mut result = tally_to_wire(&tally);
+        result.elapsed_ms = elapsed_ms;
+        result.solver_version = version.to_string();
+        let now = self.now_ms();
+        match verdict {
+            Verdict::Duplicate => Ok(Verdict::Duplicate),
+            Verdict::New => {
+                // A concurrent report may have won meanwhile: `apply` then
+                // answers Duplicate or Conflict, and never adds twice.
+                let applied = self
+                    .write(rec(Record::TaskDone(v1::TaskDone {
+                        job_id: r.job,
+                        task_index: r.task,
+                        result: Some(result),
+                        worker_id: worker.to_string(),
+                        lease_id: r.lease_id,
+                        unix_ms: now,
+                    })))
+                    .await?;
+                Ok(applied.unwrap_or(Verdict::New))
+            }
+            Verdict::Conflict => {
+                tracing::warn!(
+                    job = r.job,
+                    task = r.task,
+                    worker,
+                    "verification conflict: result differs from the stored one"
+                );
+                self.write(rec(Record::TaskConflict(v1::TaskConflict {
+                    job_id: r.job,
+                    task_index: r.task,
+                    result: Some(result),
+                    worker_id: worker.to_string(),
+                    unix_ms: now,
+                })))
+                .await?;
+                Ok(Verdict::Conflict)
+            }
+        }
+    }
+
+    /// Expires overdue leases; tasks out of retries are journaled dead.
+    pub async fn sweep(&self) -> Result<(), CoordError> {
+        let now = self.now_ms();
+        let dying = self.lock().expire(now);
+        self.bump();
+        for (job, task) in dying {
+            tracing::warn!(job, task, "task out of retries: marked dead");
+            self.write(rec(Record::TaskDead(v1::TaskDead {
+                job_id: job,
+                task_index: task,
+                reason: "out of retries: every lease expired".into(),
+            })))
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! Running the coordinator: the gRPC server with health and reflection,
+//! bearer tokens per role, and the sweeper that expires leases.
+
+use crate::core::{Clock, CoordError, Coordinator};
+use crate::service::{Operators, Workers};
+use crate::state::Limits;
+use nqueens_proto::v1::{
+    self, operator_service_server::OperatorServiceServer,
+    worker_service_server::WorkerServiceServer,
+};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use tokio::sync::oneshot;
+use tonic::{Request, Status};
+
+/// How to run a coordinator.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Required of workers when set.
+    pub worker_token: Option<String>,
+    /// Required of operators when set.
+    pub operator_token: Option<String>,
+    /// Allow listening beyond loopback without tokens.
+    pub insecure: bool,
+    pub limits: Limits,
+}
+
+/// Why the coordinator did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "refusing to listen on {0} without worker and operator tokens: anyone who can reach it could submit \
+         results. Give --worker-token-file and --operator-token-file, listen on 127.0.0.1, or pass --insecure"
+    )]
+    NoTokens(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Core(#[from] CoordError),
+    #[error("reflection service: {0}")]
+    Reflection(String),
+}
+
+/// A running coordinator.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub core: Arc<Coordinator>,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    sweeper: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting calls and waits for the server to end; the data
+    /// directory is free once this returns.
+    pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.sweeper.abort();
+        let _ = (&mut self.sweeper).await;
+        self.server.await.expect("server task panicked")
+    }
+
+    /// Waits until the server ends (it ends only on shutdown or an error).
+    pub async fn wait(self) -> Result<(), tonic::transport::Error> {
+        self.server.await.expect("server task panicked")
+    }
+}
+
+/// Checks `authorization: Bearer <token>` in constant time; no token
+/// configured means no check.
+fn bearer(
+    expected: Option<Arc<str>>,
+    role: &'static str,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req: Request<()>| {
+        let Some(want) = &expected else {
+            return Ok(req);
+        };
+        let got = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match got {
+            Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(req),
+            Some(_) => Err(Status::unauthenticated(format!(
+                "the {role} token is wrong"
+            ))),
+            None => Err(Status::unauthenticated(format!(
+                "a {role} token is required: send 'authorization: Bearer <token>'"
+            ))),
+        }
+    }
+}
+
+/// Opens the data directory and starts serving.
+pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    if !config.listen.ip().is_loopback()
+        && (config.worker_token.is_none() || config.operator_token.is_none())
+        && !config.insecure
+    {
+        return Err(StartError::NoTokens(config.listen));
+    }
+    let core = Coordinator::open(&config.data_dir, config.limits, clock).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartError::Reflection(e.to_string()))?;
+
+    let workers = WorkerServiceServer::with_interceptor(
+        Workers(Arc::clone(&core)),
+        bearer(config.worker_token.map(Arc::from), "worker"),
+    );
+    let operators = OperatorServiceServer::with_interceptor(
+        Operators(Arc::clone(&core)),
+        bearer(config.operator_token.map(Arc::from), "operator"),
+    );
+
+    let sweep = Arc::clone(&core);
+    let every = Duration::from_millis((config.limits.lease_ttl_ms / 4).clamp(10, 1_000));
+    let sweeper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            if let Err(e) = sweep.sweep().await {
+                tracing::error!(error = %e, "lease sweep failed");
+            }
+        }
+    });
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(workers)
+            .add_service(operators)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator listening");
+    Ok(Running {
+        addr,
+        core,
+        stop: Some(stop),
+        server,
+        sweeper,
+    })
+}

@@ -1,0 +1,334 @@
+//! The gRPC services over [`Coordinator`]: request checks, conversions, and
+//! errors mapped to precise status codes.
+
+use crate::core::{CoordError, Coordinator};
+use crate::journal::JournalError;
+use crate::state::{Granted, JobState, JobView, LeaseRef, StateError, Verdict, WorkerInfo};
+use nqueens_common::plan::PlanSpec;
+use nqueens_proto::v1::{
+    self, operator_service_server::OperatorService, worker_service_server::WorkerService,
+};
+use nqueens_proto::{tally_from_wire, task_to_wire, u128_to_wire};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+/// Most tasks one lease call may ask for.
+pub const MAX_LEASE_BATCH: u32 = 1024;
+
+impl From<CoordError> for Status {
+    fn from(e: CoordError) -> Status {
+        let msg = e.to_string();
+        match e {
+            CoordError::State(s) => match s {
+                StateError::UnknownJob(_) | StateError::UnknownTask { .. } => {
+                    Status::not_found(msg)
+                }
+                StateError::NotPlanned(_) => Status::unavailable(msg),
+                StateError::NotLeased { .. } | StateError::Finished { .. } => {
+                    Status::failed_precondition(msg)
+                }
+                StateError::Implausible { .. } => Status::invalid_argument(msg),
+                StateError::BadRecord(_) | StateError::PlanChanged { .. } => Status::internal(msg),
+            },
+            // Not stored: the caller keeps its result and retries.
+            CoordError::Journal(JournalError::TooLarge(_)) => Status::invalid_argument(msg),
+            CoordError::Journal(_) => {
+                Status::unavailable(format!("not stored, retry later: {msg}"))
+            }
+            CoordError::Plan(_) => Status::invalid_argument(msg),
+            CoordError::DataDir { .. } | CoordError::Verify { .. } => Status::internal(msg),
+        }
+    }
+}
+
+fn worker_id(id: &str) -> Result<&str, Status> {
+    if id.is_empty() || id.len() > 256 {
+        return Err(Status::invalid_argument(
+            "worker_id must be 1 to 256 characters",
+        ));
+    }
+    Ok(id)
+}
+
+fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
+    let r = r.ok_or_else(|| Status::invalid_argument("lease is missing"))?;
+    Ok(LeaseRef {
+        job: r.job_id,
+        task: r.task_index,
+        lease_id: r.lease_id,
+    })
+}
+
+fn lease_refs(rs: &[v1::LeaseRef]) -> Vec<LeaseRef> {
+    rs.iter()
+        .map(|r| LeaseRef {
+            job: r.job_id,
+            task: r.task_index,
+            lease_id: r.lease_id,
+        })
+        .collect()
+}
+
+fn to_wire_ref(r: &LeaseRef) -> v1::LeaseRef {
+    v1::LeaseRef {
+        job_id: r.job,
+        task_index: r.task,
+        lease_id: r.lease_id,
+    }
+}
+
+fn lease_to_wire(g: &Granted) -> v1::Lease {
+    v1::Lease {
+        job_id: g.job,
+        task: Some(task_to_wire(&g.spec, &g.task)),
+        lease_id: g.lease_id,
+        deadline_unix_ms: g.deadline,
+    }
+}
+
+/// A job as operators see it.
+pub fn job_to_wire(j: &JobView) -> v1::Job {
+    let state = match j.state {
+        JobState::Planning | JobState::Running => v1::JobState::Running,
+        JobState::Paused => v1::JobState::Paused,
+        JobState::Cancelled => v1::JobState::Cancelled,
+        JobState::Done => v1::JobState::Done,
+    };
+    v1::Job {
+        job_id: j.id,
+        plan: Some((&j.spec).into()),
+        state: state as i32,
+        tasks: j.tasks,
+        pending: j.pending,
+        leased: j.leased,
+        done: j.done,
+        failed: j.failed,
+        dead: j.dead,
+        work_total: j.work_total,
+        work_done: j.work_done,
+        total: Some(u128_to_wire(j.total)),
+        unique: Some(u128_to_wire(j.unique)),
+        conflicts: j.conflicts,
+        submitted_unix_ms: j.submitted_ms,
+    }
+}
+
+fn worker_to_wire((w, leases): &(WorkerInfo, usize)) -> v1::Worker {
+    v1::Worker {
+        worker_id: w.id.clone(),
+        host: w.host.clone(),
+        cores: w.cores,
+        solver_version: w.solver_version.clone(),
+        last_seen_unix_ms: w.last_seen_ms,
+        leases: *leases as u32,
+        tasks_done: w.tasks_done,
+        subproblems_done: w.subproblems_done,
+        errors: w.errors,
+    }
+}
+
+/// The worker-facing service.
+#[derive(Clone)]
+pub struct Workers(pub Arc<Coordinator>);
+
+#[tonic::async_trait]
+impl WorkerService for Workers {
+    async fn register(
+        &self,
+        req: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::RegisterResponse>, Status> {
+        let r = req.into_inner();
+        self.0.register(
+            worker_id(&r.worker_id)?,
+            &r.host,
+            r.cores,
+            &r.solver_version,
+        );
+        let ttl = self.0.limits().lease_ttl_ms;
+        tracing::info!(worker = %r.worker_id, host = %r.host, cores = r.cores, "worker registered");
+        Ok(Response::new(v1::RegisterResponse {
+            heartbeat_interval_ms: ttl / 4,
+            lease_ttl_ms: ttl,
+        }))
+    }
+
+    async fn lease(
+        &self,
+        req: Request<v1::LeaseRequest>,
+    ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let r = req.into_inner();
+        if !(1..=MAX_LEASE_BATCH).contains(&r.max_tasks) {
+            return Err(Status::invalid_argument(format!(
+                "max_tasks must be 1 to {MAX_LEASE_BATCH}, got {}",
+                r.max_tasks
+            )));
+        }
+        let granted = self.0.lease(worker_id(&r.worker_id)?, r.max_tasks as usize);
+        Ok(Response::new(v1::LeaseResponse {
+            leases: granted.iter().map(lease_to_wire).collect(),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let r = req.into_inner();
+        let (extended, deadline, stop) = self.0.heartbeat(
+            worker_id(&r.worker_id)?,
+            &lease_refs(&r.leases),
+            r.subproblems_done,
+        );
+        Ok(Response::new(v1::HeartbeatResponse {
+            extended: extended.iter().map(to_wire_ref).collect(),
+            deadline_unix_ms: deadline,
+            stop: stop.iter().map(to_wire_ref).collect(),
+        }))
+    }
+
+    async fn report(
+        &self,
+        req: Request<v1::ReportRequest>,
+    ) -> Result<Response<v1::ReportResponse>, Status> {
+        let r = req.into_inner();
+        let worker = worker_id(&r.worker_id)?;
+        let lease = lease_ref(r.lease.as_ref())?;
+        let result = r
+            .result
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("result is missing"))?;
+        let verdict = self
+            .0
+            .report(
+                worker,
+                lease,
+                tally_from_wire(result),
+                result.elapsed_ms,
+                &result.solver_version,
+            )
+            .await?;
+        let outcome = match verdict {
+            Verdict::New => v1::ReportOutcome::Accepted,
+            Verdict::Duplicate => v1::ReportOutcome::Duplicate,
+            Verdict::Conflict => v1::ReportOutcome::Conflict,
+        };
+        Ok(Response::new(v1::ReportResponse {
+            outcome: outcome as i32,
+        }))
+    }
+
+    async fn release(
+        &self,
+        req: Request<v1::ReleaseRequest>,
+    ) -> Result<Response<v1::ReleaseResponse>, Status> {
+        let r = req.into_inner();
+        let released = self
+            .0
+            .release(worker_id(&r.worker_id)?, &lease_refs(&r.leases));
+        Ok(Response::new(v1::ReleaseResponse { released }))
+    }
+}
+
+/// The operator-facing service.
+#[derive(Clone)]
+pub struct Operators(pub Arc<Coordinator>);
+
+type JobStream = Pin<Box<dyn Stream<Item = Result<v1::Job, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl OperatorService for Operators {
+    async fn submit_job(
+        &self,
+        req: Request<v1::SubmitJobRequest>,
+    ) -> Result<Response<v1::Job>, Status> {
+        let plan = req
+            .into_inner()
+            .plan
+            .ok_or_else(|| Status::invalid_argument("plan is missing"))?;
+        let spec =
+            PlanSpec::try_from(&plan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let job = self.0.submit(spec).await?;
+        tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, "job submitted");
+        Ok(Response::new(job_to_wire(&job)))
+    }
+
+    async fn get_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Ok(Response::new(job_to_wire(
+            &self.0.job(req.into_inner().job_id)?,
+        )))
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs: self.0.jobs().iter().map(job_to_wire).collect(),
+        }))
+    }
+
+    type WatchJobStream = JobStream;
+
+    async fn watch_job(&self, req: Request<v1::JobRef>) -> Result<Response<JobStream>, Status> {
+        let id = req.into_inner().job_id;
+        self.0.job(id)?;
+        let core = Arc::clone(&self.0);
+        let mut changes = core.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Ok(view) = core.job(id) {
+                let ended = matches!(view.state, JobState::Done | JobState::Cancelled);
+                if tx.send(Ok(job_to_wire(&view))).await.is_err() || ended {
+                    break;
+                }
+                // Wait for a change, or for the client to go away (so no
+                // task outlives its watcher).
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    () = tx.closed() => break,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn pause_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Ok(Response::new(job_to_wire(
+            &self
+                .0
+                .set_state(req.into_inner().job_id, JobState::Paused)
+                .await?,
+        )))
+    }
+
+    async fn resume_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Ok(Response::new(job_to_wire(
+            &self
+                .0
+                .set_state(req.into_inner().job_id, JobState::Running)
+                .await?,
+        )))
+    }
+
+    async fn cancel_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Ok(Response::new(job_to_wire(
+            &self
+                .0
+                .set_state(req.into_inner().job_id, JobState::Cancelled)
+                .await?,
+        )))
+    }
+
+    async fn list_workers(
+        &self,
+        _: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        Ok(Response::new(v1::ListWorkersResponse {
+            workers: self.0.workers().iter().map(worker_to_wire).collect(),
+        }))
+    }
+}

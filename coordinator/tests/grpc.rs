@@ -1,0 +1,470 @@
+//! The coordinator over real gRPC on loopback: a server on port 0 with a
+//! temporary data directory and a clock the test moves.
+
+use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_coordinator::core::{Clock, ManualClock};
+use nqueens_coordinator::server::{start, Config, Running, StartError};
+use nqueens_coordinator::state::Limits;
+use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
+use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use std::path::Path;
+use std::sync::Arc;
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+
+const TTL: u64 = 30_000;
+
+fn limits() -> Limits {
+    Limits {
+        lease_ttl_ms: TTL,
+        retry_budget: 3,
+        backoff_base_ms: 1_000,
+        backoff_max_ms: 1_000,
+    }
+}
+
+fn config(dir: &Path) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.to_path_buf(),
+        worker_token: None,
+        operator_token: None,
+        insecure: false,
+        limits: limits(),
+    }
+}
+
+async fn serve(dir: &Path, clock: Arc<ManualClock>) -> Running {
+    start(config(dir), clock as Arc<dyn Clock>).await.unwrap()
+}
+
+async fn clients(r: &Running) -> (WorkerServiceClient<Channel>, OperatorServiceClient<Channel>) {
+    let url = format!("http://{}", r.addr);
+    (
+        WorkerServiceClient::connect(url.clone()).await.unwrap(),
+        OperatorServiceClient::connect(url).await.unwrap(),
+    )
+}
+
+fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
+    (&PlanSpec {
+        n: Size::new(n).unwrap(),
+        strategy,
+        depth: 3,
+        tasks,
+    })
+        .into()
+}
+
+/// Submits a job and waits (on the watch stream) until it is planned.
+async fn submit(ops: &mut OperatorServiceClient<Channel>, plan: v1::PlanSpec) -> v1::Job {
+    let job = ops
+        .submit_job(v1::SubmitJobRequest { plan: Some(plan) })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut watch = ops
+        .watch_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(j) = watch.message().await.unwrap() {
+        if j.tasks > 0 {
+            return j;
+        }
+    }
+    panic!("watch ended before the job was planned");
+}
+
+fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
+    v1::LeaseRef {
+        job_id: l.job_id,
+        task_index: l.task.as_ref().unwrap().index,
+        lease_id: l.lease_id,
+    }
+}
+
+/// Counts a leased task as a worker would, and reports it.
+async fn count_and_report(
+    w: &mut WorkerServiceClient<Channel>,
+    worker: &str,
+    l: &v1::Lease,
+) -> ReportOutcome {
+    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
+    let result = Plan::new(spec).unwrap().count_task(&task).unwrap();
+    let r = v1::ReportRequest {
+        worker_id: worker.into(),
+        lease: Some(lease_ref(l)),
+        result: Some(tally_to_wire(&result)),
+    };
+    ReportOutcome::try_from(w.report(r).await.unwrap().into_inner().outcome).unwrap()
+}
+
+async fn lease(w: &mut WorkerServiceClient<Channel>, worker: &str, max: u32) -> Vec<v1::Lease> {
+    let r = v1::LeaseRequest {
+        worker_id: worker.into(),
+        max_tasks: max,
+    };
+    w.lease(r).await.unwrap().into_inner().leases
+}
+
+/// Leases and reports until nothing is left (at most `limit` tasks).
+async fn work(w: &mut WorkerServiceClient<Channel>, worker: &str, limit: usize) -> usize {
+    let mut n = 0;
+    while n < limit {
+        let got = lease(w, worker, (limit - n).min(8) as u32).await;
+        if got.is_empty() {
+            break;
+        }
+        for l in &got {
+            assert_eq!(
+                count_and_report(w, worker, l).await,
+                ReportOutcome::Accepted
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+fn counts(j: &v1::Job) -> (u128, u128) {
+    (
+        u128_from_wire(j.total.as_ref()),
+        u128_from_wire(j.unique.as_ref()),
+    )
+}
+
+#[tokio::test]
+async fn a_job_is_leased_counted_and_finished_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    for (strategy, n, total, unique) in [
+        (Strategy::Frame, 11, 2680, 341),
+        (Strategy::Prefix, 10, 724, 92),
+    ] {
+        let job = submit(&mut ops, spec(n, strategy, 40)).await;
+        let mut watch = ops
+            .watch_job(v1::JobRef { job_id: job.job_id })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(work(&mut w, "w1", usize::MAX).await as u64, job.tasks);
+        // The watch stream ends with the finished job.
+        let mut last = None;
+        while let Some(j) = watch.message().await.unwrap() {
+            last = Some(j);
+        }
+        let last = last.unwrap();
+        assert_eq!(last.state, v1::JobState::Done as i32);
+        assert_eq!(counts(&last), (total, unique), "{strategy}");
+        assert_eq!((last.done, last.pending, last.leased), (job.tasks, 0, 0));
+    }
+    let workers = ops
+        .list_workers(v1::ListWorkersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(workers.len(), 1);
+    assert!(workers[0].tasks_done > 0);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restart_keeps_every_acknowledged_result_and_takes_old_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(12, Strategy::Frame, 30)).await;
+    let done_before = work(&mut w, "w1", 10).await as u64;
+    let in_flight = lease(&mut w, "w1", 2).await;
+    r.shutdown().await.unwrap();
+
+    let r = serve(dir.path(), clock).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j.done, done_before, "acknowledged results survive");
+    assert_eq!(j.tasks, job.tasks, "the re-plan matches");
+    // Results of leases granted before the restart still count, once.
+    for l in &in_flight {
+        assert_eq!(
+            count_and_report(&mut w, "w1", l).await,
+            ReportOutcome::Accepted
+        );
+        assert_eq!(
+            count_and_report(&mut w, "w1", l).await,
+            ReportOutcome::Duplicate
+        );
+    }
+    work(&mut w, "w2", usize::MAX).await;
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j.state, v1::JobState::Done as i32);
+    assert_eq!(counts(&j), (14_200, 1_787));
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reassigned_and_its_holder_told_to_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Frame, 1)).await;
+    assert_eq!(job.tasks, 1);
+    let first = lease(&mut w, "gone", 1).await.remove(0);
+    assert!(
+        lease(&mut w, "other", 1).await.is_empty(),
+        "the only task is leased"
+    );
+    clock.advance(TTL + 1);
+    r.core.sweep().await.unwrap();
+    clock.advance(1_000); // the retry backoff
+    let second = lease(&mut w, "other", 1).await.remove(0);
+    assert_eq!(
+        second.task.as_ref().unwrap().index,
+        first.task.as_ref().unwrap().index
+    );
+    let hb = v1::HeartbeatRequest {
+        worker_id: "gone".into(),
+        leases: vec![lease_ref(&first)],
+        subproblems_done: 0,
+    };
+    let hb = w.heartbeat(hb).await.unwrap().into_inner();
+    assert_eq!(hb.stop, vec![lease_ref(&first)]);
+    assert_eq!(
+        count_and_report(&mut w, "other", &second).await,
+        ReportOutcome::Accepted
+    );
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(counts(&j), (92, 12));
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn pause_resume_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(9, Strategy::Frame, 10)).await;
+    let id = v1::JobRef { job_id: job.job_id };
+    let paused = ops.pause_job(id).await.unwrap().into_inner();
+    assert_eq!(paused.state, v1::JobState::Paused as i32);
+    assert!(lease(&mut w, "w", 5).await.is_empty());
+    ops.resume_job(id).await.unwrap();
+    let held = lease(&mut w, "w", 1).await.remove(0);
+    let cancelled = ops.cancel_job(id).await.unwrap().into_inner();
+    assert_eq!(cancelled.state, v1::JobState::Cancelled as i32);
+    let hb = v1::HeartbeatRequest {
+        worker_id: "w".into(),
+        leases: vec![lease_ref(&held)],
+        subproblems_done: 3,
+    };
+    assert_eq!(w.heartbeat(hb).await.unwrap().into_inner().stop.len(), 1);
+    let again = ops.resume_job(id).await.unwrap_err();
+    assert_eq!(again.code(), Code::FailedPrecondition, "{again}");
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_invalid_input_gets_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let mut bad_n = spec(8, Strategy::Frame, 5);
+    bad_n.n = 40;
+    let e = ops
+        .submit_job(v1::SubmitJobRequest { plan: Some(bad_n) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("between 1 and 32"), "{e}");
+    let e = ops
+        .submit_job(v1::SubmitJobRequest { plan: None })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = ops.get_job(v1::JobRef { job_id: 77 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    let job = submit(&mut ops, spec(8, Strategy::Frame, 3)).await;
+    let l = lease(&mut w, "w1", 1).await.remove(0);
+    let e = w
+        .lease(v1::LeaseRequest {
+            worker_id: "w1".into(),
+            max_tasks: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = w
+        .lease(v1::LeaseRequest {
+            worker_id: String::new(),
+            max_tasks: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // A result from a worker that does not hold the lease.
+    let (s, t) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
+    let good = tally_to_wire(&Plan::new(s).unwrap().count_task(&t).unwrap());
+    let report = |worker: &str, lease: Option<v1::LeaseRef>, result: Option<v1::TaskResult>| {
+        v1::ReportRequest {
+            worker_id: worker.into(),
+            lease,
+            result,
+        }
+    };
+    let e = w
+        .report(report("intruder", Some(lease_ref(&l)), Some(good.clone())))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    // Unknown task, missing fields, impossible counts.
+    let mut far = lease_ref(&l);
+    far.task_index = 10_000;
+    assert_eq!(
+        w.report(report("w1", Some(far), Some(good.clone())))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
+    assert_eq!(
+        w.report(report("w1", None, Some(good.clone())))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        w.report(report("w1", Some(lease_ref(&l)), None))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    let mut huge = good.clone();
+    huge.weighted = Some(nqueens_proto::u128_to_wire(1_000));
+    let e = w
+        .report(report("w1", Some(lease_ref(&l)), Some(huge)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    // Nothing invalid was stored.
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j.done, 0);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_are_checked_per_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.worker_token = Some("w-secret".into());
+    c.operator_token = Some("o-secret".into());
+    let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
+    let channel = Channel::from_shared(format!("http://{}", r.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let with = |token: &str| {
+        let value: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+        move |mut req: Request<()>| {
+            req.metadata_mut().insert("authorization", value.clone());
+            Ok(req)
+        }
+    };
+    let list = v1::ListJobsRequest {};
+    let mut none = OperatorServiceClient::new(channel.clone());
+    let e = none.list_jobs(list).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert!(e.message().contains("required"), "{e}");
+    let mut wrong = OperatorServiceClient::with_interceptor(channel.clone(), with("w-secret"));
+    let e = wrong.list_jobs(list).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Code::Unauthenticated,
+        "a worker token is not an operator token"
+    );
+    let mut right = OperatorServiceClient::with_interceptor(channel.clone(), with("o-secret"));
+    right.list_jobs(list).await.unwrap();
+    let mut worker = WorkerServiceClient::with_interceptor(channel, with("w-secret"));
+    worker
+        .lease(v1::LeaseRequest {
+            worker_id: "w".into(),
+            max_tasks: 1,
+        })
+        .await
+        .unwrap();
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn health_reports_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let channel = Channel::from_shared(format!("http://{}", r.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    for service in ["", "nqueens.v1.WorkerService"] {
+        let s = h
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            s.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
+    }
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn refuses_open_addresses_without_tokens_and_a_second_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.listen = "0.0.0.0:0".parse().unwrap();
+    let e = start(c.clone(), Arc::new(ManualClock::default()))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(e, StartError::NoTokens(_)), "{e}");
+    c.insecure = true;
+    let first = start(c.clone(), Arc::new(ManualClock::default()))
+        .await
+        .unwrap();
+    let e = start(config(dir.path()), Arc::new(ManualClock::default()))
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("another coordinator"), "{e}");
+    first.shutdown().await.unwrap();
+}

@@ -1,0 +1,266 @@
+//! `kill -9` of the real coordinator binary while clients report results,
+//! then a restart on the same data directory: every acknowledged result is
+//! still there and the final count is exact.
+
+use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
+use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// A coordinator process and the address it printed.
+struct Coordinator {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Coordinator {
+    /// A failing test must not leave a coordinator running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path) -> Coordinator {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the coordinator");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .filter(|a| a.contains(':'))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    Coordinator {
+        child,
+        url: format!("http://{addr}"),
+    }
+}
+
+/// A result waiting to be acknowledged (kept across crashes, like a worker).
+#[derive(Clone)]
+struct Pending {
+    lease: v1::LeaseRef,
+    result: v1::TaskResult,
+}
+
+/// How the coordinator answered a report.
+type Ack = (u64, ReportOutcome);
+
+/// One client: reports what it still holds, then leases, counts and
+/// reports until the job is done or the coordinator goes away. Every
+/// answered report is sent to `acks`.
+async fn client(
+    url: String,
+    name: String,
+    held: Arc<Mutex<Vec<Pending>>>,
+    acks: mpsc::UnboundedSender<Ack>,
+) {
+    let Ok(mut w) = WorkerServiceClient::connect(url).await else {
+        return;
+    };
+    loop {
+        let next = held.lock().unwrap().pop();
+        let p = match next {
+            Some(p) => p,
+            None => {
+                let req = v1::LeaseRequest {
+                    worker_id: name.clone(),
+                    max_tasks: 1,
+                };
+                let Ok(resp) = w.lease(req).await else { return };
+                let Some(l) = resp.into_inner().leases.pop() else {
+                    return;
+                };
+                let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
+                let result = tokio::task::spawn_blocking(move || {
+                    Plan::new(spec).unwrap().count_task(&task).unwrap()
+                })
+                .await
+                .unwrap();
+                Pending {
+                    lease: v1::LeaseRef {
+                        job_id: l.job_id,
+                        task_index: l.task.unwrap().index,
+                        lease_id: l.lease_id,
+                    },
+                    result: tally_to_wire(&result),
+                }
+            }
+        };
+        let req = v1::ReportRequest {
+            worker_id: name.clone(),
+            lease: Some(p.lease),
+            result: Some(p.result.clone()),
+        };
+        match w.report(req).await {
+            Ok(r) => {
+                let outcome = ReportOutcome::try_from(r.into_inner().outcome).unwrap();
+                let _ = acks.send((p.lease.task_index, outcome));
+            }
+            Err(_) => {
+                // Not acknowledged: keep it for the next coordinator.
+                held.lock().unwrap().push(p);
+                return;
+            }
+        }
+    }
+}
+
+async fn job(url: &str, id: u64) -> v1::Job {
+    let mut ops = OperatorServiceClient::connect(url.to_string())
+        .await
+        .unwrap();
+    ops.get_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut c = start(&data);
+    let spec = PlanSpec {
+        n: Size::new(14).unwrap(),
+        strategy: Strategy::Frame,
+        depth: 0,
+        tasks: 150,
+    };
+    let mut ops = OperatorServiceClient::connect(c.url.clone()).await.unwrap();
+    let submitted = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some((&spec).into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = submitted.job_id;
+    // Planning takes milliseconds; the watch stream says when it is done.
+    let mut watch = ops
+        .watch_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut tasks = 0;
+    while let Some(j) = watch.message().await.unwrap() {
+        if j.tasks > 0 {
+            tasks = j.tasks;
+            break;
+        }
+    }
+    drop(watch);
+
+    let held = Arc::new(Mutex::new(Vec::new()));
+    // Tasks whose report was ACCEPTED: each at most once, ever.
+    let mut acked = BTreeSet::new();
+    // Tasks whose result the coordinator confirmed (ACCEPTED, or DUPLICATE
+    // when the first acknowledgement was lost in a crash).
+    let mut confirmed = BTreeSet::new();
+    let mut note = |(task, outcome): Ack, acked: &mut BTreeSet<u64>| {
+        assert_ne!(
+            outcome,
+            ReportOutcome::Conflict,
+            "a correct result can never conflict"
+        );
+        if outcome == ReportOutcome::Accepted {
+            assert!(acked.insert(task), "task {task} accepted twice");
+        }
+        confirmed.insert(task);
+    };
+    // Kill points: after a pseudo-random number of acknowledgements.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..5 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let kill_after = 3 + seed % 12;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let clients: Vec<_> = (0..3)
+            .map(|k| {
+                tokio::spawn(client(
+                    c.url.clone(),
+                    format!("w{k}"),
+                    held.clone(),
+                    tx.clone(),
+                ))
+            })
+            .collect();
+        drop(tx);
+        let mut this_round = 0;
+        while let Some(ack) = rx.recv().await {
+            note(ack, &mut acked);
+            this_round += 1;
+            if this_round == kill_after {
+                c.child.kill().unwrap(); // SIGKILL, with other reports in flight
+                break;
+            }
+        }
+        c.child.wait().unwrap();
+        for h in clients {
+            h.await.unwrap();
+        }
+        while let Ok(ack) = rx.try_recv() {
+            note(ack, &mut acked);
+        }
+        c = start(&data);
+        let j = job(&c.url, id).await;
+        assert!(
+            j.done >= acked.len() as u64,
+            "round {round}: {} done after restart, {} were acknowledged",
+            j.done,
+            acked.len()
+        );
+        assert_eq!(j.tasks, tasks);
+    }
+
+    // The last run finishes the job.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let clients: Vec<_> = (0..3)
+        .map(|k| {
+            tokio::spawn(client(
+                c.url.clone(),
+                format!("w{k}"),
+                held.clone(),
+                tx.clone(),
+            ))
+        })
+        .collect();
+    drop(tx);
+    while let Some(ack) = rx.recv().await {
+        note(ack, &mut acked);
+    }
+    for h in clients {
+        h.await.unwrap();
+    }
+    let j = job(&c.url, id).await;
+    assert_eq!(j.state, v1::JobState::Done as i32);
+    assert_eq!(j.done, tasks);
+    assert_eq!(confirmed.len() as u64, tasks, "every task confirmed");
+    assert!(acked.len() as u64 <= tasks);
+    assert_eq!(
+        (
+            u128_from_wire(j.total.as_ref()),
+            u128_from_wire(j.unique.as_ref())
+        ),
+        (365_596, 45_752)
+    );
+}
