@@ -33,7 +33,10 @@ fn start(dir: &Path) -> Coordinator {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
         .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -12,16 +12,19 @@ use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{start, Config};
 use nqueens_coordinator::state::Limits;
+use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::tally_to_wire;
 use std::sync::Arc;
 use std::time::Instant;
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let clients: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(64);
     let tasks: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let dir = tempfile::tempdir().unwrap();
@@ -42,8 +45,18 @@ async fn main() {
         depth: 0,
         tasks,
     };
-    let job = ops.submit_job(v1::SubmitJobRequest { plan: Some((&spec).into()) }).await.unwrap().into_inner();
-    let mut watch = ops.watch_job(v1::JobRef { job_id: job.job_id }).await.unwrap().into_inner();
+    let job = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some((&spec).into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut watch = ops
+        .watch_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
     let mut total_tasks = 0;
     while let Some(j) = watch.message().await.unwrap() {
         if j.tasks > 0 {
@@ -62,8 +75,13 @@ async fn main() {
                 let name = format!("bench-{k}");
                 let mut reported = 0u64;
                 loop {
-                    let req = v1::LeaseRequest { worker_id: name.clone(), max_tasks: 1 };
-                    let Some(l) = w.lease(req).await.unwrap().into_inner().leases.pop() else { break };
+                    let req = v1::LeaseRequest {
+                        worker_id: name.clone(),
+                        max_tasks: 1,
+                    };
+                    let Some(l) = w.lease(req).await.unwrap().into_inner().leases.pop() else {
+                        break;
+                    };
                     let lease = v1::LeaseRef {
                         job_id: l.job_id,
                         task_index: l.task.unwrap().index,

@@ -6,6 +6,7 @@ use crate::journal::{Journal, JournalError};
 use crate::state::{
     digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, Verdict, WorkerInfo,
 };
+use crate::store::{Opened, Store, StoreError};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
 use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
@@ -60,12 +61,16 @@ pub enum CoordError {
     DataDir { path: PathBuf, why: String },
     #[error("start-up check failed for job {job}: {why}")]
     Verify { job: u64, why: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// The coordinator.
 pub struct Coordinator {
     state: Mutex<State>,
     journal: Journal,
+    store: Store,
+    store_opened: Opened,
     clock: Arc<dyn Clock>,
     /// Bumped after every change, for watchers.
     changed: tokio::sync::watch::Sender<u64>,
@@ -103,18 +108,21 @@ impl Coordinator {
             )
         })?;
         let (journal, replay) = Journal::open(&data_dir.join("journal"))?;
+        let (store, store_opened) = Store::open(&data_dir.join("store"))?;
         let mut state = State::new(limits);
         for r in &replay.records {
             state.apply(r)?;
+            store.apply(r)?; // catch the store up (idempotent)
         }
-        let jobs: Vec<(u64, PlanSpec, bool)> = state
-            .jobs()
-            .map(|j| (j.id, j.spec, j.planned().is_some()))
-            .collect();
+        // (job, spec, (tasks, digest) if planned)
+        type Planned = (u64, PlanSpec, Option<(u64, u64)>);
+        let jobs: Vec<Planned> = state.jobs().map(|j| (j.id, j.spec, j.planned())).collect();
         let (changed, _) = tokio::sync::watch::channel(0);
         let core = Arc::new(Coordinator {
             state: Mutex::new(state),
             journal,
+            store,
+            store_opened,
             clock,
             changed,
             submit: tokio::sync::Mutex::new(()),
@@ -125,6 +133,7 @@ impl Coordinator {
             core.plan_job(id, spec, planned).await?;
         }
         core.verify()?;
+        core.store.flush();
         let epoch = core.lock().epoch() + 1;
         core.write(rec(Record::Boot(v1::Boot {
             epoch,
@@ -137,6 +146,11 @@ impl Coordinator {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The store, and how it was found at start-up.
+    pub fn store(&self) -> (&Store, &Opened) {
+        (&self.store, &self.store_opened)
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -164,18 +178,40 @@ impl Coordinator {
     async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
         self.journal.append(&r).await?;
         let v = self.lock().apply(&r)?;
+        if let Err(e) = self.store.apply(&r) {
+            tracing::warn!(error = %e, "store update failed; the journal holds the record");
+        }
         self.bump();
         Ok(v)
     }
 
-    /// Computes a job's tasks off the async threads and attaches them; a job
+    /// Attaches a job's tasks: from the store when they match the journal's
+    /// digest, else computed off the async threads (and stored). A job
     /// planned for the first time gets its JobPlanned record.
-    async fn plan_job(&self, id: u64, spec: PlanSpec, planned: bool) -> Result<(), CoordError> {
+    async fn plan_job(
+        &self,
+        id: u64,
+        spec: PlanSpec,
+        planned: Option<(u64, u64)>,
+    ) -> Result<(), CoordError> {
+        if let Some((count, want)) = planned {
+            if let Some(tasks) = self
+                .store
+                .tasks(id)
+                .filter(|t| t.len() as u64 == count && digest(t) == want)
+            {
+                self.lock().attach_tasks(id, tasks)?;
+                self.bump();
+                return Ok(());
+            }
+            tracing::info!(job = id, "task list not in the store; re-planning");
+        }
         let tasks =
             tokio::task::spawn_blocking(move || Plan::new(spec).map(|p| p.schedule().tasks))
                 .await
                 .expect("planning thread panicked")?;
-        if !planned {
+        self.store.put_tasks(id, &tasks)?;
+        if planned.is_none() {
             self.write(rec(Record::JobPlanned(v1::JobPlanned {
                 job_id: id,
                 tasks: tasks.len() as u64,
@@ -188,16 +224,38 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Re-derives every job's totals from its result rows.
+    /// Re-derives every job's totals from its result rows, and rewrites
+    /// store rows that disagree with the journal.
     fn verify(&self) -> Result<(), CoordError> {
         let state = self.lock();
+        let mut repaired = 0;
         for job in state.jobs() {
             let mut sum = Tally::default();
-            for (_, r) in job.results() {
+            for (&task, r) in job.results() {
                 sum.merge(&r.tally).map_err(|e| CoordError::Verify {
                     job: job.id,
                     why: e.to_string(),
                 })?;
+                let row = self.store.result(job.id, task);
+                if row
+                    .as_ref()
+                    .and_then(|d| d.result.as_ref())
+                    .map(nqueens_proto::tally_from_wire)
+                    != Some(r.tally)
+                {
+                    let mut result = tally_to_wire(&r.tally);
+                    result.elapsed_ms = r.elapsed_ms;
+                    result.solver_version = r.solver_version.clone();
+                    self.store.put_result(&v1::TaskDone {
+                        job_id: job.id,
+                        task_index: task,
+                        result: Some(result),
+                        worker_id: r.worker.clone(),
+                        lease_id: r.lease_id,
+                        unix_ms: r.unix_ms,
+                    })?;
+                    repaired += 1;
+                }
             }
             if sum != job.tally {
                 return Err(CoordError::Verify {
@@ -205,6 +263,12 @@ impl Coordinator {
                     why: "the job's running totals differ from the sum of its results".into(),
                 });
             }
+        }
+        if repaired > 0 {
+            tracing::warn!(
+                rows = repaired,
+                "store rows missing or different from the journal were rewritten"
+            );
         }
         Ok(())
     }
@@ -222,7 +286,7 @@ impl Coordinator {
         .await?;
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            if let Err(e) = me.plan_job(id, spec, false).await {
+            if let Err(e) = me.plan_job(id, spec, None).await {
                 tracing::error!(job = id, error = %e, "planning failed");
             }
         });

@@ -6,9 +6,11 @@
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
 //! - [`service`]: the gRPC services, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
+//! - [`store`]: the sled store of task lists and result rows, rebuilt from the journal.
 
 pub mod core;
 pub mod journal;
 pub mod server;
 pub mod service;
 pub mod state;
+pub mod store;

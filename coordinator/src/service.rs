@@ -38,7 +38,9 @@ impl From<CoordError> for Status {
                 Status::unavailable(format!("not stored, retry later: {msg}"))
             }
             CoordError::Plan(_) => Status::invalid_argument(msg),
-            CoordError::DataDir { .. } | CoordError::Verify { .. } => Status::internal(msg),
+            CoordError::DataDir { .. } | CoordError::Verify { .. } | CoordError::Store(_) => {
+                Status::internal(msg)
+            }
         }
     }
 }

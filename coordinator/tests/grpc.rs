@@ -468,3 +468,130 @@ async fn refuses_open_addresses_without_tokens_and_a_second_coordinator() {
     assert!(e.to_string().contains("another coordinator"), "{e}");
     first.shutdown().await.unwrap();
 }
+
+/// Runs part of a job, stops the coordinator, lets `damage` loose on the
+/// data directory, restarts, and finishes the job: the count must be exact.
+async fn survive(damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
+    let done = work(&mut w, "w1", 15).await as u64;
+    r.shutdown().await.unwrap();
+    damage(dir.path());
+    let r = serve(dir.path(), clock).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j.done, done, "the journal kept every result");
+    assert_eq!(
+        r.core.store().0.result_rows() as u64,
+        done,
+        "the store has every row again"
+    );
+    work(&mut w, "w2", usize::MAX).await;
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(counts(&j), (14_200, 1_787));
+    (r, dir)
+}
+
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_garbled_store_is_moved_aside_and_rebuilt() {
+    let (r, _dir) = survive(|dir| {
+        for f in files_under(&dir.join("store")) {
+            let len = std::fs::metadata(&f).unwrap().len().max(64) as usize;
+            std::fs::write(
+                &f,
+                (0..len)
+                    .map(|i| (i * 7919 % 251) as u8)
+                    .collect::<Vec<u8>>(),
+            )
+            .unwrap();
+        }
+    })
+    .await;
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_store_is_rebuilt() {
+    let (r, _dir) = survive(|dir| std::fs::remove_dir_all(dir.join("store")).unwrap()).await;
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn wrong_store_rows_and_task_lists_are_replaced_from_the_journal() {
+    use nqueens_coordinator::store::Store;
+    let (r, _dir) = survive(|dir| {
+        let (store, _) = Store::open(&dir.join("store")).unwrap();
+        // A done task's row with different counts, and a shuffled task list.
+        let mut row = (0..100).find_map(|t| store.result(1, t)).expect("some row");
+        row.result.as_mut().unwrap().weighted = Some(nqueens_proto::u128_to_wire(999));
+        store.put_result(&row).unwrap();
+        let mut tasks = store.tasks(1).unwrap();
+        tasks.swap(0, 1);
+        store.put_tasks(1, &tasks).unwrap();
+        store.flush();
+    })
+    .await;
+    let store = r.core.store().0;
+    for t in 0..store.result_rows() as u64 {
+        let row = store.result(1, t).expect("every task has its row");
+        assert_ne!(
+            nqueens_proto::u128_from_wire(row.result.unwrap().weighted.as_ref()),
+            999,
+            "task {t}: the wrong row was kept"
+        );
+    }
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_journal_damaged_in_the_middle_is_refused_with_a_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(10, Strategy::Frame, 20)).await;
+    work(&mut w, "w1", 5).await;
+    r.shutdown().await.unwrap();
+    let path = dir.path().join("journal");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = start(config(dir.path()), Arc::new(ManualClock::default()))
+        .await
+        .err()
+        .expect("must refuse");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("damaged at byte") && msg.contains("truncate -s"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "left untouched for the operator"
+    );
+}

@@ -1,0 +1,184 @@
+//! The sled store: each job's task list (so a restart need not re-plan, which
+//! takes minutes at N=27) and its result rows, queryable without the journal.
+//!
+//! The journal stays the source of truth. sled 0.34's flush is not a full
+//! fsync and a killed process can leave a directory sled will not open, so:
+//! at every start every journal record is applied again (idempotently) to
+//! catch up; rows that disagree with the journal are rewritten; a directory
+//! that will not open is moved aside and rebuilt from the journal and the
+//! plans. Nothing here is needed for exactness, only for speed.
+
+use nqueens_common::plan::Task;
+use nqueens_proto::v1::{journal_record::Record, JournalRecord, TaskDone};
+use prost::Message;
+use std::path::{Path, PathBuf};
+
+/// A store problem (reported, never fatal to counting).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: {source}")]
+    Sled { path: PathBuf, source: sled::Error },
+    #[error("store {path}: cannot move the damaged store aside: {source}")]
+    Move {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// How the store was found at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    Existing,
+    /// It would not open; the old directory was moved here and a new one made.
+    Rebuilt {
+        moved_to: PathBuf,
+        reason: String,
+    },
+}
+
+pub struct Store {
+    path: PathBuf,
+    db: sled::Db,
+    tasks: sled::Tree,
+    results: sled::Tree,
+}
+
+fn key(job: u64, index: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&job.to_be_bytes());
+    k[8..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+fn encode_task(t: &Task) -> Vec<u8> {
+    let mut v = Vec::with_capacity(48);
+    for x in [t.index, t.lo, t.hi, t.skip, t.take, t.subproblems] {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.extend_from_slice(&t.work.to_le_bytes());
+    v
+}
+
+fn decode_task(b: &[u8]) -> Option<Task> {
+    let word = |i: usize| {
+        b.get(i * 8..i * 8 + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+    };
+    Some(Task {
+        index: word(0)?,
+        lo: word(1)?,
+        hi: word(2)?,
+        skip: word(3)?,
+        take: word(4)?,
+        subproblems: word(5)?,
+        work: f64::from_bits(word(6)?),
+    })
+}
+
+impl Store {
+    /// Opens the store, moving a damaged one aside and starting afresh.
+    pub fn open(path: &Path) -> Result<(Store, Opened), StoreError> {
+        let sled_err = |source| StoreError::Sled {
+            path: path.to_path_buf(),
+            source,
+        };
+        // sled may panic rather than fail on a damaged directory.
+        let attempt = std::panic::catch_unwind(|| sled::open(path));
+        let (db, opened) = match attempt {
+            Ok(Ok(db)) => (db, Opened::Existing),
+            failed => {
+                let reason = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "sled panicked while opening it".to_string(),
+                };
+                let moved_to = path.with_extension(format!("damaged-{}", std::process::id()));
+                tracing::warn!(store = %path.display(), %reason, moved_to = %moved_to.display(), "store will not open; rebuilding it from the journal");
+                std::fs::rename(path, &moved_to).map_err(|source| StoreError::Move {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let db = sled::open(path).map_err(sled_err)?;
+                (db, Opened::Rebuilt { moved_to, reason })
+            }
+        };
+        let tasks = db.open_tree("tasks").map_err(sled_err)?;
+        let results = db.open_tree("results").map_err(sled_err)?;
+        Ok((
+            Store {
+                path: path.to_path_buf(),
+                db,
+                tasks,
+                results,
+            },
+            opened,
+        ))
+    }
+
+    fn err(&self, source: sled::Error) -> StoreError {
+        StoreError::Sled {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// A job's stored task list, if complete and readable.
+    pub fn tasks(&self, job: u64) -> Option<Vec<Task>> {
+        let mut out = Vec::new();
+        for (i, kv) in self.tasks.scan_prefix(job.to_be_bytes()).enumerate() {
+            let (_, v) = kv.ok()?;
+            let t = decode_task(&v)?;
+            if t.index != i as u64 {
+                return None;
+            }
+            out.push(t);
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    pub fn put_tasks(&self, job: u64, tasks: &[Task]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for t in tasks {
+            batch.insert(&key(job, t.index), encode_task(t));
+        }
+        self.tasks.apply_batch(batch).map_err(|e| self.err(e))
+    }
+
+    /// Records a journal record's row (the first result of a task wins,
+    /// as in the journal).
+    pub fn apply(&self, r: &JournalRecord) -> Result<(), StoreError> {
+        if let Some(Record::TaskDone(d)) = &r.record {
+            let k = key(d.job_id, d.task_index);
+            let _ = self
+                .results
+                .compare_and_swap(k, None as Option<&[u8]>, Some(d.encode_to_vec()))
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// A stored result row.
+    pub fn result(&self, job: u64, task: u64) -> Option<TaskDone> {
+        let v = self.results.get(key(job, task)).ok()??;
+        TaskDone::decode(v.as_ref()).ok()
+    }
+
+    /// Replaces a row that disagrees with the journal.
+    pub fn put_result(&self, d: &TaskDone) -> Result<(), StoreError> {
+        self.results
+            .insert(key(d.job_id, d.task_index), d.encode_to_vec())
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Rows in the store: for checks and tests.
+    pub fn result_rows(&self) -> usize {
+        self.results.len()
+    }
+
+    /// Asks sled to write its buffers (not a durability point: see above).
+    pub fn flush(&self) {
+        if let Err(e) = self.db.flush() {
+            tracing::warn!(error = %e, "store flush failed; the journal still holds everything");
+        }
+    }
+}
