@@ -135,6 +135,9 @@ enum Command {
         /// Seconds a lease lives without a heartbeat.
         #[arg(long, value_name = "S", default_value_t = 60)]
         lease_ttl: u64,
+        /// Serve Prometheus metrics at http://ADDR/metrics.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Print the classic table of counts, one row per N as soon as it is done.
     #[command(
@@ -421,6 +424,7 @@ fn run(command: Command) -> Result<(), Failure> {
             operator_token_file,
             insecure,
             lease_ttl,
+            metrics,
         } => {
             let token =
                 |file: Option<std::path::PathBuf>, var: &str| -> Result<Option<String>, Failure> {
@@ -442,6 +446,7 @@ fn run(command: Command) -> Result<(), Failure> {
                 worker_token: token(worker_token_file, "NQUEENS_WORKER_TOKEN")?,
                 operator_token: token(operator_token_file, "NQUEENS_OPERATOR_TOKEN")?,
                 insecure,
+                metrics,
                 limits: nqueens_coordinator::state::Limits {
                     lease_ttl_ms: lease_ttl.max(1) * 1000,
                     ..Default::default()
@@ -490,6 +495,9 @@ fn run_coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Fa
             .await
             .map_err(|e| Failure::NotFound(format!("error: {e}")))?;
         println!("nqueens coordinator listening on {}", running.addr);
+        if let Some(m) = running.metrics_addr {
+            println!("metrics at http://{m}/metrics");
+        }
         io::stdout().flush()?;
         tokio::select! {
             r = tokio::signal::ctrl_c() => r?,

@@ -34,6 +34,7 @@ async fn main() {
         worker_token: None,
         operator_token: None,
         insecure: false,
+        metrics: None,
         limits: Limits::default(),
     };
     let server = start(config, Arc::new(SystemClock)).await.unwrap();

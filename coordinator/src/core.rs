@@ -293,6 +293,11 @@ impl Coordinator {
         self.job(id)
     }
 
+    /// Event counters, for metrics.
+    pub fn counters(&self) -> crate::state::Counters {
+        self.lock().counters
+    }
+
     pub fn job(&self, id: u64) -> Result<JobView, CoordError> {
         Ok(self.lock().job(id)?.view())
     }

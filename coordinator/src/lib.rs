@@ -3,6 +3,7 @@
 //!
 //! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
+//! - [`metrics`]: the Prometheus endpoint.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
 //! - [`service`]: the gRPC services, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
@@ -10,6 +11,7 @@
 
 pub mod core;
 pub mod journal;
+pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod state;

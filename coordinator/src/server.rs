@@ -27,6 +27,8 @@ pub struct Config {
     pub operator_token: Option<String>,
     /// Allow listening beyond loopback without tokens.
     pub insecure: bool,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics: Option<SocketAddr>,
     pub limits: Limits,
 }
 
@@ -52,10 +54,13 @@ pub enum StartError {
 /// A running coordinator.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The metrics address, when serving metrics.
+    pub metrics_addr: Option<SocketAddr>,
     pub core: Arc<Coordinator>,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     sweeper: tokio::task::JoinHandle<()>,
+    metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -67,6 +72,10 @@ impl Running {
         }
         self.sweeper.abort();
         let _ = (&mut self.sweeper).await;
+        if let Some(m) = self.metrics.take() {
+            m.abort();
+            let _ = m.await;
+        }
         self.server.await.expect("server task panicked")
     }
 
@@ -156,6 +165,25 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         }
     });
 
+    let (metrics_addr, metrics) = match config.metrics {
+        Some(at) => {
+            let listener = crate::metrics::bind(at)
+                .await
+                .map_err(|source| StartError::Bind { addr: at, source })?;
+            let bound = listener
+                .local_addr()
+                .map_err(|source| StartError::Bind { addr: at, source })?;
+            (
+                Some(bound),
+                Some(tokio::spawn(crate::metrics::serve(
+                    listener,
+                    Arc::clone(&core),
+                ))),
+            )
+        }
+        None => (None, None),
+    };
+
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -173,6 +201,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator listening");
     Ok(Running {
         addr,
+        metrics_addr,
+        metrics,
         core,
         stop: Some(stop),
         server,

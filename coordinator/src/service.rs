@@ -114,6 +114,8 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         unique: Some(u128_to_wire(j.unique)),
         conflicts: j.conflicts,
         submitted_unix_ms: j.submitted_ms,
+        work_per_second: j.work_per_second,
+        eta_seconds: j.eta_seconds.unwrap_or(0.0),
     }
 }
 

@@ -12,7 +12,7 @@ use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally, Task};
 use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Lease ids are `(boot epoch << EPOCH_SHIFT) | counter`.
 const EPOCH_SHIFT: u32 = 40;
@@ -100,7 +100,12 @@ pub struct Job {
     /// Tasks waiting out a retry backoff: (not before, task).
     waiting: BTreeSet<(u64, u64)>,
     attempts: HashMap<u64, u32>,
+    /// The latest results: (time, estimated work), for the rate.
+    recent: VecDeque<(u64, f64)>,
 }
+
+/// Results the rate is measured over.
+const RATE_WINDOW: usize = 256;
 
 /// A snapshot of a job's progress.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,9 +125,24 @@ pub struct JobView {
     pub unique: u128,
     pub conflicts: u64,
     pub submitted_ms: u64,
+    /// Estimated work done per second over the latest results.
+    pub work_per_second: f64,
+    /// Seconds left at that rate, when it is known.
+    pub eta_seconds: Option<f64>,
 }
 
 impl Job {
+    /// Work per second between the oldest and newest of the latest results.
+    fn rate(&self) -> f64 {
+        match (self.recent.front(), self.recent.back()) {
+            (Some(&(t0, _)), Some(&(t1, _))) if t1 > t0 => {
+                let work: f64 = self.recent.iter().skip(1).map(|&(_, w)| w).sum();
+                work * 1000.0 / (t1 - t0) as f64
+            }
+            _ => 0.0,
+        }
+    }
+
     pub fn state(&self) -> JobState {
         match (self.control, &self.tasks) {
             (JobState::Cancelled, _) => JobState::Cancelled,
@@ -186,6 +206,9 @@ impl Job {
             unique,
             conflicts: self.conflicts.len() as u64,
             submitted_ms: self.submitted_ms,
+            work_per_second: self.rate(),
+            eta_seconds: (self.rate() > 0.0)
+                .then(|| (self.work_total - self.work_done).max(0.0) / self.rate()),
         }
     }
 
@@ -266,9 +289,21 @@ pub enum StateError {
     PlanChanged { job: u64, got: u64, want: u64 },
 }
 
+/// Event counts since start-up (replayed records included), for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub accepted: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub leases_granted: u64,
+    pub lease_expiries: u64,
+    pub releases: u64,
+}
+
 /// The whole in-memory state.
 #[derive(Debug)]
 pub struct State {
+    pub counters: Counters,
     limits: Limits,
     jobs: BTreeMap<u64, Job>,
     workers: BTreeMap<String, WorkerInfo>,
@@ -298,6 +333,7 @@ pub fn digest(tasks: &[Task]) -> u64 {
 impl State {
     pub fn new(limits: Limits) -> State {
         State {
+            counters: Counters::default(),
             limits,
             jobs: BTreeMap::new(),
             workers: BTreeMap::new(),
@@ -396,6 +432,10 @@ impl State {
                     } else {
                         Verdict::Conflict
                     };
+                    match v {
+                        Verdict::Duplicate => self.counters.duplicates += 1,
+                        _ => self.counters.conflicts += 1,
+                    }
                     if v == Verdict::Conflict {
                         job.conflicts.push(Conflict {
                             task: d.task_index,
@@ -425,6 +465,10 @@ impl State {
                     .and_then(|t| t.get(d.task_index as usize))
                 {
                     job.work_done += t.work;
+                    job.recent.push_back((d.unix_ms, t.work));
+                    if job.recent.len() > RATE_WINDOW {
+                        job.recent.pop_front();
+                    }
                 }
                 job.ready.remove(&d.task_index);
                 job.waiting.retain(|&(_, t)| t != d.task_index);
@@ -434,6 +478,7 @@ impl State {
                 if let Some(w) = self.workers.get_mut(&d.worker_id) {
                     w.tasks_done += 1;
                 }
+                self.counters.accepted += 1;
                 return Ok(Some(Verdict::New));
             }
             Record::TaskConflict(c) => {
@@ -448,6 +493,7 @@ impl State {
                     worker: c.worker_id.clone(),
                     tally,
                 });
+                self.counters.conflicts += 1;
                 if let Some(w) = self.workers.get_mut(&c.worker_id) {
                     w.errors += 1;
                 }
@@ -539,6 +585,7 @@ impl State {
                 };
                 let lease_id = self.epoch << EPOCH_SHIFT | self.next_lease;
                 self.next_lease += 1;
+                self.counters.leases_granted += 1;
                 let deadline = now + ttl;
                 job.leases.insert(
                     task,
@@ -609,6 +656,7 @@ impl State {
                     job.ready.insert(r.task);
                 }
                 released += 1;
+                self.counters.releases += 1;
             }
         }
         released
@@ -629,6 +677,7 @@ impl State {
             for task in gone {
                 let l = job.leases.remove(&task).expect("listed above");
                 self.by_lease.remove(&l.lease_id);
+                self.counters.lease_expiries += 1;
                 if let Some(w) = self.workers.get_mut(&l.worker) {
                     w.errors += 1;
                 }
@@ -716,6 +765,7 @@ fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64) -> Job {
         ready: BTreeSet::new(),
         waiting: BTreeSet::new(),
         attempts: HashMap::new(),
+        recent: VecDeque::new(),
     }
 }
 
@@ -855,6 +905,34 @@ mod tests {
             assert!((v.work_done - v.work_total).abs() < 1e-6 * v.work_total);
             assert_eq!(s.workers().next().unwrap().tasks_done, tasks.len() as u64);
         }
+    }
+
+    #[test]
+    fn rate_and_eta_follow_the_results() {
+        let (mut s, plan, _) = running(spec(10, Strategy::Frame, 8), 1);
+        assert_eq!(
+            s.job(1).unwrap().view().eta_seconds,
+            None,
+            "no rate before two results"
+        );
+        let granted = s.lease("w", 2, 0);
+        for (k, g) in granted.iter().enumerate() {
+            let t = plan.count_task(&g.task).unwrap();
+            let mut r = done(1, g.task.index, &t, "w", g.lease_id);
+            if let Some(Record::TaskDone(d)) = r.record.as_mut() {
+                d.unix_ms = 1_000 * k as u64; // one second apart
+            }
+            s.apply(&r).unwrap();
+        }
+        let v = s.job(1).unwrap().view();
+        let second = granted[1].task.work;
+        assert!(
+            (v.work_per_second - second).abs() < 1e-9 * second,
+            "{} vs {second}",
+            v.work_per_second
+        );
+        let eta = v.eta_seconds.unwrap();
+        assert!((eta - (v.work_total - v.work_done) / second).abs() < 1e-6 * eta.max(1.0));
     }
 
     #[test]

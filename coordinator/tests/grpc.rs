@@ -33,6 +33,7 @@ fn config(dir: &Path) -> Config {
         worker_token: None,
         operator_token: None,
         insecure: false,
+        metrics: None,
         limits: limits(),
     }
 }
@@ -594,4 +595,54 @@ async fn a_journal_damaged_in_the_middle_is_refused_with_a_way_out() {
         bytes,
         "left untouched for the operator"
     );
+}
+
+/// GET over plain HTTP/1.1; returns (status line, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[tokio::test]
+async fn metrics_count_tasks_results_and_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.metrics = Some("127.0.0.1:0".parse().unwrap());
+    let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(9, Strategy::Frame, 10)).await;
+    assert_eq!(work(&mut w, "w\"1", 3).await, 3);
+    let held = lease(&mut w, "w\"1", 1).await;
+    assert_eq!(held.len(), 1);
+    let (status, body) = http_get(r.metrics_addr.unwrap(), "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    for line in [
+        "nqueens_results_total{outcome=\"accepted\"} 3".to_string(),
+        format!("nqueens_tasks{{job=\"{}\",state=\"done\"}} 3", job.job_id),
+        format!("nqueens_tasks{{job=\"{}\",state=\"leased\"}} 1", job.job_id),
+        format!(
+            "nqueens_tasks{{job=\"{}\",state=\"pending\"}} {}",
+            job.job_id,
+            job.tasks - 4
+        ),
+        "nqueens_leases_granted_total 4".to_string(),
+        "nqueens_worker_tasks_done_total{worker=\"w\\\"1\"} 3".to_string(),
+        "nqueens_worker_leases{worker=\"w\\\"1\"} 1".to_string(),
+        "# TYPE nqueens_lease_expiries_total counter".to_string(),
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    let (status, _) = http_get(r.metrics_addr.unwrap(), "/other").await;
+    assert!(status.contains("404"), "{status}");
+    r.shutdown().await.unwrap();
 }
