@@ -138,6 +138,15 @@ enum Command {
         /// Serve Prometheus metrics at http://ADDR/metrics.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// Serve TLS with this certificate chain (PEM).
+        #[arg(long, value_name = "F", requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The private key of --tls-cert (PEM).
+        #[arg(long, value_name = "F", requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
+        /// Require client certificates signed by this CA (PEM).
+        #[arg(long, value_name = "F", requires = "tls_cert")]
+        tls_client_ca: Option<std::path::PathBuf>,
     },
     /// Print the classic table of counts, one row per N as soon as it is done.
     #[command(
@@ -425,6 +434,9 @@ fn run(command: Command) -> Result<(), Failure> {
             insecure,
             lease_ttl,
             metrics,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
         } => {
             let token =
                 |file: Option<std::path::PathBuf>, var: &str| -> Result<Option<String>, Failure> {
@@ -447,6 +459,11 @@ fn run(command: Command) -> Result<(), Failure> {
                 operator_token: token(operator_token_file, "NQUEENS_OPERATOR_TOKEN")?,
                 insecure,
                 metrics,
+                tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
+                    cert,
+                    key: tls_key.expect("clap requires --tls-key with --tls-cert"),
+                    client_ca: tls_client_ca,
+                }),
                 limits: nqueens_coordinator::state::Limits {
                     lease_ttl_ms: lease_ttl.max(1) * 1000,
                     ..Default::default()

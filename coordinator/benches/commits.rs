@@ -35,6 +35,7 @@ async fn main() {
         operator_token: None,
         insecure: false,
         metrics: None,
+        tls: None,
         limits: Limits::default(),
     };
     let server = start(config, Arc::new(SystemClock)).await.unwrap();

@@ -29,7 +29,18 @@ pub struct Config {
     pub insecure: bool,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// Serve over TLS with these PEM files.
+    pub tls: Option<Tls>,
     pub limits: Limits,
+}
+
+/// TLS files (PEM).
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Why the coordinator did not start.
@@ -49,6 +60,13 @@ pub enum StartError {
     Core(#[from] CoordError),
     #[error("reflection service: {0}")]
     Reflection(String),
+    #[error("TLS: cannot read {path}: {source}")]
+    TlsFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("TLS setup failed (are the certificate and key PEM files a matching pair?): {0}")]
+    Tls(String),
 }
 
 /// A running coordinator.
@@ -114,11 +132,29 @@ fn bearer(
 
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
-    if !config.listen.ip().is_loopback()
-        && (config.worker_token.is_none() || config.operator_token.is_none())
-        && !config.insecure
-    {
+    // Client certificates authenticate as well as tokens do.
+    let tokens = config.worker_token.is_some() && config.operator_token.is_some();
+    let client_certs = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if !config.listen.ip().is_loopback() && !tokens && !client_certs && !config.insecure {
         return Err(StartError::NoTokens(config.listen));
+    }
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| StartError::TlsFile {
+                path: path.clone(),
+                source,
+            })
+        };
+        let mut t = tonic::transport::ServerTlsConfig::new().identity(
+            tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?),
+        );
+        if let Some(ca) = &tls.client_ca {
+            t = t.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        builder = builder
+            .tls_config(t)
+            .map_err(|e| StartError::Tls(e.to_string()))?;
     }
     let core = Coordinator::open(&config.data_dir, config.limits, clock).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -186,7 +222,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(reflection)
             .add_service(workers)

@@ -34,6 +34,7 @@ fn config(dir: &Path) -> Config {
         operator_token: None,
         insecure: false,
         metrics: None,
+        tls: None,
         limits: limits(),
     }
 }
@@ -644,5 +645,82 @@ async fn metrics_count_tasks_results_and_workers() {
     }
     let (status, _) = http_get(r.metrics_addr.unwrap(), "/other").await;
     assert!(status.contains("404"), "{status}");
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tls_with_client_certificates() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf("localhost");
+    let (client_cert, client_key) = leaf("worker-1");
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let mut c = config(&dir.path().join("data"));
+    c.listen = "0.0.0.0:0".parse().unwrap(); // allowed without tokens: client certificates authenticate
+    c.tls = Some(nqueens_coordinator::server::Tls {
+        cert: file("server.pem", &server_cert),
+        key: file("server.key", &server_key),
+        client_ca: Some(file("ca.pem", &ca_pem)),
+    });
+    let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
+    let url = format!("https://localhost:{}", r.addr.port());
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca_pem))
+        .domain_name("localhost");
+    let with_cert = Channel::from_shared(url.clone())
+        .unwrap()
+        .tls_config(
+            tls.clone()
+                .identity(Identity::from_pem(&client_cert, &client_key)),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    OperatorServiceClient::new(with_cert)
+        .list_jobs(v1::ListJobsRequest {})
+        .await
+        .unwrap();
+    // Without a client certificate, or without TLS, no call gets through.
+    let no_cert = Channel::from_shared(url)
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(ch) = no_cert {
+        assert!(OperatorServiceClient::new(ch)
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .is_err());
+    }
+    let plain = Channel::from_shared(format!("http://127.0.0.1:{}", r.addr.port()))
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(ch) = plain {
+        assert!(OperatorServiceClient::new(ch)
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .is_err());
+    }
     r.shutdown().await.unwrap();
 }
