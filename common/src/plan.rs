@@ -489,14 +489,29 @@ impl Plan {
 
     /// Counts every subproblem of a task.
     pub fn count_task(&self, task: &Task) -> Result<Tally, PlanError> {
+        self.count_task_checked(task).map(|(tally, _)| tally)
+    }
+
+    /// Counts a task and returns a checksum of every subproblem's id and
+    /// counts (FNV-1a, in order), so two results can be compared beyond
+    /// their sums: a redundant run that agrees on totals by accident will
+    /// still differ here.
+    pub fn count_task_checked(&self, task: &Task) -> Result<(Tally, u64), PlanError> {
         let mut tally = Tally::default();
+        let mut checksum: u64 = 0xcbf2_9ce4_8422_2325;
         let mut result = Ok(());
         self.for_each_subproblem(task, |s| {
             if result.is_ok() {
-                result = tally.add(&s, &self.count(&s));
+                let c = self.count(&s);
+                for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
+                    for b in x.to_le_bytes() {
+                        checksum = (checksum ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                    }
+                }
+                result = tally.add(&s, &c);
             }
         });
-        result.map(|()| tally)
+        result.map(|()| (tally, checksum))
     }
 
     /// The class counts of the whole N from the tally of every task.

@@ -264,10 +264,18 @@ impl Coordinator {
                 });
             }
         }
+        // Rows the journal does not have (e.g. a lost last record) go: the
+        // journal is the truth.
+        for (job, task) in self.store.result_keys() {
+            if state.job(job).ok().and_then(|j| j.result(task)).is_none() {
+                self.store.remove_result(job, task)?;
+                repaired += 1;
+            }
+        }
         if repaired > 0 {
             tracing::warn!(
                 rows = repaired,
-                "store rows missing or different from the journal were rewritten"
+                "store rows missing from, or different from, the journal were rewritten"
             );
         }
         Ok(())
@@ -382,14 +390,12 @@ impl Coordinator {
         &self,
         worker: &str,
         r: LeaseRef,
-        tally: Tally,
-        elapsed_ms: u64,
-        version: &str,
+        result: v1::TaskResult,
     ) -> Result<Verdict, CoordError> {
-        let verdict = self.lock().check_report(worker, &r, &tally)?;
-        let mut result = tally_to_wire(&tally);
-        result.elapsed_ms = elapsed_ms;
-        result.solver_version = version.to_string();
+        let tally = nqueens_proto::tally_from_wire(&result);
+        let verdict = self
+            .lock()
+            .check_report(worker, &r, &tally, result.checksum)?;
         let now = self.now_ms();
         match verdict {
             Verdict::Duplicate => Ok(Verdict::Duplicate),

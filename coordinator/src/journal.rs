@@ -122,48 +122,46 @@ impl Journal {
     }
 }
 
+/// The record at the start of `rest` and its size, if it is whole and valid.
+fn record_at(rest: &[u8]) -> Option<(JournalRecord, usize)> {
+    let len = u32::from_le_bytes(rest.get(..4)?.try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest.get(4..8)?.try_into().expect("4 bytes"));
+    if len > MAX_RECORD {
+        return None;
+    }
+    let payload = rest.get(HEADER..HEADER + len)?;
+    // A real record always has its `oneof` set (zeros would otherwise read
+    // as empty records with a matching CRC).
+    (crc32fast::hash(payload) == crc)
+        .then(|| JournalRecord::decode(payload).ok())
+        .flatten()
+        .filter(|r| r.record.is_some())
+        .map(|r| (r, HEADER + len))
+}
+
 /// Reads records until the end or the first unreadable one. An unreadable
-/// record that reaches the end of the file is a torn last write (its bytes
-/// are dropped); one followed by more data is damage, and refused.
+/// record with no valid record anywhere after it is a torn last write (its
+/// bytes are dropped); one followed by a valid record is damage, refused
+/// (a damaged length field must not pass for a torn tail and cost every
+/// result after it).
 fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize), JournalError> {
     let mut records = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let rest = &bytes[at..];
-        let record = (rest.len() >= HEADER)
-            .then(|| {
-                let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-                let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-                let payload = rest.get(HEADER..HEADER + len)?;
-                // A real record always has its `oneof` set (zeros would
-                // otherwise read as empty records with a matching CRC).
-                (len <= MAX_RECORD && crc32fast::hash(payload) == crc)
-                    .then(|| JournalRecord::decode(payload).ok())
-                    .flatten()
-                    .filter(|r| r.record.is_some())
-                    .map(|r| (r, HEADER + len))
-            })
-            .flatten();
-        match record {
+        match record_at(&bytes[at..]) {
             Some((r, size)) => {
                 records.push(r);
                 at += size;
             }
             None => {
-                let claimed = rest.get(..4).map_or(usize::MAX, |l| {
-                    u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize
-                });
-                let torn = rest.len() < HEADER
-                    || HEADER.saturating_add(claimed) >= rest.len()
-                    || rest.iter().all(|&b| b == 0);
-                if torn {
-                    return Ok((records, at));
+                if (at + 1..bytes.len()).any(|k| record_at(&bytes[k..]).is_some()) {
+                    return Err(JournalError::Corrupt {
+                        path: path.to_path_buf(),
+                        offset: at as u64,
+                        len: bytes.len() as u64,
+                    });
                 }
-                return Err(JournalError::Corrupt {
-                    path: path.to_path_buf(),
-                    offset: at as u64,
-                    len: bytes.len() as u64,
-                });
+                return Ok((records, at));
             }
         }
     }
@@ -299,20 +297,24 @@ mod tests {
             j.append(&r).await.unwrap();
         }
         drop(j);
-        let mut bytes = std::fs::read(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
         let one = bytes.len() / 3;
-        bytes[one + HEADER] ^= 0x40; // a payload bit of the middle record
-        std::fs::write(&path, &bytes).unwrap();
-        let err = reopen(&path).unwrap_err();
-        assert!(
-            matches!(err, JournalError::Corrupt { offset, .. } if offset == one as u64),
-            "{err}"
-        );
-        assert!(err.to_string().contains("truncate -s"), "{err}");
-        assert_eq!(
-            std::fs::read(&path).unwrap(),
-            bytes,
-            "a refused journal is left as it was"
-        );
+        // Any bit of the middle record, its length and CRC included.
+        for bit in 0..one * 8 {
+            let mut damaged = bytes.clone();
+            damaged[one + bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&path, &damaged).unwrap();
+            let err = reopen(&path).unwrap_err();
+            assert!(
+                matches!(err, JournalError::Corrupt { offset, .. } if offset == one as u64),
+                "bit {bit}: {err}"
+            );
+            assert!(err.to_string().contains("truncate -s"), "{err}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                damaged,
+                "a refused journal is left as it was"
+            );
+        }
     }
 }

@@ -8,7 +8,7 @@ use nqueens_common::plan::PlanSpec;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
-use nqueens_proto::{tally_from_wire, task_to_wire, u128_to_wire};
+use nqueens_proto::{task_to_wire, u128_to_wire};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -201,18 +201,8 @@ impl WorkerService for Workers {
         let lease = lease_ref(r.lease.as_ref())?;
         let result = r
             .result
-            .as_ref()
             .ok_or_else(|| Status::invalid_argument("result is missing"))?;
-        let verdict = self
-            .0
-            .report(
-                worker,
-                lease,
-                tally_from_wire(result),
-                result.elapsed_ms,
-                &result.solver_version,
-            )
-            .await?;
+        let verdict = self.0.report(worker, lease, result).await?;
         let outcome = match verdict {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,

@@ -55,11 +55,19 @@ pub enum JobState {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredResult {
     pub tally: Tally,
+    pub checksum: u64,
     pub worker: String,
     pub lease_id: u64,
     pub unix_ms: u64,
     pub elapsed_ms: u64,
     pub solver_version: String,
+}
+
+impl StoredResult {
+    /// Equal counts and checksum: a duplicate, not a conflict.
+    pub fn same(&self, tally: &Tally, checksum: u64) -> bool {
+        self.tally == *tally && self.checksum == checksum
+    }
 }
 
 /// A result that disagreed with the stored one.
@@ -420,14 +428,14 @@ impl State {
                 }
             }
             Record::TaskDone(d) => {
-                let tally =
-                    tally_from_wire(d.result.as_ref().ok_or_else(|| bad("result missing"))?);
+                let wire = d.result.as_ref().ok_or_else(|| bad("result missing"))?;
+                let (tally, checksum) = (tally_from_wire(wire), wire.checksum);
                 let job = self
                     .jobs
                     .get_mut(&d.job_id)
                     .ok_or(StateError::UnknownJob(d.job_id))?;
                 if let Some(stored) = job.results.get(&d.task_index) {
-                    let v = if stored.tally == tally {
+                    let v = if stored.same(&tally, checksum) {
                         Verdict::Duplicate
                     } else {
                         Verdict::Conflict
@@ -451,6 +459,7 @@ impl State {
                     d.task_index,
                     StoredResult {
                         tally,
+                        checksum,
                         worker: d.worker_id.clone(),
                         lease_id: d.lease_id,
                         unix_ms: d.unix_ms,
@@ -707,6 +716,7 @@ impl State {
         worker: &str,
         r: &LeaseRef,
         tally: &Tally,
+        checksum: u64,
     ) -> Result<Verdict, StateError> {
         let job = self.job(r.job)?;
         let tasks = job.tasks.as_ref().ok_or(StateError::NotPlanned(r.job))?;
@@ -719,7 +729,7 @@ impl State {
         }
         plausible(job, r.task, tally)?;
         if let Some(stored) = job.results.get(&r.task) {
-            return Ok(if stored.tally == *tally {
+            return Ok(if stored.same(tally, checksum) {
                 Verdict::Duplicate
             } else {
                 Verdict::Conflict
@@ -882,7 +892,7 @@ mod tests {
             }
             for g in g {
                 let t = plan.count_task(&g.task).unwrap();
-                assert_eq!(s.check_report(worker, &lref(&g), &t), Ok(Verdict::New));
+                assert_eq!(s.check_report(worker, &lref(&g), &t, 0), Ok(Verdict::New));
                 assert_eq!(
                     s.apply(&done(g.job, g.task.index, &t, worker, g.lease_id))
                         .unwrap(),
@@ -944,7 +954,10 @@ mod tests {
             .unwrap();
         let before = s.job(1).unwrap().tally;
         // The same result again, from anyone: a duplicate, nothing added.
-        assert_eq!(s.check_report("w2", &lref(&g), &t), Ok(Verdict::Duplicate));
+        assert_eq!(
+            s.check_report("w2", &lref(&g), &t, 0),
+            Ok(Verdict::Duplicate)
+        );
         assert_eq!(
             s.apply(&done(1, g.task.index, &t, "w2", 99)).unwrap(),
             Some(Verdict::Duplicate)
@@ -953,7 +966,7 @@ mod tests {
         let mut wrong = t;
         wrong.weighted += 8;
         assert_eq!(
-            s.check_report("w2", &lref(&g), &wrong),
+            s.check_report("w2", &lref(&g), &wrong, 0),
             Ok(Verdict::Conflict)
         );
         assert_eq!(
@@ -995,12 +1008,15 @@ mod tests {
         assert_eq!(stop, vec![lref(&first)]);
         // Its late result is still welcome (first valid result wins)...
         let t = plan.count_task(&first.task).unwrap();
-        assert_eq!(s.check_report("slow", &lref(&first), &t), Ok(Verdict::New));
+        assert_eq!(
+            s.check_report("slow", &lref(&first), &t, 0),
+            Ok(Verdict::New)
+        );
         s.apply(&done(1, first.task.index, &t, "slow", first.lease_id))
             .unwrap();
         // ...and the new holder's becomes a duplicate.
         assert_eq!(
-            s.check_report("fast", &lref(&second), &t),
+            s.check_report("fast", &lref(&second), &t, 0),
             Ok(Verdict::Duplicate)
         );
     }
@@ -1078,7 +1094,7 @@ mod tests {
         let t = plan.count_task(&g.task).unwrap();
         // Another worker, or a lease id this boot never granted for it.
         assert!(matches!(
-            s.check_report("w2", &lref(&g), &t),
+            s.check_report("w2", &lref(&g), &t, 0),
             Err(StateError::NotLeased { .. })
         ));
         let forged = LeaseRef {
@@ -1086,7 +1102,7 @@ mod tests {
             ..lref(&g)
         };
         assert!(matches!(
-            s.check_report("w1", &forged, &t),
+            s.check_report("w1", &forged, &t, 0),
             Err(StateError::NotLeased { .. })
         ));
         // A lease from before the restart (epoch 1) is accepted: its result is still valid work.
@@ -1094,10 +1110,10 @@ mod tests {
             lease_id: (1 << EPOCH_SHIFT) + 5,
             ..lref(&g)
         };
-        assert_eq!(s.check_report("w3", &old, &t), Ok(Verdict::New));
+        assert_eq!(s.check_report("w3", &old, &t, 0), Ok(Verdict::New));
         // Unknown job and task.
         assert_eq!(
-            s.check_report("w1", &LeaseRef { job: 9, ..lref(&g) }, &t),
+            s.check_report("w1", &LeaseRef { job: 9, ..lref(&g) }, &t, 0),
             Err(StateError::UnknownJob(9))
         );
         let far = LeaseRef {
@@ -1106,19 +1122,19 @@ mod tests {
         };
         let count = tasks.len() as u64;
         assert!(
-            matches!(s.check_report("w1", &far, &t), Err(StateError::UnknownTask { tasks, .. }) if tasks == count)
+            matches!(s.check_report("w1", &far, &t, 0), Err(StateError::UnknownTask { tasks, .. }) if tasks == count)
         );
         // Class counts in a frame task, or more solutions than N=8 has.
         let mut bad = t;
         bad.classes.c8 = 1;
         assert!(matches!(
-            s.check_report("w1", &lref(&g), &bad),
+            s.check_report("w1", &lref(&g), &bad, 0),
             Err(StateError::Implausible { .. })
         ));
         let mut big = t;
         big.weighted = 93;
         assert!(matches!(
-            s.check_report("w1", &lref(&g), &big),
+            s.check_report("w1", &lref(&g), &big, 0),
             Err(StateError::Implausible { .. })
         ));
     }

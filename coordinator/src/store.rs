@@ -170,6 +170,26 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The (job, task) of every result row.
+    pub fn result_keys(&self) -> Vec<(u64, u64)> {
+        let word = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
+        self.results
+            .iter()
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.len() == 16)
+            .map(|k| (word(&k[..8]), word(&k[8..])))
+            .collect()
+    }
+
+    /// Drops a row the journal does not have.
+    pub fn remove_result(&self, job: u64, task: u64) -> Result<(), StoreError> {
+        self.results
+            .remove(key(job, task))
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
     /// Rows in the store: for checks and tests.
     pub fn result_rows(&self) -> usize {
         self.results.len()

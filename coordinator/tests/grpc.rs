@@ -89,18 +89,26 @@ fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
     }
 }
 
+/// A leased task's result, counted as a worker would.
+fn result_of(l: &v1::Lease) -> v1::TaskResult {
+    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
+    let (tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&task).unwrap();
+    v1::TaskResult {
+        checksum,
+        ..tally_to_wire(&tally)
+    }
+}
+
 /// Counts a leased task as a worker would, and reports it.
 async fn count_and_report(
     w: &mut WorkerServiceClient<Channel>,
     worker: &str,
     l: &v1::Lease,
 ) -> ReportOutcome {
-    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
-    let result = Plan::new(spec).unwrap().count_task(&task).unwrap();
     let r = v1::ReportRequest {
         worker_id: worker.into(),
         lease: Some(lease_ref(l)),
-        result: Some(tally_to_wire(&result)),
+        result: Some(result_of(l)),
     };
     ReportOutcome::try_from(w.report(r).await.unwrap().into_inner().outcome).unwrap()
 }
@@ -324,8 +332,7 @@ async fn every_invalid_input_gets_its_status() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     // A result from a worker that does not hold the lease.
-    let (s, t) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
-    let good = tally_to_wire(&Plan::new(s).unwrap().count_task(&t).unwrap());
+    let good = result_of(&l);
     let report = |worker: &str, lease: Option<v1::LeaseRef>, result: Option<v1::TaskResult>| {
         v1::ReportRequest {
             worker_id: worker.into(),
@@ -473,7 +480,9 @@ async fn refuses_open_addresses_without_tokens_and_a_second_coordinator() {
 
 /// Runs part of a job, stops the coordinator, lets `damage` loose on the
 /// data directory, restarts, and finishes the job: the count must be exact.
-async fn survive(damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
+/// `lost` results are expected gone after the damage (0 unless it removed
+/// journal records).
+async fn survive_losing(lost: u64, damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::default());
     let r = serve(dir.path(), clock.clone()).await;
@@ -489,11 +498,11 @@ async fn survive(damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(j.done, done, "the journal kept every result");
+    assert_eq!(j.done, done - lost, "the journal kept every result");
     assert_eq!(
         r.core.store().0.result_rows() as u64,
-        done,
-        "the store has every row again"
+        done - lost,
+        "the store has the journal's rows, no more"
     );
     work(&mut w, "w2", usize::MAX).await;
     let j = ops
@@ -503,6 +512,10 @@ async fn survive(damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
         .into_inner();
     assert_eq!(counts(&j), (14_200, 1_787));
     (r, dir)
+}
+
+async fn survive(damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
+    survive_losing(0, damage).await
 }
 
 fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -722,5 +735,138 @@ async fn tls_with_client_certificates() {
             .await
             .is_err());
     }
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(9, Strategy::Frame, 4)).await;
+    let l = lease(&mut w, "w1", 1).await.remove(0);
+    assert_eq!(
+        count_and_report(&mut w, "w1", &l).await,
+        ReportOutcome::Accepted
+    );
+    let report = |result: v1::TaskResult| v1::ReportRequest {
+        worker_id: "w2".into(),
+        lease: Some(lease_ref(&l)),
+        result: Some(result),
+    };
+    let good = result_of(&l);
+    let outcome = |r: tonic::Response<v1::ReportResponse>| {
+        ReportOutcome::try_from(r.into_inner().outcome).unwrap()
+    };
+    assert_eq!(
+        outcome(w.report(report(good.clone())).await.unwrap()),
+        ReportOutcome::Duplicate
+    );
+    let mut other_counts = good.clone();
+    other_counts.weighted = Some(nqueens_proto::u128_to_wire(
+        u128_from_wire(good.weighted.as_ref()) + 8,
+    ));
+    assert_eq!(
+        outcome(w.report(report(other_counts)).await.unwrap()),
+        ReportOutcome::Conflict
+    );
+    let same_counts_other_checksum = v1::TaskResult {
+        checksum: good.checksum ^ 1,
+        ..good.clone()
+    };
+    assert_eq!(
+        outcome(w.report(report(same_counts_other_checksum)).await.unwrap()),
+        ReportOutcome::Conflict
+    );
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((j.done, j.conflicts), (1, 2));
+    // Conflicts are journaled: they survive a restart.
+    r.shutdown().await.unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (_, mut ops) = clients(&r).await;
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((j.done, j.conflicts), (1, 2));
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn reflection_lists_the_services() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::{
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let r = serve(dir.path(), Arc::default()).await;
+    let channel = Channel::from_shared(format!("http://{}", r.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        stream.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("not a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for want in [
+        "nqueens.v1.WorkerService",
+        "nqueens.v1.OperatorService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_torn_last_journal_record_is_cut_and_the_run_continues() {
+    let (r, _dir) = survive(|dir| {
+        // A record half-written when the process died: never acknowledged.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("journal"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, &[40, 0, 0, 0, 1, 2, 3, 4, 10, 20]).unwrap();
+    })
+    .await;
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn store_rows_the_journal_lacks_are_dropped() {
+    let (r, _dir) = survive_losing(1, |dir| {
+        // The journal's last result gone (as if the disk lost it): the store
+        // still has the row, and must give it up.
+        let path = dir.join("journal");
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+    })
+    .await;
     r.shutdown().await.unwrap();
 }

@@ -100,6 +100,7 @@ pub fn tally_to_wire(t: &Tally) -> v1::TaskResult {
         quarter: u(t.quarter),
         elapsed_ms: 0,
         solver_version: String::new(),
+        checksum: 0,
     }
 }
 
