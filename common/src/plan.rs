@@ -252,20 +252,7 @@ impl Plan {
                     by_case[usize::from(p.prefix[0] != 0)] += 1;
                     let id = Subproblem::Prefix(p.clone()).id();
                     // Group the pieces that share all rows but the last.
-                    let parent = id >> POS_BITS;
-                    match groups.last_mut() {
-                        Some(g) if g.lo >> POS_BITS == parent => {
-                            g.hi = id + 1;
-                            g.count += 1;
-                            g.work += work;
-                        }
-                        _ => groups.push(Group {
-                            lo: id,
-                            hi: id + 1,
-                            count: 1,
-                            work,
-                        }),
-                    }
+                    add_to_group(&mut groups, id, POS_BITS, work);
                 });
                 classes = vec![
                     ("corner pieces".into(), by_case[0]),
@@ -281,32 +268,14 @@ impl Plan {
                     let id = tag | f.key();
                     let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
                     // Group the frames that share an outer ring.
-                    let ring = id >> (4 * POS_BITS);
-                    match groups.last_mut() {
-                        Some(g) if g.lo >> (4 * POS_BITS) == ring => {
-                            g.hi = id + 1;
-                            g.count += 1;
-                            g.work += work;
-                        }
-                        _ => groups.push(Group {
-                            lo: id,
-                            hi: id + 1,
-                            count: 1,
-                            work,
-                        }),
-                    }
+                    add_to_group(&mut groups, id, 4 * POS_BITS, work);
                 });
                 // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
                 for (turn, rows) in [(Turn::Half, nn / 2), (Turn::Quarter, nn / 4)] {
                     for first in 0..n.get() as u8 {
                         let id = Subproblem::Symmetric { turn, first }.id();
-                        let work = FRAME_ROW_FACTOR.powi(rows as i32);
-                        groups.push(Group {
-                            lo: id,
-                            hi: id + 1,
-                            count: 1,
-                            work,
-                        });
+                        // Each its own group (no other id shares its bits).
+                        add_to_group(&mut groups, id, 0, FRAME_ROW_FACTOR.powi(rows as i32));
                     }
                 }
                 classes = vec![
@@ -551,6 +520,24 @@ impl Plan {
             c8,
             nodes: t.classes.nodes,
         })
+    }
+}
+
+/// Adds a subproblem to the last group when their ids agree above the low
+/// `shift` bits (consecutive ids of one group), else starts a group.
+fn add_to_group(groups: &mut Vec<Group>, id: u64, shift: u32, work: f64) {
+    match groups.last_mut() {
+        Some(g) if shift > 0 && g.lo >> shift == id >> shift => {
+            g.hi = id + 1;
+            g.count += 1;
+            g.work += work;
+        }
+        _ => groups.push(Group {
+            lo: id,
+            hi: id + 1,
+            count: 1,
+            work,
+        }),
     }
 }
 

@@ -62,31 +62,15 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
         .iter()
         .map(|p| Rules::new(n, p.case).expect("split yields valid cases"))
         .collect();
-    let next = AtomicUsize::new(0);
-    let partials: Vec<Result<Totals, CountOverflow>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.min(cut.pieces.len()).max(1))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Totals::default();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(piece) = cut.pieces.get(i) else {
-                            break;
-                        };
-                        let c = rules[i].count(piece).expect("split yields valid pieces");
-                        mine.add_piece(&c)?;
-                    }
-                    Ok(mine)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("solver thread panicked"))
-            .collect()
-    });
-    for p in partials {
-        counts.add(&p?)?;
+    let parts = on_threads(threads, cut.pieces.len(), |mine: &mut Totals, i| {
+        mine.add_piece(
+            &rules[i]
+                .count(&cut.pieces[i])
+                .expect("split yields valid pieces"),
+        )
+    })?;
+    for p in parts {
+        counts.add(&p)?;
     }
     Ok(Solution {
         n,
@@ -102,28 +86,12 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
 pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<Solution, PlanError> {
     let start = Instant::now();
     let threads = threads.max(1);
-    let next = AtomicUsize::new(0);
-    let partials: Vec<Result<Tally, PlanError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Tally::default();
-                    while let Some(task) = schedule.tasks.get(next.fetch_add(1, Ordering::Relaxed))
-                    {
-                        mine.merge(&plan.count_task(task)?)?;
-                    }
-                    Ok(mine)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("solver thread panicked"))
-            .collect()
-    });
+    let parts = on_threads(threads, schedule.tasks.len(), |mine: &mut Tally, i| {
+        mine.merge(&plan.count_task(&schedule.tasks[i])?)
+    })?;
     let mut tally = Tally::default();
-    for p in partials {
-        tally.merge(&p?)?;
+    for p in &parts {
+        tally.merge(p)?;
     }
     Ok(Solution {
         n: plan.spec.n,
@@ -131,5 +99,40 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
         threads,
         pieces: schedule.subproblems as usize,
         elapsed: start.elapsed(),
+    })
+}
+
+/// Runs `each(acc, i)` for every i in 0..items on up to `threads` threads.
+/// Each thread takes the next index from a shared counter and folds into
+/// its own accumulator; the accumulators are returned (or the first error).
+fn on_threads<A, E>(
+    threads: usize,
+    items: usize,
+    each: impl Fn(&mut A, usize) -> Result<(), E> + Sync,
+) -> Result<Vec<A>, E>
+where
+    A: Default + Send,
+    E: Send,
+{
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.clamp(1, items.max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut acc = A::default();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= items {
+                            return Ok(acc);
+                        }
+                        each(&mut acc, i)?;
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("solver thread panicked"))
+            .collect()
     })
 }
