@@ -148,6 +148,39 @@ enum Command {
         #[arg(long, value_name = "F", requires = "tls_cert")]
         tls_client_ca: Option<std::path::PathBuf>,
     },
+    /// Run a worker: lease tasks from a coordinator and count them on every core.
+    #[command(
+        after_help = "Examples:\n  nqueens worker --coordinator http://127.0.0.1:7700\n  \
+        NQUEENS_COORDINATOR=http://coord:7700 nqueens worker --token-file /etc/nqueens/worker.token\n\n\
+        The worker first checks itself on N=8..12 and refuses to work if it miscounts. It keeps\n\
+        every thread busy with one batch of tasks in hand, heartbeats its leases, and keeps each\n\
+        result until the coordinator has stored it, reconnecting with backoff when it is away.\n\
+        SIGTERM or Ctrl-C: stop leasing, hand back unstarted tasks, finish running ones within\n\
+        --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk."
+    )]
+    Worker {
+        /// The coordinator's address.
+        #[arg(
+            long,
+            env = "NQUEENS_COORDINATOR",
+            default_value = "http://127.0.0.1:7700"
+        )]
+        coordinator: String,
+        #[command(flatten)]
+        threads: Threads,
+        /// File holding the worker token (or NQUEENS_WORKER_TOKEN).
+        #[arg(long, value_name = "F")]
+        token_file: Option<std::path::PathBuf>,
+        /// Name shown to operators [default: host-pid].
+        #[arg(long)]
+        name: Option<String>,
+        /// Seconds a drain waits for running tasks before handing them back.
+        #[arg(long, value_name = "S", default_value_t = 300)]
+        grace: u64,
+        /// Corrupt the self-test (to check that a bad build refuses to work).
+        #[arg(long, hide = true)]
+        self_test_fault: bool,
+    },
     /// Print the classic table of counts, one row per N as soon as it is done.
     #[command(
         after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json"
@@ -438,25 +471,11 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_key,
             tls_client_ca,
         } => {
-            let token =
-                |file: Option<std::path::PathBuf>, var: &str| -> Result<Option<String>, Failure> {
-                    match file {
-                        Some(f) => std::fs::read_to_string(&f)
-                            .map(|t| Some(t.trim().to_string()))
-                            .map_err(|e| {
-                                Failure::BadInput(format!(
-                                    "cannot read token file {}: {e}",
-                                    f.display()
-                                ))
-                            }),
-                        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
-                    }
-                };
             let config = nqueens_coordinator::server::Config {
                 listen,
                 data_dir,
-                worker_token: token(worker_token_file, "NQUEENS_WORKER_TOKEN")?,
-                operator_token: token(operator_token_file, "NQUEENS_OPERATOR_TOKEN")?,
+                worker_token: read_token(worker_token_file, "NQUEENS_WORKER_TOKEN")?,
+                operator_token: read_token(operator_token_file, "NQUEENS_OPERATOR_TOKEN")?,
                 insecure,
                 metrics,
                 tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
@@ -470,6 +489,24 @@ fn run(command: Command) -> Result<(), Failure> {
                 },
             };
             run_coordinator(config)
+        }
+        Command::Worker {
+            coordinator,
+            threads,
+            token_file,
+            name,
+            grace,
+            self_test_fault,
+        } => {
+            let config = nqueens_worker::run::Config {
+                coordinator,
+                threads: threads.get(),
+                token: read_token(token_file, "NQUEENS_WORKER_TOKEN")?,
+                name,
+                grace: std::time::Duration::from_secs(grace),
+                self_test_fault,
+            };
+            run_worker(config)
         }
         Command::Boards { n, limit, format } => {
             for (i, b) in Solutions::new(n)
@@ -496,15 +533,59 @@ fn run(command: Command) -> Result<(), Failure> {
     }
 }
 
-/// Serves until Ctrl-C or SIGTERM. Prints the bound address on stdout
-/// first, so scripts (and tests) using port 0 can find it.
-fn run_coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
+/// A token from a file, else from an environment variable.
+fn read_token(file: Option<std::path::PathBuf>, var: &str) -> Result<Option<String>, Failure> {
+    match file {
+        Some(f) => std::fs::read_to_string(&f)
+            .map(|t| Some(t.trim().to_string()))
+            .map_err(|e| Failure::BadInput(format!("cannot read token file {}: {e}", f.display()))),
+        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
+    }
+}
+
+/// Logs on stderr, filtered by RUST_LOG (default info).
+fn init_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(io::stderr)
         .init();
+}
+
+/// Runs a worker until it has drained after SIGTERM or Ctrl-C; a second
+/// signal exits at once.
+fn run_worker(config: nqueens_worker::run::Config) -> Result<(), Failure> {
+    init_logs();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            signal().await;
+            let _ = tx.send(());
+            signal().await;
+            eprintln!("second signal: exiting at once");
+            std::process::exit(130);
+        });
+        nqueens_worker::run::run(config, rx)
+            .await
+            .map(|_| ())
+            .map_err(|e| Failure::NotFound(format!("error: {e}")))
+    })
+}
+
+/// Resolves on the next Ctrl-C or SIGTERM.
+async fn signal() {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated() => {}
+    }
+}
+
+/// Serves until Ctrl-C or SIGTERM. Prints the bound address on stdout
+/// first, so scripts (and tests) using port 0 can find it.
+fn run_coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
+    init_logs();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
@@ -516,10 +597,7 @@ fn run_coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Fa
             println!("metrics at http://{m}/metrics");
         }
         io::stdout().flush()?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r?,
-            () = terminated() => {}
-        }
+        signal().await;
         tracing::info!("shutting down");
         running
             .shutdown()

@@ -9,53 +9,11 @@ use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
 use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-/// A coordinator process and the address it printed.
-struct Coordinator {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Coordinator {
-    /// A failing test must not leave a coordinator running.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &Path) -> Coordinator {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the coordinator");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .filter(|a| a.contains(':'))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Coordinator {
-        child,
-        url: format!("http://{addr}"),
-    }
-}
+mod common;
+use common::start;
 
 /// A result waiting to be acknowledged (kept across crashes, like a worker).
 #[derive(Clone)]

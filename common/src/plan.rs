@@ -466,11 +466,24 @@ impl Plan {
     /// their sums: a redundant run that agrees on totals by accident will
     /// still differ here.
     pub fn count_task_checked(&self, task: &Task) -> Result<(Tally, u64), PlanError> {
+        let never = std::sync::atomic::AtomicBool::new(false);
+        Ok(self.count_task_until(task, &never)?.expect("never stopped"))
+    }
+
+    /// [`Plan::count_task_checked`] that gives up (returning `None`) once
+    /// `stop` is set, checked between subproblems.
+    pub fn count_task_until(
+        &self,
+        task: &Task,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<(Tally, u64)>, PlanError> {
         let mut tally = Tally::default();
         let mut checksum: u64 = 0xcbf2_9ce4_8422_2325;
         let mut result = Ok(());
+        let mut stopped = false;
         self.for_each_subproblem(task, |s| {
-            if result.is_ok() {
+            stopped = stopped || stop.load(std::sync::atomic::Ordering::Relaxed);
+            if result.is_ok() && !stopped {
                 let c = self.count(&s);
                 for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
                     for b in x.to_le_bytes() {
@@ -480,7 +493,7 @@ impl Plan {
                 result = tally.add(&s, &c);
             }
         });
-        result.map(|()| (tally, checksum))
+        result.map(|()| (!stopped).then_some((tally, checksum)))
     }
 
     /// The class counts of the whole N from the tally of every task.

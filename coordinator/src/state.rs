@@ -630,14 +630,35 @@ impl State {
         self.touch_worker(worker, now).subproblems_done = subproblems_done;
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
+        let epoch = self.epoch;
         for r in refs {
-            let lease = self
-                .jobs
-                .get_mut(&r.job)
-                .and_then(|j| j.leases.get_mut(&r.task));
-            match lease {
+            let Some(job) = self.jobs.get_mut(&r.job) else {
+                stop.push(*r);
+                continue;
+            };
+            // A lease from before a restart, on a task nobody holds now, is
+            // adopted, so the worker's running count is not thrown away.
+            let adoptable = r.lease_id >> EPOCH_SHIFT < epoch
+                && job.state() == JobState::Running
+                && job.unfinished(r.task)
+                && job.tasks.as_ref().is_some_and(|t| r.task < t.len() as u64);
+            match job.leases.get_mut(&r.task) {
                 Some(l) if l.lease_id == r.lease_id && l.worker == worker => {
                     l.deadline = deadline;
+                    extended.push(*r);
+                }
+                None if adoptable => {
+                    job.ready.remove(&r.task);
+                    job.waiting.retain(|&(_, t)| t != r.task);
+                    job.leases.insert(
+                        r.task,
+                        Lease {
+                            lease_id: r.lease_id,
+                            worker: worker.to_string(),
+                            deadline,
+                        },
+                    );
+                    self.by_lease.insert(r.lease_id, (r.job, r.task));
                     extended.push(*r);
                 }
                 _ => stop.push(*r),
@@ -1046,6 +1067,26 @@ mod tests {
         let v = s.job(1).unwrap().view();
         assert_eq!((v.dead, v.pending, v.failed), (1, 0, 0));
         assert!(s.lease("w", 1, now + 10_000).is_empty());
+    }
+
+    #[test]
+    fn leases_from_before_a_restart_are_adopted_by_their_heartbeat() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 2);
+        let old = LeaseRef {
+            job: 1,
+            task: 1,
+            lease_id: (1 << EPOCH_SHIFT) + 7,
+        };
+        let (ext, _, stop) = s.heartbeat("w", &[old], 0, 10);
+        assert_eq!((ext, stop), (vec![old], vec![]));
+        let others: Vec<u64> = s.lease("x", 10, 11).iter().map(|g| g.task.index).collect();
+        assert!(!others.contains(&1), "the adopted task is not lent again");
+        // A lease of this boot that is not current is not adopted.
+        let forged = LeaseRef {
+            lease_id: (2 << EPOCH_SHIFT) + 99,
+            ..old
+        };
+        assert_eq!(s.heartbeat("w", &[forged], 0, 12).2, vec![forged]);
     }
 
     #[test]

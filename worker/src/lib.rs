@@ -1,6 +1,10 @@
-//! The nqueens worker.
+//! The nqueens worker: leases tasks from a coordinator, counts them on every
+//! core, and reports each result until it is acknowledged.
 //!
-//! It will lease tasks from a coordinator, count them on every core with
-//! [`nqueens_common`] and report the results. Nothing is implemented yet: the
-//! work is tracked in the worker issue, and this crate exists so the workspace
-//! layout (one crate per role) is fixed from the start.
+//! - [`run`]: the worker loop (lease, count, heartbeat, report, drain).
+//! - [`selftest`]: the known-answer test run before any work.
+//! - [`backoff`]: exponential backoff with jitter.
+
+pub mod backoff;
+pub mod run;
+pub mod selftest;

@@ -1,0 +1,219 @@
+//! The worker against a coordinator started by the test (in-process, real
+//! gRPC on loopback).
+
+use nqueens_common::plan::{PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_coordinator::core::{Clock, ManualClock, SystemClock};
+use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
+use nqueens_coordinator::state::Limits;
+use nqueens_proto::u128_from_wire;
+use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
+use nqueens_worker::run::{run, Config, Summary, WorkerError};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+async fn coordinator(dir: &Path, listen: SocketAddr, clock: Arc<dyn Clock>) -> Running {
+    let config = ServerConfig {
+        listen,
+        data_dir: dir.to_path_buf(),
+        worker_token: None,
+        operator_token: None,
+        insecure: false,
+        metrics: None,
+        tls: None,
+        limits: Limits {
+            lease_ttl_ms: 2_000,
+            backoff_base_ms: 1,
+            backoff_max_ms: 1,
+            ..Limits::default()
+        },
+    };
+    start(config, clock).await.unwrap()
+}
+
+fn worker_config(r: &Running, threads: usize) -> Config {
+    Config {
+        coordinator: format!("http://{}", r.addr),
+        threads,
+        token: None,
+        name: None,
+        grace: Duration::from_secs(30),
+        self_test_fault: false,
+    }
+}
+
+/// Starts a worker; the sender drains it.
+fn spawn_worker(
+    config: Config,
+) -> (
+    mpsc::UnboundedSender<()>,
+    tokio::task::JoinHandle<Result<Summary, WorkerError>>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, tokio::spawn(run(config, rx)))
+}
+
+async fn submit(r: &Running, n: u32, tasks: u64) -> u64 {
+    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
+        .await
+        .unwrap();
+    let spec = PlanSpec {
+        n: Size::new(n).unwrap(),
+        strategy: Strategy::Frame,
+        depth: 0,
+        tasks,
+    };
+    ops.submit_job(v1::SubmitJobRequest {
+        plan: Some((&spec).into()),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .job_id
+}
+
+/// Follows the job's watch stream until `until` holds for a snapshot.
+async fn watch_until(r: &Running, id: u64, until: impl Fn(&v1::Job) -> bool) -> v1::Job {
+    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
+        .await
+        .unwrap();
+    let mut stream = ops
+        .watch_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(j) = stream.message().await.unwrap() {
+        if until(&j) {
+            return j;
+        }
+    }
+    panic!("the watch stream ended first");
+}
+
+fn done(j: &v1::Job) -> bool {
+    j.state == v1::JobState::Done as i32
+}
+
+fn counts(j: &v1::Job) -> (u128, u128) {
+    (
+        u128_from_wire(j.total.as_ref()),
+        u128_from_wire(j.unique.as_ref()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = coordinator(
+        dir.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let id = submit(&r, 12, 60).await;
+    let (stop, worker) = spawn_worker(worker_config(&r, 2));
+    let j = watch_until(&r, id, done).await;
+    assert_eq!(counts(&j), (14_200, 1_787));
+    stop.send(()).unwrap();
+    let summary = worker.await.unwrap().unwrap();
+    assert_eq!(summary.reported, j.tasks);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_carries_on_across_a_coordinator_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = coordinator(
+        dir.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let addr = r.addr;
+    let id = submit(&r, 14, 300).await;
+    let (stop, worker) = spawn_worker(worker_config(&r, 2));
+    watch_until(&r, id, |j| j.done >= 20).await;
+    r.shutdown().await.unwrap();
+    // The same address again: the worker reconnects by itself.
+    let r = coordinator(dir.path(), addr, Arc::new(SystemClock)).await;
+    let at_restart = watch_until(&r, id, |_| true).await;
+    assert!(
+        !done(&at_restart) && at_restart.done >= 20,
+        "the restart must come mid-run"
+    );
+    let j = watch_until(&r, id, done).await;
+    assert_eq!(counts(&j), (365_596, 45_752));
+    stop.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_hands_back_unstarted_work_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = coordinator(
+        dir.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let id = submit(&r, 14, 300).await;
+    let (stop, worker) = spawn_worker(worker_config(&r, 1));
+    // One running, one in hand (the prefetched batch).
+    watch_until(&r, id, |j| j.leased >= 2).await;
+    stop.send(()).unwrap();
+    let summary = worker.await.unwrap().unwrap();
+    assert!(summary.released >= 1, "{summary:?}");
+    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
+        .await
+        .unwrap();
+    let j = ops
+        .get_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j.leased, 0, "nothing left leased to the drained worker");
+    assert_eq!(j.done + j.pending, j.tasks);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_workers_task_runs_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let r = coordinator(dir.path(), "127.0.0.1:0".parse().unwrap(), clock.clone()).await;
+    let id = submit(&r, 12, 40).await;
+    let (_, doomed) = spawn_worker(worker_config(&r, 1));
+    watch_until(&r, id, |j| j.leased >= 1).await;
+    doomed.abort(); // no release, no more heartbeats: as if killed
+    let _ = doomed.await;
+    // Its leases expire on the coordinator's clock.
+    clock.advance(2_001);
+    r.core.sweep().await.unwrap();
+    clock.advance(2);
+    let (stop, worker) = spawn_worker(worker_config(&r, 2));
+    let j = watch_until(&r, id, done).await;
+    assert_eq!(counts(&j), (14_200, 1_787));
+    stop.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_self_test_stops_the_worker_before_any_work() {
+    let config = Config {
+        coordinator: "http://127.0.0.1:9".into(),
+        threads: 1,
+        token: None,
+        name: None,
+        grace: Duration::from_secs(1),
+        self_test_fault: true,
+    };
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let e = run(config, rx).await.unwrap_err();
+    assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
+    assert!(e.to_string().contains("must not report results"), "{e}");
+}
