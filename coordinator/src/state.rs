@@ -632,13 +632,18 @@ impl State {
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
         let epoch = self.epoch;
         for r in refs {
+            // A lease from before a restart, or this worker's own lease that
+            // merely expired (a late heartbeat), on a task nobody holds now,
+            // is adopted, so the worker's running count is not thrown away.
+            let was_mine = self
+                .expired
+                .get(&r.lease_id)
+                .is_some_and(|(w, j, t)| w == worker && *j == r.job && *t == r.task);
             let Some(job) = self.jobs.get_mut(&r.job) else {
                 stop.push(*r);
                 continue;
             };
-            // A lease from before a restart, on a task nobody holds now, is
-            // adopted, so the worker's running count is not thrown away.
-            let adoptable = r.lease_id >> EPOCH_SHIFT < epoch
+            let adoptable = (r.lease_id >> EPOCH_SHIFT < epoch || was_mine)
                 && job.state() == JobState::Running
                 && job.unfinished(r.task)
                 && job.tasks.as_ref().is_some_and(|t| r.task < t.len() as u64);
@@ -1087,6 +1092,29 @@ mod tests {
             ..old
         };
         assert_eq!(s.heartbeat("w", &[forged], 0, 12).2, vec![forged]);
+    }
+
+    #[test]
+    fn a_late_heartbeat_keeps_an_expired_lease_nobody_else_took() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let g = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL); // the heartbeat came too late
+        let (ext, _, stop) = s.heartbeat("slow", &[lref(&g)], 0, TTL + 1);
+        assert_eq!((ext, stop), (vec![lref(&g)], vec![]));
+        assert!(s
+            .lease("other", 5, TTL + 10_000)
+            .iter()
+            .all(|o| o.task.index != g.task.index));
+        // Once someone else holds the task, the late holder is told to stop.
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 1), 1);
+        let g = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL);
+        let taken = s.lease("other", 1, TTL + 1_000);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            s.heartbeat("slow", &[lref(&g)], 0, TTL + 1_001).2,
+            vec![lref(&g)]
+        );
     }
 
     #[test]

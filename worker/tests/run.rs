@@ -24,8 +24,10 @@ async fn coordinator(dir: &Path, listen: SocketAddr, clock: Arc<dyn Clock>) -> R
         insecure: false,
         metrics: None,
         tls: None,
+        // Long leases: expiry is tested with the manual clock only, so a
+        // loaded machine's late heartbeats cannot change the outcome.
         limits: Limits {
-            lease_ttl_ms: 2_000,
+            lease_ttl_ms: 60_000,
             backoff_base_ms: 1,
             backoff_max_ms: 1,
             ..Limits::default()
@@ -126,13 +128,12 @@ async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_carries_on_across_a_coordinator_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let r = coordinator(
-        dir.path(),
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(SystemClock),
-    )
-    .await;
-    let addr = r.addr;
+    // A port below the ephemeral range, so no parallel test binding port 0
+    // can take it while the coordinator is down.
+    let addr: SocketAddr = format!("127.0.0.1:{}", 20_000 + std::process::id() % 10_000)
+        .parse()
+        .unwrap();
+    let r = coordinator(dir.path(), addr, Arc::new(SystemClock)).await;
     let id = submit(&r, 14, 300).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
     watch_until(&r, id, |j| j.done >= 20).await;
@@ -191,7 +192,7 @@ async fn a_killed_workers_task_runs_elsewhere() {
     doomed.abort(); // no release, no more heartbeats: as if killed
     let _ = doomed.await;
     // Its leases expire on the coordinator's clock.
-    clock.advance(2_001);
+    clock.advance(60_001);
     r.core.sweep().await.unwrap();
     clock.advance(2);
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
