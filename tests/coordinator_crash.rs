@@ -85,6 +85,28 @@ async fn client(
     }
 }
 
+/// Three clients sharing the held results; their answers come on the receiver.
+fn clients(
+    url: &str,
+    held: &Arc<Mutex<Vec<Pending>>>,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    mpsc::UnboundedReceiver<Ack>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handles = (0..3)
+        .map(|k| {
+            tokio::spawn(client(
+                url.to_string(),
+                format!("w{k}"),
+                Arc::clone(held),
+                tx.clone(),
+            ))
+        })
+        .collect();
+    (handles, rx)
+}
+
 async fn job(url: &str, id: u64) -> v1::Job {
     let mut ops = OperatorServiceClient::connect(url.to_string())
         .await
@@ -154,18 +176,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let kill_after = 3 + seed % 12;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let clients: Vec<_> = (0..3)
-            .map(|k| {
-                tokio::spawn(client(
-                    c.url.clone(),
-                    format!("w{k}"),
-                    held.clone(),
-                    tx.clone(),
-                ))
-            })
-            .collect();
-        drop(tx);
+        let (clients, mut rx) = clients(&c.url, &held);
         let mut this_round = 0;
         while let Some(ack) = rx.recv().await {
             note(ack, &mut acked);
@@ -194,18 +205,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
     }
 
     // The last run finishes the job.
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let clients: Vec<_> = (0..3)
-        .map(|k| {
-            tokio::spawn(client(
-                c.url.clone(),
-                format!("w{k}"),
-                held.clone(),
-                tx.clone(),
-            ))
-        })
-        .collect();
-    drop(tx);
+    let (clients, mut rx) = clients(&c.url, &held);
     while let Some(ack) = rx.recv().await {
         note(ack, &mut acked);
     }
