@@ -356,3 +356,17 @@ fn bench_reports_both_cores_and_the_ratio() {
         stdout(&o)
     );
 }
+
+#[test]
+fn completions_cover_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = nqueens(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        for sub in ["solve", "submit", "watch", "workers", "cancel"] {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+    let o = nqueens(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2));
+}

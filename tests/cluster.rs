@@ -1,5 +1,6 @@
-//! A coordinator and a worker, both real processes of the binary, count a
-//! job; the worker drains and exits 0 on SIGTERM.
+//! Coordinators and workers, all real processes of the binary: a worker
+//! counts a job and drains on SIGTERM; a worker killed with SIGKILL loses
+//! only its leases, which another worker finishes.
 
 use nqueens_common::plan::{PlanSpec, Strategy};
 use nqueens_common::Size;
@@ -97,4 +98,51 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
             "'{line}' missing from the worker's log:\n{log}"
         );
     }
+}
+
+#[test]
+fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
+    let (code, lines, err) = common::operator(&c.url, &["submit", "16", "--tasks", "40"]);
+    assert_eq!(code, 0, "{err}");
+    let id = lines[0]["job"].as_u64().unwrap().to_string();
+    let mut doomed = common::worker(&c.url, "doomed", 1);
+    // Poll until it holds leases, then kill it without a goodbye.
+    let holds = |name: &str| {
+        let (_, workers, _) = common::operator(&c.url, &["workers"]);
+        workers
+            .iter()
+            .any(|w| w["worker"] == name && w["leases"].as_u64() > Some(0))
+    };
+    while !holds("doomed") {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    common::kill9(&mut doomed);
+    let mut rescuer = common::worker(&c.url, "rescuer", 2);
+    let (code, lines, err) = common::operator(&c.url, &["watch", &id, "--interval", "0.2"]);
+    assert_eq!(code, 0, "{err}");
+    let job = lines.last().unwrap();
+    assert_eq!(job["total"].as_u64(), Some(14_772_512));
+    assert_eq!(job["unique"].as_u64(), Some(1_846_955));
+
+    let (_, workers, _) = common::operator(&c.url, &["workers"]);
+    let get = |name: &str| {
+        workers
+            .iter()
+            .find(|w| w["worker"] == name)
+            .unwrap()
+            .clone()
+    };
+    let (doomed, rescued) = (get("doomed"), get("rescuer"));
+    // Its leases expired (counted as errors) and their tasks ran elsewhere:
+    // every task was counted once, by one of the two.
+    assert!(doomed["errors"].as_u64() > Some(0), "{doomed}");
+    assert!(rescued["tasks_done"].as_u64() > Some(0), "{rescued}");
+    assert_eq!(
+        doomed["tasks_done"].as_u64().unwrap() + rescued["tasks_done"].as_u64().unwrap(),
+        job["tasks"].as_u64().unwrap()
+    );
+    common::terminate(&rescuer);
+    assert!(rescuer.wait().unwrap().success());
 }

@@ -36,6 +36,19 @@ pub fn si(x: f64) -> String {
     format!("{v:.2} {p}")
 }
 
+/// A duration as a person says it: `2d 3h 14m`, `3h 5m`, `4m 12s`, `9.3s`.
+/// Two units at most: past a minute, precision below the second unit is noise.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, minutes, secs) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match () {
+        () if days > 0 => format!("{days}d {hours}h {minutes}m"),
+        () if hours > 0 => format!("{hours}h {minutes}m"),
+        () if minutes > 0 => format!("{minutes}m {secs}s"),
+        () => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +64,10 @@ mod tests {
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(si(1.73e9), "1.73 G");
         assert_eq!(si(12.0), "12.00 ");
+        let d = |s: u64| human_duration(Duration::from_secs(s));
+        assert_eq!(d(2 * 86_400 + 3 * 3600 + 14 * 60 + 59), "2d 3h 14m");
+        assert_eq!(d(3 * 3600 + 5 * 60), "3h 5m");
+        assert_eq!(d(4 * 60 + 12), "4m 12s");
+        assert_eq!(human_duration(Duration::from_millis(9_340)), "9.3s");
     }
 }

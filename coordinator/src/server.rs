@@ -228,7 +228,10 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             .add_service(workers)
             .add_service(operators)
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
+                tonic::transport::server::TcpIncoming::from(listener)
+                    .with_nodelay(Some(true))
+                    .with_keepalive(Some(Duration::from_secs(60))),
                 async {
                     let _ = stopped.await;
                 },

@@ -14,6 +14,9 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+/// The least time between two snapshots of one watched job.
+const WATCH_SPACING: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Most tasks one lease call may ask for.
 pub const MAX_LEASE_BATCH: u32 = 1024;
 
@@ -116,6 +119,7 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         submitted_unix_ms: j.submitted_ms,
         work_per_second: j.work_per_second,
         eta_seconds: j.eta_seconds.unwrap_or(0.0),
+        active_workers: j.workers,
     }
 }
 
@@ -281,6 +285,19 @@ impl OperatorService for Operators {
                 // task outlives its watcher).
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { break },
+                    () = tx.closed() => break,
+                }
+                // Coalesce the changes of the next moment into one snapshot:
+                // a job of short tasks changes thousands of times a second.
+                // The last snapshot of a job is sent at once.
+                if core
+                    .job(id)
+                    .is_ok_and(|v| v.state == JobState::Done || v.state == JobState::Cancelled)
+                {
+                    continue;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(WATCH_SPACING) => {}
                     () = tx.closed() => break,
                 }
             }

@@ -133,6 +133,8 @@ pub struct JobView {
     pub unique: u128,
     pub conflicts: u64,
     pub submitted_ms: u64,
+    /// Distinct workers holding a lease on this job now.
+    pub workers: u64,
     /// Estimated work done per second over the latest results.
     pub work_per_second: f64,
     /// Seconds left at that rate, when it is known.
@@ -154,8 +156,10 @@ impl Job {
     pub fn state(&self) -> JobState {
         match (self.control, &self.tasks) {
             (JobState::Cancelled, _) => JobState::Cancelled,
-            (_, None) => JobState::Planning,
             (_, Some(t)) if self.results.len() == t.len() => JobState::Done,
+            // A pause holds from the moment it is asked, planning or not.
+            (JobState::Paused, _) => JobState::Paused,
+            (_, None) => JobState::Planning,
             (c, _) => c,
         }
     }
@@ -214,6 +218,12 @@ impl Job {
             unique,
             conflicts: self.conflicts.len() as u64,
             submitted_ms: self.submitted_ms,
+            workers: self
+                .leases
+                .values()
+                .map(|l| l.worker.as_str())
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64,
             work_per_second: self.rate(),
             eta_seconds: (self.rate() > 0.0)
                 .then(|| (self.work_total - self.work_done).max(0.0) / self.rate()),

@@ -9,6 +9,8 @@ use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Tall
 use nqueens_common::symmetric::Turn;
 use nqueens_common::{Size, Totals};
 
+pub mod client;
+
 /// Types and gRPC stubs generated from the .proto files.
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic)]

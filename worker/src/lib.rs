@@ -2,9 +2,11 @@
 //! core, and reports each result until it is acknowledged.
 //!
 //! - [`run`]: the worker loop (lease, count, heartbeat, report, drain).
+//! - [`pool`]: the counting threads, fed from a queue.
 //! - [`selftest`]: the known-answer test run before any work.
 //! - [`backoff`]: exponential backoff with jitter.
 
 pub mod backoff;
+pub mod pool;
 pub mod run;
 pub mod selftest;

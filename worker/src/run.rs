@@ -5,21 +5,19 @@
 //! its running work, whose leases then expire.
 
 use crate::backoff::Backoff;
+use crate::pool::Pool;
 use crate::selftest::self_test;
-use nqueens_common::plan::Plan;
+use nqueens_proto::client::{connect, Authed, ClientError};
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
-use nqueens_proto::{tally_to_wire, task_from_wire};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Status};
 
 /// How to run a worker.
 #[derive(Clone, Debug)]
@@ -28,6 +26,8 @@ pub struct Config {
     pub coordinator: String,
     pub threads: usize,
     pub token: Option<String>,
+    /// The CA certificate (PEM) to trust for an `https://` coordinator.
+    pub tls_ca: Option<PathBuf>,
     /// Defaults to host-pid.
     pub name: Option<String>,
     /// How long a drain waits for running tasks before handing them back.
@@ -47,28 +47,13 @@ pub struct Summary {
 pub enum WorkerError {
     #[error("self-test failed: {0}")]
     SelfTest(String),
-    #[error("bad coordinator address '{0}': {1} (expected http://host:port or https://host:port)")]
-    Address(String, String),
-    #[error("the token cannot be sent in a header: {0}")]
-    Token(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
     #[error("the coordinator refused this worker: {0} (check the worker token)")]
     Refused(String),
 }
 
-/// Adds the bearer token to every call.
-#[derive(Clone)]
-struct Auth(Option<MetadataValue<Ascii>>);
-
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-type Client = WorkerServiceClient<InterceptedService<Channel, Auth>>;
+type Client = WorkerServiceClient<Authed>;
 
 /// Errors worth retrying: the coordinator is away or did not store.
 fn transient(s: &Status) -> bool {
@@ -92,27 +77,6 @@ fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
     }
 }
 
-/// Counts one task on a blocking thread; `None` when stopped or invalid.
-fn count(lease: &v1::Lease, stop: &AtomicBool) -> Option<(v1::TaskResult, u64)> {
-    let started = std::time::Instant::now();
-    let (spec, task) = match task_from_wire(lease.task.as_ref()?) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!(error = %e, "the coordinator sent a task that does not decode; skipping it");
-            return None;
-        }
-    };
-    let plan = Plan::new(spec).ok()?;
-    let (tally, checksum) = plan.count_task_until(&task, stop).ok()??;
-    let result = v1::TaskResult {
-        checksum,
-        elapsed_ms: started.elapsed().as_millis() as u64,
-        solver_version: env!("CARGO_PKG_VERSION").to_string(),
-        ..tally_to_wire(&tally)
-    };
-    Some((result, task.subproblems))
-}
-
 /// Runs until the job queue is drained after a signal on `signals`.
 /// (A second signal is the caller's to act on: it should exit at once.)
 pub async fn run(
@@ -126,18 +90,11 @@ pub async fn run(
         .map_err(WorkerError::SelfTest)?;
     tracing::info!("self-test passed (N=8..12 by both strategies)");
     let url = config.coordinator.clone();
-    let channel = Channel::from_shared(url.clone())
-        .map_err(|e| WorkerError::Address(url.clone(), e.to_string()))?
-        .connect_lazy();
-    let token = config
-        .token
-        .as_ref()
-        .map(|t| format!("Bearer {t}").parse())
-        .transpose()
-        .map_err(|e: tonic::metadata::errors::InvalidMetadataValue| {
-            WorkerError::Token(e.to_string())
-        })?;
-    let mut client: Client = WorkerServiceClient::with_interceptor(channel, Auth(token));
+    let mut client = WorkerServiceClient::new(connect(
+        &url,
+        config.token.as_deref(),
+        config.tls_ca.as_deref(),
+    )?);
     let name = config.name.clone().unwrap_or_else(|| {
         format!(
             "{}-{}",
@@ -178,10 +135,13 @@ pub async fn run(
     backoff.reset();
     tracing::info!("connected to {url} as {name} ({threads} threads)");
 
-    let mut queue: VecDeque<v1::Lease> = VecDeque::new();
-    let mut running: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
-    let mut tasks: JoinSet<(v1::Lease, Option<(v1::TaskResult, u64)>)> = JoinSet::new();
-    let mut unreported: VecDeque<v1::ReportRequest> = VecDeque::new();
+    // Every lease handed to the pool (queued or counting), with its stop flag.
+    let mut held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
+    let (counted, mut finished) = mpsc::unbounded_channel();
+    let pool = Pool::new(threads, counted);
+    // Results go to a reporter task, so no thread waits for an fsync.
+    let (results, to_report) = mpsc::unbounded_channel();
+    let reporter = tokio::spawn(report_all(client.clone(), to_report));
     let mut drain_deadline: Option<Instant> = None;
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -189,10 +149,12 @@ pub async fn run(
     let mut subproblems_done = 0u64;
 
     loop {
-        // Keep every thread busy and one batch in hand, so no core waits
-        // between tasks.
-        let want = (2 * threads).saturating_sub(queue.len() + running.len());
-        if drain_deadline.is_none() && want > 0 && Instant::now() >= next_lease_at {
+        // Keep a batch queued behind the running tasks, and lease in
+        // batches (once fewer than a thread's worth are queued), so there is
+        // about one lease call per `threads` tasks.
+        let want = (3 * threads).saturating_sub(held.len());
+        let low = pool.queued() < threads;
+        if drain_deadline.is_none() && low && want > 0 && Instant::now() >= next_lease_at {
             let req = v1::LeaseRequest {
                 worker_id: name.clone(),
                 max_tasks: want as u32,
@@ -206,7 +168,11 @@ pub async fn run(
                     } else {
                         tracing::info!("leased {} tasks", leases.len());
                     }
-                    queue.extend(leases);
+                    for lease in leases {
+                        let stop = Arc::new(AtomicBool::new(false));
+                        held.insert(lease.lease_id, (lease, Arc::clone(&stop)));
+                        pool.push(lease, stop);
+                    }
                 }
                 Err(s) if transient(&s) => {
                     let wait = backoff.next_delay();
@@ -222,78 +188,42 @@ pub async fn run(
                 }
             }
         }
-        while running.len() < threads {
-            let Some(lease) = queue.pop_front() else {
-                break;
-            };
-            let stop = Arc::new(AtomicBool::new(false));
-            running.insert(lease.lease_id, (lease, Arc::clone(&stop)));
-            tasks.spawn_blocking(move || {
-                let out = count(&lease, &stop);
-                (lease, out)
-            });
-        }
-        // Report what is counted; keep it until it is acknowledged.
-        while let Some(req) = unreported.front().cloned() {
-            match client.report(req).await {
-                Ok(r) => {
-                    backoff.reset();
-                    unreported.pop_front();
-                    summary.reported += 1;
-                    let outcome = v1::ReportOutcome::try_from(r.into_inner().outcome)
-                        .map_or("?".into(), |o| format!("{o:?}").to_lowercase());
-                    tracing::info!("reported a task ({outcome})");
-                }
-                Err(s) if transient(&s) => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(
-                        "result not stored yet ({}); retrying in {wait:.1?}",
-                        s.message()
-                    );
-                    tokio::time::sleep(wait).await;
-                    break;
-                }
-                Err(s) => {
-                    tracing::error!("result refused, dropping it: {}", s.message());
-                    unreported.pop_front();
-                }
-            }
-        }
         if let Some(deadline) = drain_deadline {
-            if running.is_empty() && unreported.is_empty() {
+            if held.is_empty() {
                 break;
             }
             if Instant::now() >= deadline {
                 // Out of grace: hand the running tasks back and go.
-                let refs: Vec<v1::LeaseRef> = running.values().map(|(l, _)| lease_ref(l)).collect();
-                for (_, stop) in running.values() {
+                let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
+                for (_, stop) in held.values() {
                     stop.store(true, Ordering::Relaxed);
                 }
                 summary.released += release(&mut client, &name, refs).await;
                 break;
             }
         }
-        let idle = queue.is_empty() && running.is_empty() && unreported.is_empty();
         tokio::select! {
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                let (lease, out) = done.expect("counting task panicked");
-                running.remove(&lease.lease_id);
+            Some((lease, out)) = finished.recv() => {
+                held.remove(&lease.lease_id);
                 if let Some((result, subproblems)) = out {
                     subproblems_done += subproblems;
-                    unreported.push_back(v1::ReportRequest { worker_id: name.clone(), lease: Some(lease_ref(&lease)), result: Some(result) });
+                    let req = v1::ReportRequest { worker_id: name.clone(), lease: Some(lease_ref(&lease)), result: Some(result) };
+                    results.send(req).expect("the reporter outlives the loop");
                 }
             }
             _ = heartbeat.tick() => {
-                let refs: Vec<v1::LeaseRef> = running.values().map(|(l, _)| l).chain(queue.iter()).map(lease_ref).collect();
+                let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
                 let req = v1::HeartbeatRequest { worker_id: name.clone(), leases: refs, subproblems_done };
                 match client.heartbeat(req).await {
                     Ok(r) => {
                         for s in r.into_inner().stop {
-                            if let Some((_, stop)) = running.get(&s.lease_id) {
+                            if let Some((_, stop)) = held.get(&s.lease_id) {
                                 stop.store(true, Ordering::Relaxed);
                                 tracing::info!("stopping task {} of job {}: cancelled or reassigned", s.task_index, s.job_id);
                             }
-                            queue.retain(|l| l.lease_id != s.lease_id);
+                            if pool.unqueue(s.lease_id) {
+                                held.remove(&s.lease_id);
+                            }
                         }
                     }
                     Err(s) => tracing::warn!("heartbeat failed: {}", s.message()),
@@ -301,13 +231,27 @@ pub async fn run(
             }
             Some(()) = signals.recv(), if drain_deadline.is_none() => {
                 drain_deadline = Some(Instant::now() + config.grace);
-                let refs: Vec<v1::LeaseRef> = queue.drain(..).map(|l| lease_ref(&l)).collect();
+                let unstarted = pool.take_queued();
+                for l in &unstarted {
+                    held.remove(&l.lease_id);
+                }
+                let refs: Vec<v1::LeaseRef> = unstarted.iter().map(lease_ref).collect();
                 summary.released += release(&mut client, &name, refs).await;
-                tracing::info!("draining: released {} unstarted tasks; finishing {} running (up to {:?})", summary.released, running.len(), config.grace);
+                tracing::info!("draining: released {} unstarted tasks; finishing {} running (up to {:?})", summary.released, held.len(), config.grace);
             }
-            () = tokio::time::sleep_until(next_lease_at), if idle && drain_deadline.is_none() => {}
+            () = tokio::time::sleep_until(next_lease_at), if held.is_empty() && drain_deadline.is_none() => {}
             () = tokio::time::sleep_until(drain_deadline.unwrap_or_else(Instant::now)), if drain_deadline.is_some() => {}
         }
+    }
+    drop(pool);
+    // Every result counted is reported, until the drain's grace runs out.
+    drop(results);
+    let deadline = drain_deadline.unwrap_or_else(Instant::now);
+    match tokio::time::timeout_at(deadline.max(Instant::now()), reporter).await {
+        Ok(reported) => summary.reported = reported.expect("reporter panicked"),
+        Err(_) => tracing::warn!(
+            "out of grace with results not yet stored; their tasks will run again elsewhere"
+        ),
     }
     tracing::info!(
         "stopped: {} results reported, {} tasks handed back",
@@ -315,6 +259,65 @@ pub async fn run(
         summary.released
     );
     Ok(summary)
+}
+
+/// Reports in flight at once: the coordinator stores concurrent reports
+/// with one fsync, so short tasks are not held to one fsync each.
+const REPORTS_IN_FLIGHT: usize = 64;
+
+/// Reports every result until the coordinator acknowledges it; returns
+/// how many were acknowledged.
+async fn report_all(
+    client: Client,
+    mut results: mpsc::UnboundedReceiver<v1::ReportRequest>,
+) -> u64 {
+    let mut in_flight = JoinSet::new();
+    let mut reported = 0;
+    loop {
+        tokio::select! {
+            req = results.recv(), if in_flight.len() < REPORTS_IN_FLIGHT => match req {
+                Some(req) => {
+                    in_flight.spawn(report(client.clone(), req));
+                }
+                None => break,
+            },
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                reported += u64::from(done.expect("report task panicked"));
+            }
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        reported += u64::from(done.expect("report task panicked"));
+    }
+    reported
+}
+
+/// Reports one result, retrying while the coordinator is away; whether it
+/// was acknowledged.
+async fn report(mut client: Client, req: v1::ReportRequest) -> bool {
+    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
+    loop {
+        match client.report(req.clone()).await {
+            Ok(r) => {
+                let outcome = v1::ReportOutcome::try_from(r.into_inner().outcome)
+                    .map_or("?".into(), |o| format!("{o:?}").to_lowercase());
+                tracing::info!("reported a task ({outcome})");
+                return true;
+            }
+            Err(s) if transient(&s) => {
+                let wait = backoff.next_delay();
+                tracing::warn!(
+                    "result not stored yet ({}); retrying in {wait:.1?}",
+                    s.message()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            Err(s) => {
+                tracing::error!("result refused, dropping it: {}", s.message());
+                return false;
+            }
+        }
+    }
 }
 
 /// Hands leases back; returns how many the coordinator took.

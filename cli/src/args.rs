@@ -1,0 +1,421 @@
+//! The command line: every subcommand, its options and its `--help`.
+
+use crate::exit::Failure;
+use clap::{Parser, Subcommand, ValueEnum};
+use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
+use nqueens_common::Size;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "nqueens",
+    version,
+    about = "Count the solutions of the N-Queens problem exactly",
+    long_about = "Count the solutions of the N-Queens problem exactly: all of them (total) and \
+                  those distinct up to rotation and reflection (unique), with a multithreaded, \
+                  symmetry-aware bitmap search.",
+    after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 18 --state ./run18      (resumable after Ctrl-C or a crash)\n  nqueens plan 20 --strategy frame\n  nqueens table 4..14\n  nqueens coordinator --data-dir ./nq-data\n  nqueens worker --coordinator http://127.0.0.1:7700\n  nqueens submit 20 --strategy frame && nqueens watch 1\n\nExit codes: 0 success, 1 failed (wrong count, no completion, job cancelled), 2 bad input,\n3 coordinator unreachable, 4 unknown job, 5 token refused, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Count the total and unique solutions of one N.
+    #[command(
+        after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n  \
+        nqueens solve 17 --strategy frame\n  nqueens solve 19 --state ./run19\n\n\
+        Without --strategy the whole search is cut into pieces in memory. With --strategy the\n\
+        count goes through a plan's tasks, as a cluster would run it (see `nqueens plan`).\n\n\
+        With --state DIR the run is durable: a coordinator and a worker run inside this process,\n\
+        every finished task is on disk in DIR, and the same command after Ctrl-C, kill -9 or a\n\
+        power cut continues where it stopped (strategy prefix unless given).\n\n\
+        The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
+        a difference is reported as an error (exit code 1)."
+    )]
+    Solve {
+        /// Board size, 1 to 32.
+        n: Size,
+        #[command(flatten)]
+        threads: Threads,
+        /// Count through a plan of this strategy.
+        #[arg(long)]
+        strategy: Option<Strategy>,
+        #[command(flatten)]
+        shape: PlanShape,
+        /// Keep the run in DIR, so it can stop and resume.
+        #[arg(long, value_name = "DIR")]
+        state: Option<PathBuf>,
+        #[command(flatten)]
+        progress: Progress,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Split one N into subproblems and tasks, and summarise (or list) them.
+    #[command(
+        after_help = "Examples:\n  nqueens plan 20 --strategy frame\n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\n  \
+        nqueens plan 10 --strategy frame --list\n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\n\n\
+        prefix: the first K rows of the symmetry-pruned search; each subproblem's class counts\n\
+        add up directly.\n\
+        frame: one queen on each of the 8 border lines (rows and columns 0, 1, N-2, N-1), one\n\
+        frame per symmetry orbit with its weight (2, 4 or 8; 1 if fully symmetric); the unique\n\
+        count comes from the half- and quarter-turn symmetric searches (Burnside).\n\n\
+        Subproblem ids are stable: the same N and options always give the same ids and tasks."
+    )]
+    Plan {
+        /// Board size, 1 to 32.
+        n: Size,
+        /// How to split the search.
+        #[arg(long)]
+        strategy: Strategy,
+        #[command(flatten)]
+        shape: PlanShape,
+        /// List every subproblem (id and description), task by task.
+        #[arg(long, conflicts_with = "task")]
+        list: bool,
+        /// List the subproblems of this task only.
+        #[arg(long, value_name = "I")]
+        task: Option<u64>,
+        /// Print JSON (one object; with --list or --task, one per subproblem).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the solver core against the plain bitmap baseline kept in the repo.
+    #[command(
+        after_help = "Examples:\n  nqueens bench\n  nqueens bench 14..18 --runs 3\n  nqueens bench 17 --no-baseline --json\n\n\
+        Each N is counted by the fast core on one thread and on T threads (default: all cores),\n\
+        then by the baseline (a Somers-style bitmap search using only the mirror symmetry) on\n\
+        one thread. Times are medians of --runs in-process runs; every count is checked.\n\
+        speedup = baseline time / fast core time, both on one thread."
+    )]
+    Bench {
+        /// Range of N, both ends included: FROM..TO (or a single N).
+        #[arg(default_value = "14..16")]
+        range: SizeRange,
+        #[command(flatten)]
+        threads: Threads,
+        /// Runs per figure; the median is reported.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Skip the baseline (it is several times slower).
+        #[arg(long)]
+        no_baseline: bool,
+        /// Print one JSON object per N.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the coordinator: durable jobs, task leases over gRPC, exact totals.
+    #[command(
+        after_help = "Examples:\n  nqueens coordinator --data-dir ./nq-data\n  \
+        nqueens coordinator --listen 0.0.0.0:7700 --data-dir /var/lib/nqueens \\\n      \
+        --worker-token-file /etc/nqueens/worker.token --operator-token-file /etc/nqueens/operator.token\n\n\
+        Every result is on disk (fsync) before a worker is told it was stored. After a crash or\n\
+        kill -9, start it again on the same --data-dir: every job continues where it was.\n\
+        Tokens can also come from NQUEENS_WORKER_TOKEN and NQUEENS_OPERATOR_TOKEN. Listening\n\
+        beyond loopback without both tokens is refused unless --insecure is given.\n\
+        Logs: RUST_LOG (default info), e.g. RUST_LOG=nqueens_coordinator=debug."
+    )]
+    Coordinator {
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: std::net::SocketAddr,
+        /// Directory for the journal, the store and the lock.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        /// File holding the token workers must present.
+        #[arg(long, value_name = "F")]
+        worker_token_file: Option<PathBuf>,
+        /// File holding the token operators must present.
+        #[arg(long, value_name = "F")]
+        operator_token_file: Option<PathBuf>,
+        /// Allow a non-loopback address without tokens.
+        #[arg(long)]
+        insecure: bool,
+        /// Seconds a lease lives without a heartbeat.
+        #[arg(long, value_name = "S", default_value_t = 60)]
+        lease_ttl: u64,
+        /// Serve Prometheus metrics at http://ADDR/metrics.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Serve TLS with this certificate chain (PEM).
+        #[arg(long, value_name = "F", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM).
+        #[arg(long, value_name = "F", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Require client certificates signed by this CA (PEM).
+        #[arg(long, value_name = "F", requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
+    },
+    /// Run a worker: lease tasks from a coordinator and count them on every core.
+    #[command(
+        after_help = "Examples:\n  nqueens worker --coordinator http://127.0.0.1:7700\n  \
+        NQUEENS_COORDINATOR=http://coord:7700 nqueens worker --token-file /etc/nqueens/worker.token\n\n\
+        The worker first checks itself on N=8..12 and refuses to work if it miscounts. It keeps\n\
+        every thread busy with one batch of tasks in hand, heartbeats its leases, and keeps each\n\
+        result until the coordinator has stored it, reconnecting with backoff when it is away.\n\
+        SIGTERM or Ctrl-C: stop leasing, hand back unstarted tasks, finish running ones within\n\
+        --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk."
+    )]
+    Worker {
+        /// The coordinator's address.
+        #[arg(
+            long,
+            env = "NQUEENS_COORDINATOR",
+            default_value = "http://127.0.0.1:7700"
+        )]
+        coordinator: String,
+        #[command(flatten)]
+        threads: Threads,
+        /// File holding the worker token (or NQUEENS_WORKER_TOKEN).
+        #[arg(long, value_name = "F")]
+        token_file: Option<PathBuf>,
+        /// Trust this CA certificate (PEM) for an https:// coordinator.
+        #[arg(long, value_name = "F")]
+        tls_ca: Option<PathBuf>,
+        /// Name shown to operators [default: host-pid].
+        #[arg(long)]
+        name: Option<String>,
+        /// Seconds a drain waits for running tasks before handing them back.
+        #[arg(long, value_name = "S", default_value_t = 300)]
+        grace: u64,
+        /// Corrupt the self-test (to check that a bad build refuses to work).
+        #[arg(long, hide = true)]
+        self_test_fault: bool,
+    },
+    /// Submit a job to a coordinator: count one N on its workers.
+    #[command(
+        after_help = "Examples:\n  nqueens submit 18\n  nqueens submit 24 --strategy frame --tasks 100000 --watch\n  \
+        NQUEENS_COORDINATOR=http://coord:7700 nqueens submit 20 --json\n\n\
+        prints the job id; follow it with `nqueens watch JOB`. Submitting the same N twice makes\n\
+        two jobs. For large N, frame plans cut the work into more even tasks (see `nqueens plan`)."
+    )]
+    Submit {
+        /// Board size, 1 to 32.
+        n: Size,
+        /// How to split the search.
+        #[arg(long, default_value = "prefix")]
+        strategy: Strategy,
+        #[command(flatten)]
+        shape: PlanShape,
+        /// Follow the job until it ends, as `nqueens watch` does.
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        progress: Progress,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Show one job in detail, or the coordinator's jobs and workers in brief.
+    #[command(
+        after_help = "Examples:\n  nqueens status\n  nqueens status 3\n  nqueens status 3 --json"
+    )]
+    Status {
+        /// The job id (all jobs when omitted).
+        job: Option<u64>,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Follow a job until it ends: progress by expected work, rate, ETA, counts so far.
+    #[command(
+        after_help = "Examples:\n  nqueens watch 3\n  nqueens watch 3 --json | jq .done\n  nqueens watch 3 --interval 60 > progress.log\n\n\
+        On a terminal: a progress bar. Otherwise: one line every --interval seconds (JSON lines\n\
+        with --json) and a last one when the job ends. Exit code 0 when the job is done and its\n\
+        counts match the published ones, 1 when it was cancelled or differs."
+    )]
+    Watch {
+        /// The job id.
+        job: u64,
+        #[command(flatten)]
+        progress: Progress,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List the coordinator's jobs.
+    #[command(after_help = "Examples:\n  nqueens jobs\n  nqueens jobs --json")]
+    Jobs {
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List the workers the coordinator has seen.
+    #[command(after_help = "Examples:\n  nqueens workers\n  nqueens workers --json")]
+    Workers {
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Stop handing out a job's tasks (running ones finish); `resume` undoes it.
+    Pause {
+        job: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Hand out a paused job's tasks again.
+    Resume {
+        job: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// End a job for good: workers stop its tasks at their next heartbeat.
+    Cancel {
+        job: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  nqueens completions bash > ~/.local/share/bash-completion/completions/nqueens\n  \
+        nqueens completions zsh > ~/.zfunc/_nqueens\n  nqueens completions fish > ~/.config/fish/completions/nqueens.fish"
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Print the classic table of counts, one row per N as soon as it is done.
+    #[command(
+        after_help = "Examples:\n  nqueens table\n  nqueens table 4..17\n  nqueens table 10..12 --json"
+    )]
+    Table {
+        /// Range of N, both ends included: FROM..TO (or a single N).
+        #[arg(default_value = "4..16")]
+        range: SizeRange,
+        #[command(flatten)]
+        threads: Threads,
+        /// Print one JSON object per line instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List solutions in lexicographic order of their rows, streamed.
+    #[command(
+        after_help = "Examples:\n  nqueens boards 5\n  nqueens boards 8 --limit 2 --format board\n\n\
+        Rows format: '1: 0 2 4 1 3' lists, for each row from the top, the column of its queen (0-based)."
+    )]
+    Boards {
+        /// Board size, 1 to 32.
+        n: Size,
+        /// Stop after this many boards.
+        #[arg(long, value_name = "K")]
+        limit: Option<u64>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Rows)]
+        format: Format,
+    },
+    /// Complete a board from given queens read on standard input.
+    #[command(
+        after_help = "Input (the classic judge format): a line with k, then k lines 'row col'\n\
+        (0-based) of the given queens. Output: one full board holding them, 'Q' and '.'.\n\n\
+        Example:\n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\n\n\
+        Exit codes: 0 completed, 1 no completion exists, 2 bad input."
+    )]
+    Complete {
+        /// Board size, 1 to 32.
+        #[arg(long, default_value = "8")]
+        n: Size,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct PlanShape {
+    /// Prefix strategy: rows placed in each subproblem (2 to 11).
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_DEPTH)]
+    pub depth: u32,
+    /// About how many tasks to cut the plan into.
+    #[arg(long, value_name = "M", default_value_t = DEFAULT_TASKS)]
+    pub tasks: u64,
+}
+
+impl PlanShape {
+    pub fn spec(&self, n: Size, strategy: Strategy) -> PlanSpec {
+        PlanSpec {
+            n,
+            strategy,
+            depth: self.depth,
+            tasks: self.tasks,
+        }
+    }
+
+    /// The plan, checked (a wrong depth or task count is bad input).
+    pub fn plan(&self, n: Size, strategy: Strategy) -> Result<Plan, Failure> {
+        Plan::new(self.spec(n, strategy)).map_err(|e| Failure::BadInput(e.to_string()))
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Threads {
+    /// Worker threads [default: all cores].
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub threads: Option<u32>,
+}
+
+impl Threads {
+    pub fn get(&self) -> usize {
+        self.threads
+            .map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// `1: 0 4 7 5 2 6 1 3`, the column of each row's queen.
+    Rows,
+    /// A diagram of `Q` and `.`, one line per row.
+    Board,
+}
+
+/// An inclusive range of board sizes: `4..16`, `4..=16` or `12`.
+#[derive(Clone, Copy)]
+pub struct SizeRange(pub Size, pub Size);
+
+impl std::str::FromStr for SizeRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, b) = s
+            .split_once("..=")
+            .or_else(|| s.split_once(".."))
+            .unwrap_or((s, s));
+        let (from, to): (Size, Size) = (a.parse()?, b.parse()?);
+        if from > to {
+            return Err(format!(
+                "the range {s} is empty: write FROM..TO with FROM <= TO"
+            ));
+        }
+        Ok(SizeRange(from, to))
+    }
+}
+
+/// Where the coordinator is and how to prove who we are.
+#[derive(clap::Args, Clone)]
+pub struct Connect {
+    /// The coordinator's address.
+    #[arg(
+        long,
+        env = "NQUEENS_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub coordinator: String,
+    /// File holding the operator token (or NQUEENS_OPERATOR_TOKEN).
+    #[arg(long, value_name = "F")]
+    pub token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// coordinator.
+    #[arg(long, value_name = "F")]
+    pub tls_ca: Option<PathBuf>,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How progress is shown while following a job.
+#[derive(clap::Args, Clone, Copy)]
+pub struct Progress {
+    /// Seconds between progress lines when the output is not a terminal.
+    #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = positive_seconds)]
+    pub interval: f64,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 0 and 86400"
+        )),
+    }
+}

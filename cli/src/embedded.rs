@@ -1,0 +1,234 @@
+//! `nqueens solve N --state DIR`: a durable run on one machine. A
+//! coordinator (the same journal and store as a cluster's) and a worker
+//! run in this process and talk over loopback gRPC, so a second run with
+//! the same DIR after Ctrl-C, `kill -9` or a power cut continues where the
+//! first stopped and redoes none of the tasks it had stored.
+
+use crate::args::{Connect, PlanShape, Progress};
+use crate::exit::Failure;
+use crate::local::{check_known, json_line};
+use crate::operator::Operator;
+use crate::progress::{follow, Show};
+use crate::serve::{init_logs, signal};
+use nqueens_common::format::{human_duration, thousands};
+use nqueens_common::known::known;
+use nqueens_common::plan::{Plan, Strategy};
+use nqueens_common::Size;
+use nqueens_coordinator::core::SystemClock;
+use nqueens_coordinator::server::{self, Config};
+use nqueens_coordinator::state::{JobState, JobView};
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a finished embedded run prints.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub n: u32,
+    pub total: u128,
+    pub unique: u128,
+    pub tasks: u64,
+    /// Tasks already stored in the state directory when this run started.
+    pub tasks_before: u64,
+    /// Tasks this run counted.
+    pub tasks_counted: u64,
+    /// Seconds this run took.
+    pub seconds: f64,
+    pub state: PathBuf,
+    pub matches_known: Option<bool>,
+}
+
+impl Outcome {
+    fn text(&self) -> String {
+        let check = match self.matches_known {
+            Some(true) => "matches OEIS A000170 / A002562",
+            Some(false) => "DIFFERS from OEIS A000170 / A002562",
+            None => "no published value to compare with",
+        };
+        format!(
+            "N        {}\ntotal    {}\nunique   {}\nknown    {check}\ntasks    {} ({} stored before this run, {} counted now)\ntime     {} this run\nstate    {}\n",
+            self.n,
+            self.total,
+            self.unique,
+            thousands(self.tasks.into()),
+            thousands(self.tasks_before.into()),
+            thousands(self.tasks_counted.into()),
+            human_duration(Duration::from_secs_f64(self.seconds)),
+            self.state.display(),
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn solve(
+    n: Size,
+    threads: usize,
+    strategy: Option<Strategy>,
+    shape: &PlanShape,
+    state: PathBuf,
+    progress: Progress,
+    json: bool,
+) -> Result<(), Failure> {
+    let plan = shape.plan(n, strategy.unwrap_or(Strategy::Prefix))?;
+    init_logs("warn");
+    // One async thread serves the coordinator, the worker and the progress
+    // display: a few calls a second, and the cores are left to counting.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(run(plan, threads, state, progress, json))?;
+    let mut out = io::stdout().lock();
+    if json {
+        json_line(&mut out, &outcome)?;
+    } else {
+        write!(out, "{}", outcome.text())?;
+    }
+    out.flush()?;
+    check_known(outcome.n, outcome.total, outcome.unique)
+}
+
+async fn run(
+    plan: Plan,
+    threads: usize,
+    dir: PathBuf,
+    progress: Progress,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let started = Instant::now();
+    let config = Config {
+        listen: ([127, 0, 0, 1], 0).into(),
+        data_dir: dir.clone(),
+        worker_token: None,
+        operator_token: None,
+        insecure: false,
+        metrics: None,
+        tls: None,
+        limits: Default::default(),
+    };
+    let running = server::start(config, Arc::new(SystemClock))
+        .await
+        .map_err(|e| Failure::Failed(format!("state directory {}: {e}", dir.display())))?;
+    let job = match find_job(&running.core.jobs(), &plan, &dir)? {
+        Some(job) => job,
+        None => running
+            .core
+            .submit(plan.spec)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?,
+    };
+    // Start the worker once the tasks exist, or its first lease comes back
+    // empty and it waits before asking again.
+    let mut changes = running.core.subscribe();
+    while running
+        .core
+        .job(job.id)
+        .is_ok_and(|j| j.state == JobState::Planning)
+    {
+        if changes.changed().await.is_err() {
+            break;
+        }
+    }
+    let tasks_before = job.done;
+    if tasks_before > 0 && !json {
+        eprintln!(
+            "resuming from {}: {} tasks already stored",
+            dir.display(),
+            thousands(tasks_before.into())
+        );
+    }
+    let url = format!("http://{}", running.addr);
+    let (stop_worker, signals) = tokio::sync::mpsc::unbounded_channel();
+    let worker = tokio::spawn(nqueens_worker::run::run(
+        nqueens_worker::run::Config {
+            coordinator: url.clone(),
+            threads,
+            token: None,
+            tls_ca: None,
+            name: Some(format!("embedded-{}", std::process::id())),
+            // Hand running tasks back at once: they are redone next time.
+            grace: Duration::ZERO,
+            self_test_fault: false,
+        },
+        signals,
+    ));
+    let mut op = Operator::new(&Connect {
+        coordinator: url,
+        token_file: None,
+        tls_ca: None,
+        json,
+    })?;
+    let show = if json { Show::Nothing } else { Show::Text };
+    let ended = tokio::select! {
+        r = follow(&mut op, job.id, progress, show) => Some(r),
+        () = signal() => None,
+    };
+    let _ = stop_worker.send(());
+    let worker = worker.await.expect("the worker task panicked");
+    let last = running
+        .core
+        .job(job.id)
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    running
+        .shutdown()
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    let Some(ended) = ended else {
+        return Err(Failure::Interrupted(format!(
+            "stopped: {} of {} tasks are stored in {}; run the same command again to continue",
+            thousands(last.done.into()),
+            thousands(last.tasks.into()),
+            dir.display()
+        )));
+    };
+    let info = ended?;
+    worker.map_err(|e| Failure::Failed(e.to_string()))?;
+    if info.state == "cancelled" {
+        return Err(Failure::Failed(format!(
+            "the run in {} was cancelled; start a new one in another directory",
+            dir.display()
+        )));
+    }
+    Ok(Outcome {
+        n: info.n,
+        total: info.total,
+        unique: info.unique,
+        tasks: info.tasks,
+        tasks_before,
+        tasks_counted: info.tasks - tasks_before,
+        seconds: started.elapsed().as_secs_f64(),
+        state: dir,
+        matches_known: known(info.n).map(|k| (k.total, k.unique) == (info.total, info.unique)),
+    })
+}
+
+/// The job of this plan in the state directory, if it has one. A
+/// directory holding another plan's run is refused rather than mixed.
+fn find_job(
+    jobs: &[JobView],
+    plan: &Plan,
+    dir: &std::path::Path,
+) -> Result<Option<JobView>, Failure> {
+    if let Some(job) = jobs.iter().find(|j| j.spec == plan.spec) {
+        if job.state == JobState::Cancelled {
+            return Err(Failure::Failed(format!(
+                "the run in {} was cancelled; start a new one in another directory",
+                dir.display()
+            )));
+        }
+        return Ok(Some(job.clone()));
+    }
+    match jobs.first() {
+        None => Ok(None),
+        Some(other) => Err(Failure::BadInput(format!(
+            "{} holds a run of N={} ({} strategy, depth {}, about {} tasks), not of this command's plan; \
+             use another --state directory, or repeat that run's options",
+            dir.display(),
+            other.spec.n,
+            other.spec.strategy,
+            other.spec.depth,
+            other.spec.tasks
+        ))),
+    }
+}

@@ -1,0 +1,67 @@
+//! How a command fails, and the exit code each kind of failure gets, so
+//! scripts can tell "the coordinator is down" from "no such job".
+
+use std::io;
+use std::process::ExitCode;
+
+/// A failed command. The message says what was wrong and what to do.
+#[derive(Debug)]
+pub enum Failure {
+    /// The command ran but failed: a count that differs from the published
+    /// one, no completion, a cancelled job. Exit 1.
+    Failed(String),
+    /// The input was wrong. Exit 2.
+    BadInput(String),
+    /// The coordinator could not be reached. Exit 3.
+    Unreachable(String),
+    /// The job does not exist. Exit 4.
+    UnknownJob(String),
+    /// The coordinator refused the token. Exit 5.
+    Refused(String),
+    /// Stopped by Ctrl-C or SIGTERM. Exit 130.
+    Interrupted(String),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+impl Failure {
+    /// A failed call to the coordinator at `url`.
+    pub fn from_status(url: &str, status: &tonic::Status) -> Failure {
+        use tonic::Code;
+        let msg = nqueens_proto::client::explain(url, status);
+        match status.code() {
+            Code::Unavailable => Failure::Unreachable(msg),
+            Code::NotFound => Failure::UnknownJob(format!("{msg} (`nqueens jobs` lists the jobs)")),
+            Code::Unauthenticated | Code::PermissionDenied => Failure::Refused(format!(
+                "{msg} (give the operator token with --token-file or NQUEENS_OPERATOR_TOKEN)"
+            )),
+            Code::InvalidArgument | Code::OutOfRange => Failure::BadInput(msg),
+            _ => Failure::Failed(msg),
+        }
+    }
+
+    /// Prints the message on stderr and gives the exit code.
+    pub fn report(self) -> ExitCode {
+        let (code, msg) = match self {
+            // A closed pipe (`nqueens boards 12 | head`) is the reader's choice.
+            Failure::Io(e) if e.kind() == io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
+            Failure::Io(e) => (1, e.to_string()),
+            Failure::Failed(m) => (1, m),
+            Failure::BadInput(m) => (2, m),
+            Failure::Unreachable(m) => (3, m),
+            Failure::UnknownJob(m) => (4, m),
+            Failure::Refused(m) => (5, m),
+            Failure::Interrupted(m) => {
+                eprintln!("{m}");
+                return ExitCode::from(130);
+            }
+        };
+        eprintln!("error: {msg}");
+        ExitCode::from(code)
+    }
+}

@@ -1,0 +1,247 @@
+//! Jobs and workers as operators read them: text with thousands separators
+//! and spoken durations, or JSON with the same fields for scripts.
+
+use nqueens_common::format::{human_duration, thousands};
+use nqueens_common::known::known;
+use nqueens_proto::u128_from_wire;
+use nqueens_proto::v1;
+use serde::Serialize;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A job, decoded from the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobInfo {
+    pub job: u64,
+    pub n: u32,
+    pub strategy: String,
+    pub depth: u32,
+    /// running, paused, cancelled or done.
+    pub state: &'static str,
+    pub tasks: u64,
+    pub done: u64,
+    pub leased: u64,
+    pub pending: u64,
+    pub failed: u64,
+    pub dead: u64,
+    /// Share of the expected work done, 0 to 1.
+    pub progress: f64,
+    /// Counts of the done tasks (exact totals once done).
+    pub total: u128,
+    pub unique: u128,
+    pub conflicts: u64,
+    pub active_workers: u64,
+    pub submitted_unix_ms: u64,
+    pub eta_seconds: Option<f64>,
+    /// Once done: whether the counts equal the published ones (absent past N=27).
+    pub matches_known: Option<bool>,
+}
+
+impl JobInfo {
+    pub fn new(j: &v1::Job) -> JobInfo {
+        let spec = j.plan.unwrap_or_default();
+        let state = match v1::JobState::try_from(j.state).unwrap_or_default() {
+            v1::JobState::Running | v1::JobState::Unspecified => "running",
+            v1::JobState::Paused => "paused",
+            v1::JobState::Cancelled => "cancelled",
+            v1::JobState::Done => "done",
+        };
+        let strategy = match v1::Strategy::try_from(spec.strategy) {
+            Ok(v1::Strategy::Frame) => "frame",
+            _ => "prefix",
+        };
+        let (total, unique) = (
+            u128_from_wire(j.total.as_ref()),
+            u128_from_wire(j.unique.as_ref()),
+        );
+        JobInfo {
+            job: j.job_id,
+            n: spec.n,
+            strategy: strategy.to_string(),
+            depth: spec.depth,
+            state,
+            tasks: j.tasks,
+            done: j.done,
+            leased: j.leased,
+            pending: j.pending,
+            failed: j.failed,
+            dead: j.dead,
+            progress: if j.work_total > 0.0 {
+                (j.work_done / j.work_total).clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+            total,
+            unique,
+            conflicts: j.conflicts,
+            active_workers: j.active_workers,
+            submitted_unix_ms: j.submitted_unix_ms,
+            eta_seconds: (j.eta_seconds > 0.0).then_some(j.eta_seconds),
+            matches_known: (state == "done")
+                .then(|| known(spec.n).map(|k| (k.total, k.unique) == (total, unique)))
+                .flatten(),
+        }
+    }
+
+    pub fn ended(&self) -> bool {
+        matches!(self.state, "done" | "cancelled")
+    }
+
+    /// `N=17 prefix depth 4` or `N=24 frame`.
+    pub fn plan(&self) -> String {
+        match self.strategy.as_str() {
+            "prefix" => format!("N={} prefix depth {}", self.n, self.depth),
+            s => format!("N={} {s}", self.n),
+        }
+    }
+
+    pub fn eta(&self) -> String {
+        match (self.state, self.eta_seconds) {
+            ("done", _) => "done".into(),
+            (_, Some(s)) => human_duration(Duration::from_secs_f64(s)),
+            _ => "unknown".into(),
+        }
+    }
+
+    /// One line, for logs and pipes.
+    pub fn line(&self) -> String {
+        format!(
+            "job {} {}: {} {:.1}% ({}/{} tasks), total so far {}, unique {}, {} workers, ETA {}{}",
+            self.job,
+            self.plan(),
+            self.state,
+            self.progress * 100.0,
+            thousands(self.done.into()),
+            thousands(self.tasks.into()),
+            thousands(self.total),
+            thousands(self.unique),
+            self.active_workers,
+            self.eta(),
+            self.warnings(),
+        )
+    }
+
+    /// What needs an operator, if anything.
+    pub fn warnings(&self) -> String {
+        let mut w = String::new();
+        if self.dead > 0 {
+            w += &format!(
+                "; {} tasks out of retries (the job cannot finish; see the coordinator log)",
+                self.dead
+            );
+        }
+        if self.conflicts > 0 {
+            w += &format!("; {} conflicting results", self.conflicts);
+        }
+        w
+    }
+
+    /// The block of `nqueens status JOB`.
+    pub fn text(&self) -> String {
+        let age = SystemTime::now()
+            .duration_since(UNIX_EPOCH + Duration::from_millis(self.submitted_unix_ms))
+            .unwrap_or_default();
+        let known = match self.matches_known {
+            Some(true) => "\nknown     matches OEIS A000170 / A002562",
+            Some(false) => "\nknown     DIFFERS from OEIS A000170 / A002562",
+            None => "",
+        };
+        format!(
+            "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} done, {} leased, {} pending, {} waiting to retry, {} out of retries (of {})\n\
+             total     {}{}\nunique    {}{known}\nworkers   {} active\nsubmitted {} ago\neta       {}\n",
+            self.job,
+            self.plan(),
+            self.state,
+            self.progress * 100.0,
+            thousands(self.done.into()),
+            thousands(self.leased.into()),
+            thousands(self.pending.into()),
+            thousands(self.failed.into()),
+            thousands(self.dead.into()),
+            thousands(self.tasks.into()),
+            thousands(self.total),
+            if self.state == "done" { "" } else { " (so far)" },
+            thousands(self.unique),
+            self.active_workers,
+            human_duration(age),
+            self.eta(),
+        )
+    }
+
+    pub fn table_header() -> String {
+        format!(
+            "{:>5}  {:<24}  {:<9}  {:>6}  {:>17}  {:>24}  {:>10}",
+            "JOB", "PLAN", "STATE", "DONE", "TASKS", "TOTAL", "ETA"
+        )
+    }
+
+    pub fn table_row(&self) -> String {
+        format!(
+            "{:>5}  {:<24}  {:<9}  {:>5.1}%  {:>17}  {:>24}  {:>10}",
+            self.job,
+            self.plan(),
+            self.state,
+            self.progress * 100.0,
+            format!(
+                "{}/{}",
+                thousands(self.done.into()),
+                thousands(self.tasks.into())
+            ),
+            thousands(self.total),
+            self.eta(),
+        )
+    }
+}
+
+/// A worker, decoded from the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerRow {
+    pub worker: String,
+    pub host: String,
+    pub cores: u32,
+    pub leases: u32,
+    pub tasks_done: u64,
+    pub subproblems_done: u64,
+    pub errors: u64,
+    pub last_seen_unix_ms: u64,
+    pub solver_version: String,
+}
+
+impl WorkerRow {
+    pub fn new(w: &v1::Worker) -> WorkerRow {
+        WorkerRow {
+            worker: w.worker_id.clone(),
+            host: w.host.clone(),
+            cores: w.cores,
+            leases: w.leases,
+            tasks_done: w.tasks_done,
+            subproblems_done: w.subproblems_done,
+            errors: w.errors,
+            last_seen_unix_ms: w.last_seen_unix_ms,
+            solver_version: w.solver_version.clone(),
+        }
+    }
+
+    pub fn table_header() -> String {
+        format!(
+            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {}",
+            "WORKER", "CORES", "LEASES", "TASKS", "SUBPROBLEMS", "ERRORS", "SEEN", "VERSION"
+        )
+    }
+
+    pub fn table_row(&self) -> String {
+        let seen = SystemTime::now()
+            .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
+            .unwrap_or_default();
+        format!(
+            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {}",
+            self.worker,
+            self.cores,
+            self.leases,
+            thousands(self.tasks_done.into()),
+            thousands(self.subproblems_done.into()),
+            self.errors,
+            format!("{} ago", human_duration(seen)),
+            self.solver_version,
+        )
+    }
+}

@@ -1,0 +1,153 @@
+//! The `nqueens` command line. The root package's `main` calls [`main`];
+//! everything else is here, one module per kind of command:
+//!
+//! - [`args`]: every subcommand, its options and its `--help`.
+//! - [`local`]: counting on this machine in memory (solve, plan, table, bench, boards, complete).
+//! - [`embedded`]: `solve --state DIR`, a resumable run with an in-process coordinator.
+//! - [`serve`]: the coordinator and worker processes.
+//! - [`operator`]: the operator's gRPC client (submit, status, watch, jobs, workers, ...).
+//! - [`progress`]: following a job (bar, lines or JSON).
+//! - [`human`]: jobs and workers as people and scripts read them.
+//! - [`exit`]: failures and their exit codes.
+
+pub mod args;
+pub mod embedded;
+pub mod exit;
+pub mod human;
+pub mod local;
+pub mod operator;
+pub mod progress;
+pub mod serve;
+
+use args::{Cli, Command};
+use clap::{CommandFactory, Parser};
+use exit::Failure;
+use operator::Control;
+use serve::read_token;
+use std::process::ExitCode;
+
+/// Parses the command line, runs the command, and gives the exit code.
+pub fn main() -> ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.report(),
+    }
+}
+
+fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Solve {
+            n,
+            threads,
+            strategy,
+            shape,
+            state: Some(dir),
+            progress,
+            json,
+        } => embedded::solve(n, threads.get(), strategy, &shape, dir, progress, json),
+        Command::Solve {
+            n,
+            threads,
+            strategy,
+            shape,
+            state: None,
+            progress: _,
+            json,
+        } => local::solve(n, threads.get(), strategy, &shape, json),
+        Command::Plan {
+            n,
+            strategy,
+            shape,
+            list,
+            task,
+            json,
+        } => local::plan(n, strategy, &shape, list, task, json),
+        Command::Table {
+            range,
+            threads,
+            json,
+        } => local::table(range, threads.get(), json),
+        Command::Bench {
+            range,
+            threads,
+            runs,
+            no_baseline,
+            json,
+        } => local::bench_range(range, threads.get(), runs, !no_baseline, json),
+        Command::Boards { n, limit, format } => local::boards(n, limit, format),
+        Command::Complete { n } => local::complete(n),
+        Command::Coordinator {
+            listen,
+            data_dir,
+            worker_token_file,
+            operator_token_file,
+            insecure,
+            lease_ttl,
+            metrics,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+        } => serve::coordinator(nqueens_coordinator::server::Config {
+            listen,
+            data_dir,
+            worker_token: read_token(worker_token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+            operator_token: read_token(operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
+            insecure,
+            metrics,
+            tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
+                cert,
+                key: tls_key.expect("clap requires --tls-key with --tls-cert"),
+                client_ca: tls_client_ca,
+            }),
+            limits: nqueens_coordinator::state::Limits {
+                lease_ttl_ms: lease_ttl.max(1) * 1000,
+                ..Default::default()
+            },
+        }),
+        Command::Worker {
+            coordinator,
+            threads,
+            token_file,
+            tls_ca,
+            name,
+            grace,
+            self_test_fault,
+        } => serve::worker(nqueens_worker::run::Config {
+            coordinator,
+            threads: threads.get(),
+            token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+            tls_ca,
+            name,
+            grace: std::time::Duration::from_secs(grace),
+            self_test_fault,
+        }),
+        Command::Submit {
+            n,
+            strategy,
+            shape,
+            watch,
+            progress,
+            connect,
+        } => operator::submit(n, strategy, &shape, watch, progress, &connect),
+        Command::Status { job, connect } => operator::status(job, &connect),
+        Command::Watch {
+            job,
+            progress,
+            connect,
+        } => operator::watch(job, progress, &connect),
+        Command::Jobs { connect } => operator::jobs(&connect),
+        Command::Workers { connect } => operator::workers(&connect),
+        Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
+        Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
+        Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "nqueens",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+    }
+}

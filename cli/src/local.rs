@@ -1,0 +1,190 @@
+//! Commands that count on this machine alone, in memory: solve (without a
+//! state directory), plan, table, bench, boards, complete.
+
+use crate::args::{Format, PlanShape, SizeRange};
+use crate::exit::Failure;
+use nqueens_common::bench::{bench, BenchRow};
+use nqueens_common::boards::Solutions;
+use nqueens_common::complete::{complete as complete_board, parse_queens};
+use nqueens_common::plan::Strategy;
+use nqueens_common::report::{describe, PlanSummary, Report};
+use nqueens_common::solve::solve_plan;
+use nqueens_common::{solve as solve_all, Size};
+use serde::Serialize;
+use std::io::{self, BufWriter, Read, Write};
+
+fn stdout() -> BufWriter<io::StdoutLock<'static>> {
+    BufWriter::new(io::stdout().lock())
+}
+
+/// One JSON object on its own line.
+pub fn json_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(value).expect("our types serialize")
+    )
+}
+
+pub fn solve(
+    n: Size,
+    threads: usize,
+    strategy: Option<Strategy>,
+    shape: &PlanShape,
+    json: bool,
+) -> Result<(), Failure> {
+    let report = match strategy {
+        None => count(n, threads)?,
+        Some(strategy) => {
+            let plan = shape.plan(n, strategy)?;
+            let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
+            let solution =
+                solve_plan(&plan, &plan.schedule(), threads).map_err(|e| failed(e.to_string()))?;
+            Report::new(&solution).map_err(|e| failed(e.to_string()))?
+        }
+    };
+    let mut out = stdout();
+    if json {
+        json_line(&mut out, &report)?;
+    } else {
+        write!(out, "{}", report.text())?;
+    }
+    out.flush()?;
+    check_known(report.n, report.total, report.unique)
+}
+
+pub fn plan(
+    n: Size,
+    strategy: Strategy,
+    shape: &PlanShape,
+    list: bool,
+    task: Option<u64>,
+    json: bool,
+) -> Result<(), Failure> {
+    let start = std::time::Instant::now();
+    let plan = shape.plan(n, strategy)?;
+    let schedule = plan.schedule();
+    let mut out = stdout();
+    let tasks = match task {
+        Some(i) => {
+            let t = schedule.tasks.get(i as usize).ok_or_else(|| {
+                Failure::BadInput(format!(
+                    "task {i} does not exist: this plan has tasks 0 to {}",
+                    schedule.tasks.len() - 1
+                ))
+            })?;
+            std::slice::from_ref(t)
+        }
+        None if list => &schedule.tasks[..],
+        None => {
+            let summary = PlanSummary::new(&plan, &schedule, start.elapsed());
+            if json {
+                json_line(&mut out, &summary)?;
+            } else {
+                write!(out, "{}", summary.text())?;
+            }
+            return Ok(out.flush()?);
+        }
+    };
+    let mut result = Ok(());
+    for t in tasks {
+        plan.for_each_subproblem(t, |s| {
+            if result.is_ok() {
+                result = if json {
+                    let line = serde_json::json!({"task": t.index, "id": s.id(), "subproblem": describe(&s)});
+                    writeln!(out, "{line}")
+                } else {
+                    writeln!(out, "task {} id {:#018x} {}", t.index, s.id(), describe(&s))
+                };
+            }
+        });
+    }
+    result?;
+    Ok(out.flush()?)
+}
+
+pub fn table(range: SizeRange, threads: usize, json: bool) -> Result<(), Failure> {
+    let mut out = stdout();
+    if !json {
+        writeln!(out, "{}", Report::table_header())?;
+    }
+    for n in range.0.get()..=range.1.get() {
+        let report = count(Size::new(n).expect("inside a checked range"), threads)?;
+        if json {
+            json_line(&mut out, &report)?;
+        } else {
+            writeln!(out, "{}", report.table_row())?;
+        }
+        out.flush()?;
+        check_known(report.n, report.total, report.unique)?;
+    }
+    Ok(())
+}
+
+pub fn bench_range(
+    range: SizeRange,
+    threads: usize,
+    runs: u32,
+    baseline: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut out = stdout();
+    if !json {
+        writeln!(out, "{}", BenchRow::header())?;
+    }
+    for n in range.0.get()..=range.1.get() {
+        let n = Size::new(n).expect("inside a checked range");
+        let row = bench(n, threads, runs as usize, baseline)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        if json {
+            json_line(&mut out, &row)?;
+        } else {
+            writeln!(out, "{}", row.text())?;
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
+
+pub fn boards(n: Size, limit: Option<u64>, format: Format) -> Result<(), Failure> {
+    let mut out = stdout();
+    for (i, b) in Solutions::new(n)
+        .take(limit.map_or(usize::MAX, |k| k as usize))
+        .enumerate()
+    {
+        match format {
+            Format::Rows => writeln!(out, "{}: {}", i + 1, b.rows_line())?,
+            Format::Board => writeln!(out, "# {}\n{}", i + 1, b.diagram())?,
+        }
+    }
+    Ok(out.flush()?)
+}
+
+pub fn complete(n: Size) -> Result<(), Failure> {
+    let mut text = String::new();
+    io::stdin().read_to_string(&mut text)?;
+    let queens = parse_queens(&text, n).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let board = complete_board(n, &queens)
+        .ok_or_else(|| Failure::Failed(format!("no {n}x{n} board holds all the given queens")))?;
+    let mut out = stdout();
+    write!(out, "{}", board.diagram())?;
+    Ok(out.flush()?)
+}
+
+fn count(n: Size, threads: usize) -> Result<Report, Failure> {
+    solve_all(n, threads)
+        .and_then(|s| Report::new(&s))
+        .map_err(|e| Failure::Failed(format!("N={n}: {e}")))
+}
+
+/// A count that differs from the published one is a bug: say so loudly.
+pub fn check_known(n: u32, total: u128, unique: u128) -> Result<(), Failure> {
+    match nqueens_common::known::known(n) {
+        Some(k) if (k.total, k.unique) != (total, unique) => Err(Failure::Failed(format!(
+            "N={n} counted total {total} unique {unique}, which differs from the published values \
+             (total {}, unique {}); please report this bug",
+            k.total, k.unique
+        ))),
+        _ => Ok(()),
+    }
+}

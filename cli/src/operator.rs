@@ -1,0 +1,227 @@
+//! The operator's client: submit, status, jobs, workers, pause, resume,
+//! cancel and watch, against a coordinator over gRPC.
+
+use crate::args::{Connect, PlanShape, Progress};
+use crate::exit::Failure;
+use crate::human::{JobInfo, WorkerRow};
+use crate::local::json_line;
+use crate::progress::{follow, Show};
+use crate::serve::read_token;
+use nqueens_common::plan::{Plan, Strategy};
+use nqueens_common::Size;
+use nqueens_proto::client::{connect, Authed};
+use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
+use std::io::{self, Write};
+
+/// A connection to one coordinator, as an operator (made inside a runtime).
+pub struct Operator {
+    pub url: String,
+    client: OperatorServiceClient<Authed>,
+}
+
+impl Operator {
+    pub fn new(c: &Connect) -> Result<Operator, Failure> {
+        let token = read_token(c.token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?;
+        let channel = connect(&c.coordinator, token.as_deref(), c.tls_ca.as_deref())
+            .map_err(|e| Failure::BadInput(e.to_string()))?;
+        Ok(Operator {
+            url: c.coordinator.clone(),
+            client: OperatorServiceClient::new(channel),
+        })
+    }
+
+    fn fail(&self, s: &tonic::Status) -> Failure {
+        Failure::from_status(&self.url, s)
+    }
+
+    pub async fn submit(&mut self, plan: &Plan) -> Result<JobInfo, Failure> {
+        let req = v1::SubmitJobRequest {
+            plan: Some((&plan.spec).into()),
+        };
+        let r = self.client.submit_job(req).await;
+        Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
+    }
+
+    pub async fn job(&mut self, id: u64) -> Result<JobInfo, Failure> {
+        let r = self.client.get_job(v1::JobRef { job_id: id }).await;
+        Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
+    }
+
+    pub async fn jobs(&mut self) -> Result<Vec<JobInfo>, Failure> {
+        let r = self.client.list_jobs(v1::ListJobsRequest {}).await;
+        let jobs = r.map_err(|s| self.fail(&s))?.into_inner().jobs;
+        Ok(jobs.iter().map(JobInfo::new).collect())
+    }
+
+    pub async fn workers(&mut self) -> Result<Vec<WorkerRow>, Failure> {
+        let r = self.client.list_workers(v1::ListWorkersRequest {}).await;
+        let workers = r.map_err(|s| self.fail(&s))?.into_inner().workers;
+        Ok(workers.iter().map(WorkerRow::new).collect())
+    }
+
+    pub async fn control(&mut self, id: u64, action: Control) -> Result<JobInfo, Failure> {
+        let job = v1::JobRef { job_id: id };
+        let r = match action {
+            Control::Pause => self.client.pause_job(job).await,
+            Control::Resume => self.client.resume_job(job).await,
+            Control::Cancel => self.client.cancel_job(job).await,
+        };
+        Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
+    }
+
+    /// A stream of snapshots of the job, one after every change.
+    pub async fn watch(&mut self, id: u64) -> Result<tonic::Streaming<v1::Job>, Failure> {
+        let r = self.client.watch_job(v1::JobRef { job_id: id }).await;
+        Ok(r.map_err(|s| self.fail(&s))?.into_inner())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Control {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// Runs one operator command on a small runtime.
+fn on_runtime<T>(f: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+fn print_job(job: &JobInfo, json: bool) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    if json {
+        json_line(&mut out, job)?;
+    } else {
+        write!(out, "{}", job.text())?;
+    }
+    Ok(out.flush()?)
+}
+
+pub fn submit(
+    n: Size,
+    strategy: Strategy,
+    shape: &PlanShape,
+    watch: bool,
+    progress: Progress,
+    c: &Connect,
+) -> Result<(), Failure> {
+    // Check the plan here, so a bad option is caught before any call.
+    let plan = shape.plan(n, strategy)?;
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        let job = op.submit(&plan).await?;
+        if c.json {
+            json_line(&mut io::stdout().lock(), &job)?;
+        } else {
+            println!("submitted job {}: {}", job.job, job.plan());
+            if !watch {
+                println!("follow it with: nqueens watch {}", job.job);
+            }
+        }
+        if watch {
+            let done = follow(&mut op, job.job, progress, Show::pick(c.json)).await?;
+            return finished(&done);
+        }
+        Ok(())
+    })
+}
+
+pub fn status(job: Option<u64>, c: &Connect) -> Result<(), Failure> {
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        if let Some(id) = job {
+            return print_job(&op.job(id).await?, c.json);
+        }
+        let (jobs, workers) = (op.jobs().await?, op.workers().await?);
+        let mut out = io::stdout().lock();
+        if c.json {
+            let all = serde_json::json!({"coordinator": op.url, "jobs": jobs, "workers": workers});
+            json_line(&mut out, &all)?;
+        } else {
+            let running = jobs.iter().filter(|j| !j.ended()).count();
+            let busy = workers.iter().filter(|w| w.leases > 0).count();
+            writeln!(
+                out,
+                "coordinator {}: {} jobs ({running} not ended), {} workers ({busy} holding tasks)",
+                op.url,
+                jobs.len(),
+                workers.len()
+            )?;
+            if !jobs.is_empty() {
+                writeln!(out, "\n{}", JobInfo::table_header())?;
+                for j in &jobs {
+                    writeln!(out, "{}", j.table_row())?;
+                }
+            }
+        }
+        Ok(out.flush()?)
+    })
+}
+
+pub fn jobs(c: &Connect) -> Result<(), Failure> {
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        let jobs = op.jobs().await?;
+        let mut out = io::stdout().lock();
+        if c.json {
+            for j in &jobs {
+                json_line(&mut out, j)?;
+            }
+        } else {
+            writeln!(out, "{}", JobInfo::table_header())?;
+            for j in &jobs {
+                writeln!(out, "{}", j.table_row())?;
+            }
+        }
+        Ok(out.flush()?)
+    })
+}
+
+pub fn workers(c: &Connect) -> Result<(), Failure> {
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        let workers = op.workers().await?;
+        let mut out = io::stdout().lock();
+        if c.json {
+            for w in &workers {
+                json_line(&mut out, w)?;
+            }
+        } else {
+            writeln!(out, "{}", WorkerRow::table_header())?;
+            for w in &workers {
+                writeln!(out, "{}", w.table_row())?;
+            }
+        }
+        Ok(out.flush()?)
+    })
+}
+
+pub fn control(job: u64, action: Control, c: &Connect) -> Result<(), Failure> {
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        print_job(&op.control(job, action).await?, c.json)
+    })
+}
+
+pub fn watch(job: u64, progress: Progress, c: &Connect) -> Result<(), Failure> {
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        finished(&follow(&mut op, job, progress, Show::pick(c.json)).await?)
+    })
+}
+
+/// The exit status of a job that ended: a cancelled job or a count that
+/// differs from the published one is a failure.
+fn finished(job: &JobInfo) -> Result<(), Failure> {
+    if job.state == "cancelled" {
+        return Err(Failure::Failed(format!(
+            "job {} was cancelled with {} of {} tasks done",
+            job.job, job.done, job.tasks
+        )));
+    }
+    crate::local::check_known(job.n, job.total, job.unique)
+}

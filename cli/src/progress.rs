@@ -1,0 +1,141 @@
+//! Following a job until it ends: a progress bar on a terminal, plain
+//! (or JSON) lines every few seconds otherwise. Survives coordinator
+//! restarts: a broken stream is re-opened with backoff.
+
+use crate::args::Progress;
+use crate::exit::Failure;
+use crate::human::JobInfo;
+use crate::local::json_line;
+use crate::operator::Operator;
+use indicatif::{ProgressBar, ProgressStyle};
+use nqueens_common::format::thousands;
+use nqueens_worker::backoff::Backoff;
+use std::io::{self, IsTerminal, Write};
+use std::time::Duration;
+
+/// Bar positions: per mille of the expected work.
+const BAR_LEN: u64 = 1000;
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Show {
+    /// A bar on a terminal, else plain lines.
+    Text,
+    /// JSON lines.
+    Json,
+    /// Nothing (the caller prints the outcome).
+    Nothing,
+}
+
+impl Show {
+    pub fn pick(json: bool) -> Show {
+        if json {
+            Show::Json
+        } else {
+            Show::Text
+        }
+    }
+}
+
+/// Shows the job's progress until it is done or cancelled; returns its
+/// last snapshot. Fails at once if the job or the coordinator is not there.
+pub async fn follow(
+    op: &mut Operator,
+    job: u64,
+    progress: Progress,
+    show: Show,
+) -> Result<JobInfo, Failure> {
+    let bar = (show == Show::Text && io::stdout().is_terminal()).then(new_bar);
+    let lines = bar.is_none() && show != Show::Nothing;
+    let json = show == Show::Json;
+    let mut stream = op.watch(job).await?;
+    let mut last: Option<JobInfo> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(progress.interval));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            msg = stream.message() => match msg {
+                Ok(Some(j)) => {
+                    backoff.reset();
+                    let info = JobInfo::new(&j);
+                    if let Some(bar) = &bar {
+                        draw(bar, &info);
+                    }
+                    let ended = info.ended();
+                    last = Some(info);
+                    if ended {
+                        break;
+                    }
+                }
+                // The coordinator went away (a restart?): watch again.
+                Ok(None) | Err(_) => {
+                    let wait = backoff.next_delay();
+                    let note = format!("lost the coordinator at {}; watching again in {wait:.1?}", op.url);
+                    match &bar {
+                        Some(bar) => bar.set_message(note),
+                        None if lines => eprintln!("{note}"),
+                        None => {}
+                    }
+                    tokio::time::sleep(wait).await;
+                    match op.watch(job).await {
+                        Ok(s) => stream = s,
+                        Err(Failure::Unreachable(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+            _ = tick.tick(), if lines => {
+                if let Some(info) = &last {
+                    print_line(info, json)?;
+                }
+            }
+        }
+    }
+    let last = last.expect("the loop ends on a snapshot");
+    match bar {
+        Some(bar) => {
+            bar.finish_and_clear();
+            println!("{}", last.line());
+        }
+        None if lines => print_line(&last, json)?,
+        None => {}
+    }
+    Ok(last)
+}
+
+fn print_line(info: &JobInfo, json: bool) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    if json {
+        json_line(&mut out, info)?;
+    } else {
+        writeln!(out, "{}", info.line())?;
+    }
+    Ok(out.flush()?)
+}
+
+fn new_bar() -> ProgressBar {
+    let bar = ProgressBar::new(BAR_LEN);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{wide_bar}] {percent:>3}% {msg}",
+        )
+        .expect("the template is valid")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+fn draw(bar: &ProgressBar, j: &JobInfo) {
+    bar.set_position((j.progress * BAR_LEN as f64) as u64);
+    bar.set_message(format!(
+        "{}/{} tasks · total {} · {} workers · ETA {}{}",
+        thousands(j.done.into()),
+        thousands(j.tasks.into()),
+        thousands(j.total),
+        j.active_workers,
+        j.eta(),
+        j.warnings(),
+    ));
+}

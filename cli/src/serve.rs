@@ -1,0 +1,102 @@
+//! The long-running processes: `nqueens coordinator` and `nqueens worker`,
+//! with logs on stderr and SIGTERM / Ctrl-C handling.
+
+use crate::exit::Failure;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// A token from a file, else from an environment variable.
+pub fn read_token(file: Option<&PathBuf>, var: &str) -> Result<Option<String>, Failure> {
+    match file {
+        Some(f) => std::fs::read_to_string(f)
+            .map(|t| Some(t.trim().to_string()))
+            .map_err(|e| Failure::BadInput(format!("cannot read token file {}: {e}", f.display()))),
+        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
+    }
+}
+
+/// Logs on stderr, filtered by RUST_LOG (else `default`).
+pub fn init_logs(default: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(io::stderr)
+        .init();
+}
+
+/// Resolves on the next Ctrl-C or SIGTERM.
+pub async fn signal() {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated() => {}
+    }
+}
+
+/// Resolves on SIGTERM (never elsewhere).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        s.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
+}
+
+/// Sends () on the first signal; exits the process at once on the second.
+pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        signal().await;
+        let _ = tx.send(());
+        signal().await;
+        eprintln!("second signal: exiting at once");
+        std::process::exit(130);
+    });
+    rx
+}
+
+/// Runs a worker until it has drained after SIGTERM or Ctrl-C; a second
+/// signal exits at once.
+pub fn worker(config: nqueens_worker::run::Config) -> Result<(), Failure> {
+    init_logs("info");
+    // One async thread is plenty for a few calls a second, and fewer
+    // threads to wake means fewer interruptions of the counting threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        nqueens_worker::run::run(config, forward_signals())
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                nqueens_worker::run::WorkerError::Refused(m) => Failure::Refused(m),
+                e => Failure::Failed(e.to_string()),
+            })
+    })
+}
+
+/// Serves until Ctrl-C or SIGTERM. Prints the bound address on stdout
+/// first, so scripts (and tests) using port 0 can find it.
+pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
+    init_logs("info");
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
+        let running = nqueens_coordinator::server::start(config, clock)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        println!("nqueens coordinator listening on {}", running.addr);
+        if let Some(m) = running.metrics_addr {
+            println!("metrics at http://{m}/metrics");
+        }
+        io::stdout().flush()?;
+        signal().await;
+        tracing::info!("shutting down");
+        running
+            .shutdown()
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))
+    })
+}

@@ -1,0 +1,97 @@
+//! Connecting to a coordinator, as a worker or an operator: one channel
+//! (plain or TLS) and the bearer token added to every call.
+
+use std::path::{Path, PathBuf};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::{Request, Status};
+
+/// A channel whose every call carries the token.
+pub type Authed = InterceptedService<Channel, Auth>;
+
+/// Why a connection could not even be set up (nothing was sent yet).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("bad coordinator address '{0}': {1} (expected http://host:port or https://host:port)")]
+    Address(String, String),
+    #[error("the token cannot be sent in a header (is it text on one line?): {0}")]
+    Token(String),
+    #[error("cannot read the CA certificate {path}: {source}")]
+    CaFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("TLS setup for {0} failed: {1}")]
+    Tls(String, String),
+}
+
+/// Adds `authorization: Bearer <token>` to every call (nothing without a token).
+#[derive(Clone)]
+pub struct Auth(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A lazily connected channel to `url`: the first call connects, and a
+/// lost connection is re-established by the next call. `https://` uses
+/// `ca` (PEM) as the only trusted root when given, else the public roots.
+pub fn connect(url: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Authed, ClientError> {
+    let mut endpoint = Channel::from_shared(url.to_string())
+        .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
+        // A host that drops packets fails the call instead of hanging it.
+        .connect_timeout(std::time::Duration::from_secs(10));
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ClientError::Address(
+            url.to_string(),
+            "no scheme".to_string(),
+        ));
+    }
+    if url.starts_with("https://") {
+        let tls = match ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| ClientError::CaFile {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+            }
+            None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| ClientError::Tls(url.to_string(), e.to_string()))?;
+    }
+    let token = token
+        .map(|t| format!("Bearer {t}").parse())
+        .transpose()
+        .map_err(|e: tonic::metadata::errors::InvalidMetadataValue| {
+            ClientError::Token(e.to_string())
+        })?;
+    Ok(InterceptedService::new(
+        endpoint.connect_lazy(),
+        Auth(token),
+    ))
+}
+
+/// The one-line reason a call failed, with what to do about it.
+pub fn explain(url: &str, status: &Status) -> String {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable => format!(
+            "cannot reach the coordinator at {url}: {} (is it running? check --coordinator or NQUEENS_COORDINATOR)",
+            status.message()
+        ),
+        Code::Unauthenticated | Code::PermissionDenied => format!(
+            "the coordinator at {url} refused the token: {}",
+            status.message()
+        ),
+        _ => status.message().to_string(),
+    }
+}

@@ -1,0 +1,201 @@
+//! The operator's commands against real processes: submit, watch (JSON
+//! lines), status, jobs, workers, pause, resume, cancel; the exit code of
+//! each failure; and the resumable embedded solve surviving `kill -9`.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+mod common;
+use common::{nqueens, operator};
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn submit_watch_status_jobs_workers_pause_resume_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+
+    let (code, _, err) = operator(&c.url, &["status", "7"]);
+    assert_eq!(code, 4, "unknown job: {err}");
+    assert!(err.contains("job 7 does not exist"), "{err}");
+
+    let (code, lines, err) = operator(
+        &c.url,
+        &["submit", "12", "--strategy", "frame", "--tasks", "30"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id = u(&lines[0]["job"]).to_string();
+    let mut w = common::worker(&c.url, "w1", 2);
+
+    let (code, lines, err) = operator(&c.url, &["watch", &id, "--interval", "0.1"]);
+    assert_eq!(code, 0, "{err}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["state"], "done");
+    assert_eq!((u(&last["total"]), u(&last["unique"])), (14_200, 1_787));
+    assert_eq!(last["done"], last["tasks"]);
+    assert_eq!(last["matches_known"], true);
+
+    let (_, lines, _) = operator(&c.url, &["status", &id]);
+    assert_eq!(
+        (lines[0]["state"].as_str(), u(&lines[0]["total"])),
+        (Some("done"), 14_200)
+    );
+    let (_, jobs, _) = operator(&c.url, &["jobs"]);
+    assert_eq!(jobs.len(), 1);
+    let (_, workers, _) = operator(&c.url, &["workers"]);
+    let w1 = workers
+        .iter()
+        .find(|w| w["worker"] == "w1")
+        .expect("w1 listed");
+    assert_eq!(w1["tasks_done"], last["tasks"]);
+
+    // A second job, paused at once, resumed, then cancelled: watch fails.
+    let (_, lines, _) = operator(&c.url, &["submit", "17"]);
+    let id2 = u(&lines[0]["job"]).to_string();
+    let (code, lines, err) = operator(&c.url, &["pause", &id2]);
+    assert_eq!(
+        (code, lines[0]["state"].as_str()),
+        (0, Some("paused")),
+        "{err}"
+    );
+    let (_, lines, _) = operator(&c.url, &["resume", &id2]);
+    assert_eq!(lines[0]["state"], "running");
+    let (_, lines, _) = operator(&c.url, &["cancel", &id2]);
+    assert_eq!(lines[0]["state"], "cancelled");
+    let (code, _, err) = operator(&c.url, &["watch", &id2]);
+    assert_eq!(code, 1);
+    assert!(err.contains("was cancelled"), "{err}");
+    let (code, _, err) = operator(&c.url, &["cancel", &id2]);
+    assert_eq!(code, 1, "cancelling twice: {err}");
+    assert!(err.contains("cannot be cancelled"), "{err}");
+
+    common::terminate(&w);
+    assert!(w.wait().unwrap().success());
+}
+
+#[test]
+fn failures_have_their_own_exit_codes_and_say_what_to_do() {
+    // Nothing listens on port 1.
+    let (code, _, err) = operator("http://127.0.0.1:1", &["jobs"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("cannot reach the coordinator at http://127.0.0.1:1"),
+        "{err}"
+    );
+    let (code, _, err) = operator("not a url", &["jobs"]);
+    assert_eq!(code, 2, "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("operator.token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token = token.to_str().unwrap();
+    let c = common::start_with(&dir.path().join("data"), &["--operator-token-file", token]);
+    let (code, _, err) = operator(&c.url, &["jobs"]);
+    assert_eq!(code, 5, "no token: {err}");
+    assert!(err.contains("token is required"), "{err}");
+    let out = nqueens(&["jobs", "--coordinator", &c.url])
+        .env("NQUEENS_OPERATOR_TOKEN", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token is wrong"));
+    let (code, _, err) = operator(&c.url, &["jobs", "--token-file", token]);
+    assert_eq!(code, 0, "{err}");
+
+    // Bad plans are refused before any call.
+    let (code, _, err) = operator(
+        &c.url,
+        &["submit", "12", "--depth", "40", "--token-file", token],
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = operator(&c.url, &["submit", "33"]);
+    assert_eq!(code, 2);
+}
+
+/// The "(123/1,235 tasks)" of a progress line.
+fn tasks_done(line: &str) -> Option<u64> {
+    let inside = line.split_once(" (")?.1.split_once(" tasks)")?.0;
+    inside.split_once('/')?.0.replace(',', "").parse().ok()
+}
+
+#[test]
+fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("run17");
+    let state = state.to_str().unwrap();
+    let solve = |extra: &[&str]| {
+        let mut c = nqueens(&["solve", "17", "--state", state, "--threads", "2"]);
+        c.args(extra);
+        c
+    };
+    // Run until some tasks are stored, then kill -9.
+    let mut first = solve(&["--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = 0;
+    for line in BufReader::new(first.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(done) = tasks_done(&line) {
+            if done >= 100 {
+                seen = done;
+                break;
+            }
+        }
+    }
+    assert!(seen >= 100, "no progress line with 100 tasks done");
+    common::kill9(&mut first);
+
+    // SIGTERM on the second run: it stops and says how to continue.
+    let mut second = solve(&["--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(second.stdout.take().unwrap()).lines();
+    let resumed_at = loop {
+        let line = lines.next().expect("a progress line").unwrap();
+        if let Some(done) = tasks_done(&line) {
+            break done;
+        }
+    };
+    assert!(resumed_at >= seen, "resumed at {resumed_at}, had {seen}");
+    common::terminate(&second);
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("run the same command again to continue"),
+        "{err}"
+    );
+
+    let out = solve(&["--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((u(&r["total"]), u(&r["unique"])), (95_815_104, 11_977_939));
+    let (tasks, before, counted) = (
+        u(&r["tasks"]),
+        u(&r["tasks_before"]),
+        u(&r["tasks_counted"]),
+    );
+    assert!(before >= seen && before < tasks, "{r}");
+    assert_eq!(before + counted, tasks);
+
+    // Done: a further run answers from the store, counting nothing.
+    let out = solve(&["--json"]).output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((u(&r["tasks_counted"]), u(&r["total"])), (0, 95_815_104));
+
+    // Another plan in the same directory is refused, not mixed in.
+    let out = nqueens(&["solve", "12", "--state", state])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds a run of N=17"));
+}
