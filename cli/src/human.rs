@@ -15,7 +15,7 @@ pub struct JobInfo {
     pub n: u32,
     pub strategy: String,
     pub depth: u32,
-    /// running, paused, cancelled or done.
+    /// planning, running, paused, cancelled or done.
     pub state: &'static str,
     pub tasks: u64,
     pub done: u64,
@@ -44,6 +44,12 @@ impl JobInfo {
             v1::JobState::Paused => "paused",
             v1::JobState::Cancelled => "cancelled",
             v1::JobState::Done => "done",
+        };
+        // The wire says running while the task list is being made.
+        let state = if state == "running" && j.tasks == 0 {
+            "planning"
+        } else {
+            state
         };
         let strategy = match v1::Strategy::try_from(spec.strategy) {
             Ok(v1::Strategy::Frame) => "frame",
@@ -105,13 +111,14 @@ impl JobInfo {
     /// One line, for logs and pipes.
     pub fn line(&self) -> String {
         format!(
-            "job {} {}: {} {:.1}% ({}/{} tasks), total so far {}, unique {}, {} workers, ETA {}{}",
+            "job {} {}: {} {:.1}% ({}/{} tasks), total{} {}, unique {}, {} workers, ETA {}{}",
             self.job,
             self.plan(),
             self.state,
             self.progress * 100.0,
             thousands(self.done.into()),
             thousands(self.tasks.into()),
+            if self.state == "done" { "" } else { " so far" },
             thousands(self.total),
             thousands(self.unique),
             self.active_workers,

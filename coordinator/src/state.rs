@@ -478,11 +478,13 @@ impl State {
                     },
                 );
                 job.dead.remove(&d.task_index);
+                let mut subproblems = 0;
                 if let Some(t) = job
                     .tasks
                     .as_ref()
                     .and_then(|t| t.get(d.task_index as usize))
                 {
+                    subproblems = t.subproblems;
                     job.work_done += t.work;
                     job.recent.push_back((d.unix_ms, t.work));
                     if job.recent.len() > RATE_WINDOW {
@@ -496,6 +498,7 @@ impl State {
                 }
                 if let Some(w) = self.workers.get_mut(&d.worker_id) {
                     w.tasks_done += 1;
+                    w.subproblems_done += subproblems;
                 }
                 self.counters.accepted += 1;
                 return Ok(Some(Verdict::New));
@@ -637,7 +640,10 @@ impl State {
         subproblems_done: u64,
         now: u64,
     ) -> (Vec<LeaseRef>, u64, Vec<LeaseRef>) {
-        self.touch_worker(worker, now).subproblems_done = subproblems_done;
+        // Accepted results add up too; a heartbeat can only tell of more
+        // (work counted but not yet reported).
+        let w = self.touch_worker(worker, now);
+        w.subproblems_done = w.subproblems_done.max(subproblems_done);
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
         let epoch = self.epoch;
@@ -949,7 +955,10 @@ mod tests {
             assert_eq!((v.total, v.unique), (724, 92), "{strategy}");
             assert_eq!((v.done, v.pending, v.leased), (tasks.len() as u64, 0, 0));
             assert!((v.work_done - v.work_total).abs() < 1e-6 * v.work_total);
-            assert_eq!(s.workers().next().unwrap().tasks_done, tasks.len() as u64);
+            let w = s.workers().next().unwrap();
+            assert_eq!(w.tasks_done, tasks.len() as u64);
+            let subproblems: u64 = tasks.iter().map(|t| t.subproblems).sum();
+            assert_eq!(w.subproblems_done, subproblems);
         }
     }
 
