@@ -39,6 +39,7 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     let job = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
+            redundancy: 0,
         })
         .await
         .unwrap()
@@ -145,4 +146,106 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
     );
     common::terminate(&rescuer);
     assert!(rescuer.wait().unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
+    use nqueens_common::plan::Plan;
+    use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
+    use nqueens_proto::{tally_to_wire, task_from_wire};
+
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    let (code, lines, err) = common::operator(
+        &c.url,
+        &[
+            "submit",
+            "14",
+            "--strategy",
+            "frame",
+            "--tasks",
+            "20",
+            "--redundancy",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id = lines[0]["job"].as_u64().unwrap();
+    // A worker speaking the API that inflates every count it reports.
+    let mut liar = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+    liar.register(v1::RegisterRequest {
+        worker_id: "liar".into(),
+        host: "test".into(),
+        cores: 1,
+        solver_version: "0".into(),
+    })
+    .await
+    .unwrap();
+    let leases = loop {
+        let l = liar
+            .lease(v1::LeaseRequest {
+                worker_id: "liar".into(),
+                max_tasks: 2,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .leases;
+        if !l.is_empty() {
+            break l; // empty while the job is being planned
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    for lease in &leases {
+        let (spec, task) = task_from_wire(lease.task.as_ref().unwrap()).unwrap();
+        let (mut tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&task).unwrap();
+        tally.weighted += 8;
+        let outcome = liar
+            .report(v1::ReportRequest {
+                worker_id: "liar".into(),
+                lease: Some(v1::LeaseRef {
+                    job_id: id,
+                    task_index: task.index,
+                    lease_id: lease.lease_id,
+                }),
+                result: Some(v1::TaskResult {
+                    checksum,
+                    ..tally_to_wire(&tally)
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .outcome;
+        assert_eq!(outcome, v1::ReportOutcome::AwaitingCheck as i32);
+    }
+    let mut honest = [
+        common::worker(&c.url, "honest-1", 1),
+        common::worker(&c.url, "honest-2", 1),
+    ];
+    let (code, lines, err) =
+        common::operator(&c.url, &["watch", &id.to_string(), "--interval", "0.2"]);
+    assert_eq!(code, 0, "{err}");
+    let job = lines.last().unwrap();
+    assert_eq!(
+        (job["total"].as_u64(), job["unique"].as_u64()),
+        (Some(365_596), Some(45_752))
+    );
+    assert_eq!(
+        job["conflicts"].as_u64(),
+        Some(leases.len() as u64),
+        "{job}"
+    );
+    let (_, workers, _) = common::operator(&c.url, &["workers"]);
+    let liar = workers.iter().find(|w| w["worker"] == "liar").unwrap();
+    assert_eq!(liar["quarantined"], true, "{liar}");
+    assert!(liar["tasks_done"].as_u64() == Some(0), "{liar}");
+    for name in ["honest-1", "honest-2"] {
+        let w = workers.iter().find(|w| w["worker"] == name).unwrap();
+        assert_eq!(w["quarantined"], false, "{w}");
+    }
+    for w in &mut honest {
+        common::terminate(w);
+        assert!(w.wait().unwrap().success());
+    }
 }

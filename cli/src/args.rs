@@ -188,7 +188,7 @@ pub enum Command {
     },
     /// Submit a job to a coordinator: count one N on its workers.
     #[command(
-        after_help = "Examples:\n  nqueens submit 18\n  nqueens submit 24 --strategy frame --tasks 100000 --watch\n  \
+        after_help = "Examples:\n  nqueens submit 18\n  nqueens submit 24 --strategy frame --tasks 100000 --watch\n  nqueens submit 18 --redundancy 2\n  \
         NQUEENS_COORDINATOR=http://coord:7700 nqueens submit 20 --json\n\n\
         prints the job id; follow it with `nqueens watch JOB`. Submitting the same N twice makes\n\
         two jobs. For large N, frame plans cut the work into more even tasks (see `nqueens plan`)."
@@ -201,6 +201,11 @@ pub enum Command {
         strategy: Strategy,
         #[command(flatten)]
         shape: PlanShape,
+        /// Workers that must agree on each task: 2 has every task checked by
+        /// a second worker (a mismatch goes to a third; the odd one out is
+        /// quarantined).
+        #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+        redundancy: u32,
         /// Follow the job until it ends, as `nqueens watch` does.
         #[arg(long)]
         watch: bool,

@@ -29,6 +29,10 @@ pub struct JobInfo {
     pub total: u128,
     pub unique: u128,
     pub conflicts: u64,
+    /// Workers that must agree on each task (1: no check).
+    pub redundancy: u32,
+    /// Tasks whose result waits for another worker's agreement.
+    pub checking: u64,
     pub active_workers: u64,
     pub submitted_unix_ms: u64,
     pub eta_seconds: Option<f64>,
@@ -79,6 +83,8 @@ impl JobInfo {
             total,
             unique,
             conflicts: j.conflicts,
+            redundancy: j.redundancy.max(1),
+            checking: j.checking,
             active_workers: j.active_workers,
             submitted_unix_ms: j.submitted_unix_ms,
             eta_seconds: (j.eta_seconds > 0.0).then_some(j.eta_seconds),
@@ -137,7 +143,10 @@ impl JobInfo {
             );
         }
         if self.conflicts > 0 {
-            w += &format!("; {} conflicting results", self.conflicts);
+            w += &format!(
+                "; {} conflicting results (see `nqueens workers`)",
+                self.conflicts
+            );
         }
         w
     }
@@ -147,6 +156,14 @@ impl JobInfo {
         let age = SystemTime::now()
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.submitted_unix_ms))
             .unwrap_or_default();
+        let check = match self.redundancy {
+            1 => String::new(),
+            r => format!(
+                "\ncheck     every task by {r} workers; {} waiting for agreement, {} conflicting results",
+                thousands(self.checking.into()),
+                self.conflicts
+            ),
+        };
         let known = match self.matches_known {
             Some(true) => "\nknown     matches OEIS A000170 / A002562",
             Some(false) => "\nknown     DIFFERS from OEIS A000170 / A002562",
@@ -154,7 +171,7 @@ impl JobInfo {
         };
         format!(
             "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} done, {} leased, {} pending, {} waiting to retry, {} out of retries (of {})\n\
-             total     {}{}\nunique    {}{known}\nworkers   {} active\nsubmitted {} ago\neta       {}\n",
+             total     {}{}\nunique    {}{known}{check}\nworkers   {} active\nsubmitted {} ago\neta       {}\n",
             self.job,
             self.plan(),
             self.state,
@@ -209,6 +226,9 @@ pub struct WorkerRow {
     pub tasks_done: u64,
     pub subproblems_done: u64,
     pub errors: u64,
+    /// Results others contradicted; any puts the worker in quarantine.
+    pub conflicts: u64,
+    pub quarantined: bool,
     pub last_seen_unix_ms: u64,
     pub solver_version: String,
 }
@@ -223,6 +243,8 @@ impl WorkerRow {
             tasks_done: w.tasks_done,
             subproblems_done: w.subproblems_done,
             errors: w.errors,
+            conflicts: w.conflicts,
+            quarantined: w.quarantined,
             last_seen_unix_ms: w.last_seen_unix_ms,
             solver_version: w.solver_version.clone(),
         }
@@ -230,8 +252,16 @@ impl WorkerRow {
 
     pub fn table_header() -> String {
         format!(
-            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {}",
-            "WORKER", "CORES", "LEASES", "TASKS", "SUBPROBLEMS", "ERRORS", "SEEN", "VERSION"
+            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {:<8}  {}",
+            "WORKER",
+            "CORES",
+            "LEASES",
+            "TASKS",
+            "SUBPROBLEMS",
+            "ERRORS",
+            "SEEN",
+            "VERSION",
+            "STATE"
         )
     }
 
@@ -240,7 +270,7 @@ impl WorkerRow {
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
             .unwrap_or_default();
         format!(
-            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {}",
+            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {:<8}  {}",
             self.worker,
             self.cores,
             self.leases,
@@ -249,6 +279,11 @@ impl WorkerRow {
             self.errors,
             format!("{} ago", human_duration(seen)),
             self.solver_version,
+            if self.quarantined {
+                format!("QUARANTINED ({} conflicting results)", self.conflicts)
+            } else {
+                "ok".to_string()
+            },
         )
     }
 }

@@ -125,10 +125,11 @@ fn run(command: Command) -> Result<(), Failure> {
             n,
             strategy,
             shape,
+            redundancy,
             watch,
             progress,
             connect,
-        } => operator::submit(n, strategy, &shape, watch, progress, &connect),
+        } => operator::submit(n, strategy, &shape, redundancy, watch, progress, &connect),
         Command::Status { job, connect } => operator::status(job, &connect),
         Command::Watch {
             job,

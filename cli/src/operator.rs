@@ -34,9 +34,10 @@ impl Operator {
         Failure::from_status(&self.url, s)
     }
 
-    pub async fn submit(&mut self, plan: &Plan) -> Result<JobInfo, Failure> {
+    pub async fn submit(&mut self, plan: &Plan, redundancy: u32) -> Result<JobInfo, Failure> {
         let req = v1::SubmitJobRequest {
             plan: Some((&plan.spec).into()),
+            redundancy,
         };
         let r = self.client.submit_job(req).await;
         Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
@@ -105,6 +106,7 @@ pub fn submit(
     n: Size,
     strategy: Strategy,
     shape: &PlanShape,
+    redundancy: u32,
     watch: bool,
     progress: Progress,
     c: &Connect,
@@ -113,11 +115,15 @@ pub fn submit(
     let plan = shape.plan(n, strategy)?;
     on_runtime(async {
         let mut op = Operator::new(c)?;
-        let job = op.submit(&plan).await?;
+        let job = op.submit(&plan, redundancy).await?;
         if c.json {
             json_line(&mut io::stdout().lock(), &job)?;
         } else {
-            println!("submitted job {}: {}", job.job, job.plan());
+            let check = match job.redundancy {
+                1 => String::new(),
+                r => format!(", every task checked by {r} workers"),
+            };
+            println!("submitted job {}: {}{check}", job.job, job.plan());
             if !watch {
                 println!("follow it with: nqueens watch {}", job.job);
             }

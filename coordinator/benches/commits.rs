@@ -50,6 +50,7 @@ async fn main() {
     let job = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
+            redundancy: 0,
         })
         .await
         .unwrap()

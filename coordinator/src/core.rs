@@ -178,7 +178,13 @@ impl Coordinator {
     async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
         self.journal.append(&r).await?;
         let v = self.lock().apply(&r)?;
-        if let Err(e) = self.store.apply(&r) {
+        // The store's result row is the counted result, nothing else.
+        let counted = matches!(v, None | Some(Verdict::New));
+        if let Err(e) = if counted {
+            self.store.apply(&r)
+        } else {
+            Ok(())
+        } {
             tracing::warn!(error = %e, "store update failed; the journal holds the record");
         }
         self.bump();
@@ -282,7 +288,11 @@ impl Coordinator {
     }
 
     /// Accepts a job; planning continues in the background.
-    pub async fn submit(self: &Arc<Self>, spec: PlanSpec) -> Result<JobView, CoordError> {
+    pub async fn submit(
+        self: &Arc<Self>,
+        spec: PlanSpec,
+        redundancy: u32,
+    ) -> Result<JobView, CoordError> {
         Plan::new(spec)?;
         let _one_at_a_time = self.submit.lock().await;
         let id = self.lock().next_job_id();
@@ -290,6 +300,7 @@ impl Coordinator {
             job_id: id,
             plan: Some((&spec).into()),
             unix_ms: self.now_ms(),
+            redundancy,
         })))
         .await?;
         let me = Arc::clone(self);
@@ -398,7 +409,7 @@ impl Coordinator {
             .check_report(worker, &r, &tally, result.checksum)?;
         let now = self.now_ms();
         match verdict {
-            Verdict::Duplicate => Ok(Verdict::Duplicate),
+            Verdict::Duplicate | Verdict::AwaitingCheck => Ok(verdict),
             Verdict::New => {
                 // A concurrent report may have won meanwhile: `apply` then
                 // answers Duplicate or Conflict, and never adds twice.

@@ -17,6 +17,9 @@ use tonic::{Request, Response, Status};
 /// The least time between two snapshots of one watched job.
 const WATCH_SPACING: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Most workers that may be asked to agree on one task.
+pub const MAX_REDUNDANCY: u32 = 3;
+
 /// Most tasks one lease call may ask for.
 pub const MAX_LEASE_BATCH: u32 = 1024;
 
@@ -120,6 +123,8 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         work_per_second: j.work_per_second,
         eta_seconds: j.eta_seconds.unwrap_or(0.0),
         active_workers: j.workers,
+        redundancy: j.redundancy,
+        checking: j.checking,
     }
 }
 
@@ -134,6 +139,8 @@ fn worker_to_wire((w, leases): &(WorkerInfo, usize)) -> v1::Worker {
         tasks_done: w.tasks_done,
         subproblems_done: w.subproblems_done,
         errors: w.errors,
+        conflicts: w.conflicts,
+        quarantined: w.quarantined(),
     }
 }
 
@@ -211,6 +218,7 @@ impl WorkerService for Workers {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,
             Verdict::Conflict => v1::ReportOutcome::Conflict,
+            Verdict::AwaitingCheck => v1::ReportOutcome::AwaitingCheck,
         };
         Ok(Response::new(v1::ReportResponse {
             outcome: outcome as i32,
@@ -241,14 +249,20 @@ impl OperatorService for Operators {
         &self,
         req: Request<v1::SubmitJobRequest>,
     ) -> Result<Response<v1::Job>, Status> {
+        let req = req.into_inner();
         let plan = req
-            .into_inner()
             .plan
             .ok_or_else(|| Status::invalid_argument("plan is missing"))?;
         let spec =
             PlanSpec::try_from(&plan).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let job = self.0.submit(spec).await?;
-        tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, "job submitted");
+        if req.redundancy > MAX_REDUNDANCY {
+            return Err(Status::invalid_argument(format!(
+                "redundancy {} is out of range: 1 (no check) to {MAX_REDUNDANCY}",
+                req.redundancy
+            )));
+        }
+        let job = self.0.submit(spec, req.redundancy.max(1)).await?;
+        tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, redundancy = job.redundancy, "job submitted");
         Ok(Response::new(job_to_wire(&job)))
     }
 

@@ -91,6 +91,10 @@ pub struct Job {
     pub id: u64,
     pub spec: PlanSpec,
     pub submitted_ms: u64,
+    /// Agreeing results from different workers each task needs (1: none).
+    pub redundancy: u32,
+    /// Results of tasks not yet agreed on (redundancy), by task.
+    candidates: HashMap<u64, Vec<StoredResult>>,
     /// The operator's choice: Running, Paused or Cancelled.
     control: JobState,
     /// The plan's tasks, once planned.
@@ -135,6 +139,9 @@ pub struct JobView {
     pub submitted_ms: u64,
     /// Distinct workers holding a lease on this job now.
     pub workers: u64,
+    pub redundancy: u32,
+    /// Tasks with a result that waits for another worker's agreement.
+    pub checking: u64,
     /// Estimated work done per second over the latest results.
     pub work_per_second: f64,
     /// Seconds left at that rate, when it is known.
@@ -224,6 +231,8 @@ impl Job {
                 .map(|l| l.worker.as_str())
                 .collect::<std::collections::HashSet<_>>()
                 .len() as u64,
+            redundancy: self.redundancy,
+            checking: self.candidates.len() as u64,
             work_per_second: self.rate(),
             eta_seconds: (self.rate() > 0.0)
                 .then(|| (self.work_total - self.work_done).max(0.0) / self.rate()),
@@ -246,6 +255,15 @@ pub struct WorkerInfo {
     pub tasks_done: u64,
     pub subproblems_done: u64,
     pub errors: u64,
+    /// Results of this worker that others contradicted; one is enough to
+    /// stop leasing to it (quarantine).
+    pub conflicts: u64,
+}
+
+impl WorkerInfo {
+    pub fn quarantined(&self) -> bool {
+        self.conflicts > 0
+    }
 }
 
 /// A task lent to a worker.
@@ -269,8 +287,12 @@ pub struct LeaseRef {
 /// How a report compares with what is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The task's first result: journal it, then apply it.
+    /// The task's first result: journal it, then apply it. (With
+    /// redundancy, the result that completes the agreement.)
     New,
+    /// Stored, and waiting for another worker to compute the same task
+    /// (redundancy): nothing counted yet.
+    AwaitingCheck,
     /// Equal to the stored result: nothing to do.
     Duplicate,
     /// Different from the stored result: journal the conflict.
@@ -409,7 +431,7 @@ impl State {
                     PlanSpec::try_from(s.plan.as_ref().ok_or_else(|| bad("job without plan"))?)
                         .map_err(|e| bad(&e.to_string()))?;
                 self.jobs
-                    .insert(s.job_id, new_job(s.job_id, spec, s.unix_ms));
+                    .insert(s.job_id, new_job(s.job_id, spec, s.unix_ms, s.redundancy));
             }
             Record::JobPlanned(p) => {
                 let job = self
@@ -463,20 +485,50 @@ impl State {
                     }
                     return Ok(Some(v));
                 }
-                job.tally.merge(&tally).map_err(|e| bad(&e.to_string()))?;
                 let r = d.result.as_ref().expect("checked above");
-                job.results.insert(
-                    d.task_index,
-                    StoredResult {
-                        tally,
-                        checksum,
-                        worker: d.worker_id.clone(),
-                        lease_id: d.lease_id,
-                        unix_ms: d.unix_ms,
-                        elapsed_ms: r.elapsed_ms,
-                        solver_version: r.solver_version.clone(),
-                    },
-                );
+                let this = StoredResult {
+                    tally,
+                    checksum,
+                    worker: d.worker_id.clone(),
+                    lease_id: d.lease_id,
+                    unix_ms: d.unix_ms,
+                    elapsed_ms: r.elapsed_ms,
+                    solver_version: r.solver_version.clone(),
+                };
+                if job.redundancy > 1 {
+                    let seen = job.candidates.entry(d.task_index).or_default();
+                    seen.push(this.clone());
+                    let agree = seen
+                        .iter()
+                        .filter(|c| c.same(&tally, checksum))
+                        .map(|c| c.worker.as_str())
+                        .collect::<std::collections::HashSet<_>>()
+                        .len();
+                    if let Some(l) = job.leases.remove(&d.task_index) {
+                        self.by_lease.remove(&l.lease_id);
+                    }
+                    if agree < job.redundancy as usize {
+                        // Another worker must compute it: back to the queue.
+                        job.ready.insert(d.task_index);
+                        return Ok(Some(Verdict::AwaitingCheck));
+                    }
+                    // Agreed: the odd ones out are conflicts, their workers
+                    // quarantined.
+                    let seen = job.candidates.remove(&d.task_index).unwrap_or_default();
+                    for odd in seen.iter().filter(|c| !c.same(&tally, checksum)) {
+                        job.conflicts.push(Conflict {
+                            task: d.task_index,
+                            worker: odd.worker.clone(),
+                            tally: odd.tally,
+                        });
+                        self.counters.conflicts += 1;
+                        if let Some(w) = self.workers.get_mut(&odd.worker) {
+                            w.conflicts += 1;
+                        }
+                    }
+                }
+                job.tally.merge(&tally).map_err(|e| bad(&e.to_string()))?;
+                job.results.insert(d.task_index, this);
                 job.dead.remove(&d.task_index);
                 let mut subproblems = 0;
                 if let Some(t) = job
@@ -518,6 +570,7 @@ impl State {
                 self.counters.conflicts += 1;
                 if let Some(w) = self.workers.get_mut(&c.worker_id) {
                     w.errors += 1;
+                    w.conflicts += 1;
                 }
             }
             Record::TaskDead(d) => {
@@ -581,7 +634,9 @@ impl State {
 
     /// Lends up to `max` ready tasks to `worker`, oldest job first.
     pub fn lease(&mut self, worker: &str, max: usize, now: u64) -> Vec<Granted> {
-        self.touch_worker(worker, now);
+        if self.touch_worker(worker, now).quarantined() {
+            return Vec::new();
+        }
         let ttl = self.limits.lease_ttl_ms;
         let mut granted = Vec::new();
         for job in self.jobs.values_mut() {
@@ -602,9 +657,16 @@ impl State {
                 }
             }
             while granted.len() < max {
-                let Some(task) = job.ready.pop_first() else {
+                // With redundancy, a worker never checks its own result.
+                let mine = |t: &u64| {
+                    job.candidates
+                        .get(t)
+                        .is_some_and(|c| c.iter().any(|c| c.worker == worker))
+                };
+                let Some(task) = job.ready.iter().copied().find(|t| !mine(t)) else {
                     break;
                 };
+                job.ready.remove(&task);
                 let lease_id = self.epoch << EPOCH_SHIFT | self.next_lease;
                 self.next_lease += 1;
                 self.counters.leases_granted += 1;
@@ -770,7 +832,11 @@ impl State {
             });
         }
         plausible(job, r.task, tally)?;
-        if let Some(stored) = job.results.get(&r.task) {
+        let mine = job
+            .candidates
+            .get(&r.task)
+            .and_then(|c| c.iter().find(|c| c.worker == worker));
+        if let Some(stored) = job.results.get(&r.task).or(mine) {
             return Ok(if stored.same(tally, checksum) {
                 Verdict::Duplicate
             } else {
@@ -799,11 +865,13 @@ impl State {
     }
 }
 
-fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64) -> Job {
+fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32) -> Job {
     Job {
         id,
         spec,
         submitted_ms,
+        redundancy: redundancy.max(1),
+        candidates: HashMap::new(),
         control: JobState::Running,
         tasks: None,
         planned: None,
@@ -880,6 +948,11 @@ mod tests {
 
     /// A state with one planned, running job (id 1), booted in `epoch`.
     fn running(spec: PlanSpec, epoch: u64) -> (State, Plan, Vec<Task>) {
+        running_checked(spec, epoch, 0)
+    }
+
+    /// [`running`] with every task needing `redundancy` agreeing workers.
+    fn running_checked(spec: PlanSpec, epoch: u64, redundancy: u32) -> (State, Plan, Vec<Task>) {
         let mut s = State::new(Limits {
             lease_ttl_ms: TTL,
             retry_budget: 3,
@@ -892,6 +965,7 @@ mod tests {
             job_id: 1,
             plan: Some((&spec).into()),
             unix_ms: 5,
+            redundancy,
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
@@ -942,6 +1016,61 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Leases one task to `worker` and reports `tally` for it.
+    fn report_one(s: &mut State, worker: &str, tally: &Tally) -> (u64, Verdict) {
+        let g = s.lease(worker, 1, 0).remove(0);
+        let v = s.check_report(worker, &lref(&g), tally, 7).unwrap();
+        assert_eq!(v, Verdict::New, "not yet stored");
+        let applied = s.apply(&done(1, g.task.index, tally, worker, g.lease_id));
+        (g.task.index, applied.unwrap().unwrap())
+    }
+
+    #[test]
+    fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2);
+        let right = plan.count_task(&tasks[0]).unwrap();
+        let mut wrong = right;
+        wrong.weighted += 8; // plausible, but not the truth
+                             // The liar goes first: stored, not counted, and back in the queue.
+        let (t, v) = report_one(&mut s, "liar", &wrong);
+        assert_eq!((t, v), (0, Verdict::AwaitingCheck));
+        assert_eq!(s.job(1).unwrap().view().done, 0);
+        assert_eq!(s.job(1).unwrap().view().checking, 1);
+        // An honest worker disagrees: still not counted (one each).
+        assert_eq!(
+            report_one(&mut s, "w1", &right),
+            (0, Verdict::AwaitingCheck)
+        );
+        // A worker never checks its own result: w1 gets task 1, not 0.
+        let g = s.lease("w1", 1, 0);
+        assert_eq!(g[0].task.index, 1);
+        s.release("w1", &[lref(&g[0])], 0);
+        // A third worker agrees with w1: counted once; the liar is the odd
+        // one out, recorded and quarantined.
+        assert_eq!(report_one(&mut s, "w2", &right), (0, Verdict::New));
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.done, v.checking, v.conflicts), (1, 0, 1));
+        let liar = s.workers().find(|w| w.id == "liar").unwrap();
+        assert!(liar.quarantined());
+        assert!(s.lease("liar", 5, 0).is_empty(), "no work for a liar");
+        // The rest, each by two workers, gives the exact counts.
+        loop {
+            let g = s.lease("w1", 1, 0);
+            let Some(g) = g.first() else { break };
+            let t = plan.count_task(&g.task).unwrap();
+            s.apply(&done(1, g.task.index, &t, "w1", g.lease_id))
+                .unwrap();
+            let h = s.lease("w2", 1, 0).remove(0);
+            assert_eq!(h.task.index, g.task.index);
+            let v = s
+                .apply(&done(1, h.task.index, &t, "w2", h.lease_id))
+                .unwrap();
+            assert_eq!(v, Some(Verdict::New));
+        }
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.state, v.total, v.unique), (JobState::Done, 92, 12));
     }
 
     #[test]

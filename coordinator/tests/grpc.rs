@@ -64,7 +64,10 @@ fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
 /// Submits a job and waits (on the watch stream) until it is planned.
 async fn submit(ops: &mut OperatorServiceClient<Channel>, plan: v1::PlanSpec) -> v1::Job {
     let job = ops
-        .submit_job(v1::SubmitJobRequest { plan: Some(plan) })
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some(plan),
+            redundancy: 0,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -300,13 +303,19 @@ async fn every_invalid_input_gets_its_status() {
     let mut bad_n = spec(8, Strategy::Frame, 5);
     bad_n.n = 40;
     let e = ops
-        .submit_job(v1::SubmitJobRequest { plan: Some(bad_n) })
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some(bad_n),
+            redundancy: 0,
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("between 1 and 32"), "{e}");
     let e = ops
-        .submit_job(v1::SubmitJobRequest { plan: None })
+        .submit_job(v1::SubmitJobRequest {
+            plan: None,
+            redundancy: 0,
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
