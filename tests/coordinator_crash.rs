@@ -133,6 +133,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
             redundancy: 0,
+            verify_fraction: 0.0,
         })
         .await
         .unwrap()

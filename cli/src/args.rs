@@ -206,6 +206,10 @@ pub enum Command {
         /// quarantined).
         #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
         redundancy: u32,
+        /// With --redundancy, check only this share of the tasks (0 to 1),
+        /// chosen by a hash of job and task.
+        #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = share)]
+        verify_fraction: f64,
         /// Follow the job until it ends, as `nqueens watch` does.
         #[arg(long)]
         watch: bool,
@@ -414,6 +418,13 @@ pub struct Progress {
     /// Seconds between progress lines when the output is not a terminal.
     #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = positive_seconds)]
     pub interval: f64,
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a share between 0 (excluded) and 1")),
+    }
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {

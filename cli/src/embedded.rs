@@ -114,7 +114,7 @@ async fn run(
         Some(job) => job,
         None => running
             .core
-            .submit(plan.spec, 1)
+            .submit(plan.spec, 1, 1.0)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?,
     };

@@ -31,6 +31,8 @@ pub struct JobInfo {
     pub conflicts: u64,
     /// Workers that must agree on each task (1: no check).
     pub redundancy: u32,
+    /// The share of tasks checked by `redundancy` workers.
+    pub verify_fraction: f64,
     /// Tasks whose result waits for another worker's agreement.
     pub checking: u64,
     pub active_workers: u64,
@@ -84,6 +86,11 @@ impl JobInfo {
             unique,
             conflicts: j.conflicts,
             redundancy: j.redundancy.max(1),
+            verify_fraction: if j.verify_fraction > 0.0 {
+                j.verify_fraction
+            } else {
+                1.0
+            },
             checking: j.checking,
             active_workers: j.active_workers,
             submitted_unix_ms: j.submitted_unix_ms,
@@ -159,7 +166,8 @@ impl JobInfo {
         let check = match self.redundancy {
             1 => String::new(),
             r => format!(
-                "\ncheck     every task by {r} workers; {} waiting for agreement, {} conflicting results",
+                "\ncheck     {:.0}% of the tasks by {r} workers; {} waiting for agreement, {} conflicting results",
+                self.verify_fraction * 100.0,
                 thousands(self.checking.into()),
                 self.conflicts
             ),

@@ -34,10 +34,16 @@ impl Operator {
         Failure::from_status(&self.url, s)
     }
 
-    pub async fn submit(&mut self, plan: &Plan, redundancy: u32) -> Result<JobInfo, Failure> {
+    pub async fn submit(
+        &mut self,
+        plan: &Plan,
+        redundancy: u32,
+        verify_fraction: f64,
+    ) -> Result<JobInfo, Failure> {
         let req = v1::SubmitJobRequest {
             plan: Some((&plan.spec).into()),
             redundancy,
+            verify_fraction,
         };
         let r = self.client.submit_job(req).await;
         Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
@@ -107,6 +113,7 @@ pub fn submit(
     strategy: Strategy,
     shape: &PlanShape,
     redundancy: u32,
+    verify_fraction: f64,
     watch: bool,
     progress: Progress,
     c: &Connect,
@@ -115,12 +122,16 @@ pub fn submit(
     let plan = shape.plan(n, strategy)?;
     on_runtime(async {
         let mut op = Operator::new(c)?;
-        let job = op.submit(&plan, redundancy).await?;
+        let job = op.submit(&plan, redundancy, verify_fraction).await?;
         if c.json {
             json_line(&mut io::stdout().lock(), &job)?;
         } else {
             let check = match job.redundancy {
                 1 => String::new(),
+                r if job.verify_fraction < 1.0 => format!(
+                    ", {:.0}% of the tasks checked by {r} workers",
+                    job.verify_fraction * 100.0
+                ),
                 r => format!(", every task checked by {r} workers"),
             };
             println!("submitted job {}: {}{check}", job.job, job.plan());

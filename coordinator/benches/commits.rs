@@ -51,6 +51,7 @@ async fn main() {
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
             redundancy: 0,
+            verify_fraction: 0.0,
         })
         .await
         .unwrap()

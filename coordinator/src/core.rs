@@ -292,6 +292,7 @@ impl Coordinator {
         self: &Arc<Self>,
         spec: PlanSpec,
         redundancy: u32,
+        verify_fraction: f64,
     ) -> Result<JobView, CoordError> {
         Plan::new(spec)?;
         let _one_at_a_time = self.submit.lock().await;
@@ -301,6 +302,7 @@ impl Coordinator {
             plan: Some((&spec).into()),
             unix_ms: self.now_ms(),
             redundancy,
+            verify_fraction,
         })))
         .await?;
         let me = Arc::clone(self);

@@ -124,6 +124,7 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         eta_seconds: j.eta_seconds.unwrap_or(0.0),
         active_workers: j.workers,
         redundancy: j.redundancy,
+        verify_fraction: j.verify_fraction,
         checking: j.checking,
     }
 }
@@ -261,7 +262,16 @@ impl OperatorService for Operators {
                 req.redundancy
             )));
         }
-        let job = self.0.submit(spec, req.redundancy.max(1)).await?;
+        if !(0.0..=1.0).contains(&req.verify_fraction) {
+            return Err(Status::invalid_argument(format!(
+                "verify_fraction {} is out of range: a share between 0 and 1",
+                req.verify_fraction
+            )));
+        }
+        let job = self
+            .0
+            .submit(spec, req.redundancy.max(1), req.verify_fraction)
+            .await?;
         tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, redundancy = job.redundancy, "job submitted");
         Ok(Response::new(job_to_wire(&job)))
     }

@@ -93,6 +93,8 @@ pub struct Job {
     pub submitted_ms: u64,
     /// Agreeing results from different workers each task needs (1: none).
     pub redundancy: u32,
+    /// The share of tasks that need `redundancy` (the others need one).
+    pub verify_fraction: f64,
     /// Results of tasks not yet agreed on (redundancy), by task.
     candidates: HashMap<u64, Vec<StoredResult>>,
     /// The operator's choice: Running, Paused or Cancelled.
@@ -140,6 +142,7 @@ pub struct JobView {
     /// Distinct workers holding a lease on this job now.
     pub workers: u64,
     pub redundancy: u32,
+    pub verify_fraction: f64,
     /// Tasks with a result that waits for another worker's agreement.
     pub checking: u64,
     /// Estimated work done per second over the latest results.
@@ -232,10 +235,28 @@ impl Job {
                 .collect::<std::collections::HashSet<_>>()
                 .len() as u64,
             redundancy: self.redundancy,
+            verify_fraction: self.verify_fraction,
             checking: self.candidates.len() as u64,
             work_per_second: self.rate(),
             eta_seconds: (self.rate() > 0.0)
                 .then(|| (self.work_total - self.work_done).max(0.0) / self.rate()),
+        }
+    }
+
+    /// Agreeing workers this task needs: `redundancy` for the chosen
+    /// share of tasks (a hash of job and task, stable across restarts).
+    pub fn needs(&self, task: u64) -> u32 {
+        if self.verify_fraction >= 1.0 {
+            return self.redundancy;
+        }
+        let mut h = (self.id ^ task.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 31;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 29;
+        if (h >> 11) as f64 / (1u64 << 53) as f64 <= self.verify_fraction {
+            self.redundancy
+        } else {
+            1
         }
     }
 
@@ -430,8 +451,10 @@ impl State {
                 let spec =
                     PlanSpec::try_from(s.plan.as_ref().ok_or_else(|| bad("job without plan"))?)
                         .map_err(|e| bad(&e.to_string()))?;
-                self.jobs
-                    .insert(s.job_id, new_job(s.job_id, spec, s.unix_ms, s.redundancy));
+                self.jobs.insert(
+                    s.job_id,
+                    new_job(s.job_id, spec, s.unix_ms, s.redundancy, s.verify_fraction),
+                );
             }
             Record::JobPlanned(p) => {
                 let job = self
@@ -495,7 +518,8 @@ impl State {
                     elapsed_ms: r.elapsed_ms,
                     solver_version: r.solver_version.clone(),
                 };
-                if job.redundancy > 1 {
+                let needed = job.needs(d.task_index);
+                if needed > 1 {
                     let seen = job.candidates.entry(d.task_index).or_default();
                     seen.push(this.clone());
                     let agree = seen
@@ -507,7 +531,7 @@ impl State {
                     if let Some(l) = job.leases.remove(&d.task_index) {
                         self.by_lease.remove(&l.lease_id);
                     }
-                    if agree < job.redundancy as usize {
+                    if agree < needed as usize {
                         // Another worker must compute it: back to the queue.
                         job.ready.insert(d.task_index);
                         return Ok(Some(Verdict::AwaitingCheck));
@@ -865,12 +889,17 @@ impl State {
     }
 }
 
-fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32) -> Job {
+fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32, fraction: f64) -> Job {
     Job {
         id,
         spec,
         submitted_ms,
         redundancy: redundancy.max(1),
+        verify_fraction: if fraction > 0.0 && fraction < 1.0 {
+            fraction
+        } else {
+            1.0
+        },
         candidates: HashMap::new(),
         control: JobState::Running,
         tasks: None,
@@ -948,11 +977,16 @@ mod tests {
 
     /// A state with one planned, running job (id 1), booted in `epoch`.
     fn running(spec: PlanSpec, epoch: u64) -> (State, Plan, Vec<Task>) {
-        running_checked(spec, epoch, 0)
+        running_checked(spec, epoch, 0, 1.0)
     }
 
     /// [`running`] with every task needing `redundancy` agreeing workers.
-    fn running_checked(spec: PlanSpec, epoch: u64, redundancy: u32) -> (State, Plan, Vec<Task>) {
+    fn running_checked(
+        spec: PlanSpec,
+        epoch: u64,
+        redundancy: u32,
+        verify_fraction: f64,
+    ) -> (State, Plan, Vec<Task>) {
         let mut s = State::new(Limits {
             lease_ttl_ms: TTL,
             retry_budget: 3,
@@ -966,6 +1000,7 @@ mod tests {
             plan: Some((&spec).into()),
             unix_ms: 5,
             redundancy,
+            verify_fraction,
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
@@ -1029,7 +1064,7 @@ mod tests {
 
     #[test]
     fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
-        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2);
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0);
         let right = plan.count_task(&tasks[0]).unwrap();
         let mut wrong = right;
         wrong.weighted += 8; // plausible, but not the truth
@@ -1071,6 +1106,42 @@ mod tests {
         }
         let v = s.job(1).unwrap().view();
         assert_eq!((v.state, v.total, v.unique), (JobState::Done, 92, 12));
+    }
+
+    #[test]
+    fn a_verify_fraction_checks_a_stable_share_of_the_tasks() {
+        let (mut s, plan, tasks) = running_checked(spec(10, Strategy::Frame, 40), 1, 2, 0.5);
+        let checked: Vec<u64> = (0..tasks.len() as u64)
+            .filter(|&t| s.job(1).unwrap().needs(t) == 2)
+            .collect();
+        let n = tasks.len();
+        assert!(
+            checked.len() > n / 5 && checked.len() < n * 4 / 5,
+            "{checked:?} of {n}"
+        );
+        // Two workers take turns: unchecked tasks count at once, checked
+        // ones when the second worker agrees.
+        for (w, other) in [("w1", "w2"), ("w2", "w1")].into_iter().cycle() {
+            let Some(g) = s.lease(w, 1, 0).pop() else {
+                let Some(g) = s.lease(other, 1, 0).pop() else {
+                    break;
+                };
+                let t = plan.count_task(&g.task).unwrap();
+                s.apply(&done(1, g.task.index, &t, other, g.lease_id))
+                    .unwrap();
+                continue;
+            };
+            let t = plan.count_task(&g.task).unwrap();
+            let v = s.apply(&done(1, g.task.index, &t, w, g.lease_id)).unwrap();
+            let want = if checked.contains(&g.task.index) && s.job(1).unwrap().view().checking > 0 {
+                Verdict::AwaitingCheck
+            } else {
+                Verdict::New
+            };
+            assert_eq!(v, Some(want), "task {}", g.task.index);
+        }
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.state, v.total, v.unique), (JobState::Done, 724, 92));
     }
 
     #[test]

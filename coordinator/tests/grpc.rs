@@ -67,6 +67,7 @@ async fn submit(ops: &mut OperatorServiceClient<Channel>, plan: v1::PlanSpec) ->
         .submit_job(v1::SubmitJobRequest {
             plan: Some(plan),
             redundancy: 0,
+            verify_fraction: 0.0,
         })
         .await
         .unwrap()
@@ -306,6 +307,7 @@ async fn every_invalid_input_gets_its_status() {
         .submit_job(v1::SubmitJobRequest {
             plan: Some(bad_n),
             redundancy: 0,
+            verify_fraction: 0.0,
         })
         .await
         .unwrap_err();
@@ -315,6 +317,7 @@ async fn every_invalid_input_gets_its_status() {
         .submit_job(v1::SubmitJobRequest {
             plan: None,
             redundancy: 0,
+            verify_fraction: 0.0,
         })
         .await
         .unwrap_err();

@@ -72,6 +72,7 @@ async fn submit(r: &Running, n: u32, tasks: u64) -> u64 {
     ops.submit_job(v1::SubmitJobRequest {
         plan: Some((&spec).into()),
         redundancy: 0,
+        verify_fraction: 0.0,
     })
     .await
     .unwrap()
