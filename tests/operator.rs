@@ -71,6 +71,29 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     assert_eq!(code, 1, "cancelling twice: {err}");
     assert!(err.contains("cannot be cancelled"), "{err}");
 
+    // Redundancy options reach the coordinator; a bad share is refused.
+    let (code, lines, err) = operator(
+        &c.url,
+        &[
+            "submit",
+            "12",
+            "--redundancy",
+            "2",
+            "--verify-fraction",
+            "0.25",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (
+            u(&lines[0]["redundancy"]),
+            lines[0]["verify_fraction"].as_f64()
+        ),
+        (2, Some(0.25))
+    );
+    let (code, _, _) = operator(&c.url, &["submit", "12", "--verify-fraction", "2"]);
+    assert_eq!(code, 2);
+
     common::terminate(&w);
     assert!(w.wait().unwrap().success());
 }

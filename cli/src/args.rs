@@ -201,15 +201,8 @@ pub enum Command {
         strategy: Strategy,
         #[command(flatten)]
         shape: PlanShape,
-        /// Workers that must agree on each task: 2 has every task checked by
-        /// a second worker (a mismatch goes to a third; the odd one out is
-        /// quarantined).
-        #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
-        redundancy: u32,
-        /// With --redundancy, check only this share of the tasks (0 to 1),
-        /// chosen by a hash of job and task.
-        #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = share)]
-        verify_fraction: f64,
+        #[command(flatten)]
+        check: Check,
         /// Follow the job until it ends, as `nqueens watch` does.
         #[arg(long)]
         watch: bool,
@@ -434,4 +427,18 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
             "'{s}' is not a number of seconds between 0 and 86400"
         )),
     }
+}
+
+/// Redundant verification of a job's tasks.
+#[derive(clap::Args, Clone, Copy)]
+pub struct Check {
+    /// Workers that must agree on each task: 2 has every task checked by
+    /// a second worker (a mismatch goes to a third; the odd one out is
+    /// quarantined).
+    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub redundancy: u32,
+    /// With --redundancy, check only this share of the tasks (0 to 1),
+    /// chosen by a hash of job and task.
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = share)]
+    pub verify_fraction: f64,
 }

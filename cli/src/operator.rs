@@ -1,7 +1,7 @@
 //! The operator's client: submit, status, jobs, workers, pause, resume,
 //! cancel and watch, against a coordinator over gRPC.
 
-use crate::args::{Connect, PlanShape, Progress};
+use crate::args::{Check, Connect, PlanShape, Progress};
 use crate::exit::Failure;
 use crate::human::{JobInfo, WorkerRow};
 use crate::local::json_line;
@@ -112,8 +112,7 @@ pub fn submit(
     n: Size,
     strategy: Strategy,
     shape: &PlanShape,
-    redundancy: u32,
-    verify_fraction: f64,
+    check: Check,
     watch: bool,
     progress: Progress,
     c: &Connect,
@@ -122,7 +121,9 @@ pub fn submit(
     let plan = shape.plan(n, strategy)?;
     on_runtime(async {
         let mut op = Operator::new(c)?;
-        let job = op.submit(&plan, redundancy, verify_fraction).await?;
+        let job = op
+            .submit(&plan, check.redundancy, check.verify_fraction)
+            .await?;
         if c.json {
             json_line(&mut io::stdout().lock(), &job)?;
         } else {
