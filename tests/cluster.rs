@@ -39,8 +39,7 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     let job = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap()

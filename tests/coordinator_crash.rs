@@ -132,8 +132,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
     let submitted = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap()

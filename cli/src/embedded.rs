@@ -11,7 +11,7 @@ use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
 use nqueens_common::format::{human_duration, thousands};
-use nqueens_common::known::known;
+use nqueens_common::known::{matches, verdict};
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
@@ -42,11 +42,7 @@ pub struct Outcome {
 
 impl Outcome {
     fn text(&self) -> String {
-        let check = match self.matches_known {
-            Some(true) => "matches OEIS A000170 / A002562",
-            Some(false) => "DIFFERS from OEIS A000170 / A002562",
-            None => "no published value to compare with",
-        };
+        let check = verdict(self.matches_known);
         format!(
             "N        {}\ntotal    {}\nunique   {}\nknown    {check}\ntasks    {} ({} stored before this run, {} counted now)\ntime     {} this run\nstate    {}\n",
             self.n,
@@ -185,10 +181,7 @@ async fn run(
     let info = ended?;
     worker.map_err(|e| Failure::Failed(e.to_string()))?;
     if info.state == "cancelled" {
-        return Err(Failure::Failed(format!(
-            "the run in {} was cancelled; start a new one in another directory",
-            dir.display()
-        )));
+        return Err(cancelled(&dir));
     }
     Ok(Outcome {
         n: info.n,
@@ -199,8 +192,15 @@ async fn run(
         tasks_counted: info.tasks - tasks_before,
         seconds: started.elapsed().as_secs_f64(),
         state: dir,
-        matches_known: known(info.n).map(|k| (k.total, k.unique) == (info.total, info.unique)),
+        matches_known: matches(info.n, info.total, info.unique),
     })
+}
+
+fn cancelled(dir: &std::path::Path) -> Failure {
+    Failure::Failed(format!(
+        "the run in {} was cancelled; start a new one in another directory",
+        dir.display()
+    ))
 }
 
 /// The job of this plan in the state directory, if it has one. A
@@ -212,10 +212,7 @@ fn find_job(
 ) -> Result<Option<JobView>, Failure> {
     if let Some(job) = jobs.iter().find(|j| j.spec == plan.spec) {
         if job.state == JobState::Cancelled {
-            return Err(Failure::Failed(format!(
-                "the run in {} was cancelled; start a new one in another directory",
-                dir.display()
-            )));
+            return Err(cancelled(dir));
         }
         return Ok(Some(job.clone()));
     }

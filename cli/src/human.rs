@@ -2,7 +2,7 @@
 //! and spoken durations, or JSON with the same fields for scripts.
 
 use nqueens_common::format::{human_duration, thousands};
-use nqueens_common::known::known;
+use nqueens_common::known::{matches, verdict};
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1;
 use serde::Serialize;
@@ -96,7 +96,7 @@ impl JobInfo {
             submitted_unix_ms: j.submitted_unix_ms,
             eta_seconds: (j.eta_seconds > 0.0).then_some(j.eta_seconds),
             matches_known: (state == "done")
-                .then(|| known(spec.n).map(|k| (k.total, k.unique) == (total, unique)))
+                .then(|| matches(spec.n, total, unique))
                 .flatten(),
         }
     }
@@ -173,9 +173,8 @@ impl JobInfo {
             ),
         };
         let known = match self.matches_known {
-            Some(true) => "\nknown     matches OEIS A000170 / A002562",
-            Some(false) => "\nknown     DIFFERS from OEIS A000170 / A002562",
-            None => "",
+            None => String::new(),
+            m => format!("\nknown     {}", verdict(m)),
         };
         format!(
             "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} done, {} leased, {} pending, {} waiting to retry, {} out of retries (of {})\n\

@@ -53,6 +53,20 @@ pub fn known(n: u32) -> Option<Known> {
     KNOWN.get(i).copied()
 }
 
+/// Whether counts equal the published ones; `None` past N=27.
+pub fn matches(n: u32, total: u128, unique: u128) -> Option<bool> {
+    known(n).map(|k| (k.total, k.unique) == (total, unique))
+}
+
+/// [`matches`] in words, for reports.
+pub fn verdict(matches: Option<bool>) -> &'static str {
+    match matches {
+        Some(true) => "matches OEIS A000170 / A002562",
+        Some(false) => "DIFFERS from OEIS A000170 / A002562",
+        None => "no published value to compare with",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +79,9 @@ mod tests {
         assert_eq!(known(0), None);
         assert_eq!(known(28), None);
         assert_eq!(known(8).unwrap().total, 92);
+        assert_eq!(matches(8, 92, 12), Some(true));
+        assert_eq!(matches(8, 92, 11), Some(false));
+        assert_eq!(matches(28, 0, 0), None);
     }
 
     /// The embedded table must agree with the project's shared copy when it

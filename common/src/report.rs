@@ -2,7 +2,7 @@
 
 use crate::counts::CountOverflow;
 use crate::format::{hms, si, thousands};
-use crate::known::known;
+use crate::known::{matches, verdict};
 use crate::plan::{Plan, Schedule, Strategy, Subproblem};
 use crate::solve::Solution;
 use serde::Serialize;
@@ -44,17 +44,13 @@ impl Report {
             nodes_per_second: s.counts.nodes as f64 / seconds.max(1e-9),
             threads: s.threads,
             pieces: s.pieces,
-            matches_known: known(s.n.get()).map(|k| k.total == total && k.unique == unique),
+            matches_known: matches(s.n.get(), total, unique),
         })
     }
 
     /// The multi-line text of `nqueens solve`.
     pub fn text(&self) -> String {
-        let check = match self.matches_known {
-            Some(true) => "matches OEIS A000170 / A002562",
-            Some(false) => "DIFFERS from OEIS A000170 / A002562",
-            None => "no published value to compare with",
-        };
+        let check = verdict(self.matches_known);
         format!(
             "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {} threads, {} pieces)\nnodes    {} ({}nodes/s)\n",
             self.n,

@@ -50,8 +50,7 @@ async fn main() {
     let job = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some((&spec).into()),
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap()

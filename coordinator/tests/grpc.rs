@@ -66,8 +66,7 @@ async fn submit(ops: &mut OperatorServiceClient<Channel>, plan: v1::PlanSpec) ->
     let job = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some(plan),
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -306,8 +305,7 @@ async fn every_invalid_input_gets_its_status() {
     let e = ops
         .submit_job(v1::SubmitJobRequest {
             plan: Some(bad_n),
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -316,8 +314,7 @@ async fn every_invalid_input_gets_its_status() {
     let e = ops
         .submit_job(v1::SubmitJobRequest {
             plan: None,
-            redundancy: 0,
-            verify_fraction: 0.0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -71,8 +71,7 @@ async fn submit(r: &Running, n: u32, tasks: u64) -> u64 {
     };
     ops.submit_job(v1::SubmitJobRequest {
         plan: Some((&spec).into()),
-        redundancy: 0,
-        verify_fraction: 0.0,
+        ..Default::default()
     })
     .await
     .unwrap()
@@ -96,6 +95,11 @@ async fn watch_until(r: &Running, id: u64, until: impl Fn(&v1::Job) -> bool) -> 
         }
     }
     panic!("the watch stream ended first");
+}
+
+/// A coordinator on a free loopback port with the real clock.
+async fn on_any_port(dir: &Path) -> Running {
+    coordinator(dir, "127.0.0.1:0".parse().unwrap(), Arc::new(SystemClock)).await
 }
 
 /// Polls the coordinator's core until `until` holds for the job (a watch
@@ -124,12 +128,7 @@ fn counts(j: &v1::Job) -> (u128, u128) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
     let dir = tempfile::tempdir().unwrap();
-    let r = coordinator(
-        dir.path(),
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let r = on_any_port(dir.path()).await;
     let id = submit(&r, 12, 60).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
     let j = watch_until(&r, id, done).await;
@@ -170,12 +169,7 @@ async fn a_worker_carries_on_across_a_coordinator_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_hands_back_unstarted_work_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let r = coordinator(
-        dir.path(),
-        "127.0.0.1:0".parse().unwrap(),
-        Arc::new(SystemClock),
-    )
-    .await;
+    let r = on_any_port(dir.path()).await;
     let id = submit(&r, 16, 300).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 1));
     // One running, more in hand (the prefetched batch).
