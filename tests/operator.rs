@@ -93,6 +93,9 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     );
     let (code, _, _) = operator(&c.url, &["submit", "12", "--verify-fraction", "2"]);
     assert_eq!(code, 2);
+    let (code, _, err) = operator(&c.url, &["submit", "12", "--verify-fraction", "0.5"]);
+    assert_eq!(code, 2, "a share without redundancy checks nothing: {err}");
+    assert!(err.contains("--redundancy 2"), "{err}");
 
     common::terminate(&w);
     assert!(w.wait().unwrap().success());

@@ -117,8 +117,13 @@ pub fn submit(
     progress: Progress,
     c: &Connect,
 ) -> Result<(), Failure> {
-    // Check the plan here, so a bad option is caught before any call.
+    // Check the options here, so a bad one is caught before any call.
     let plan = shape.plan(n, strategy)?;
+    if check.verify_fraction < 1.0 && check.redundancy < 2 {
+        return Err(Failure::BadInput(
+            "--verify-fraction chooses which tasks a second worker checks: give --redundancy 2 or 3 with it".into(),
+        ));
+    }
     on_runtime(async {
         let mut op = Operator::new(c)?;
         let job = op

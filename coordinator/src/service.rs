@@ -262,9 +262,11 @@ impl OperatorService for Operators {
                 req.redundancy
             )));
         }
-        if !(0.0..=1.0).contains(&req.verify_fraction) {
+        if !(0.0..=1.0).contains(&req.verify_fraction)
+            || (req.verify_fraction > 0.0 && req.verify_fraction < 1.0 && req.redundancy < 2)
+        {
             return Err(Status::invalid_argument(format!(
-                "verify_fraction {} is out of range: a share between 0 and 1",
+                "verify_fraction {} is out of range: a share between 0 and 1, with redundancy 2 or 3",
                 req.verify_fraction
             )));
         }
