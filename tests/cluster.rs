@@ -13,6 +13,7 @@ mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
+    let _watchdog = common::watchdog("a_worker_process_counts_a_job_and_drains_on_sigterm");
     let dir = tempfile::tempdir().unwrap();
     let c = common::start(&dir.path().join("data"));
     let mut worker = Command::new(env!("CARGO_BIN_EXE_nqueens"))
@@ -103,6 +104,8 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
 
 #[test]
 fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
+    let _watchdog =
+        common::watchdog("a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes");
     let dir = tempfile::tempdir().unwrap();
     let c = common::start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
     let (code, lines, err) = common::operator(&c.url, &["submit", "16", "--tasks", "40"]);
@@ -150,6 +153,7 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
+    let _watchdog = common::watchdog("redundancy_catches_a_lying_worker_and_the_count_stays_exact");
     use nqueens_common::plan::Plan;
     use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
     use nqueens_proto::{tally_to_wire, task_from_wire};

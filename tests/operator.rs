@@ -14,6 +14,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn submit_watch_status_jobs_workers_pause_resume_cancel() {
+    let _watchdog = common::watchdog("submit_watch_status_jobs_workers_pause_resume_cancel");
     let dir = tempfile::tempdir().unwrap();
     let c = common::start(&dir.path().join("data"));
 
@@ -103,6 +104,7 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
 
 #[test]
 fn failures_have_their_own_exit_codes_and_say_what_to_do() {
+    let _watchdog = common::watchdog("failures_have_their_own_exit_codes_and_say_what_to_do");
     // Nothing listens on port 1.
     let (code, _, err) = operator("http://127.0.0.1:1", &["jobs"]);
     assert_eq!(code, 3, "{err}");
@@ -148,6 +150,8 @@ fn tasks_done(line: &str) -> Option<u64> {
 
 #[test]
 fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
+    let _watchdog =
+        common::watchdog("a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("run17");
     let state = state.to_str().unwrap();

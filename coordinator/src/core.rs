@@ -6,7 +6,7 @@ use crate::journal::{Journal, JournalError};
 use crate::state::{
     digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, Verdict, WorkerInfo,
 };
-use crate::store::{Opened, Store, StoreError};
+use crate::store::{Opened, Store, StoreError, StoreWriter};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
 use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
@@ -69,8 +69,11 @@ pub enum CoordError {
 pub struct Coordinator {
     state: Mutex<State>,
     journal: Journal,
+    /// Read and repaired at start-up only; written afterwards by `writes`.
     store: Store,
     store_opened: Opened,
+    /// The store's writer once start-up is over.
+    writes: std::sync::OnceLock<StoreWriter>,
     clock: Arc<dyn Clock>,
     /// Bumped after every change, for watchers.
     changed: tokio::sync::watch::Sender<u64>,
@@ -123,6 +126,7 @@ impl Coordinator {
             journal,
             store,
             store_opened,
+            writes: std::sync::OnceLock::new(),
             clock,
             changed,
             submit: tokio::sync::Mutex::new(()),
@@ -134,6 +138,7 @@ impl Coordinator {
         }
         core.verify()?;
         core.store.flush();
+        let _ = core.writes.set(StoreWriter::spawn(core.store.clone()));
         let epoch = core.lock().epoch() + 1;
         core.write(rec(Record::Boot(v1::Boot {
             epoch,
@@ -151,6 +156,19 @@ impl Coordinator {
     /// The store, and how it was found at start-up.
     pub fn store(&self) -> (&Store, &Opened) {
         (&self.store, &self.store_opened)
+    }
+
+    fn store_writer(&self) -> &StoreWriter {
+        self.writes
+            .get()
+            .expect("results arrive only after start-up")
+    }
+
+    /// Writes what the store still has queued (at shutdown).
+    pub fn close_store(&self) {
+        if let Some(w) = self.writes.get() {
+            w.close();
+        }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -180,12 +198,8 @@ impl Coordinator {
         let v = self.lock().apply(&r)?;
         // The store's result row is the counted result, nothing else.
         let counted = matches!(v, None | Some(Verdict::New));
-        if let Err(e) = if counted {
-            self.store.apply(&r)
-        } else {
-            Ok(())
-        } {
-            tracing::warn!(error = %e, "store update failed; the journal holds the record");
+        if let (true, Some(Record::TaskDone(d))) = (counted, &r.record) {
+            self.store_writer().result(d.clone());
         }
         self.bump();
         Ok(v)
@@ -216,7 +230,11 @@ impl Coordinator {
             tokio::task::spawn_blocking(move || Plan::new(spec).map(|p| p.schedule().tasks))
                 .await
                 .expect("planning thread panicked")?;
-        self.store.put_tasks(id, &tasks)?;
+        match self.writes.get() {
+            Some(w) => w.tasks(id, tasks.clone()),
+            // Start-up: nothing else uses the store yet.
+            None => self.store.put_tasks(id, &tasks)?,
+        }
         if planned.is_none() {
             self.write(rec(Record::JobPlanned(v1::JobPlanned {
                 job_id: id,

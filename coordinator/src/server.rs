@@ -94,7 +94,9 @@ impl Running {
             m.abort();
             let _ = m.await;
         }
-        self.server.await.expect("server task panicked")
+        let served = self.server.await.expect("server task panicked");
+        self.core.close_store();
+        served
     }
 
     /// Waits until the server ends (it ends only on shutdown or an error).

@@ -7,11 +7,19 @@
 //! catch up; rows that disagree with the journal are rewritten; a directory
 //! that will not open is moved aside and rebuilt from the journal and the
 //! plans. Nothing here is needed for exactness, only for speed.
+//!
+//! After start-up one thread ([`StoreWriter`]) makes every write, with
+//! sled's own background flusher off: sled is then used from one thread at
+//! a time, and a slow or stuck sled (0.34 has known deadlocks under
+//! concurrent use) can never hold up an acknowledgement.
 
 use nqueens_common::plan::Task;
 use nqueens_proto::v1::{journal_record::Record, JournalRecord, TaskDone};
 use prost::Message;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A store problem (reported, never fatal to counting).
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +44,7 @@ pub enum Opened {
     },
 }
 
+#[derive(Clone)]
 pub struct Store {
     path: PathBuf,
     db: sled::Db,
@@ -83,7 +92,8 @@ impl Store {
             source,
         };
         // sled may panic rather than fail on a damaged directory.
-        let attempt = std::panic::catch_unwind(|| sled::open(path));
+        let open = || sled::Config::new().path(path).flush_every_ms(None).open();
+        let attempt = std::panic::catch_unwind(open);
         let (db, opened) = match attempt {
             Ok(Ok(db)) => (db, Opened::Existing),
             failed => {
@@ -97,7 +107,7 @@ impl Store {
                     path: path.to_path_buf(),
                     source,
                 })?;
-                let db = sled::open(path).map_err(sled_err)?;
+                let db = open().map_err(sled_err)?;
                 (db, Opened::Rebuilt { moved_to, reason })
             }
         };
@@ -146,13 +156,18 @@ impl Store {
     /// Records a journal record's row (the first result of a task wins,
     /// as in the journal).
     pub fn apply(&self, r: &JournalRecord) -> Result<(), StoreError> {
-        if let Some(Record::TaskDone(d)) = &r.record {
-            let k = key(d.job_id, d.task_index);
-            let _ = self
-                .results
-                .compare_and_swap(k, None as Option<&[u8]>, Some(d.encode_to_vec()))
-                .map_err(|e| self.err(e))?;
+        match &r.record {
+            Some(Record::TaskDone(d)) => self.add_result(d),
+            _ => Ok(()),
         }
+    }
+
+    fn add_result(&self, d: &TaskDone) -> Result<(), StoreError> {
+        let k = key(d.job_id, d.task_index);
+        let _ = self
+            .results
+            .compare_and_swap(k, None as Option<&[u8]>, Some(d.encode_to_vec()))
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -200,5 +215,106 @@ impl Store {
         if let Err(e) = self.db.flush() {
             tracing::warn!(error = %e, "store flush failed; the journal still holds everything");
         }
+    }
+}
+
+/// A write for the store's thread.
+enum Write {
+    Result(TaskDone),
+    Tasks(u64, Vec<Task>),
+}
+
+/// How often the store's thread asks sled to write its buffers while busy.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
+/// How long closing waits for the store's thread to drain.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// The one thread that writes to the store once the coordinator serves.
+/// Writes are queued, never waited for: the journal already holds them.
+pub struct StoreWriter {
+    tx: Mutex<Option<mpsc::Sender<Write>>>,
+    /// Says when the thread has drained its queue and flushed.
+    finished: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+impl StoreWriter {
+    pub fn spawn(store: Store) -> StoreWriter {
+        let (tx, rx) = mpsc::channel();
+        let (done, finished) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || {
+                write_loop(&store, &rx);
+                let _ = done.send(());
+            })
+            .expect("start the store thread");
+        StoreWriter {
+            tx: Mutex::new(Some(tx)),
+            finished: Mutex::new(Some(finished)),
+        }
+    }
+
+    fn send(&self, w: Write) {
+        if let Some(tx) = self.tx.lock().expect("store queue lock").as_ref() {
+            // A dead thread has logged why; the journal holds the record.
+            let _ = tx.send(w);
+        }
+    }
+
+    /// Queues a counted result's row.
+    pub fn result(&self, d: TaskDone) {
+        self.send(Write::Result(d));
+    }
+
+    /// Queues a job's task list.
+    pub fn tasks(&self, job: u64, tasks: Vec<Task>) {
+        self.send(Write::Tasks(job, tasks));
+    }
+
+    /// Stops taking writes and waits (boundedly) until the queued ones are
+    /// written and flushed.
+    pub fn close(&self) {
+        drop(self.tx.lock().expect("store queue lock").take());
+        if let Some(finished) = self.finished.lock().expect("store queue lock").take() {
+            if finished.recv_timeout(CLOSE_WAIT) == Err(RecvTimeoutError::Timeout) {
+                tracing::warn!(
+                    "the store did not finish writing in time; the journal holds everything"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for StoreWriter {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
+    let mut dirty = false;
+    let mut flushed = Instant::now();
+    loop {
+        match rx.recv_timeout(FLUSH_EVERY) {
+            Ok(w) => {
+                dirty = true;
+                let written = match w {
+                    Write::Result(d) => store.add_result(&d),
+                    Write::Tasks(job, tasks) => store.put_tasks(job, &tasks),
+                };
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "store update failed; the journal holds the record");
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if dirty && flushed.elapsed() >= FLUSH_EVERY {
+            store.flush();
+            (dirty, flushed) = (false, Instant::now());
+        }
+    }
+    if dirty {
+        store.flush();
     }
 }
