@@ -220,7 +220,7 @@ impl Store {
 
 /// A write for the store's thread.
 enum Write {
-    Result(TaskDone),
+    Result(Box<TaskDone>),
     Tasks(u64, Vec<Task>),
 }
 
@@ -263,7 +263,7 @@ impl StoreWriter {
 
     /// Queues a counted result's row.
     pub fn result(&self, d: TaskDone) {
-        self.send(Write::Result(d));
+        self.send(Write::Result(Box::new(d)));
     }
 
     /// Queues a job's task list.
