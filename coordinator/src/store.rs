@@ -84,6 +84,37 @@ fn decode_task(b: &[u8]) -> Option<Task> {
     })
 }
 
+/// sled without its background flusher: [`StoreWriter`] flushes.
+fn open_sled(path: &Path) -> sled::Result<sled::Db> {
+    sled::Config::new().path(path).flush_every_ms(None).open()
+}
+
+/// How long sled may take to open (recover) a store before it counts as
+/// damaged. Rebuilding from the journal is always possible.
+const OPEN_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `f` on its own thread and waits at most `wait`: a damaged
+/// directory can make sled 0.34 panic, fail, or (rarely) never return. A
+/// thread that never returns is left behind with the old directory, which
+/// is then moved aside.
+fn within<T: Send + 'static>(
+    wait: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("store-open".into())
+        .spawn(move || {
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+        })
+        .map_err(|e| format!("cannot start a thread to open it: {e}"))?;
+    match rx.recv_timeout(wait) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err("sled panicked while opening it".into()),
+        Err(_) => Err(format!("sled did not open it within {wait:?}")),
+    }
+}
+
 impl Store {
     /// Opens the store, moving a damaged one aside and starting afresh.
     pub fn open(path: &Path) -> Result<(Store, Opened), StoreError> {
@@ -91,23 +122,19 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
-        // sled may panic rather than fail on a damaged directory.
-        let open = || sled::Config::new().path(path).flush_every_ms(None).open();
-        let attempt = std::panic::catch_unwind(open);
+        let p = path.to_path_buf();
+        let attempt =
+            within(OPEN_WAIT, move || open_sled(&p)).and_then(|r| r.map_err(|e| e.to_string()));
         let (db, opened) = match attempt {
-            Ok(Ok(db)) => (db, Opened::Existing),
-            failed => {
-                let reason = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "sled panicked while opening it".to_string(),
-                };
+            Ok(db) => (db, Opened::Existing),
+            Err(reason) => {
                 let moved_to = path.with_extension(format!("damaged-{}", std::process::id()));
                 tracing::warn!(store = %path.display(), %reason, moved_to = %moved_to.display(), "store will not open; rebuilding it from the journal");
                 std::fs::rename(path, &moved_to).map_err(|source| StoreError::Move {
                     path: path.to_path_buf(),
                     source,
                 })?;
-                let db = open().map_err(sled_err)?;
+                let db = open_sled(path).map_err(sled_err)?;
                 (db, Opened::Rebuilt { moved_to, reason })
             }
         };
@@ -316,5 +343,21 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
     }
     if dirty {
         store.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_is_given_up_when_it_hangs_or_panics() {
+        assert_eq!(within(Duration::from_secs(5), || 7), Ok(7));
+        let panicked = within(Duration::from_secs(5), || -> u8 { panic!("damaged") });
+        assert!(panicked.unwrap_err().contains("panicked"));
+        // A stand-in for sled stuck in recovery: it never answers.
+        let (_keep, never) = mpsc::channel::<()>();
+        let hung = within(Duration::from_millis(50), move || never.recv());
+        assert!(hung.unwrap_err().contains("did not open"));
     }
 }
