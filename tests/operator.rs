@@ -52,6 +52,29 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
         .expect("w1 listed");
     assert_eq!(w1["tasks_done"], last["tasks"]);
 
+    // The audit, through the coordinator and from the data directory alone.
+    let (code, lines, err) = operator(&c.url, &["audit", &id]);
+    assert_eq!(code, 0, "{err}");
+    let audit = &lines[0];
+    assert_eq!(
+        (audit["passed"].as_bool(), audit["matches_known"].as_bool()),
+        (Some(true), Some(true))
+    );
+    assert_eq!((u(&audit["total"]), u(&audit["unique"])), (14_200, 1_787));
+    assert_eq!(audit["counted"], last["tasks"]);
+    let data = dir.path().join("data");
+    let (code, offline, err) = operator(
+        &c.url,
+        &["audit", &id, "--data-dir", data.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(offline[0]["digest"], audit["digest"]);
+    let (code, _, err) = operator(
+        &c.url,
+        &["audit", "99", "--data-dir", data.to_str().unwrap()],
+    );
+    assert_eq!(code, 4, "{err}");
+
     // A second job, paused at once, resumed, then cancelled: watch fails.
     let (_, lines, _) = operator(&c.url, &["submit", "17"]);
     let id2 = u(&lines[0]["job"]).to_string();

@@ -248,6 +248,28 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Re-check a job from its journal: CRCs, plan, every result, the sums,
+    /// the published counts; with a digest another site can compare.
+    #[command(
+        after_help = "Examples:\n  nqueens audit 3\n  nqueens audit 3 --data-dir /var/lib/nqueens   (no coordinator needed)\n  \
+        nqueens audit 3 --json | jq -r .digest\n\n\
+        The audit reads the journal file, not the coordinator's memory: every record's CRC, the\n\
+        plan re-computed and compared with the digest journaled when the job was planned, each\n\
+        counted result checked against its task, the totals summed again from nothing (checked\n\
+        128-bit arithmetic) and compared with the running totals and the published counts.\n\
+        The digest (SHA-256 of the plan and every counted result, without node counts or\n\
+        timings) is the same at any site that counted the same plan correctly.\n\
+        Exit code 0 when nothing is wrong (a job still running is audited so far), 1 otherwise."
+    )]
+    Audit {
+        job: u64,
+        /// Read the journal in this coordinator data directory instead of
+        /// asking a coordinator (works while one runs, or with none).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Stop handing out a job's tasks (running ones finish); `resume` undoes it.
     Pause {
         job: u64,

@@ -8,6 +8,33 @@ use nqueens_proto::v1;
 use serde::Serialize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// running, paused, cancelled or done; planning while a running job has
+/// no task list yet.
+fn state_name(state: i32, tasks: u64) -> &'static str {
+    match v1::JobState::try_from(state).unwrap_or_default() {
+        v1::JobState::Running | v1::JobState::Unspecified if tasks == 0 => "planning",
+        v1::JobState::Running | v1::JobState::Unspecified => "running",
+        v1::JobState::Paused => "paused",
+        v1::JobState::Cancelled => "cancelled",
+        v1::JobState::Done => "done",
+    }
+}
+
+fn strategy_name(spec: &v1::PlanSpec) -> &'static str {
+    match v1::Strategy::try_from(spec.strategy) {
+        Ok(v1::Strategy::Frame) => "frame",
+        _ => "prefix",
+    }
+}
+
+/// `N=17 prefix depth 4` or `N=24 frame`.
+fn plan_text(n: u32, strategy: &str, depth: u32) -> String {
+    match strategy {
+        "prefix" => format!("N={n} prefix depth {depth}"),
+        s => format!("N={n} {s}"),
+    }
+}
+
 /// A job, decoded from the wire.
 #[derive(Clone, Debug, Serialize)]
 pub struct JobInfo {
@@ -45,22 +72,8 @@ pub struct JobInfo {
 impl JobInfo {
     pub fn new(j: &v1::Job) -> JobInfo {
         let spec = j.plan.unwrap_or_default();
-        let state = match v1::JobState::try_from(j.state).unwrap_or_default() {
-            v1::JobState::Running | v1::JobState::Unspecified => "running",
-            v1::JobState::Paused => "paused",
-            v1::JobState::Cancelled => "cancelled",
-            v1::JobState::Done => "done",
-        };
-        // The wire says running while the task list is being made.
-        let state = if state == "running" && j.tasks == 0 {
-            "planning"
-        } else {
-            state
-        };
-        let strategy = match v1::Strategy::try_from(spec.strategy) {
-            Ok(v1::Strategy::Frame) => "frame",
-            _ => "prefix",
-        };
+        let state = state_name(j.state, j.tasks);
+        let strategy = strategy_name(&spec);
         let (total, unique) = (
             u128_from_wire(j.total.as_ref()),
             u128_from_wire(j.unique.as_ref()),
@@ -107,10 +120,7 @@ impl JobInfo {
 
     /// `N=17 prefix depth 4` or `N=24 frame`.
     pub fn plan(&self) -> String {
-        match self.strategy.as_str() {
-            "prefix" => format!("N={} prefix depth {}", self.n, self.depth),
-            s => format!("N={} {s}", self.n),
-        }
+        plan_text(self.n, &self.strategy, self.depth)
     }
 
     pub fn eta(&self) -> String {
@@ -291,6 +301,118 @@ impl WorkerRow {
             } else {
                 "ok".to_string()
             },
+        )
+    }
+}
+
+/// An audit's findings, decoded from the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct AuditView {
+    pub job: u64,
+    pub n: u32,
+    pub strategy: &'static str,
+    pub depth: u32,
+    pub state: &'static str,
+    pub journal_records: u64,
+    pub journal_bytes: u64,
+    pub torn_bytes: u64,
+    pub tasks: u64,
+    pub result_records: u64,
+    pub counted: u64,
+    /// Recomputed from the results once every task has one.
+    pub total: Option<u128>,
+    pub unique: Option<u128>,
+    pub matches_known: Option<bool>,
+    /// SHA-256 of the plan and every counted result.
+    pub digest: String,
+    pub problems: Vec<String>,
+    pub passed: bool,
+}
+
+impl AuditView {
+    pub fn new(a: &v1::AuditReport) -> AuditView {
+        let spec = a.plan.unwrap_or_default();
+        let matches_known = match v1::KnownCheck::try_from(a.known) {
+            Ok(v1::KnownCheck::Matches) => Some(true),
+            Ok(v1::KnownCheck::Differs) => Some(false),
+            _ => None,
+        };
+        AuditView {
+            job: a.job_id,
+            n: spec.n,
+            strategy: strategy_name(&spec),
+            depth: spec.depth,
+            state: state_name(a.state, a.tasks),
+            journal_records: a.journal_records,
+            journal_bytes: a.journal_bytes,
+            torn_bytes: a.torn_bytes,
+            tasks: a.tasks,
+            result_records: a.result_records,
+            counted: a.counted,
+            total: a.total.as_ref().map(|t| u128_from_wire(Some(t))),
+            unique: a.unique.as_ref().map(|u| u128_from_wire(Some(u))),
+            matches_known,
+            digest: a.digest.clone(),
+            problems: a.problems.clone(),
+            passed: a.problems.is_empty() && matches_known != Some(false),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let n = |x: u64| thousands(u128::from(x));
+        let torn = if self.torn_bytes > 0 {
+            format!(
+                "; a half-written last record of {} bytes (normal while the coordinator writes)",
+                n(self.torn_bytes)
+            )
+        } else {
+            String::new()
+        };
+        let counts = match (self.total, self.unique) {
+            (Some(t), Some(u)) => format!(
+                "total {}, unique {}, recomputed from the results",
+                thousands(t),
+                thousands(u)
+            ),
+            _ => format!(
+                "not final: {} of {} tasks have a result",
+                n(self.counted),
+                n(self.tasks)
+            ),
+        };
+        let known = match (self.total, self.matches_known) {
+            (None, _) => "checked once every task has a result".to_string(),
+            (Some(_), m) => verdict(m).to_string(),
+        };
+        let outcome = if !self.passed {
+            let mut lines = format!("FAILED ({} problems)", self.problems.len().max(1));
+            for p in &self.problems {
+                lines += &format!("\n  - {p}");
+            }
+            lines
+        } else if self.total.is_some() {
+            "passed".to_string()
+        } else {
+            "passed so far (the job is not finished)".to_string()
+        };
+        format!(
+            "audit of job {} ({}, {})\n\
+             journal  {} records, {} bytes, every CRC checked{torn}\n\
+             plan     re-computed: {} tasks, checked against the journaled digest\n\
+             results  {} tasks counted ({} result records), each checked against its task\n\
+             counts   {counts}\n\
+             known    {known}\n\
+             digest   sha256:{}\n\
+             verdict  {outcome}\n",
+            self.job,
+            plan_text(self.n, self.strategy, self.depth),
+            self.state,
+            n(self.journal_records),
+            n(self.journal_bytes),
+            n(self.tasks),
+            n(self.counted),
+            n(self.result_records),
+            self.digest,
         )
     }
 }

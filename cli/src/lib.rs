@@ -138,6 +138,11 @@ fn run(command: Command) -> Result<(), Failure> {
         } => operator::watch(job, progress, &connect),
         Command::Jobs { connect } => operator::jobs(&connect),
         Command::Workers { connect } => operator::workers(&connect),
+        Command::Audit {
+            job,
+            data_dir,
+            connect,
+        } => operator::audit(job, data_dir.as_deref(), &connect),
         Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
         Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),

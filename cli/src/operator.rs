@@ -3,7 +3,7 @@
 
 use crate::args::{Check, Connect, PlanShape, Progress};
 use crate::exit::Failure;
-use crate::human::{JobInfo, WorkerRow};
+use crate::human::{AuditView, JobInfo, WorkerRow};
 use crate::local::json_line;
 use crate::progress::{follow, Show};
 use crate::serve::read_token;
@@ -12,6 +12,7 @@ use nqueens_common::Size;
 use nqueens_proto::client::{connect, Authed};
 use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
 use std::io::{self, Write};
+use std::path::Path;
 
 /// A connection to one coordinator, as an operator (made inside a runtime).
 pub struct Operator {
@@ -74,6 +75,11 @@ impl Operator {
             Control::Cancel => self.client.cancel_job(job).await,
         };
         Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
+    }
+
+    pub async fn audit(&mut self, id: u64) -> Result<v1::AuditReport, Failure> {
+        let r = self.client.audit_job(v1::JobRef { job_id: id }).await;
+        Ok(r.map_err(|s| self.fail(&s))?.into_inner())
     }
 
     /// A stream of snapshots of the job, one after every change.
@@ -247,4 +253,47 @@ fn finished(job: &JobInfo) -> Result<(), Failure> {
         )));
     }
     crate::local::check_known(job.n, job.total, job.unique)
+}
+
+/// Audits a job through the coordinator, or from a data directory's
+/// journal directly.
+pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failure> {
+    let report = match data_dir {
+        Some(dir) => {
+            use nqueens_coordinator::audit::{audit, AuditError};
+            let path = dir.join("journal");
+            if !path.is_file() {
+                return Err(Failure::BadInput(format!(
+                    "no journal at {}: give a coordinator's --data-dir",
+                    path.display()
+                )));
+            }
+            match audit(&path, job) {
+                Ok(a) => nqueens_coordinator::service::audit_to_wire(&a),
+                Err(AuditError::UnknownJob(_)) => {
+                    return Err(Failure::UnknownJob(format!(
+                        "job {job} is not in {}",
+                        path.display()
+                    )))
+                }
+                Err(e) => return Err(Failure::Failed(e.to_string())),
+            }
+        }
+        None => on_runtime(async { Operator::new(c)?.audit(job).await })?,
+    };
+    let view = AuditView::new(&report);
+    let mut out = io::stdout().lock();
+    if c.json {
+        json_line(&mut out, &view)?;
+    } else {
+        write!(out, "{}", view.text())?;
+    }
+    out.flush()?;
+    if view.passed {
+        Ok(())
+    } else {
+        Err(Failure::Failed(format!(
+            "the audit of job {job} found problems (listed above)"
+        )))
+    }
 }

@@ -72,6 +72,17 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
     }
 }
 
+/// Reads a journal without changing it (for audits, also of a journal a
+/// running coordinator is appending to: a half-written last record reads
+/// as torn). Every record's CRC is checked; damage before the end is an
+/// error, as at start-up.
+pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let (records, good) = parse(&bytes, path)?;
+    let truncated = (bytes.len() - good) as u64;
+    Ok((Replay { records, truncated }, bytes.len() as u64))
+}
+
 impl Journal {
     /// Opens (or creates) the journal at `path`, reads every record, cuts
     /// off a torn last write, and starts the writer.

@@ -1,6 +1,7 @@
 //! The nqueens coordinator: persists jobs and their tasks, leases tasks to
 //! workers over gRPC, and aggregates their counts exactly and durably.
 //!
+//! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
 //! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
@@ -9,6 +10,7 @@
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
 //! - [`store`]: the sled store of task lists and result rows, rebuilt from the journal.
 
+pub mod audit;
 pub mod core;
 pub mod journal;
 pub mod metrics;

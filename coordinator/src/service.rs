@@ -1,6 +1,7 @@
 //! The gRPC services over [`Coordinator`]: request checks, conversions, and
 //! errors mapped to precise status codes.
 
+use crate::audit::{self, Audit, AuditError};
 use crate::core::{CoordError, Coordinator};
 use crate::journal::JournalError;
 use crate::state::{Granted, JobState, JobView, LeaseRef, StateError, Verdict, WorkerInfo};
@@ -51,6 +52,43 @@ impl From<CoordError> for Status {
     }
 }
 
+impl From<AuditError> for Status {
+    fn from(e: AuditError) -> Status {
+        let msg = e.to_string();
+        match e {
+            AuditError::UnknownJob(_) => Status::not_found(msg),
+            AuditError::NotPlanned(_) => Status::failed_precondition(msg),
+            AuditError::Journal(JournalError::Corrupt { .. }) => Status::data_loss(msg),
+            AuditError::Journal(_) | AuditError::Replay(_) | AuditError::Plan(_) => {
+                Status::internal(msg)
+            }
+        }
+    }
+}
+
+pub fn audit_to_wire(a: &Audit) -> v1::AuditReport {
+    v1::AuditReport {
+        job_id: a.job,
+        plan: Some((&a.spec).into()),
+        state: state_to_wire(a.state) as i32,
+        journal_records: a.journal_records,
+        journal_bytes: a.journal_bytes,
+        torn_bytes: a.torn_bytes,
+        tasks: a.tasks,
+        result_records: a.result_records,
+        counted: a.counted,
+        total: a.total.map(u128_to_wire),
+        unique: a.unique.map(u128_to_wire),
+        known: match a.matches_known {
+            None => v1::KnownCheck::Unspecified,
+            Some(true) => v1::KnownCheck::Matches,
+            Some(false) => v1::KnownCheck::Differs,
+        } as i32,
+        digest: a.digest.clone(),
+        problems: a.problems.clone(),
+    }
+}
+
 fn worker_id(id: &str) -> Result<&str, Status> {
     if id.is_empty() || id.len() > 256 {
         return Err(Status::invalid_argument(
@@ -97,13 +135,17 @@ fn lease_to_wire(g: &Granted) -> v1::Lease {
 }
 
 /// A job as operators see it.
-pub fn job_to_wire(j: &JobView) -> v1::Job {
-    let state = match j.state {
+fn state_to_wire(s: JobState) -> v1::JobState {
+    match s {
         JobState::Planning | JobState::Running => v1::JobState::Running,
         JobState::Paused => v1::JobState::Paused,
         JobState::Cancelled => v1::JobState::Cancelled,
         JobState::Done => v1::JobState::Done,
-    };
+    }
+}
+
+pub fn job_to_wire(j: &JobView) -> v1::Job {
+    let state = state_to_wire(j.state);
     v1::Job {
         job_id: j.id,
         plan: Some((&j.spec).into()),
@@ -367,5 +409,19 @@ impl OperatorService for Operators {
         Ok(Response::new(v1::ListWorkersResponse {
             workers: self.0.workers().iter().map(worker_to_wire).collect(),
         }))
+    }
+
+    async fn audit_job(
+        &self,
+        req: Request<v1::JobRef>,
+    ) -> Result<Response<v1::AuditReport>, Status> {
+        let id = req.into_inner().job_id;
+        self.0.job(id)?;
+        // The file on disk, not memory: that is what a restart would read.
+        let journal = self.0.data_dir().join("journal");
+        let audit = tokio::task::spawn_blocking(move || audit::audit(&journal, id))
+            .await
+            .map_err(|e| Status::internal(format!("the audit stopped: {e}")))??;
+        Ok(Response::new(audit_to_wire(&audit)))
     }
 }

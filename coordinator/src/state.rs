@@ -190,6 +190,11 @@ impl Job {
         self.planned
     }
 
+    /// The running totals of the counted results.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
     /// Total and unique of the results so far: exact once the job is done
     /// (the unique count of a frame plan needs every task, so it stays 0
     /// until then).
@@ -920,7 +925,7 @@ fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32, fraction
 
 /// Rejects results that no task of this plan can produce: counts of the
 /// wrong kind for the strategy, or more solutions than the whole N has.
-fn plausible(job: &Job, task: u64, t: &Tally) -> Result<(), StateError> {
+pub fn plausible(job: &Job, task: u64, t: &Tally) -> Result<(), StateError> {
     let no = |why: String| {
         Err(StateError::Implausible {
             job: job.id,

@@ -879,3 +879,121 @@ async fn store_rows_the_journal_lacks_are_dropped() {
     .await;
     r.shutdown().await.unwrap();
 }
+
+/// A finished N=11 job at a new site; tasks reported in reverse lease
+/// order (and each twice) when `shuffled`.
+async fn site(dir: &Path, tasks: u64, shuffled: bool) -> (Running, v1::AuditReport) {
+    let r = serve(dir, Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(11, Strategy::Frame, tasks)).await;
+    if shuffled {
+        loop {
+            let mut got = lease(&mut w, "w2", 7).await;
+            if got.is_empty() {
+                break;
+            }
+            got.reverse();
+            for l in &got {
+                count_and_report(&mut w, "w2", l).await;
+                assert_eq!(
+                    count_and_report(&mut w, "w2", l).await,
+                    ReportOutcome::Duplicate
+                );
+            }
+        }
+    } else {
+        work(&mut w, "w1", usize::MAX).await;
+    }
+    let audit = ops
+        .audit_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    (r, audit)
+}
+
+#[tokio::test]
+async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (ra, here) = site(a.path(), 40, false).await;
+    assert_eq!(here.problems, Vec::<String>::new());
+    assert_eq!(here.known, v1::KnownCheck::Matches as i32);
+    assert_eq!(
+        (
+            u128_from_wire(here.total.as_ref()),
+            u128_from_wire(here.unique.as_ref())
+        ),
+        (2680, 341)
+    );
+    assert_eq!(here.counted, here.tasks);
+    assert_eq!(here.result_records, here.tasks);
+    assert_eq!(here.digest.len(), 64);
+    // Another order, duplicates on the way: the same digest.
+    let (rb, there) = site(b.path(), 40, true).await;
+    assert_eq!(there.counted, there.tasks, "duplicates count once");
+    assert_eq!(there.digest, here.digest);
+    // Another plan of the same N: another digest.
+    let (rc, other) = site(c.path(), 30, false).await;
+    assert_eq!(other.known, v1::KnownCheck::Matches as i32);
+    assert_ne!(other.digest, here.digest);
+    for r in [ra, rb, rc] {
+        r.shutdown().await.unwrap();
+    }
+    // Offline, from the journal alone, the same answer.
+    let offline = nqueens_coordinator::audit::audit(&a.path().join("journal"), 1).unwrap();
+    assert_eq!(nqueens_coordinator::service::audit_to_wire(&offline), here);
+}
+
+#[tokio::test]
+async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
+    use nqueens_coordinator::audit::{audit, AuditError};
+    use nqueens_coordinator::journal::{self, Journal, JournalError};
+    use nqueens_proto::v1::journal_record::Record;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, clean) = site(dir.path(), 40, false).await;
+    assert!(clean.problems.is_empty());
+    r.shutdown().await.unwrap();
+    let path = dir.path().join("journal");
+
+    // One result with eight solutions too many (one class of eight
+    // boards), written with valid CRCs.
+    let (replay, _) = journal::read(&path).unwrap();
+    let doctored = dir.path().join("doctored");
+    let (j, _) = Journal::open(&doctored).unwrap();
+    let mut changed = false;
+    for mut rec in replay.records {
+        if let (false, Some(Record::TaskDone(d))) = (changed, &mut rec.record) {
+            let res = d.result.as_mut().unwrap();
+            let w = u128_from_wire(res.weighted.as_ref());
+            res.weighted = Some(nqueens_proto::u128_to_wire(w + 8));
+            changed = true;
+        }
+        j.append(&rec).await.unwrap();
+    }
+    let a = audit(&doctored, 1).unwrap();
+    assert_eq!(a.matches_known, Some(false), "{a:?}");
+    assert_eq!(a.total, Some(2688));
+    assert!(!a.passed());
+    assert_ne!(a.digest, clean.digest);
+
+    // A flipped byte before the end: refused, with where.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    match audit(&path, 1) {
+        Err(AuditError::Journal(JournalError::Corrupt { offset, .. })) => {
+            assert!(offset as usize <= mid)
+        }
+        other => panic!("{other:?}"),
+    }
+    // An unknown job.
+    assert!(matches!(
+        audit(&doctored, 9),
+        Err(AuditError::UnknownJob(9))
+    ));
+}

@@ -1,0 +1,173 @@
+//! Auditing a job from its journal alone: the evidence behind a count.
+//!
+//! The audit re-reads the journal file (checking every record's CRC),
+//! replays it into a fresh state (the coordinator's own rules: the first
+//! result per task counts, redundancy decides by agreement), re-plans the
+//! job and checks the plan against the digest journaled when it was first
+//! planned, checks every counted result against its task, sums the results
+//! again from nothing with checked arithmetic, compares that sum with the
+//! running totals, and the final counts with the published ones. It ends
+//! with a SHA-256 digest of the plan and every counted result, without
+//! node counts or timings, so another site that ran the same plan with any
+//! solver version can compare digests.
+
+use crate::journal::{self, JournalError};
+use crate::state::{plausible, JobState, Limits, State, StateError};
+use nqueens_common::known;
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
+use nqueens_proto::v1::journal_record::Record;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Why an audit could not be made at all (findings go in [`Audit::problems`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("replaying the journal failed: {0}")]
+    Replay(StateError),
+    #[error("job {0} is not in this journal")]
+    UnknownJob(u64),
+    #[error("job {0} has not been planned yet; audit it once it has tasks")]
+    NotPlanned(u64),
+    #[error("re-planning the job failed: {0}")]
+    Plan(#[from] PlanError),
+}
+
+/// What an audit found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Audit {
+    pub job: u64,
+    pub spec: PlanSpec,
+    pub state: JobState,
+    /// Records in the journal (each CRC-checked) and its size.
+    pub journal_records: u64,
+    pub journal_bytes: u64,
+    /// Bytes of a half-written last record (normal while a coordinator writes).
+    pub torn_bytes: u64,
+    /// Tasks of the plan, re-computed now.
+    pub tasks: u64,
+    /// `TaskDone` records of this job: counted results, and duplicates or
+    /// redundant copies that were not counted.
+    pub result_records: u64,
+    /// Tasks with a counted result.
+    pub counted: u64,
+    /// Counts recomputed from the results; `None` until every task has one
+    /// (a frame plan's unique count needs all of them).
+    pub total: Option<u128>,
+    pub unique: Option<u128>,
+    /// Whether they equal OEIS A000170 / A002562 (`None` beyond the table).
+    pub matches_known: Option<bool>,
+    /// SHA-256 of the plan and every counted result, hex.
+    pub digest: String,
+    /// Everything that is wrong; empty for a clean audit.
+    pub problems: Vec<String>,
+}
+
+impl Audit {
+    pub fn complete(&self) -> bool {
+        self.counted == self.tasks
+    }
+
+    /// Clean: nothing wrong, and the counts agree with the published ones
+    /// wherever those are known.
+    pub fn passed(&self) -> bool {
+        self.problems.is_empty() && self.matches_known != Some(false)
+    }
+}
+
+/// Audits job `job` from the journal at `path`, without changing it.
+pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
+    let (replay, journal_bytes) = journal::read(path)?;
+    let mut state = State::new(Limits::default());
+    let mut result_records = 0;
+    for r in &replay.records {
+        if let Some(Record::TaskDone(d)) = &r.record {
+            result_records += u64::from(d.job_id == job);
+        }
+        state.apply(r).map_err(AuditError::Replay)?;
+    }
+    let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
+    j.planned().ok_or(AuditError::NotPlanned(job))?;
+    let plan = Plan::new(j.spec)?;
+    let tasks = plan.schedule().tasks;
+    let mut problems = Vec::new();
+    // Checks the plan against the digest journaled when it was made.
+    if let Err(e) = state.attach_tasks(job, tasks.clone()) {
+        problems.push(format!(
+            "{e}: the plan computed now differs from the one journaled (another planner version?)"
+        ));
+    }
+    let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
+
+    let mut sum = Tally::default();
+    let mut sha = Sha256::new();
+    sha.update(format!(
+        "nqueens-audit-v1 n={} strategy={:?} depth={} tasks={}\n",
+        j.spec.n.get(),
+        j.spec.strategy,
+        j.spec.depth,
+        tasks.len()
+    ));
+    for (&task, r) in j.results() {
+        if task >= tasks.len() as u64 {
+            problems.push(format!(
+                "a result for task {task}, which the plan does not have"
+            ));
+            continue;
+        }
+        if let Err(e) = plausible(j, task, &r.tally) {
+            problems.push(e.to_string());
+        }
+        if let Err(e) = sum.merge(&r.tally) {
+            problems.push(format!("summing the results: {e}"));
+        }
+        let t = &r.tally;
+        let c = &t.classes;
+        sha.update(format!(
+            "{task} {} {} {} {} {} {} {}\n",
+            c.c1, c.c2, c.c4, c.c8, t.weighted, t.half, t.quarter
+        ));
+    }
+    if sum != *j.tally() {
+        problems.push(
+            "the results sum to other counts than the running totals the coordinator kept".into(),
+        );
+    }
+
+    let counted = j.results().count() as u64;
+    let (total, unique) = if counted == tasks.len() as u64 {
+        match plan.finish(&sum) {
+            Ok(t) => (t.total().ok(), t.unique().ok()),
+            Err(e) => {
+                problems.push(format!("finishing the counts: {e}"));
+                (None, None)
+            }
+        }
+    } else {
+        (None, None)
+    };
+    let matches_known = total
+        .zip(unique)
+        .and_then(|(t, u)| known::matches(j.spec.n.get(), t, u));
+    Ok(Audit {
+        job,
+        spec: j.spec,
+        state: j.state(),
+        journal_records: replay.records.len() as u64,
+        journal_bytes,
+        torn_bytes: replay.truncated,
+        tasks: tasks.len() as u64,
+        result_records,
+        counted,
+        total,
+        unique,
+        matches_known,
+        digest: hex(&sha.finalize()),
+        problems,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
