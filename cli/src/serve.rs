@@ -23,6 +23,8 @@ pub fn init_logs(default: &str) {
                 .unwrap_or_else(|_| default.into()),
         )
         .with_writer(io::stderr)
+        // Colours on a terminal only: log files and journald get plain text.
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
 }
 
@@ -79,10 +81,30 @@ pub fn worker(config: nqueens_worker::run::Config) -> Result<(), Failure> {
 
 /// Serves until Ctrl-C or SIGTERM. Prints the bound address on stdout
 /// first, so scripts (and tests) using port 0 can find it.
+/// A write past a file-size limit (`ulimit -f`) sends SIGXFSZ, which kills
+/// by default. Handled, the write fails with EFBIG instead: the journal
+/// stops acknowledging and says why, as for a full disk, and nothing
+/// acknowledged is lost.
+fn survive_file_size_limit() {
+    #[cfg(target_os = "linux")]
+    {
+        const SIGXFSZ: i32 = 25;
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut s) = signal(SignalKind::from_raw(SIGXFSZ)) {
+            tokio::spawn(async move {
+                while s.recv().await.is_some() {
+                    tracing::error!("a write went past the file-size limit (SIGXFSZ)");
+                }
+            });
+        }
+    }
+}
+
 pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
     init_logs("info");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
+        survive_file_size_limit();
         let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
         let running = nqueens_coordinator::server::start(config, clock)
             .await

@@ -46,7 +46,13 @@ pub fn connect(url: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Auth
     let mut endpoint = Channel::from_shared(url.to_string())
         .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
         // A host that drops packets fails the call instead of hanging it.
-        .connect_timeout(std::time::Duration::from_secs(10));
+        .connect_timeout(std::time::Duration::from_secs(10))
+        // A connection that went silent (a dead host, a NAT that forgot
+        // it) is found by pings and fails its calls, which are retried on
+        // a new one; a pause shorter than this survives.
+        .http2_keep_alive_interval(std::time::Duration::from_secs(20))
+        .keep_alive_timeout(std::time::Duration::from_secs(20))
+        .keep_alive_while_idle(true);
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(ClientError::Address(
             url.to_string(),

@@ -105,8 +105,24 @@ pub fn start(dir: &Path) -> Coordinator {
 
 /// A coordinator with extra options (e.g. `--lease-ttl 2`).
 pub fn start_with(dir: &Path, extra: &[&str]) -> Coordinator {
+    start_at(dir, "127.0.0.1:0", extra, None)
+}
+
+/// A coordinator listening on `listen` (a fixed address lets workers find
+/// it again after a restart), its log in `log` when given.
+pub fn start_at(dir: &Path, listen: &str, extra: &[&str], log: Option<&Path>) -> Coordinator {
+    let stderr = match log {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("open the coordinator's log"),
+        ),
+        None => Stdio::inherit(),
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["coordinator", "--listen", listen, "--data-dir"])
         .arg(dir)
         .args(extra)
         .env(
@@ -114,7 +130,7 @@ pub fn start_with(dir: &Path, extra: &[&str]) -> Coordinator {
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("start the coordinator");
     let mut line = String::new();
@@ -133,6 +149,12 @@ pub fn start_with(dir: &Path, extra: &[&str]) -> Coordinator {
         child,
         url: format!("http://{addr}"),
     }
+}
+
+/// A loopback address with a port free at the moment.
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
 }
 
 /// Sends SIGTERM (with the system's `kill`, present on every Linux).
@@ -175,14 +197,56 @@ pub fn operator(url: &str, args: &[&str]) -> (i32, Vec<serde_json::Value>, Strin
     )
 }
 
-/// A worker process (log on stderr, piped).
-pub fn worker(url: &str, name: &str, threads: u32) -> Child {
-    nqueens(&["worker", "--coordinator", url, "--name", name])
-        .args(["--threads", &threads.to_string()])
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
+/// A worker process, killed when dropped: a worker outliving its test
+/// would retry forever and hold the test runner's output open.
+pub struct Worker(pub Child);
+
+impl std::ops::Deref for Worker {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A worker process; its warnings go to the test's stderr.
+pub fn worker(url: &str, name: &str, threads: u32) -> Worker {
+    let child = worker_cmd(url, name, threads)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::inherit())
         .spawn()
-        .expect("start a worker")
+        .expect("start a worker");
+    Worker(child)
+}
+
+/// A worker process logging what it does into the file `log` (a pipe
+/// nobody reads would fill and stop it).
+pub fn worker_logged(url: &str, name: &str, threads: u32, log: &Path) -> Worker {
+    let file = std::fs::File::create(log).expect("create the worker's log");
+    let child = worker_cmd(url, name, threads)
+        .env("RUST_LOG", "info")
+        .stderr(file)
+        .spawn()
+        .expect("start a worker");
+    Worker(child)
+}
+
+fn worker_cmd(url: &str, name: &str, threads: u32) -> Command {
+    let mut c = nqueens(&["worker", "--coordinator", url, "--name", name]);
+    c.args(["--threads", &threads.to_string()]);
+    c
 }
 
 /// Sends SIGKILL: no drain, no goodbye.

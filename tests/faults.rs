@@ -1,0 +1,554 @@
+//! Whole-system fault tests: one coordinator and three workers, all real
+//! processes on loopback, counting N=16 through a coordinator crash, a
+//! network partition longer than a lease, and a disk that stops taking
+//! writes; and 200 simulated workers misbehaving for a minute. Each test
+//! ends with the job exact and an audit showing every task counted once.
+//! (A worker killed mid-task and a lying worker are in `cluster.rs`.)
+
+use nqueens_common::known::known;
+use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
+use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+mod common;
+use common::{free_addr, kill9, start_at, terminate, watchdog, worker, worker_logged, Worker};
+
+type Ops = OperatorServiceClient<Channel>;
+
+/// How long a condition a test waits for may take (a bound, never a pause).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+async fn operator(url: &str) -> Ops {
+    OperatorServiceClient::connect(url.to_string())
+        .await
+        .expect("connect to the coordinator")
+}
+
+fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
+    (&PlanSpec {
+        n: Size::new(n).unwrap(),
+        strategy,
+        depth: 4,
+        tasks,
+    })
+        .into()
+}
+
+async fn submit(ops: &mut Ops, n: u32, strategy: Strategy, tasks: u64) -> u64 {
+    ops.submit_job(v1::SubmitJobRequest {
+        plan: Some(spec(n, strategy, tasks)),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .job_id
+}
+
+async fn job(ops: &mut Ops, id: u64) -> v1::Job {
+    ops.get_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Polls the job until `until` holds (bounded by [`PATIENCE`]).
+async fn wait_for(ops: &mut Ops, id: u64, what: &str, until: impl Fn(&v1::Job) -> bool) -> v1::Job {
+    let start = Instant::now();
+    loop {
+        let j = job(ops, id).await;
+        if until(&j) {
+            return j;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "waited {PATIENCE:?} for {what}; job now: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn done(j: &v1::Job) -> bool {
+    j.state == v1::JobState::Done as i32
+}
+
+/// The job is done with the published counts, and its audit finds every
+/// task counted exactly once and nothing wrong.
+async fn exact_and_audited(ops: &mut Ops, id: u64, n: u32) {
+    let j = job(ops, id).await;
+    let k = known(n).unwrap();
+    assert!(done(&j), "{j:?}");
+    assert_eq!(
+        (
+            u128_from_wire(j.total.as_ref()),
+            u128_from_wire(j.unique.as_ref())
+        ),
+        (k.total, k.unique),
+        "job {id} (N={n})"
+    );
+    assert_eq!(j.done, j.tasks);
+    let a = ops
+        .audit_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.problems, Vec::<String>::new());
+    assert_eq!(a.known, v1::KnownCheck::Matches as i32);
+    assert_eq!(a.counted, j.tasks, "every task counted");
+    assert_eq!(
+        a.result_records, j.tasks,
+        "each task's result journaled once"
+    );
+}
+
+/// The report a correct worker makes for a lease.
+fn report_of(l: &v1::Lease, worker: &str) -> v1::ReportRequest {
+    let task = l.task.as_ref().unwrap();
+    let (spec, t) = task_from_wire(task).unwrap();
+    let (tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&t).unwrap();
+    v1::ReportRequest {
+        worker_id: worker.into(),
+        lease: Some(v1::LeaseRef {
+            job_id: l.job_id,
+            task_index: task.index,
+            lease_id: l.lease_id,
+        }),
+        result: Some(v1::TaskResult {
+            checksum,
+            ..tally_to_wire(&tally)
+        }),
+    }
+}
+
+/// SIGTERM to each worker: each drains and exits 0.
+fn stop(workers: Vec<Worker>) {
+    for mut w in workers {
+        terminate(&w);
+        let status = w.wait().unwrap();
+        assert!(status.success(), "a worker exited with {status}");
+    }
+}
+
+fn three_workers(url: &str) -> Vec<Worker> {
+    (1..=3).map(|k| worker(url, &format!("w{k}"), 1)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
+    let _watchdog = watchdog("the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_addr();
+    let mut c = start_at(&data, &addr, &[], None);
+    let mut ops = operator(&c.url).await;
+    let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
+    let workers = three_workers(&c.url);
+    // Mid-run: results stream in from three workers when the kill comes.
+    let before = wait_for(&mut ops, id, "a quarter of the tasks", |j| {
+        j.tasks > 0 && j.done * 4 >= j.tasks
+    })
+    .await;
+    assert!(
+        !done(&before),
+        "the job ended before the crash: use more tasks"
+    );
+    kill9(&mut c.child);
+
+    let c = start_at(&data, &addr, &[], None);
+    let mut ops = operator(&c.url).await;
+    let after = job(&mut ops, id).await;
+    assert!(
+        after.done >= before.done,
+        "acknowledged results survive the crash"
+    );
+    wait_for(&mut ops, id, "the job to finish after the restart", done).await;
+    exact_and_audited(&mut ops, id, 16).await;
+    stop(workers);
+}
+
+/// A TCP proxy that can stop passing bytes (both ways, on every
+/// connection, new ones too) and start again: a network partition that
+/// heals, as TCP sees one.
+mod proxy {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+
+    pub struct Proxy {
+        pub url: String,
+        open: Arc<watch::Sender<bool>>,
+    }
+
+    impl Proxy {
+        pub async fn start(to: String) -> Proxy {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let open = Arc::new(watch::Sender::new(true));
+            let gate = Arc::clone(&open);
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(&to).await else {
+                        continue;
+                    };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::spawn(pipe(cr, sw, gate.subscribe()));
+                    tokio::spawn(pipe(sr, cw, gate.subscribe()));
+                }
+            });
+            Proxy { url, open }
+        }
+
+        pub fn cut(&self) {
+            self.open.send_replace(false);
+        }
+
+        pub fn heal(&self) {
+            self.open.send_replace(true);
+        }
+    }
+
+    /// Copies bytes while the gate is open; holds them while it is shut.
+    async fn pipe(
+        mut from: impl AsyncReadExt + Unpin,
+        mut to: impl AsyncWriteExt + Unpin,
+        mut gate: watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if gate.wait_for(|open| *open).await.is_err() {
+                return;
+            }
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if gate.wait_for(|open| *open).await.is_err() {
+                return;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
+    let _watchdog = watchdog("a_worker_cut_off_longer_than_its_lease_is_not_counted_twice");
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_at(
+        &dir.path().join("data"),
+        "127.0.0.1:0",
+        &["--lease-ttl", "2"],
+        None,
+    );
+    let mut ops = operator(&c.url).await;
+    let id = submit(&mut ops, 16, Strategy::Frame, 100).await;
+    wait_for(&mut ops, id, "the plan", |j| j.tasks > 0).await;
+
+    // The far worker reaches the coordinator only through the proxy.
+    let proxy = proxy::Proxy::start(c.url.trim_start_matches("http://").to_string()).await;
+    let far_log = dir.path().join("far.log");
+    let far = worker_logged(&proxy.url, "far", 1, &far_log);
+    let holds = |ops: &mut Ops| {
+        let mut ops = ops.clone();
+        async move {
+            let w = ops.list_workers(v1::ListWorkersRequest {}).await.unwrap();
+            w.into_inner()
+                .workers
+                .iter()
+                .any(|w| w.worker_id == "far" && w.leases > 0)
+        }
+    };
+    let start = Instant::now();
+    while !holds(&mut ops).await {
+        assert!(start.elapsed() < PATIENCE, "the far worker never leased");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.cut();
+
+    // Two near workers finish everything, the far worker's expired
+    // leases included, while it is cut off.
+    let near: Vec<Worker> = (1..=2)
+        .map(|k| worker(&c.url, &format!("near{k}"), 1))
+        .collect();
+    wait_for(&mut ops, id, "the near workers to finish the job", done).await;
+    let before = job(&mut ops, id).await;
+
+    // The partition heals: the far worker's late results arrive, and must
+    // change nothing.
+    proxy.heal();
+    let mut workers = near;
+    workers.push(far);
+    stop(workers);
+    let log = std::fs::read_to_string(&far_log).unwrap();
+    assert!(
+        log.contains("reported a task (duplicate)"),
+        "the far worker delivered no late result; its log:\n{log}"
+    );
+    let after = job(&mut ops, id).await;
+    assert_eq!(
+        (after.done, after.total, after.unique),
+        (before.done, before.total, before.unique)
+    );
+    exact_and_audited(&mut ops, id, 16).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothing() {
+    let _watchdog =
+        watchdog("a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothing");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("coordinator.log");
+    let addr = free_addr();
+    let mut c = start_at(&data, &addr, &[], Some(&log));
+    let mut ops = operator(&c.url).await;
+    let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
+    let workers = three_workers(&c.url);
+    let before = wait_for(&mut ops, id, "a fifth of the tasks", |j| {
+        j.tasks > 0 && j.done * 5 >= j.tasks
+    })
+    .await;
+    assert!(!done(&before), "the job ended too soon: use more tasks");
+
+    // The disk "fills": no file of the coordinator may grow any more
+    // (a file-size limit binds root too, unlike permissions).
+    let journal = data.join("journal");
+    let size = std::fs::metadata(&journal).unwrap().len();
+    let limited = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", c.child.id()))
+        .arg(format!("--fsize={size}"))
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(limited.success());
+
+    // The next write fails; the coordinator says so, stays up, and
+    // acknowledges nothing more.
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("journal write failed")
+    {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the coordinator never reported the failed write"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stuck = job(&mut ops, id).await;
+    assert!(!done(&stuck));
+    let refused = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some(spec(8, Strategy::Frame, 1)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(
+        refused
+            .message()
+            .contains("restart the coordinator once the disk is fixed"),
+        "{refused:?}"
+    );
+    // A correct result is refused too ("not stored, retry"), so the
+    // worker keeps it.
+    let mut w = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+    let lease = w
+        .lease(v1::LeaseRequest {
+            worker_id: "probe".into(),
+            max_tasks: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .pop()
+        .expect("a task to lease");
+    let report = w.report(report_of(&lease, "probe")).await.unwrap_err();
+    assert_eq!(report.code(), tonic::Code::Unavailable, "{report:?}");
+    assert!(report.message().contains("not stored"), "{report:?}");
+    assert_eq!(
+        job(&mut ops, id).await.done,
+        stuck.done,
+        "nothing acknowledged after the failure"
+    );
+
+    // The disk is fixed and the coordinator restarted: the workers deliver
+    // what they kept, and the count is exact.
+    kill9(&mut c.child);
+    let c = start_at(&data, &addr, &[], Some(&log));
+    let mut ops = operator(&c.url).await;
+    assert!(job(&mut ops, id).await.done >= stuck.done);
+    wait_for(&mut ops, id, "the job to finish after the restart", done).await;
+    exact_and_audited(&mut ops, id, 16).await;
+    stop(workers);
+}
+
+/// A small deterministic generator, one per simulated worker.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What a simulated worker did with one lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Act {
+    Report,
+    ReportTwice,
+    Abandon,
+    Release,
+    ReportLate,
+}
+
+/// One simulated worker until `until`: leases and, mostly, reports; now
+/// and then reports twice, abandons a lease, hands it back, or reports
+/// after the lease expired. Returns every (job, task) it saw accepted.
+async fn simulated(url: String, name: String, seed: u64, until: Instant) -> Vec<(u64, u64)> {
+    let mut w = WorkerServiceClient::connect(url).await.unwrap();
+    let mut rng = Rng(seed | 1);
+    let mut accepted = Vec::new();
+    while Instant::now() < until {
+        let req = v1::LeaseRequest {
+            worker_id: name.clone(),
+            max_tasks: 1 + rng.below(3) as u32,
+        };
+        let leases = w.lease(req).await.unwrap().into_inner().leases;
+        if leases.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        for l in leases {
+            let task = l.task.as_ref().unwrap();
+            let lease = v1::LeaseRef {
+                job_id: l.job_id,
+                task_index: task.index,
+                lease_id: l.lease_id,
+            };
+            let act = match rng.below(100) {
+                0..=79 => Act::Report,
+                80..=84 => Act::ReportTwice,
+                85..=89 => Act::Abandon,
+                90..=94 => Act::Release,
+                _ => Act::ReportLate,
+            };
+            match act {
+                Act::Abandon => continue,
+                Act::Release => {
+                    let req = v1::ReleaseRequest {
+                        worker_id: name.clone(),
+                        leases: vec![lease],
+                    };
+                    w.release(req).await.unwrap();
+                    continue;
+                }
+                Act::ReportLate => tokio::time::sleep(Duration::from_millis(2_500)).await,
+                Act::Report | Act::ReportTwice => {}
+            }
+            let me = name.clone();
+            let req = tokio::task::spawn_blocking(move || report_of(&l, &me))
+                .await
+                .unwrap();
+            let times = if act == Act::ReportTwice { 2 } else { 1 };
+            for _ in 0..times {
+                let req = req.clone();
+                let outcome = w.report(req).await.unwrap().into_inner().outcome;
+                match ReportOutcome::try_from(outcome).unwrap() {
+                    ReportOutcome::Accepted => accepted.push((lease.job_id, lease.task_index)),
+                    ReportOutcome::Duplicate => {}
+                    other => panic!(
+                        "{name}: {act:?} of job {} task {} got {other:?}",
+                        lease.job_id, lease.task_index
+                    ),
+                }
+            }
+        }
+    }
+    accepted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
+    let _watchdog = watchdog("two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing");
+    let seconds: u64 = std::env::var("NQUEENS_SIM_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_at(
+        &dir.path().join("data"),
+        "127.0.0.1:0",
+        &["--lease-ttl", "2"],
+        None,
+    );
+    let mut ops = operator(&c.url).await;
+    let until = Instant::now() + Duration::from_secs(seconds);
+
+    // Jobs keep coming while the workers run: two waiting at any time.
+    let sizes = [
+        (11, Strategy::Frame),
+        (12, Strategy::Prefix),
+        (12, Strategy::Frame),
+        (13, Strategy::Prefix),
+    ];
+    let mut jobs: Vec<(u64, u32)> = Vec::new();
+    let sims: Vec<_> = (0..200u64)
+        .map(|k| {
+            tokio::spawn(simulated(
+                c.url.clone(),
+                format!("sim{k}"),
+                0x9e37_79b9 * (k + 1),
+                until,
+            ))
+        })
+        .collect();
+    while Instant::now() < until {
+        let mut open = 0;
+        for &(id, _) in &jobs {
+            open += u32::from(!done(&job(&mut ops, id).await));
+        }
+        if open < 2 {
+            let (n, strategy) = sizes[jobs.len() % sizes.len()];
+            jobs.push((submit(&mut ops, n, strategy, 400).await, n));
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let mut accepted = Vec::new();
+    for s in sims {
+        accepted.extend(s.await.unwrap());
+    }
+    // One well-behaved worker finishes what the simulated ones left
+    // (abandoned leases expire after two seconds).
+    let finisher = worker(&c.url, "finisher", 2);
+    for &(id, n) in &jobs {
+        wait_for(&mut ops, id, "the finisher to finish the job", done).await;
+        exact_and_audited(&mut ops, id, n).await;
+    }
+    stop(vec![finisher]);
+    // No task accepted twice among all the simulated workers.
+    let count = accepted.len();
+    eprintln!(
+        "{} jobs, {count} results accepted from 200 simulated workers",
+        jobs.len()
+    );
+    accepted.sort_unstable();
+    accepted.dedup();
+    assert_eq!(accepted.len(), count, "a task was accepted twice");
+    assert!(jobs.len() >= 4, "only {} jobs ran", jobs.len());
+    assert!(count >= 1_000, "only {count} results were accepted");
+}
