@@ -248,6 +248,18 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Ask a coordinator whether it is serving (gRPC health): for container
+    /// health checks and scripts that wait for a coordinator to come up.
+    #[command(
+        after_help = "Examples:\n  nqueens health --coordinator http://coord:7700\n  \
+        until nqueens health 2>/dev/null; do sleep 1; done\n\n\
+        Exit code 0 when the coordinator answers SERVING, 1 when it answers otherwise,\n\
+        3 when it cannot be reached. Needs no token."
+    )]
+    Health {
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Re-check a job from its journal: CRCs, plan, every result, the sums,
     /// the published counts; with a digest another site can compare.
     #[command(

@@ -138,6 +138,7 @@ fn run(command: Command) -> Result<(), Failure> {
         } => operator::watch(job, progress, &connect),
         Command::Jobs { connect } => operator::jobs(&connect),
         Command::Workers { connect } => operator::workers(&connect),
+        Command::Health { connect } => operator::health(&connect),
         Command::Audit {
             job,
             data_dir,

@@ -297,3 +297,32 @@ pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failu
         )))
     }
 }
+
+/// Checks the coordinator's gRPC health service (no token needed).
+pub fn health(c: &Connect) -> Result<(), Failure> {
+    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
+    on_runtime(async {
+        let channel = connect(&c.coordinator, None, c.tls_ca.as_deref())
+            .map_err(|e| Failure::BadInput(e.to_string()))?;
+        let r = HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .map_err(|s| Failure::from_status(&c.coordinator, &s))?;
+        let status = r.into_inner().status();
+        let serving = status == ServingStatus::Serving;
+        if c.json {
+            let v = serde_json::json!({"coordinator": c.coordinator, "serving": serving});
+            json_line(&mut io::stdout().lock(), &v)?;
+        } else {
+            println!("{}: {}", c.coordinator, status.as_str_name().to_lowercase());
+        }
+        if serving {
+            Ok(())
+        } else {
+            Err(Failure::Failed(format!(
+                "the coordinator at {} is not serving",
+                c.coordinator
+            )))
+        }
+    })
+}
