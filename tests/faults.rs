@@ -12,11 +12,14 @@ use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
 use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 mod common;
-use common::{free_addr, kill9, start_at, terminate, watchdog, worker, worker_logged, Worker};
+use common::{
+    free_addr, kill9, start_at, terminate, watchdog, worker, worker_logged, Coordinator, Worker,
+};
 
 type Ops = OperatorServiceClient<Channel>;
 
@@ -134,8 +137,30 @@ fn stop(workers: Vec<Worker>) {
     }
 }
 
-fn three_workers(url: &str) -> Vec<Worker> {
-    (1..=3).map(|k| worker(url, &format!("w{k}"), 1)).collect()
+/// A coordinator on a fixed port (found again after a restart), an N=16
+/// job of about 300 tasks, and three one-thread workers counting it.
+async fn n16_with_three_workers(
+    data: &Path,
+    log: Option<&Path>,
+) -> (Coordinator, String, Ops, u64, Vec<Worker>) {
+    let addr = free_addr();
+    let c = start_at(data, &addr, &[], log);
+    let mut ops = operator(&c.url).await;
+    let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
+    let workers = (1..=3)
+        .map(|k| worker(&c.url, &format!("w{k}"), 1))
+        .collect();
+    (c, addr, ops, id, workers)
+}
+
+/// Waits until 1/`part` of the tasks are done, the job still running.
+async fn mid_run(ops: &mut Ops, id: u64, part: u64) -> v1::Job {
+    let j = wait_for(ops, id, "part of the tasks", |j| {
+        j.tasks > 0 && j.done * part >= j.tasks
+    })
+    .await;
+    assert!(!done(&j), "the job ended too soon: use more tasks");
+    j
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,20 +168,9 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
     let _watchdog = watchdog("the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let addr = free_addr();
-    let mut c = start_at(&data, &addr, &[], None);
-    let mut ops = operator(&c.url).await;
-    let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
-    let workers = three_workers(&c.url);
+    let (mut c, addr, mut ops, id, workers) = n16_with_three_workers(&data, None).await;
     // Mid-run: results stream in from three workers when the kill comes.
-    let before = wait_for(&mut ops, id, "a quarter of the tasks", |j| {
-        j.tasks > 0 && j.done * 4 >= j.tasks
-    })
-    .await;
-    assert!(
-        !done(&before),
-        "the job ended before the crash: use more tasks"
-    );
+    let before = mid_run(&mut ops, id, 4).await;
     kill9(&mut c.child);
 
     let c = start_at(&data, &addr, &[], None);
@@ -308,16 +322,8 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("coordinator.log");
-    let addr = free_addr();
-    let mut c = start_at(&data, &addr, &[], Some(&log));
-    let mut ops = operator(&c.url).await;
-    let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
-    let workers = three_workers(&c.url);
-    let before = wait_for(&mut ops, id, "a fifth of the tasks", |j| {
-        j.tasks > 0 && j.done * 5 >= j.tasks
-    })
-    .await;
-    assert!(!done(&before), "the job ended too soon: use more tasks");
+    let (mut c, addr, mut ops, id, workers) = n16_with_three_workers(&data, Some(&log)).await;
+    mid_run(&mut ops, id, 5).await;
 
     // The disk "fills": no file of the coordinator may grow any more
     // (a file-size limit binds root too, unlike permissions).
@@ -549,6 +555,18 @@ async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
     accepted.sort_unstable();
     accepted.dedup();
     assert_eq!(accepted.len(), count, "a task was accepted twice");
-    assert!(jobs.len() >= 4, "only {} jobs ran", jobs.len());
-    assert!(count >= 1_000, "only {count} results were accepted");
+    // It did real work: more than one job, and most tasks from the
+    // simulated workers rather than the finisher.
+    assert!(jobs.len() >= 2, "only {} jobs ran", jobs.len());
+    let tasks: u64 = {
+        let mut sum = 0;
+        for &(id, _) in &jobs {
+            sum += job(&mut ops, id).await.tasks;
+        }
+        sum
+    };
+    assert!(
+        count as u64 * 2 > tasks,
+        "{count} of {tasks} results from the simulated workers"
+    );
 }
