@@ -102,11 +102,11 @@ async fn exact_and_audited(ops: &mut Ops, id: u64, n: u32) {
         .into_inner();
     assert_eq!(a.problems, Vec::<String>::new());
     assert_eq!(a.known, v1::KnownCheck::Matches as i32);
-    assert_eq!(a.counted, j.tasks, "every task counted");
-    assert_eq!(
-        a.result_records, j.tasks,
-        "each task's result journaled once"
-    );
+    assert_eq!(a.counted, j.tasks, "every task counted once");
+    // Two workers may report one task at the same moment (one held its
+    // lease from before a restart): both results are journaled, the replay
+    // counts the first and the audit agrees.
+    assert!(a.result_records >= j.tasks);
 }
 
 /// The report a correct worker makes for a lease.
