@@ -272,6 +272,8 @@ impl StoreWriter {
             .name("store-writer".into())
             .spawn(move || {
                 write_loop(&store, &rx);
+                // Closed only once sled is: its directory lock goes with it.
+                drop(store);
                 let _ = done.send(());
             })
             .expect("start the store thread");
