@@ -18,7 +18,8 @@ use tonic::transport::Channel;
 
 mod common;
 use common::{
-    free_addr, kill9, start_at, terminate, watchdog, worker, worker_logged, Coordinator, Worker,
+    free_addr, kill9, start_at, start_with, terminate, watchdog, worker, worker_logged,
+    Coordinator, Worker,
 };
 
 type Ops = OperatorServiceClient<Channel>;
@@ -257,12 +258,7 @@ mod proxy {
 async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
     let _watchdog = watchdog("a_worker_cut_off_longer_than_its_lease_is_not_counted_twice");
     let dir = tempfile::tempdir().unwrap();
-    let c = start_at(
-        &dir.path().join("data"),
-        "127.0.0.1:0",
-        &["--lease-ttl", "2"],
-        None,
-    );
+    let c = start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
     let mut ops = operator(&c.url).await;
     let id = submit(&mut ops, 16, Strategy::Frame, 100).await;
     wait_for(&mut ops, id, "the plan", |j| j.tasks > 0).await;
@@ -495,12 +491,7 @@ async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
-    let c = start_at(
-        &dir.path().join("data"),
-        "127.0.0.1:0",
-        &["--lease-ttl", "2"],
-        None,
-    );
+    let c = start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
     let mut ops = operator(&c.url).await;
     let until = Instant::now() + Duration::from_secs(seconds);
 
