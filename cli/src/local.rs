@@ -173,7 +173,7 @@ pub fn complete(n: Size) -> Result<(), Failure> {
 
 fn count(n: Size, threads: usize) -> Result<Report, Failure> {
     solve_all(n, threads)
-        .and_then(|s| Report::new(&s))
+        .and_then(|s| Ok(Report::new(&s)?))
         .map_err(|e| Failure::Failed(format!("N={n}: {e}")))
 }
 

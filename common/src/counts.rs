@@ -36,7 +36,53 @@ pub struct Totals {
 #[error("count overflow: an aggregate left the range of u128")]
 pub struct CountOverflow;
 
+/// Counts that cannot all be right: a bug, never a result to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("inconsistent counts: {0}")]
+pub struct Inconsistent(pub &'static str);
+
 impl Totals {
+    /// The classes from the total and the solutions fixed by a half turn
+    /// and by a quarter turn. Burnside (N >= 2, where no reflection fixes a
+    /// solution): orbits of 2 are the quarter-turn symmetric solutions in
+    /// pairs, orbits of 4 the other half-turn symmetric ones in fours, the
+    /// rest in eights. Each division must be exact.
+    pub fn from_turns(
+        total: u128,
+        half: u128,
+        quarter: u128,
+        nodes: u128,
+    ) -> Result<Totals, Inconsistent> {
+        let exact = |x: u128, d: u128, what| {
+            if x.is_multiple_of(d) {
+                Ok(x / d)
+            } else {
+                Err(Inconsistent(what))
+            }
+        };
+        let c2 = exact(quarter, 2, "quarter-turn count is odd")?;
+        let c4 = exact(
+            half.checked_sub(quarter)
+                .ok_or(Inconsistent("quarter > half"))?,
+            4,
+            "half-turn count",
+        )?;
+        let c8 = exact(
+            total
+                .checked_sub(half)
+                .ok_or(Inconsistent("half > total"))?,
+            8,
+            "total",
+        )?;
+        Ok(Totals {
+            c1: 0,
+            c2,
+            c4,
+            c8,
+            nodes,
+        })
+    }
+
     /// Adds one piece's counts.
     pub fn add_piece(&mut self, p: &PieceCounts) -> Result<(), CountOverflow> {
         self.add(&Totals::from(*p))

@@ -16,6 +16,7 @@
 
 use crate::board::{Size, Symmetry};
 use crate::counts::PieceCounts;
+use crate::interior::Interior;
 
 /// Smallest N with a frame plan: below it the 8 lines cover the whole board.
 pub const MIN_FRAME_N: u32 = 6;
@@ -213,7 +214,7 @@ impl Frames {
     /// frame leaves free. Returns the count in `c1` (weights are applied by
     /// the caller) and the placements made in `nodes`.
     pub fn count(&self, f: &Frame) -> PieceCounts {
-        Inner::new(self.n, &f.queens(self.n)).count()
+        Interior::new(self.n, &f.queens(self.n)).count()
     }
 }
 
@@ -299,84 +300,6 @@ impl Walk<'_> {
             }
         }
         true
-    }
-}
-
-/// The inner search of one frame: the free rows in order, each with the
-/// columns the frame leaves open in it, and the gap to the next free row.
-struct Inner {
-    allowed: [u32; 32],
-    shift: [u32; 32],
-    rows: usize,
-}
-
-impl Inner {
-    fn new(n: usize, queens: &[(usize, usize)]) -> Inner {
-        let mut row_used = 0u64;
-        let mut col_used = 0u32;
-        for &(r, c) in queens {
-            row_used |= 1 << r;
-            col_used |= 1 << c;
-        }
-        let free_rows: Vec<usize> = (0..n).filter(|r| row_used >> r & 1 == 0).collect();
-        let mask = u32::MAX >> (32 - n);
-        let mut inner = Inner {
-            allowed: [0; 32],
-            shift: [0; 32],
-            rows: free_rows.len(),
-        };
-        for (i, &y) in free_rows.iter().enumerate() {
-            let mut blocked = col_used;
-            for &(r, c) in queens {
-                let d = y.abs_diff(r);
-                if c + d < n {
-                    blocked |= 1 << (c + d);
-                }
-                if c >= d {
-                    blocked |= 1 << (c - d);
-                }
-            }
-            inner.allowed[i] = mask & !blocked;
-            inner.shift[i] = free_rows.get(i + 1).map_or(0, |&next| (next - y) as u32);
-        }
-        inner
-    }
-
-    /// Completions of the frame, found with the same explicit-stack loop as
-    /// the main search; diagonals move by the gap between free rows.
-    fn count(&self) -> PieceCounts {
-        let mut counts = PieceCounts::default();
-        if self.rows == 0 {
-            counts.c1 = 1;
-            return counts;
-        }
-        let last = self.rows - 1;
-        let mut stack = [[0u32; 4]; 32];
-        let (mut i, mut l, mut d, mut r) = (0usize, 0u32, 0u32, 0u32);
-        let mut bm = self.allowed[0];
-        loop {
-            if bm == 0 {
-                if i == 0 {
-                    break;
-                }
-                i -= 1;
-                [bm, l, d, r] = stack[i & 31];
-                continue;
-            }
-            let bit = bm & bm.wrapping_neg();
-            bm ^= bit;
-            counts.nodes += 1;
-            if i == last {
-                counts.c1 += 1;
-                continue;
-            }
-            let sh = self.shift[i & 31];
-            stack[i & 31] = [bm, l, d, r];
-            (l, d, r) = ((l | bit) << sh, d | bit, (r | bit) >> sh);
-            i += 1;
-            bm = self.allowed[i & 31] & !(l | d | r);
-        }
-        counts
     }
 }
 

@@ -3,6 +3,9 @@
 //! - [`search`]: the symmetry-pruned bitmap search, cut into pieces.
 //! - [`solve`]: counting one N on many threads.
 //! - [`frame`]: frame (carry-chain) pre-placements, canonical under symmetry.
+//! - [`ring`]: ring constellations (queens on the 4 border lines), weighted.
+//! - [`interior`]: completing pre-placed queens, the fast counting loop.
+//! - [`lanes`]: many interior searches stepped together in SIMD lanes.
 //! - [`symmetric`]: solutions fixed by a half or quarter turn (for Burnside).
 //! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
 //! - [`board`]: board sizes, boards, the 8 symmetries.
@@ -24,10 +27,13 @@ pub mod complete;
 pub mod counts;
 pub mod format;
 pub mod frame;
+pub mod interior;
 pub mod known;
+pub mod lanes;
 pub mod plan;
 pub mod reference;
 pub mod report;
+pub mod ring;
 pub mod search;
 pub mod solve;
 pub mod symmetric;

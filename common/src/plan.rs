@@ -501,38 +501,8 @@ impl Plan {
         if self.frames.is_none() {
             return Ok(t.classes);
         }
-        // Burnside (N >= 2, no reflection fixes a solution): orbits of 2 are
-        // the quarter-turn symmetric solutions in pairs, orbits of 4 the
-        // other half-turn symmetric ones in fours, the rest in eights.
-        let (total, half, quarter) = (t.weighted, t.half, t.quarter);
-        let exact = |x: u128, d: u128, what| {
-            if x.is_multiple_of(d) {
-                Ok(x / d)
-            } else {
-                Err(PlanError::Inconsistent(what))
-            }
-        };
-        let c2 = exact(quarter, 2, "quarter-turn count is odd")?;
-        let c4 = exact(
-            half.checked_sub(quarter)
-                .ok_or(PlanError::Inconsistent("quarter > half"))?,
-            4,
-            "half-turn count",
-        )?;
-        let c8 = exact(
-            total
-                .checked_sub(half)
-                .ok_or(PlanError::Inconsistent("half > total"))?,
-            8,
-            "total",
-        )?;
-        Ok(Totals {
-            c1: 0,
-            c2,
-            c4,
-            c8,
-            nodes: t.classes.nodes,
-        })
+        Totals::from_turns(t.weighted, t.half, t.quarter, t.classes.nodes)
+            .map_err(|e| PlanError::Inconsistent(e.0))
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Report {
     pub nodes_per_second: f64,
     pub threads: usize,
     pub pieces: usize,
+    /// How the pieces were counted (see [`Solution::core`]).
+    pub core: &'static str,
     /// Whether total and unique equal the published values; absent past N=27.
     pub matches_known: Option<bool>,
 }
@@ -44,6 +46,7 @@ impl Report {
             nodes_per_second: s.counts.nodes as f64 / seconds.max(1e-9),
             threads: s.threads,
             pieces: s.pieces,
+            core: s.core,
             matches_known: matches(s.n.get(), total, unique),
         })
     }
@@ -52,7 +55,7 @@ impl Report {
     pub fn text(&self) -> String {
         let check = verdict(self.matches_known);
         format!(
-            "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {} threads, {} pieces)\nnodes    {} ({}nodes/s)\n",
+            "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {} threads, {} pieces, {})\nnodes    {} ({}nodes/s)\n",
             self.n,
             self.total,
             self.unique,
@@ -64,6 +67,7 @@ impl Report {
             self.seconds,
             self.threads,
             self.pieces,
+            self.core,
             thousands(self.nodes),
             si(self.nodes_per_second),
         )

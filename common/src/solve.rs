@@ -1,17 +1,27 @@
-//! Counting one N on many threads: the search is cut into many small pieces
-//! that threads take one at a time from a shared counter, so a thread that
-//! drew cheap pieces takes more (piece costs vary by orders of magnitude).
+//! Counting one N on many threads.
+//!
+//! From N=6 the total comes from ring constellations ([`crate::ring`]):
+//! queens pre-placed on the border, one ring per symmetry orbit, its
+//! completions counted in SIMD lanes when the CPU has them
+//! ([`crate::lanes`]). The unique count follows by Burnside from the
+//! solutions fixed by a half or quarter turn ([`crate::symmetric`]), a tiny
+//! search of its own. Below N=6 the symmetry-pruned search ([`crate::search`])
+//! counts the classes directly.
+//!
+//! Work is cut into many small pieces that threads take from a shared
+//! counter, so a thread that drew cheap pieces takes more.
 
 use crate::board::Size;
-use crate::counts::{CountOverflow, Totals};
+use crate::counts::{CountOverflow, Inconsistent, Totals};
+use crate::lanes::Path;
 use crate::plan::{Plan, PlanError, Schedule, Tally};
+use crate::ring::{self, MIN_RING_N};
 use crate::search::{split, Rules};
+use crate::symmetric::{count_symmetric, Turn};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Pieces to cut the search into: enough that the largest piece is a small
-/// fraction of the whole for any thread count a machine has. Fixed, not
-/// derived from the thread count, so every run cuts the same pieces.
+/// Pieces to cut the small-board search into.
 pub const MIN_PIECES: usize = 4096;
 
 /// The result of counting one N.
@@ -21,6 +31,8 @@ pub struct Solution {
     pub counts: Totals,
     pub threads: usize,
     pub pieces: usize,
+    /// How the pieces were counted: "avx512", "scalar" or (small N) "search".
+    pub core: &'static str,
     pub elapsed: Duration,
 }
 
@@ -33,15 +45,66 @@ impl Solution {
     }
 }
 
+/// Counting went wrong: never expected, reported rather than printed as a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SolveError {
+    #[error(transparent)]
+    Overflow(#[from] CountOverflow),
+    #[error("{0}; please report this bug")]
+    Inconsistent(#[from] Inconsistent),
+}
+
 /// The number of threads to use by default: every core.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Counts all solutions of `n` with `threads` threads (at least one).
-pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
+/// Counts all solutions of `n` with `threads` threads (at least one), on
+/// the fastest path this CPU has.
+pub fn solve(n: Size, threads: usize) -> Result<Solution, SolveError> {
+    solve_on(n, threads, None)
+}
+
+/// [`solve`] with the lanes' path chosen (`None`: the best available).
+/// A path the CPU lacks is not taken: ask [`crate::lanes::Path::available`].
+pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution, SolveError> {
     let start = Instant::now();
     let threads = threads.max(1);
+    if n.get() < MIN_RING_N {
+        return solve_small(n, threads, start);
+    }
+    let (sums, pieces, used) = ring::count(n, threads, path)?;
+    // Solutions fixed by a half or a quarter turn, by the first row's queen.
+    let turns: Vec<(Turn, u8)> = [Turn::Half, Turn::Quarter]
+        .into_iter()
+        .flat_map(|t| (0..n.get() as u8).map(move |c| (t, c)))
+        .collect();
+    let parts = on_threads(threads, turns.len(), |acc: &mut [u128; 3], i| {
+        let (turn, first) = turns[i];
+        let c = count_symmetric(n, turn, first);
+        acc[usize::from(turn == Turn::Quarter)] += u128::from(c.c1);
+        acc[2] += u128::from(c.nodes);
+        Ok::<(), CountOverflow>(())
+    })?;
+    let [mut half, mut quarter, mut nodes] = [0u128, 0, sums.nodes];
+    for [h, q, k] in parts {
+        half = half.checked_add(h).ok_or(CountOverflow)?;
+        quarter = quarter.checked_add(q).ok_or(CountOverflow)?;
+        nodes = nodes.checked_add(k).ok_or(CountOverflow)?;
+    }
+    Ok(Solution {
+        n,
+        counts: Totals::from_turns(sums.weighted, half, quarter, nodes)?,
+        threads,
+        pieces,
+        core: used.name(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Small boards: the symmetry-pruned search, which sorts each solution
+/// into its class at the leaf.
+fn solve_small(n: Size, threads: usize, start: Instant) -> Result<Solution, SolveError> {
     let mut counts = Totals::default();
     if n.get() == 1 {
         // One queen, fixed by all 8 symmetries: the only orbit of size 1.
@@ -52,6 +115,7 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
             counts,
             threads,
             pieces: 1,
+            core: "search",
             elapsed: start.elapsed(),
         });
     }
@@ -77,6 +141,7 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, CountOverflow> {
         counts,
         threads,
         pieces: cut.pieces.len(),
+        core: "search",
         elapsed: start.elapsed(),
     })
 }
@@ -98,6 +163,7 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
         counts: plan.finish(&tally)?,
         threads,
         pieces: schedule.subproblems as usize,
+        core: "plan",
         elapsed: start.elapsed(),
     })
 }
@@ -105,7 +171,7 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
 /// Runs `each(acc, i)` for every i in 0..items on up to `threads` threads.
 /// Each thread takes the next index from a shared counter and folds into
 /// its own accumulator; the accumulators are returned (or the first error).
-fn on_threads<A, E>(
+pub(crate) fn on_threads<A, E>(
     threads: usize,
     items: usize,
     each: impl Fn(&mut A, usize) -> Result<(), E> + Sync,

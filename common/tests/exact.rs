@@ -2,8 +2,10 @@
 //! thread-count and split independence, and rejection of forged pieces.
 
 use nqueens_common::known::known;
+use nqueens_common::lanes::Path;
 use nqueens_common::reference::brute_force;
 use nqueens_common::search::{cases, split, Case, Piece, PieceError, Rules};
+use nqueens_common::solve::solve_on;
 use nqueens_common::{solve, Size, Totals};
 use proptest::prelude::*;
 
@@ -32,6 +34,31 @@ fn totals_and_unique_match_oeis_for_1_to_16() {
         let k = known(n).unwrap();
         assert_eq!(s.total().unwrap(), k.total, "total N={n}");
         assert_eq!(s.unique().unwrap(), k.unique, "unique N={n}");
+    }
+}
+
+/// The ring counter on every path this CPU has (scalar always, AVX-512
+/// where present) gives the same counts, nodes included, and the same
+/// classes as the symmetry-pruned search, which sorts solutions at leaves.
+#[test]
+fn every_path_and_the_classic_search_agree() {
+    for n in 6..=14 {
+        let scalar = solve_on(size(n), 2, Some(Path::Scalar)).unwrap();
+        assert_eq!(scalar.core, "scalar");
+        for path in Path::available() {
+            let s = solve_on(size(n), 2, Some(path)).unwrap();
+            assert_eq!(s.core, path.name(), "N={n}");
+            assert_eq!(s.counts, scalar.counts, "N={n} path {}", path.name());
+        }
+        if n <= 12 {
+            let classic = count_split(n, 1);
+            let c = scalar.counts;
+            assert_eq!(
+                (c.c1, c.c2, c.c4, c.c8),
+                (classic.c1, classic.c2, classic.c4, classic.c8),
+                "N={n}"
+            );
+        }
     }
 }
 

@@ -1,0 +1,188 @@
+//! Completions of a board on which some queens are already placed (a frame,
+//! a ring constellation): the free rows in order, each with the columns the
+//! placed queens leave open in it, and the gap to the next free row.
+//!
+//! Placed queens below the current row are not in the running diagonal
+//! masks; their attacks on every free row are folded into that row's
+//! `allowed` mask once, when the interior is built. That is what makes
+//! pre-placement prune early: the bottom queen closes squares in row 1.
+
+use crate::counts::PieceCounts;
+
+/// A state of an interior's search: free rows `0..row` placed, with the
+/// attack masks they leave on free row `row`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Start {
+    pub row: u8,
+    pub l: u32,
+    pub d: u32,
+    pub r: u32,
+}
+
+/// The search below a set of placed queens.
+#[derive(Clone, Debug)]
+pub struct Interior {
+    /// Columns open in free row `i` before the search's own queens attack.
+    pub(crate) allowed: [u32; 32],
+    /// Rows from free row `i` to free row `i + 1`.
+    pub(crate) shift: [u32; 32],
+    /// Free rows.
+    pub(crate) rows: usize,
+}
+
+impl Interior {
+    /// The interior of an `n`×`n` board with `queens` (row, column) placed.
+    /// The queens must not attack each other (callers check).
+    pub fn new(n: usize, queens: &[(usize, usize)]) -> Interior {
+        let mut row_used = 0u64;
+        let mut col_used = 0u32;
+        for &(r, c) in queens {
+            row_used |= 1 << r;
+            col_used |= 1 << c;
+        }
+        let free_rows: Vec<usize> = (0..n).filter(|r| row_used >> r & 1 == 0).collect();
+        let mask = u32::MAX >> (32 - n);
+        let mut inner = Interior {
+            allowed: [0; 32],
+            shift: [0; 32],
+            rows: free_rows.len(),
+        };
+        for (i, &y) in free_rows.iter().enumerate() {
+            let mut blocked = col_used;
+            for &(r, c) in queens {
+                let d = y.abs_diff(r);
+                if c + d < n {
+                    blocked |= 1 << (c + d);
+                }
+                if c >= d {
+                    blocked |= 1 << (c - d);
+                }
+            }
+            inner.allowed[i] = mask & !blocked;
+            inner.shift[i] = free_rows.get(i + 1).map_or(0, |&next| (next - y) as u32);
+        }
+        inner
+    }
+
+    /// Free rows left for the search.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Completions (in `c1`) and queens placed (in `nodes`), one thread.
+    pub fn count(&self) -> PieceCounts {
+        if self.rows < 3 {
+            return self.count_short();
+        }
+        self.count_from(&Start::default())
+    }
+
+    /// The states after the first `depth` free rows are placed, in search
+    /// order, and the queens placed to reach them. Counting every start
+    /// (with [`Interior::count_from`]) counts the interior. `depth` is cut
+    /// to leave three free rows, the least a start can have.
+    pub fn split(&self, depth: usize) -> (Vec<Start>, u64) {
+        let depth = depth.min(self.rows.saturating_sub(3));
+        let mut starts = vec![Start::default()];
+        let mut nodes = 0u64;
+        for k in 0..depth {
+            let mut next = Vec::with_capacity(starts.len() * 4);
+            for s in &starts {
+                let mut bm = self.allowed[k] & !(s.l | s.d | s.r);
+                let sh = self.shift[k];
+                while bm != 0 {
+                    let bit = bm & bm.wrapping_neg();
+                    bm ^= bit;
+                    nodes += 1;
+                    next.push(Start {
+                        row: k as u8 + 1,
+                        l: (s.l | bit) << sh,
+                        d: s.d | bit,
+                        r: (s.r | bit) >> sh,
+                    });
+                }
+            }
+            starts = next;
+        }
+        (starts, nodes)
+    }
+
+    /// Completions and queens placed below one start (three free rows or
+    /// more must remain below it).
+    ///
+    /// Depth first with an explicit stack. The last two free rows are never
+    /// pushed: with two columns left, the second-to-last row has at most two
+    /// candidates and the last row at most one, so both are finished inline
+    /// and the last row's queen is counted without a branch.
+    pub fn count_from(&self, start: &Start) -> PieceCounts {
+        let i0 = usize::from(start.row);
+        assert!(
+            i0 + 3 <= self.rows,
+            "a start needs three free rows below it"
+        );
+        let pen = self.rows - 2;
+        let (last_allowed, last_shift) = (self.allowed[pen + 1], self.shift[pen]);
+        let (mut solutions, mut nodes) = (0u64, 0u64);
+        let mut stack = [[0u32; 4]; 32];
+        let (mut i, mut l, mut d, mut r) = (i0, start.l, start.d, start.r);
+        let mut bm = self.allowed[i & 31] & !(l | d | r);
+        loop {
+            if bm == 0 {
+                if i == i0 {
+                    break;
+                }
+                i -= 1;
+                [bm, l, d, r] = stack[i & 31];
+                continue;
+            }
+            let bit = bm & bm.wrapping_neg();
+            bm ^= bit;
+            nodes += 1;
+            let sh = self.shift[i & 31];
+            let (nl, nd, nr) = ((l | bit) << sh, d | bit, (r | bit) >> sh);
+            let mut next = self.allowed[(i + 1) & 31] & !(nl | nd | nr);
+            if i + 1 == pen {
+                while next != 0 {
+                    let b = next & next.wrapping_neg();
+                    next ^= b;
+                    let open = last_allowed
+                        & !((nl | b) << last_shift | (nd | b) | (nr | b) >> last_shift);
+                    let fits = u64::from(open != 0);
+                    solutions += fits;
+                    nodes += 1 + fits;
+                }
+                continue;
+            }
+            stack[i & 31] = [bm, l, d, r];
+            (l, d, r) = (nl, nd, nr);
+            bm = next;
+            i += 1;
+        }
+        PieceCounts {
+            c1: solutions,
+            nodes,
+            ..PieceCounts::default()
+        }
+    }
+
+    /// Two free rows or fewer (small boards only): plain recursion.
+    fn count_short(&self) -> PieceCounts {
+        fn walk(it: &Interior, i: usize, l: u32, d: u32, r: u32, c: &mut PieceCounts) {
+            if i == it.rows {
+                c.c1 += 1;
+                return;
+            }
+            let mut bm = it.allowed[i] & !(l | d | r);
+            while bm != 0 {
+                let bit = bm & bm.wrapping_neg();
+                bm ^= bit;
+                c.nodes += 1;
+                let sh = it.shift[i];
+                walk(it, i + 1, (l | bit) << sh, d | bit, (r | bit) >> sh, c);
+            }
+        }
+        let mut c = PieceCounts::default();
+        walk(self, 0, 0, 0, 0, &mut c);
+        c
+    }
+}
