@@ -358,6 +358,35 @@ fn bench_reports_both_cores_and_the_ratio() {
 }
 
 #[test]
+fn bench_names_the_core_and_takes_the_one_asked_for() {
+    let core_of = |args: &[&str]| {
+        let o = nqueens(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        json(stdout(&o).lines().next().unwrap())["core"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let auto = core_of(&["bench", "10", "--json", "--no-baseline"]);
+    assert!(["avx512", "scalar"].contains(&auto.as_str()), "{auto}");
+    let scalar = core_of(&["bench", "10", "--json", "--no-baseline", "--core", "scalar"]);
+    assert_eq!(scalar, "scalar");
+    // AVX-512 where the CPU has it; elsewhere a clear refusal.
+    let o = nqueens(&["bench", "10", "--no-baseline", "--core", "avx512"]);
+    if auto == "avx512" {
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("avx512"), "{}", stdout(&o));
+    } else {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cores available here: scalar"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn completions_cover_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {
         let o = nqueens(&["completions", shell]);

@@ -2,6 +2,7 @@
 
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
+use nqueens_common::lanes::Path;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
 use nqueens_common::Size;
 use std::path::PathBuf;
@@ -89,7 +90,9 @@ pub enum Command {
         Each N is counted by the fast core on one thread and on T threads (default: all cores),\n\
         then by the baseline (a Somers-style bitmap search using only the mirror symmetry) on\n\
         one thread. Times are medians of --runs in-process runs; every count is checked.\n\
-        speedup = baseline time / fast core time, both on one thread."
+        speedup = baseline time / fast core time, both on one thread. The core column says\n\
+        which inner loop counted: avx512 (16 searches per instruction, chosen at run time when\n\
+        the CPU has AVX-512F), scalar, or search (N < 6)."
     )]
     Bench {
         /// Range of N, both ends included: FROM..TO (or a single N).
@@ -103,6 +106,9 @@ pub enum Command {
         /// Skip the baseline (it is several times slower).
         #[arg(long)]
         no_baseline: bool,
+        /// Inner loop for the fast core (N >= 6; lanes take N <= 18).
+        #[arg(long, value_enum, default_value = "auto")]
+        core: Core,
         /// Print one JSON object per N.
         #[arg(long)]
         json: bool,
@@ -386,6 +392,39 @@ impl Threads {
     pub fn get(&self) -> usize {
         self.threads
             .map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
+    }
+}
+
+/// Which inner loop counts the ring jobs (`--core`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Core {
+    /// The fastest this CPU has (AVX-512 lanes when present).
+    Auto,
+    /// One search at a time, on any CPU.
+    Scalar,
+    /// Sixteen searches at a time in AVX-512 lanes (CPUs with AVX-512F).
+    Avx512,
+}
+
+impl Core {
+    /// The path asked for, checked against this CPU.
+    pub fn path(self) -> Result<Option<Path>, Failure> {
+        let want = match self {
+            Core::Auto => return Ok(None),
+            Core::Scalar => Path::Scalar,
+            Core::Avx512 => Path::Avx512,
+        };
+        let have = Path::available();
+        if have.contains(&want) {
+            Ok(Some(want))
+        } else {
+            let names: Vec<&str> = have.iter().map(|p| p.name()).collect();
+            Err(Failure::BadInput(format!(
+                "this CPU cannot run the {} core; cores available here: {} (or leave out --core)",
+                want.name(),
+                names.join(", ")
+            )))
+        }
     }
 }
 

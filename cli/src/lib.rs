@@ -72,8 +72,9 @@ fn run(command: Command) -> Result<(), Failure> {
             threads,
             runs,
             no_baseline,
+            core,
             json,
-        } => local::bench_range(range, threads.get(), runs, !no_baseline, json),
+        } => local::bench_range(range, threads.get(), runs, !no_baseline, core.path()?, json),
         Command::Boards { n, limit, format } => local::boards(n, limit, format),
         Command::Complete { n } => local::complete(n),
         Command::Coordinator {

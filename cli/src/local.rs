@@ -6,6 +6,7 @@ use crate::exit::Failure;
 use nqueens_common::bench::{bench, BenchRow};
 use nqueens_common::boards::Solutions;
 use nqueens_common::complete::{complete as complete_board, parse_queens};
+use nqueens_common::lanes::Path;
 use nqueens_common::plan::Strategy;
 use nqueens_common::report::{describe, PlanSummary, Report};
 use nqueens_common::solve::solve_plan;
@@ -126,6 +127,7 @@ pub fn bench_range(
     threads: usize,
     runs: u32,
     baseline: bool,
+    path: Option<Path>,
     json: bool,
 ) -> Result<(), Failure> {
     let mut out = stdout();
@@ -134,7 +136,7 @@ pub fn bench_range(
     }
     for n in range.0.get()..=range.1.get() {
         let n = Size::new(n).expect("inside a checked range");
-        let row = bench(n, threads, runs as usize, baseline)
+        let row = bench(n, threads, runs as usize, baseline, path)
             .map_err(|e| Failure::Failed(e.to_string()))?;
         if json {
             json_line(&mut out, &row)?;

@@ -6,7 +6,8 @@
 use crate::baseline::mirror_count;
 use crate::board::Size;
 use crate::known::known;
-use crate::solve::solve;
+use crate::lanes::Path;
+use crate::solve::solve_on;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -15,6 +16,8 @@ use std::time::Instant;
 pub struct BenchRow {
     pub n: u32,
     pub threads: usize,
+    /// The inner loop that counted (see [`crate::solve::Solution::core`]).
+    pub core: &'static str,
     /// Fast core, one thread.
     pub seconds_1t: f64,
     pub nodes: u128,
@@ -46,8 +49,15 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 /// Times one N: fast core on 1 and `threads` threads, and the baseline
-/// unless `baseline` is false.
-pub fn bench(n: Size, threads: usize, runs: usize, baseline: bool) -> Result<BenchRow, BenchError> {
+/// unless `baseline` is false. `path` picks the lanes' path (`None`: the
+/// best this CPU has).
+pub fn bench(
+    n: Size,
+    threads: usize,
+    runs: usize,
+    baseline: bool,
+    path: Option<Path>,
+) -> Result<BenchRow, BenchError> {
     let runs = runs.max(1);
     let want = known(n.get()).map(|k| k.total);
     let check = |what, got: u128| match want {
@@ -59,19 +69,19 @@ pub fn bench(n: Size, threads: usize, runs: usize, baseline: bool) -> Result<Ben
         }),
         _ => Ok(()),
     };
-    let time_fast = |t: usize| -> Result<(f64, u128), BenchError> {
+    let time_fast = |t: usize| -> Result<(f64, u128, &'static str), BenchError> {
         let mut secs = Vec::with_capacity(runs);
-        let mut nodes = 0;
+        let (mut nodes, mut core) = (0, "");
         for _ in 0..runs {
-            let s = solve(n, t).expect("N <= 32 cannot overflow u128");
+            let s = solve_on(n, t, path).expect("the core's counts are consistent");
             check("fast core", s.total().expect("checked"))?;
             secs.push(s.elapsed.as_secs_f64());
-            nodes = s.counts.nodes;
+            (nodes, core) = (s.counts.nodes, s.core);
         }
-        Ok((median(secs), nodes))
+        Ok((median(secs), nodes, core))
     };
-    let (seconds_1t, nodes) = time_fast(1)?;
-    let (seconds_mt, _) = time_fast(threads)?;
+    let (seconds_1t, nodes, core) = time_fast(1)?;
+    let (seconds_mt, _, _) = time_fast(threads)?;
     let (baseline_seconds, baseline_nodes) = if baseline {
         let mut secs = Vec::with_capacity(runs);
         let mut placed = 0;
@@ -89,6 +99,7 @@ pub fn bench(n: Size, threads: usize, runs: usize, baseline: bool) -> Result<Ben
     Ok(BenchRow {
         n: n.get(),
         threads,
+        core,
         seconds_1t,
         nodes,
         nodes_per_second_1t: nodes as f64 / seconds_1t,
@@ -103,8 +114,9 @@ pub fn bench(n: Size, threads: usize, runs: usize, baseline: bool) -> Result<Ben
 impl BenchRow {
     pub fn header() -> String {
         format!(
-            "{:>2}  {:>10}  {:>10}  {:>12}  {:>12}  {:>8}  {:>12}  {:>9}",
+            "{:>2}  {:>6}  {:>10}  {:>10}  {:>13}  {:>11}  {:>8}  {:>10}  {:>8}",
             "N",
+            "core",
             "1 thread s",
             "nodes/s",
             "nodes",
@@ -118,8 +130,9 @@ impl BenchRow {
     pub fn text(&self) -> String {
         let opt = |x: Option<f64>, f: &dyn Fn(f64) -> String| x.map_or("-".to_string(), f);
         format!(
-            "{:>2}  {:>10.3}  {:>9.1}M  {:>12}  {:>12.3}  {:>7.2}x  {:>12}  {:>9}",
+            "{:>2}  {:>6}  {:>10.3}  {:>9.1}M  {:>13}  {:>11.3}  {:>7.2}x  {:>10}  {:>8}",
             self.n,
+            self.core,
             self.seconds_1t,
             self.nodes_per_second_1t / 1e6,
             self.nodes,
