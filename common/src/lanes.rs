@@ -15,7 +15,7 @@
 //! free row's open columns with the gap to the next free row, so one
 //! gather per step fetches both.
 //!
-//! The path is chosen at run time ([`Path::best`]); the scalar path
+//! The path is chosen at run time ([`Path::available`]); the scalar path
 //! ([`crate::interior::Interior::count_from`]) is always there and gives the
 //! same counts, which the tests check on every path the machine has.
 

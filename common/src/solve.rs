@@ -14,7 +14,7 @@
 use crate::board::Size;
 use crate::counts::{CountOverflow, Inconsistent, Totals};
 use crate::lanes::Path;
-use crate::plan::{Plan, PlanError, Schedule, Tally};
+use crate::plan::{Plan, PlanError, Schedule, Subproblem, Tally};
 use crate::ring::{self, MIN_RING_N};
 use crate::search::{split, Rules};
 use crate::symmetric::{count_symmetric, Turn};
@@ -46,12 +46,14 @@ impl Solution {
 }
 
 /// Counting went wrong: never expected, reported rather than printed as a count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SolveError {
     #[error(transparent)]
     Overflow(#[from] CountOverflow),
     #[error("{0}; please report this bug")]
     Inconsistent(#[from] Inconsistent),
+    #[error(transparent)]
+    Tally(#[from] PlanError),
 }
 
 /// The number of threads to use by default: every core.
@@ -74,27 +76,35 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
         return solve_small(n, threads, start);
     }
     let (sums, pieces, used) = ring::count(n, threads, path)?;
-    // Solutions fixed by a half or a quarter turn, by the first row's queen.
+    // Solutions fixed by a half or a quarter turn, by the first row's
+    // queen: the plan's symmetric subproblems, tallied the plan's way.
     let turns: Vec<(Turn, u8)> = [Turn::Half, Turn::Quarter]
         .into_iter()
-        .flat_map(|t| (0..n.get() as u8).map(move |c| (t, c)))
+        .flat_map(|turn| (0..n.get() as u8).map(move |first| (turn, first)))
         .collect();
-    let parts = on_threads(threads, turns.len(), |acc: &mut [u128; 3], i| {
+    let parts = on_threads(threads, turns.len(), |acc: &mut Tally, i| {
         let (turn, first) = turns[i];
-        let c = count_symmetric(n, turn, first);
-        acc[usize::from(turn == Turn::Quarter)] += u128::from(c.c1);
-        acc[2] += u128::from(c.nodes);
-        Ok::<(), CountOverflow>(())
+        acc.add(
+            &Subproblem::Symmetric { turn, first },
+            &count_symmetric(n, turn, first),
+        )
     })?;
-    let [mut half, mut quarter, mut nodes] = [0u128, 0, sums.nodes];
-    for [h, q, k] in parts {
-        half = half.checked_add(h).ok_or(CountOverflow)?;
-        quarter = quarter.checked_add(q).ok_or(CountOverflow)?;
-        nodes = nodes.checked_add(k).ok_or(CountOverflow)?;
+    let mut tally = Tally {
+        weighted: sums.weighted,
+        ..Tally::default()
+    };
+    tally.classes.nodes = sums.nodes;
+    for p in &parts {
+        tally.merge(p)?;
     }
     Ok(Solution {
         n,
-        counts: Totals::from_turns(sums.weighted, half, quarter, nodes)?,
+        counts: Totals::from_turns(
+            tally.weighted,
+            tally.half,
+            tally.quarter,
+            tally.classes.nodes,
+        )?,
         threads,
         pieces,
         core: used.name(),
