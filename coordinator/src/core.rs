@@ -84,6 +84,41 @@ pub struct Coordinator {
     _lock: File,
 }
 
+/// The data directory's secret for lease ids (`DIR/lease.key`, 32 random
+/// bytes, owner-only), made on first start.
+fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
+    let path = dir.join("lease.key");
+    match std::fs::read(&path) {
+        Ok(bytes) => bytes.try_into().map_err(|b: Vec<u8>| {
+            format!(
+                "{} holds {} bytes, not 32: it is damaged. Remove it to make a new one \
+                 (workers then lose the leases they hold across this restart)",
+                path.display(),
+                b.len()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = crate::state::random_key();
+            let tmp = dir.join("lease.key.tmp");
+            let write = || -> std::io::Result<()> {
+                use std::io::Write;
+                let mut o = std::fs::OpenOptions::new();
+                o.write(true).create(true).truncate(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+                let mut f = o.open(&tmp)?;
+                f.write_all(&key)?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &path)?;
+                File::open(dir)?.sync_all()
+            };
+            write().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(key)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
 fn rec(r: Record) -> JournalRecord {
     JournalRecord { record: Some(r) }
 }
@@ -102,17 +137,21 @@ impl Coordinator {
             why,
         };
         std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
-        let lock = File::create(data_dir.join("LOCK"))
-            .map_err(|e| dir_err(format!("cannot create its lock file: {e}")))?;
-        lock.try_lock().map_err(|_| {
-            dir_err(
-                "another coordinator is using it (its LOCK file is held); stop that one first"
-                    .into(),
-            )
+        // The lock is on the directory itself (an exclusive flock held
+        // while this process lives), so removing a file cannot release it.
+        let lock =
+            File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
+        lock.try_lock().map_err(|e| {
+            dir_err(format!(
+                "another process holds its lock (another coordinator, or `solve --state`, on the same \
+                 directory): stop that one first, or give a different --data-dir ({e})"
+            ))
         })?;
+        let key = lease_key(data_dir).map_err(dir_err)?;
         let (journal, replay) = Journal::open(&data_dir.join("journal"))?;
         let (store, store_opened) = Store::open(&data_dir.join("store"))?;
         let mut state = State::new(limits);
+        state.set_lease_key(key);
         for r in &replay.records {
             state.apply(r)?;
             store.apply(r)?; // catch the store up (idempotent)
@@ -381,22 +420,34 @@ impl Coordinator {
         self.job(id)
     }
 
-    pub fn register(&self, worker: &str, host: &str, cores: u32, version: &str) {
+    pub fn register(
+        &self,
+        worker: &str,
+        host: &str,
+        cores: u32,
+        version: &str,
+    ) -> Result<(), CoordError> {
         let now = self.now_ms();
         let mut s = self.lock();
+        s.admit(worker)?;
         let w = s.touch_worker(worker, now);
         w.host = host.to_string();
         w.cores = cores;
         w.solver_version = version.to_string();
+        Ok(())
     }
 
-    pub fn lease(&self, worker: &str, max: usize) -> Vec<Granted> {
+    pub fn lease(&self, worker: &str, max: usize) -> Result<Vec<Granted>, CoordError> {
         let now = self.now_ms();
-        let g = self.lock().lease(worker, max, now);
+        let g = {
+            let mut s = self.lock();
+            s.admit(worker)?;
+            s.lease(worker, max, now)
+        };
         if !g.is_empty() {
             self.bump();
         }
-        g
+        Ok(g)
     }
 
     pub fn heartbeat(
@@ -404,16 +455,22 @@ impl Coordinator {
         worker: &str,
         refs: &[LeaseRef],
         subproblems_done: u64,
-    ) -> (Vec<LeaseRef>, u64, Vec<LeaseRef>) {
+    ) -> Result<(Vec<LeaseRef>, u64, Vec<LeaseRef>), CoordError> {
         let now = self.now_ms();
-        self.lock().heartbeat(worker, refs, subproblems_done, now)
+        let mut s = self.lock();
+        s.admit(worker)?;
+        Ok(s.heartbeat(worker, refs, subproblems_done, now))
     }
 
-    pub fn release(&self, worker: &str, refs: &[LeaseRef]) -> u32 {
+    pub fn release(&self, worker: &str, refs: &[LeaseRef]) -> Result<u32, CoordError> {
         let now = self.now_ms();
-        let n = self.lock().release(worker, refs, now);
+        let n = {
+            let mut s = self.lock();
+            s.admit(worker)?;
+            s.release(worker, refs, now)
+        };
         self.bump();
-        n
+        Ok(n)
     }
 
     /// Stores a result: on disk before this returns `New`.
@@ -430,6 +487,26 @@ impl Coordinator {
         let now = self.now_ms();
         match verdict {
             Verdict::Duplicate | Verdict::AwaitingCheck => Ok(verdict),
+            Verdict::NotCounted if self.lock().quarantined(worker) => {
+                // Kept in the journal for the audit, never counted.
+                tracing::warn!(
+                    job = r.job,
+                    task = r.task,
+                    worker,
+                    "result of a quarantined worker: journaled, not counted"
+                );
+                self.write(rec(Record::TaskDone(v1::TaskDone {
+                    job_id: r.job,
+                    task_index: r.task,
+                    result: Some(result),
+                    worker_id: worker.to_string(),
+                    lease_id: r.lease_id,
+                    unix_ms: now,
+                })))
+                .await?;
+                Ok(Verdict::NotCounted)
+            }
+            Verdict::NotCounted => Ok(verdict),
             Verdict::New => {
                 // A concurrent report may have won meanwhile: `apply` then
                 // answers Duplicate or Conflict, and never adds twice.

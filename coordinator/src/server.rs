@@ -43,9 +43,42 @@ pub struct Tls {
     pub client_ca: Option<PathBuf>,
 }
 
+/// The shortest token accepted (bytes).
+pub const MIN_TOKEN: usize = 16;
+
+/// Refuses tokens that are blank or short, and one token for both roles.
+pub fn check_tokens(worker: Option<&str>, operator: Option<&str>) -> Result<(), StartError> {
+    for (role, t) in [("worker", worker), ("operator", operator)] {
+        if let Some(t) = t {
+            if t.trim().len() < MIN_TOKEN || t.trim() != t {
+                return Err(StartError::WeakToken {
+                    role,
+                    len: t.trim().len(),
+                });
+            }
+        }
+    }
+    if let (Some(w), Some(o)) = (worker, operator) {
+        if bool::from(w.as_bytes().ct_eq(o.as_bytes())) {
+            return Err(StartError::SameTokens);
+        }
+    }
+    Ok(())
+}
+
 /// Why the coordinator did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error(
+        "the {role} token is {len} bytes after trimming whitespace; at least {MIN_TOKEN} are required \
+         (make one with: head -c 32 /dev/urandom | base64 > FILE)"
+    )]
+    WeakToken { role: &'static str, len: usize },
+    #[error(
+        "the worker and operator tokens are the same: a worker could then act as an operator. \
+         Give each role its own token file"
+    )]
+    SameTokens,
     #[error(
         "refusing to listen on {0} without worker and operator tokens: anyone who can reach it could submit \
          results. Give --worker-token-file and --operator-token-file, listen on 127.0.0.1, or pass --insecure"
@@ -134,6 +167,18 @@ fn bearer(
 
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    check_tokens(
+        config.worker_token.as_deref(),
+        config.operator_token.as_deref(),
+    )?;
+    if config.insecure {
+        tracing::warn!(
+            listen = %config.listen,
+            "--insecure: calls without a token are accepted beyond loopback; anyone who can reach \
+             {} can submit results and control jobs",
+            config.listen
+        );
+    }
     // Client certificates authenticate as well as tokens do.
     let tokens = config.worker_token.is_some() && config.operator_token.is_some();
     let client_certs = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());

@@ -24,6 +24,43 @@ pub const MAX_REDUNDANCY: u32 = 3;
 /// Most tasks one lease call may ask for.
 pub const MAX_LEASE_BATCH: u32 = 1024;
 
+/// Size limits of request fields (bytes for strings, entries for lists).
+pub const MAX_WORKER_ID: usize = 128;
+pub const MAX_HOST: usize = 256;
+pub const MAX_VERSION: usize = 64;
+pub const MAX_LEASE_REFS: usize = 4096;
+pub const MAX_CORES: u32 = 1 << 16;
+/// Most entries in one ListJobs or ListWorkers reply (the rest are counted).
+pub const MAX_LISTED: usize = 1000;
+
+/// Refuses a string field longer than `max` bytes, or holding control
+/// characters, naming the field and the limit.
+fn text<'a>(field: &str, v: &'a str, max: usize) -> Result<&'a str, Status> {
+    if v.len() > max {
+        return Err(Status::invalid_argument(format!(
+            "{field} is {} bytes; the limit is {max}",
+            v.len()
+        )));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!(
+            "{field} holds control characters; only printable text is accepted (at most {max} bytes)"
+        )));
+    }
+    Ok(v)
+}
+
+/// Refuses a list of more than `max` entries, naming the field.
+fn list<T>(field: &str, v: &[T], max: usize) -> Result<(), Status> {
+    if v.len() > max {
+        return Err(Status::invalid_argument(format!(
+            "{field} has {} entries; the limit is {max}",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
 impl From<CoordError> for Status {
     fn from(e: CoordError) -> Status {
         let msg = e.to_string();
@@ -37,6 +74,7 @@ impl From<CoordError> for Status {
                     Status::failed_precondition(msg)
                 }
                 StateError::Implausible { .. } => Status::invalid_argument(msg),
+                StateError::TooManyWorkers(_) => Status::resource_exhausted(msg),
                 StateError::BadRecord(_) | StateError::PlanChanged { .. } => Status::internal(msg),
             },
             // Not stored: the caller keeps its result and retries.
@@ -90,12 +128,17 @@ pub fn audit_to_wire(a: &Audit) -> v1::AuditReport {
 }
 
 fn worker_id(id: &str) -> Result<&str, Status> {
-    if id.is_empty() || id.len() > 256 {
-        return Err(Status::invalid_argument(
-            "worker_id must be 1 to 256 characters",
-        ));
+    if id.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "worker_id is empty; it must be 1 to {MAX_WORKER_ID} bytes"
+        )));
     }
-    Ok(id)
+    text("worker_id", id, MAX_WORKER_ID)
+}
+
+/// A task result's own strings.
+fn result_fields(r: &v1::TaskResult) -> Result<(), Status> {
+    text("result.solver_version", &r.solver_version, MAX_VERSION).map(|_| ())
 }
 
 fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
@@ -198,12 +241,18 @@ impl WorkerService for Workers {
         req: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
         let r = req.into_inner();
+        if r.cores > MAX_CORES {
+            return Err(Status::invalid_argument(format!(
+                "cores is {}; the limit is {MAX_CORES}",
+                r.cores
+            )));
+        }
         self.0.register(
             worker_id(&r.worker_id)?,
-            &r.host,
+            text("host", &r.host, MAX_HOST)?,
             r.cores,
-            &r.solver_version,
-        );
+            text("solver_version", &r.solver_version, MAX_VERSION)?,
+        )?;
         let ttl = self.0.limits().lease_ttl_ms;
         tracing::info!(worker = %r.worker_id, host = %r.host, cores = r.cores, "worker registered");
         Ok(Response::new(v1::RegisterResponse {
@@ -223,7 +272,9 @@ impl WorkerService for Workers {
                 r.max_tasks
             )));
         }
-        let granted = self.0.lease(worker_id(&r.worker_id)?, r.max_tasks as usize);
+        let granted = self
+            .0
+            .lease(worker_id(&r.worker_id)?, r.max_tasks as usize)?;
         Ok(Response::new(v1::LeaseResponse {
             leases: granted.iter().map(lease_to_wire).collect(),
         }))
@@ -234,11 +285,12 @@ impl WorkerService for Workers {
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
         let r = req.into_inner();
+        list("leases", &r.leases, MAX_LEASE_REFS)?;
         let (extended, deadline, stop) = self.0.heartbeat(
             worker_id(&r.worker_id)?,
             &lease_refs(&r.leases),
             r.subproblems_done,
-        );
+        )?;
         Ok(Response::new(v1::HeartbeatResponse {
             extended: extended.iter().map(to_wire_ref).collect(),
             deadline_unix_ms: deadline,
@@ -256,12 +308,14 @@ impl WorkerService for Workers {
         let result = r
             .result
             .ok_or_else(|| Status::invalid_argument("result is missing"))?;
+        result_fields(&result)?;
         let verdict = self.0.report(worker, lease, result).await?;
         let outcome = match verdict {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,
             Verdict::Conflict => v1::ReportOutcome::Conflict,
             Verdict::AwaitingCheck => v1::ReportOutcome::AwaitingCheck,
+            Verdict::NotCounted => v1::ReportOutcome::NotCounted,
         };
         Ok(Response::new(v1::ReportResponse {
             outcome: outcome as i32,
@@ -273,9 +327,10 @@ impl WorkerService for Workers {
         req: Request<v1::ReleaseRequest>,
     ) -> Result<Response<v1::ReleaseResponse>, Status> {
         let r = req.into_inner();
+        list("leases", &r.leases, MAX_LEASE_REFS)?;
         let released = self
             .0
-            .release(worker_id(&r.worker_id)?, &lease_refs(&r.leases));
+            .release(worker_id(&r.worker_id)?, &lease_refs(&r.leases))?;
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
 }
@@ -330,8 +385,12 @@ impl OperatorService for Operators {
         &self,
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let jobs = self.0.jobs();
+        // The newest jobs, when there are more than a reply may hold.
+        let skip = jobs.len().saturating_sub(MAX_LISTED);
         Ok(Response::new(v1::ListJobsResponse {
-            jobs: self.0.jobs().iter().map(job_to_wire).collect(),
+            jobs: jobs[skip..].iter().map(job_to_wire).collect(),
+            total: jobs.len() as u64,
         }))
     }
 
@@ -406,8 +465,14 @@ impl OperatorService for Operators {
         &self,
         _: Request<v1::ListWorkersRequest>,
     ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        let mut workers = self.0.workers();
+        // The most recently seen, when there are more than a reply may hold.
+        let total = workers.len() as u64;
+        workers.sort_by_key(|(w, _)| std::cmp::Reverse(w.last_seen_ms));
+        workers.truncate(MAX_LISTED);
         Ok(Response::new(v1::ListWorkersResponse {
-            workers: self.0.workers().iter().map(worker_to_wire).collect(),
+            workers: workers.iter().map(worker_to_wire).collect(),
+            total,
         }))
     }
 

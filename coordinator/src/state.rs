@@ -5,17 +5,56 @@
 //!
 //! Durable facts enter only through [`State::apply`] with a journal record
 //! that is already on disk. Leases are not durable: after a restart every
-//! unfinished task is pending again, and results of leases from before the
-//! restart are still taken (first valid result wins).
+//! unfinished task is pending again. A lease id is a MAC (HMAC-SHA-256 under
+//! the data directory's secret key) over the boot epoch, job, task and
+//! worker, so it cannot be guessed, is bound to its worker, and a lease of
+//! an earlier boot can still be recognised: its holder may adopt it (by a
+//! heartbeat) or report it while no other worker holds the task.
 
 use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally, Task};
 use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-/// Lease ids are `(boot epoch << EPOCH_SHIFT) | counter`.
-const EPOCH_SHIFT: u32 = 40;
+/// Lease ids are `(boot epoch mod 2^16) << EPOCH_SHIFT | 48 bits of MAC`.
+const EPOCH_SHIFT: u32 = 48;
+
+/// The secret behind lease ids (32 bytes).
+pub type LeaseKey = [u8; 32];
+
+/// A fresh random lease key.
+pub fn random_key() -> LeaseKey {
+    let mut k = [0u8; 32];
+    getrandom::getrandom(&mut k).expect("the operating system's random source failed");
+    k
+}
+
+/// The lease id of `worker`'s lease on `task` of `job` in boot `epoch`:
+/// HMAC-SHA-256 under `key`, never 0.
+pub fn lease_id(key: &LeaseKey, epoch: u64, job: u64, task: u64, worker: &str) -> u64 {
+    let (mut ipad, mut opad) = ([0x36u8; 64], [0x5cu8; 64]);
+    for (i, k) in key.iter().enumerate() {
+        ipad[i] ^= k;
+        opad[i] ^= k;
+    }
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(b"nqueens lease v1")
+        .chain_update(epoch.to_le_bytes())
+        .chain_update(job.to_le_bytes())
+        .chain_update(task.to_le_bytes())
+        .chain_update((worker.len() as u64).to_le_bytes())
+        .chain_update(worker.as_bytes())
+        .finalize();
+    let mac = Sha256::new()
+        .chain_update(opad)
+        .chain_update(inner)
+        .finalize();
+    let low = u64::from_le_bytes(mac[..8].try_into().expect("8 bytes")) & ((1 << EPOCH_SHIFT) - 1);
+    ((epoch & 0xffff) << EPOCH_SHIFT | low).max(1)
+}
 
 /// Timing and retry rules.
 #[derive(Clone, Copy, Debug)]
@@ -97,6 +136,9 @@ pub struct Job {
     pub verify_fraction: f64,
     /// Results of tasks not yet agreed on (redundancy), by task.
     candidates: HashMap<u64, Vec<StoredResult>>,
+    /// Results journaled but never counted (from a quarantined worker, or
+    /// arriving after a cancel), kept for the audit: (task, result).
+    pub ignored: Vec<(u64, StoredResult)>,
     /// The operator's choice: Running, Paused or Cancelled.
     control: JobState,
     /// The plan's tasks, once planned.
@@ -117,6 +159,9 @@ pub struct Job {
     /// The latest results: (time, estimated work), for the rate.
     recent: VecDeque<(u64, f64)>,
 }
+
+/// Most distinct worker ids the coordinator keeps.
+pub const MAX_WORKERS: usize = 10_000;
 
 /// Results the rate is measured over.
 const RATE_WINDOW: usize = 256;
@@ -323,6 +368,9 @@ pub enum Verdict {
     Duplicate,
     /// Different from the stored result: journal the conflict.
     Conflict,
+    /// Journaled for the audit but never counted: the worker is
+    /// quarantined (or the job was cancelled meanwhile).
+    NotCounted,
 }
 
 /// A request that cannot be served, with what was wrong.
@@ -349,6 +397,8 @@ pub enum StateError {
         state: JobState,
         action: &'static str,
     },
+    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken (restart it to forget idle workers)")]
+    TooManyWorkers(usize),
     #[error("journal record does not fit the state: {0}")]
     BadRecord(String),
     #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
@@ -379,7 +429,8 @@ pub struct State {
     /// lease id → (worker, job, task).
     expired: HashMap<u64, (String, u64, u64)>,
     epoch: u64,
-    next_lease: u64,
+    /// The secret lease ids are derived with.
+    lease_key: LeaseKey,
 }
 
 /// An order-sensitive digest of a task list (FNV-1a over the ranges), so a
@@ -406,8 +457,48 @@ impl State {
             by_lease: HashMap::new(),
             expired: HashMap::new(),
             epoch: 0,
-            next_lease: 0,
+            lease_key: random_key(),
         }
+    }
+
+    /// Uses the data directory's lease key (so leases of earlier boots can
+    /// be recognised).
+    pub fn set_lease_key(&mut self, key: LeaseKey) {
+        self.lease_key = key;
+    }
+
+    /// Whether `r` is a lease this coordinator granted `worker` in an
+    /// earlier boot.
+    fn issued_before(&self, worker: &str, r: &LeaseRef) -> bool {
+        let mut e = r.lease_id >> EPOCH_SHIFT;
+        while e < self.epoch {
+            if lease_id(&self.lease_key, e, r.job, r.task, worker) == r.lease_id {
+                return true;
+            }
+            e += 1 << 16;
+        }
+        false
+    }
+
+    /// Whether this worker's lease `r` lapsed in this boot (expired).
+    fn lapsed(&self, worker: &str, r: &LeaseRef) -> bool {
+        self.expired
+            .get(&r.lease_id)
+            .is_some_and(|(w, j, t)| w == worker && *j == r.job && *t == r.task)
+    }
+
+    /// Refuses a worker id never seen before once `MAX_WORKERS` are known,
+    /// so made-up ids cannot grow memory, replies and metrics without end.
+    pub fn admit(&self, worker: &str) -> Result<(), StateError> {
+        if self.workers.len() >= MAX_WORKERS && !self.workers.contains_key(worker) {
+            return Err(StateError::TooManyWorkers(MAX_WORKERS));
+        }
+        Ok(())
+    }
+
+    /// Whether `worker` is quarantined.
+    pub fn quarantined(&self, worker: &str) -> bool {
+        self.workers.get(worker).is_some_and(|w| w.quarantined())
     }
 
     pub fn limits(&self) -> Limits {
@@ -450,7 +541,6 @@ impl State {
         match record.record.as_ref().ok_or_else(|| bad("empty record"))? {
             Record::Boot(b) => {
                 self.epoch = self.epoch.max(b.epoch);
-                self.next_lease = 0;
             }
             Record::JobSubmitted(s) => {
                 let spec =
@@ -494,6 +584,26 @@ impl State {
                     .jobs
                     .get_mut(&d.job_id)
                     .ok_or(StateError::UnknownJob(d.job_id))?;
+                let r = d.result.as_ref().expect("checked above");
+                let this = StoredResult {
+                    tally,
+                    checksum,
+                    worker: d.worker_id.clone(),
+                    lease_id: d.lease_id,
+                    unix_ms: d.unix_ms,
+                    elapsed_ms: r.elapsed_ms,
+                    solver_version: r.solver_version.clone(),
+                };
+                // A quarantined worker's result, or one that reached the
+                // journal after a cancel, is kept for the audit only.
+                let quarantined = self
+                    .workers
+                    .get(&d.worker_id)
+                    .is_some_and(|w| w.quarantined());
+                if quarantined || job.control == JobState::Cancelled {
+                    job.ignored.push((d.task_index, this));
+                    return Ok(Some(Verdict::NotCounted));
+                }
                 if let Some(stored) = job.results.get(&d.task_index) {
                     let v = if stored.same(&tally, checksum) {
                         Verdict::Duplicate
@@ -513,23 +623,15 @@ impl State {
                     }
                     return Ok(Some(v));
                 }
-                let r = d.result.as_ref().expect("checked above");
-                let this = StoredResult {
-                    tally,
-                    checksum,
-                    worker: d.worker_id.clone(),
-                    lease_id: d.lease_id,
-                    unix_ms: d.unix_ms,
-                    elapsed_ms: r.elapsed_ms,
-                    solver_version: r.solver_version.clone(),
-                };
                 let needed = job.needs(d.task_index);
                 if needed > 1 {
                     let seen = job.candidates.entry(d.task_index).or_default();
                     seen.push(this.clone());
+                    let workers = &self.workers;
                     let agree = seen
                         .iter()
                         .filter(|c| c.same(&tally, checksum))
+                        .filter(|c| !workers.get(&c.worker).is_some_and(|w| w.quarantined()))
                         .map(|c| c.worker.as_str())
                         .collect::<std::collections::HashSet<_>>()
                         .len();
@@ -551,9 +653,7 @@ impl State {
                             tally: odd.tally,
                         });
                         self.counters.conflicts += 1;
-                        if let Some(w) = self.workers.get_mut(&odd.worker) {
-                            w.conflicts += 1;
-                        }
+                        worker_entry(&mut self.workers, &odd.worker).conflicts += 1;
                     }
                 }
                 job.tally.merge(&tally).map_err(|e| bad(&e.to_string()))?;
@@ -597,10 +697,9 @@ impl State {
                     tally,
                 });
                 self.counters.conflicts += 1;
-                if let Some(w) = self.workers.get_mut(&c.worker_id) {
-                    w.errors += 1;
-                    w.conflicts += 1;
-                }
+                let w = worker_entry(&mut self.workers, &c.worker_id);
+                w.errors += 1;
+                w.conflicts += 1;
             }
             Record::TaskDead(d) => {
                 let job = self
@@ -650,13 +749,7 @@ impl State {
 
     /// Records a call from a worker (registering it if new).
     pub fn touch_worker(&mut self, id: &str, now: u64) -> &mut WorkerInfo {
-        let w = self
-            .workers
-            .entry(id.to_string())
-            .or_insert_with(|| WorkerInfo {
-                id: id.to_string(),
-                ..WorkerInfo::default()
-            });
+        let w = worker_entry(&mut self.workers, id);
         w.last_seen_ms = now;
         w
     }
@@ -667,6 +760,7 @@ impl State {
             return Vec::new();
         }
         let ttl = self.limits.lease_ttl_ms;
+        let (key, epoch) = (self.lease_key, self.epoch);
         let mut granted = Vec::new();
         for job in self.jobs.values_mut() {
             if granted.len() >= max {
@@ -696,8 +790,7 @@ impl State {
                     break;
                 };
                 job.ready.remove(&task);
-                let lease_id = self.epoch << EPOCH_SHIFT | self.next_lease;
-                self.next_lease += 1;
+                let lease_id = lease_id(&key, epoch, job.id, task, worker);
                 self.counters.leases_granted += 1;
                 let deadline = now + ttl;
                 job.leases.insert(
@@ -737,20 +830,20 @@ impl State {
         w.subproblems_done = w.subproblems_done.max(subproblems_done);
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
-        let epoch = self.epoch;
+        if self.quarantined(worker) {
+            // No more work for a quarantined worker: its leases run out.
+            return (extended, deadline, refs.to_vec());
+        }
         for r in refs {
-            // A lease from before a restart, or this worker's own lease that
-            // merely expired (a late heartbeat), on a task nobody holds now,
-            // is adopted, so the worker's running count is not thrown away.
-            let was_mine = self
-                .expired
-                .get(&r.lease_id)
-                .is_some_and(|(w, j, t)| w == worker && *j == r.job && *t == r.task);
+            // This worker's lease from before a restart, or its own lease
+            // that merely expired (a late heartbeat), on a task nobody holds
+            // now, is adopted, so its running count is not thrown away.
+            let was_mine = self.lapsed(worker, r) || self.issued_before(worker, r);
             let Some(job) = self.jobs.get_mut(&r.job) else {
                 stop.push(*r);
                 continue;
             };
-            let adoptable = (r.lease_id >> EPOCH_SHIFT < epoch || was_mine)
+            let adoptable = was_mine
                 && job.state() == JobState::Running
                 && job.unfinished(r.task)
                 && job.tasks.as_ref().is_some_and(|t| r.task < t.len() as u64);
@@ -861,37 +954,73 @@ impl State {
             });
         }
         plausible(job, r.task, tally)?;
+        let compare = |stored: &StoredResult| {
+            if stored.same(tally, checksum) {
+                Verdict::Duplicate
+            } else {
+                Verdict::Conflict
+            }
+        };
+        // The same report again (an answer lost on the way): judged by
+        // what this very lease stored, with no lease needed any more.
+        let by_this_lease = |c: &&StoredResult| c.worker == worker && c.lease_id == r.lease_id;
+        if let Some(stored) = job.results.get(&r.task).filter(by_this_lease).or_else(|| {
+            job.candidates
+                .get(&r.task)
+                .and_then(|c| c.iter().find(by_this_lease))
+        }) {
+            return Ok(compare(stored));
+        }
+        if job
+            .ignored
+            .iter()
+            .any(|(t, c)| *t == r.task && by_this_lease(&c))
+        {
+            return Ok(Verdict::NotCounted);
+        }
+        if job.state() == JobState::Cancelled {
+            return Err(StateError::Finished {
+                job: r.job,
+                state: JobState::Cancelled,
+                action: "given results",
+            });
+        }
+        // Only a lease this worker holds now counts, or one it held (it
+        // lapsed, or was granted before a restart) on a task that no other
+        // worker holds now.
+        let holds = match job.leases.get(&r.task) {
+            Some(l) => l.lease_id == r.lease_id && l.worker == worker,
+            None => self.lapsed(worker, r) || self.issued_before(worker, r),
+        };
+        if !holds {
+            return Err(StateError::NotLeased {
+                job: r.job,
+                task: r.task,
+                lease_id: r.lease_id,
+                worker: worker.to_string(),
+            });
+        }
+        if self.quarantined(worker) {
+            return Ok(Verdict::NotCounted);
+        }
         let mine = job
             .candidates
             .get(&r.task)
             .and_then(|c| c.iter().find(|c| c.worker == worker));
         if let Some(stored) = job.results.get(&r.task).or(mine) {
-            return Ok(if stored.same(tally, checksum) {
-                Verdict::Duplicate
-            } else {
-                Verdict::Conflict
-            });
+            return Ok(compare(stored));
         }
-        let current = job
-            .leases
-            .get(&r.task)
-            .is_some_and(|l| l.lease_id == r.lease_id && l.worker == worker);
-        let late = self
-            .expired
-            .get(&r.lease_id)
-            .is_some_and(|(w, j, t)| w == worker && *j == r.job && *t == r.task);
-        let before_restart = r.lease_id >> EPOCH_SHIFT < self.epoch;
-        if current || late || before_restart {
-            Ok(Verdict::New)
-        } else {
-            Err(StateError::NotLeased {
-                job: r.job,
-                task: r.task,
-                lease_id: r.lease_id,
-                worker: worker.to_string(),
-            })
-        }
+        Ok(Verdict::New)
     }
+}
+
+/// A worker's entry, made on first sight (also from journal records, so a
+/// quarantine survives a restart).
+fn worker_entry<'a>(workers: &'a mut BTreeMap<String, WorkerInfo>, id: &str) -> &'a mut WorkerInfo {
+    workers.entry(id.to_string()).or_insert_with(|| WorkerInfo {
+        id: id.to_string(),
+        ..WorkerInfo::default()
+    })
 }
 
 fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32, fraction: f64) -> Job {
@@ -906,6 +1035,7 @@ fn new_job(id: u64, spec: PlanSpec, submitted_ms: u64, redundancy: u32, fraction
             1.0
         },
         candidates: HashMap::new(),
+        ignored: Vec::new(),
         control: JobState::Running,
         tasks: None,
         planned: None,
@@ -966,6 +1096,7 @@ mod tests {
     use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDead, TaskDone};
 
     const TTL: u64 = 10_000;
+    const KEY: LeaseKey = [7; 32];
 
     fn rec(r: Record) -> JournalRecord {
         JournalRecord { record: Some(r) }
@@ -998,6 +1129,7 @@ mod tests {
             backoff_base_ms: 1_000,
             backoff_max_ms: 4_000,
         });
+        s.set_lease_key(KEY);
         s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 })))
             .unwrap();
         s.apply(&rec(Record::JobSubmitted(JobSubmitted {
@@ -1203,11 +1335,16 @@ mod tests {
         s.apply(&done(1, g.task.index, &t, "w1", g.lease_id))
             .unwrap();
         let before = s.job(1).unwrap().tally;
-        // The same result again, from anyone: a duplicate, nothing added.
+        // The same result again (a lost answer): a duplicate, nothing added.
         assert_eq!(
-            s.check_report("w2", &lref(&g), &t, 0),
+            s.check_report("w1", &lref(&g), &t, 0),
             Ok(Verdict::Duplicate)
         );
+        // Anyone else, with that lease: refused.
+        assert!(matches!(
+            s.check_report("w2", &lref(&g), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
         assert_eq!(
             s.apply(&done(1, g.task.index, &t, "w2", 99)).unwrap(),
             Some(Verdict::Duplicate)
@@ -1216,7 +1353,7 @@ mod tests {
         let mut wrong = t;
         wrong.weighted += 8;
         assert_eq!(
-            s.check_report("w2", &lref(&g), &wrong, 0),
+            s.check_report("w1", &lref(&g), &wrong, 0),
             Ok(Verdict::Conflict)
         );
         assert_eq!(
@@ -1228,7 +1365,7 @@ mod tests {
     }
 
     #[test]
-    fn expired_leases_go_back_after_a_backoff_and_late_results_still_count_once() {
+    fn expired_leases_go_back_after_a_backoff_and_late_results_count_only_while_unclaimed() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 2), 1);
         let first = s.lease("slow", 1, 0).remove(0);
         // Heartbeats keep it alive past the original deadline.
@@ -1256,19 +1393,29 @@ mod tests {
         // The old holder is told to stop at its next heartbeat.
         let (_, _, stop) = s.heartbeat("slow", &[lref(&first)], 0, 2 * TTL + 1_001);
         assert_eq!(stop, vec![lref(&first)]);
-        // Its late result is still welcome (first valid result wins)...
+        // Its late result is refused now that another worker holds the task...
+        let t = plan.count_task(&first.task).unwrap();
+        assert!(matches!(
+            s.check_report("slow", &lref(&first), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        assert_eq!(
+            s.check_report("fast", &lref(&second), &t, 0),
+            Ok(Verdict::New)
+        );
+        // ...but welcome while nobody holds it (first valid result wins).
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let first = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL);
         let t = plan.count_task(&first.task).unwrap();
         assert_eq!(
             s.check_report("slow", &lref(&first), &t, 0),
             Ok(Verdict::New)
         );
-        s.apply(&done(1, first.task.index, &t, "slow", first.lease_id))
-            .unwrap();
-        // ...and the new holder's becomes a duplicate.
-        assert_eq!(
-            s.check_report("fast", &lref(&second), &t, 0),
-            Ok(Verdict::Duplicate)
-        );
+        assert!(matches!(
+            s.check_report("other", &lref(&first), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
     }
 
     #[test]
@@ -1304,15 +1451,31 @@ mod tests {
         let old = LeaseRef {
             job: 1,
             task: 1,
-            lease_id: (1 << EPOCH_SHIFT) + 7,
+            lease_id: lease_id(&KEY, 1, 1, 1, "w"),
         };
+        // Another worker cannot adopt it, nor anyone a made-up id.
+        assert_eq!(s.heartbeat("x", &[old], 0, 9).2, vec![old]);
+        for id in [
+            0,
+            1,
+            old.lease_id + 1,
+            old.lease_id ^ 1 << 60,
+            1 << EPOCH_SHIFT,
+        ] {
+            let forged = LeaseRef {
+                lease_id: id,
+                ..old
+            };
+            assert_eq!(s.heartbeat("w", &[forged], 0, 9).2, vec![forged], "{id:#x}");
+        }
         let (ext, _, stop) = s.heartbeat("w", &[old], 0, 10);
         assert_eq!((ext, stop), (vec![old], vec![]));
         let others: Vec<u64> = s.lease("x", 10, 11).iter().map(|g| g.task.index).collect();
         assert!(!others.contains(&1), "the adopted task is not lent again");
         // A lease of this boot that is not current is not adopted.
         let forged = LeaseRef {
-            lease_id: (2 << EPOCH_SHIFT) + 99,
+            lease_id: lease_id(&KEY, 2, 1, 2, "w"),
+            task: 2,
             ..old
         };
         assert_eq!(s.heartbeat("w", &[forged], 0, 12).2, vec![forged]);
@@ -1390,20 +1553,39 @@ mod tests {
             s.check_report("w2", &lref(&g), &t, 0),
             Err(StateError::NotLeased { .. })
         ));
-        let forged = LeaseRef {
-            lease_id: (2 << EPOCH_SHIFT) + 777,
+        for id in [0, g.lease_id + 1, g.lease_id - 1, (2 << EPOCH_SHIFT) + 777] {
+            let forged = LeaseRef {
+                lease_id: id,
+                ..lref(&g)
+            };
+            assert!(matches!(
+                s.check_report("w1", &forged, &t, 0),
+                Err(StateError::NotLeased { .. })
+            ));
+        }
+        // This worker's lease from before the restart (epoch 1) is
+        // accepted on a task nobody holds: its result is still valid work.
+        let free = (g.task.index + 1) % tasks.len() as u64;
+        let tf = plan.count_task(&tasks[free as usize]).unwrap();
+        let old = LeaseRef {
+            job: 1,
+            task: free,
+            lease_id: lease_id(&KEY, 1, 1, free, "w3"),
+        };
+        assert_eq!(s.check_report("w3", &old, &tf, 0), Ok(Verdict::New));
+        assert!(matches!(
+            s.check_report("w4", &old, &tf, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        // Not on a task another worker holds.
+        let held = LeaseRef {
+            lease_id: lease_id(&KEY, 1, 1, g.task.index, "w3"),
             ..lref(&g)
         };
         assert!(matches!(
-            s.check_report("w1", &forged, &t, 0),
+            s.check_report("w3", &held, &t, 0),
             Err(StateError::NotLeased { .. })
         ));
-        // A lease from before the restart (epoch 1) is accepted: its result is still valid work.
-        let old = LeaseRef {
-            lease_id: (1 << EPOCH_SHIFT) + 5,
-            ..lref(&g)
-        };
-        assert_eq!(s.check_report("w3", &old, &t, 0), Ok(Verdict::New));
         // Unknown job and task.
         assert_eq!(
             s.check_report("w1", &LeaseRef { job: 9, ..lref(&g) }, &t, 0),
@@ -1430,6 +1612,67 @@ mod tests {
             s.check_report("w1", &lref(&g), &big, 0),
             Err(StateError::Implausible { .. })
         ));
+    }
+
+    #[test]
+    fn a_quarantined_workers_results_are_kept_but_never_counted() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("liar", 2, 0);
+        s.apply(&rec(Record::TaskConflict(v1::TaskConflict {
+            job_id: 1,
+            task_index: 2,
+            result: Some(tally_to_wire(&Tally::default())),
+            worker_id: "liar".into(),
+            unix_ms: 0,
+        })))
+        .unwrap();
+        assert!(s.quarantined("liar"));
+        let t = plan.count_task(&g[0].task).unwrap();
+        assert_eq!(
+            s.check_report("liar", &lref(&g[0]), &t, 0),
+            Ok(Verdict::NotCounted)
+        );
+        assert_eq!(
+            s.apply(&done(1, g[0].task.index, &t, "liar", g[0].lease_id))
+                .unwrap(),
+            Some(Verdict::NotCounted)
+        );
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.done, v.total), (0, 0));
+        assert_eq!(s.job(1).unwrap().ignored.len(), 1);
+        // The same report again is answered without a second record.
+        assert_eq!(
+            s.check_report("liar", &lref(&g[0]), &t, 0),
+            Ok(Verdict::NotCounted)
+        );
+        // Its other lease is not extended.
+        assert_eq!(
+            s.heartbeat("liar", &[lref(&g[1])], 0, 1).2,
+            vec![lref(&g[1])]
+        );
+    }
+
+    #[test]
+    fn nothing_counts_for_a_cancelled_job() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w", 1, 0).remove(0);
+        s.apply(&rec(Record::JobState(JobStateChanged {
+            job_id: 1,
+            state: v1::JobState::Cancelled as i32,
+        })))
+        .unwrap();
+        let t = plan.count_task(&g.task).unwrap();
+        assert!(matches!(
+            s.check_report("w", &lref(&g), &t, 0),
+            Err(StateError::Finished { .. })
+        ));
+        // A result journaled just after the cancel (a race) is not counted.
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &t, "w", g.lease_id))
+                .unwrap(),
+            Some(Verdict::NotCounted)
+        );
+        assert_eq!(s.job(1).unwrap().view().total, 0);
     }
 
     #[test]
@@ -1461,5 +1704,144 @@ mod tests {
             s.attach_tasks(1, tasks),
             Err(StateError::PlanChanged { .. })
         ));
+    }
+}
+
+/// Hostile reports against the lease rules, with random workers, lease ids
+/// and task indices: nothing but a report under a lease granted to its
+/// worker ever changes a total.
+#[cfg(test)]
+mod forged {
+    use super::*;
+    use nqueens_common::Size;
+    use nqueens_proto::tally_to_wire;
+    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDone};
+    use proptest::prelude::*;
+    use proptest::strategy::Strategy as _;
+
+    const WORKERS: [&str; 3] = ["a", "b", "c"];
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Lease(usize, usize),
+        /// A report under a lease once granted (by index), from worker `w`
+        /// (the holder or not), honest only when from the holder.
+        Granted(usize, usize),
+        /// A report with a made-up lease id: random, or a neighbour of a
+        /// granted one.
+        Forged(usize, u64, u64, bool),
+        Heartbeat(usize, usize, u64),
+        Expire(u64),
+        Release(usize),
+        Cancel,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..3usize, 1..4usize).prop_map(|(w, m)| Op::Lease(w, m)),
+            4 => (0..64usize, 0..3usize).prop_map(|(g, w)| Op::Granted(g, w)),
+            4 => (0..3usize, 0..12u64, any::<u64>(), any::<bool>()).prop_map(|(w, t, id, n)| Op::Forged(w, t, id, n)),
+            2 => (0..3usize, 0..64usize, any::<u64>()).prop_map(|(w, g, id)| Op::Heartbeat(w, g, id)),
+            1 => (0..30_000u64).prop_map(Op::Expire),
+            1 => (0..64usize).prop_map(Op::Release),
+            1 => Just(Op::Cancel),
+        ]
+    }
+
+    fn rec(r: Record) -> JournalRecord {
+        JournalRecord { record: Some(r) }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn no_unleased_report_changes_a_total(
+            redundancy in 1..3u32,
+            epoch in 1..4u64,
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: super::Strategy::Frame, depth: 3, tasks: 8 };
+            let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10 });
+            s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
+            s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();
+            let plan = Plan::new(spec).unwrap();
+            let tasks = plan.schedule().tasks;
+            s.apply(&rec(Record::JobPlanned(JobPlanned { job_id: 1, tasks: tasks.len() as u64, digest: digest(&tasks) }))).unwrap();
+            s.attach_tasks(1, tasks.clone()).unwrap();
+            let truth: Vec<Tally> = tasks.iter().map(|t| plan.count_task(t).unwrap()).collect();
+            let mut grants: Vec<(String, LeaseRef)> = Vec::new();
+            let mut now = 0;
+            // Reports one result as the coordinator would (check, journal, apply).
+            let report = |s: &mut State, w: &str, r: LeaseRef, t: Tally, now: u64| {
+                if let Ok(Verdict::New | Verdict::NotCounted) = s.check_report(w, &r, &t, 0) {
+                    let d = TaskDone { job_id: r.job, task_index: r.task, result: Some(tally_to_wire(&t)), worker_id: w.into(), lease_id: r.lease_id, unix_ms: now };
+                    s.apply(&rec(Record::TaskDone(d))).unwrap();
+                }
+            };
+            for op in ops {
+                now += 1;
+                match op {
+                    Op::Lease(w, m) => {
+                        for g in s.lease(WORKERS[w], m, now) {
+                            grants.push((WORKERS[w].into(), LeaseRef { job: g.job, task: g.task.index, lease_id: g.lease_id }));
+                        }
+                    }
+                    Op::Granted(g, w) => {
+                        let Some((holder, r)) = grants.get(g % grants.len().max(1)).cloned() else { continue };
+                        let mut t = truth[r.task as usize];
+                        if holder != WORKERS[w] {
+                            t.weighted += 1; // a thief's lie
+                        }
+                        report(&mut s, WORKERS[w], r, t, now);
+                    }
+                    Op::Forged(w, task, id, near) => {
+                        let id = match (near, grants.last()) {
+                            (true, Some((_, r))) => r.lease_id.wrapping_add(id % 5).wrapping_sub(2),
+                            _ => id,
+                        };
+                        let r = LeaseRef { job: 1, task, lease_id: id };
+                        if grants.iter().any(|(h, g)| h == WORKERS[w] && *g == r) {
+                            continue; // guessed a real one: not a forgery
+                        }
+                        let mut t = truth.get(task as usize).copied().unwrap_or_default();
+                        t.weighted += 1;
+                        report(&mut s, WORKERS[w], r, t, now);
+                    }
+                    Op::Heartbeat(w, g, id) => {
+                        let mut refs = vec![LeaseRef { job: 1, task: id % 12, lease_id: id }];
+                        if let Some((_, r)) = grants.get(g % grants.len().max(1)) {
+                            refs.push(*r);
+                        }
+                        let (extended, _, _) = s.heartbeat(WORKERS[w], &refs, 0, now);
+                        for e in extended {
+                            prop_assert!(grants.iter().any(|(h, g)| h == WORKERS[w] && *g == e), "extended a lease never granted: {e:?}");
+                        }
+                    }
+                    Op::Expire(ms) => {
+                        now += ms;
+                        s.expire(now);
+                    }
+                    Op::Release(g) => {
+                        if let Some((h, r)) = grants.get(g % grants.len().max(1)).cloned() {
+                            s.release(&h, &[r], now);
+                        }
+                    }
+                    Op::Cancel => {
+                        if s.job(1).unwrap().state() != JobState::Done {
+                            s.apply(&rec(Record::JobState(JobStateChanged { job_id: 1, state: v1::JobState::Cancelled as i32 }))).unwrap();
+                        }
+                    }
+                }
+                // Every counted result is the truth, granted to its worker.
+                let job = s.job(1).unwrap();
+                let mut sum = Tally::default();
+                for (&task, r) in job.results() {
+                    prop_assert_eq!(r.tally, truth[task as usize], "task {} counted a lie", task);
+                    prop_assert!(grants.iter().any(|(h, g)| *h == r.worker && g.task == task && g.lease_id == r.lease_id));
+                    sum.merge(&r.tally).unwrap();
+                }
+                prop_assert_eq!(job.tally, sum);
+            }
+        }
     }
 }

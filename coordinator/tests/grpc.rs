@@ -399,8 +399,8 @@ async fn every_invalid_input_gets_its_status() {
 async fn tokens_are_checked_per_role() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
-    c.worker_token = Some("w-secret".into());
-    c.operator_token = Some("o-secret".into());
+    c.worker_token = Some("w-secret-0123456789".into());
+    c.operator_token = Some("o-secret-0123456789".into());
     let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
     let channel = Channel::from_shared(format!("http://{}", r.addr))
         .unwrap()
@@ -419,16 +419,18 @@ async fn tokens_are_checked_per_role() {
     let e = none.list_jobs(list).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
     assert!(e.message().contains("required"), "{e}");
-    let mut wrong = OperatorServiceClient::with_interceptor(channel.clone(), with("w-secret"));
+    let mut wrong =
+        OperatorServiceClient::with_interceptor(channel.clone(), with("w-secret-0123456789"));
     let e = wrong.list_jobs(list).await.unwrap_err();
     assert_eq!(
         e.code(),
         Code::Unauthenticated,
         "a worker token is not an operator token"
     );
-    let mut right = OperatorServiceClient::with_interceptor(channel.clone(), with("o-secret"));
+    let mut right =
+        OperatorServiceClient::with_interceptor(channel.clone(), with("o-secret-0123456789"));
     right.list_jobs(list).await.unwrap();
-    let mut worker = WorkerServiceClient::with_interceptor(channel, with("w-secret"));
+    let mut worker = WorkerServiceClient::with_interceptor(channel, with("w-secret-0123456789"));
     worker
         .lease(v1::LeaseRequest {
             worker_id: "w".into(),
@@ -758,8 +760,9 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         count_and_report(&mut w, "w1", &l).await,
         ReportOutcome::Accepted
     );
+    // The holder's own report again (a lost answer), with other counts.
     let report = |result: v1::TaskResult| v1::ReportRequest {
-        worker_id: "w2".into(),
+        worker_id: "w1".into(),
         lease: Some(lease_ref(&l)),
         result: Some(result),
     };
