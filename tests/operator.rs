@@ -140,7 +140,7 @@ fn failures_have_their_own_exit_codes_and_say_what_to_do() {
 
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("operator.token");
-    std::fs::write(&token, "s3cret\n").unwrap();
+    std::fs::write(&token, "s3cret-operator-token\n").unwrap();
     let token = token.to_str().unwrap();
     let c = common::start_with(&dir.path().join("data"), &["--operator-token-file", token]);
     let (code, _, err) = operator(&c.url, &["jobs"]);

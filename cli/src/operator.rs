@@ -57,14 +57,28 @@ impl Operator {
 
     pub async fn jobs(&mut self) -> Result<Vec<JobInfo>, Failure> {
         let r = self.client.list_jobs(v1::ListJobsRequest {}).await;
-        let jobs = r.map_err(|s| self.fail(&s))?.into_inner().jobs;
-        Ok(jobs.iter().map(JobInfo::new).collect())
+        let r = r.map_err(|s| self.fail(&s))?.into_inner();
+        if r.total > r.jobs.len() as u64 {
+            eprintln!(
+                "note: the coordinator listed the newest {} of its {} jobs",
+                r.jobs.len(),
+                r.total
+            );
+        }
+        Ok(r.jobs.iter().map(JobInfo::new).collect())
     }
 
     pub async fn workers(&mut self) -> Result<Vec<WorkerRow>, Failure> {
         let r = self.client.list_workers(v1::ListWorkersRequest {}).await;
-        let workers = r.map_err(|s| self.fail(&s))?.into_inner().workers;
-        Ok(workers.iter().map(WorkerRow::new).collect())
+        let r = r.map_err(|s| self.fail(&s))?.into_inner();
+        if r.total > r.workers.len() as u64 {
+            eprintln!(
+                "note: the coordinator listed the {} most recently seen of its {} workers",
+                r.workers.len(),
+                r.total
+            );
+        }
+        Ok(r.workers.iter().map(WorkerRow::new).collect())
     }
 
     pub async fn control(&mut self, id: u64, action: Control) -> Result<JobInfo, Failure> {
@@ -159,11 +173,31 @@ pub fn submit(
     })
 }
 
+/// A finished job whose counts differ from the published ones is a
+/// failure (exit 1), whatever else the view shows.
+fn wrong_counts(jobs: &[JobInfo]) -> Result<(), Failure> {
+    let wrong: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.matches_known == Some(false))
+        .map(|j| j.job.to_string())
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::Failed(format!(
+        "job {} finished with counts that DIFFER from the published ones: a worker miscounted or lied. \
+         Run `nqueens audit JOB` and `nqueens workers`, and count it again with --redundancy 2",
+        wrong.join(", ")
+    )))
+}
+
 pub fn status(job: Option<u64>, c: &Connect) -> Result<(), Failure> {
     on_runtime(async {
         let mut op = Operator::new(c)?;
         if let Some(id) = job {
-            return print_job(&op.job(id).await?, c.json);
+            let job = op.job(id).await?;
+            print_job(&job, c.json)?;
+            return wrong_counts(std::slice::from_ref(&job));
         }
         let (jobs, workers) = (op.jobs().await?, op.workers().await?);
         let mut out = io::stdout().lock();
@@ -187,7 +221,8 @@ pub fn status(job: Option<u64>, c: &Connect) -> Result<(), Failure> {
                 }
             }
         }
-        Ok(out.flush()?)
+        out.flush()?;
+        wrong_counts(&jobs)
     })
 }
 

@@ -5,14 +5,31 @@ use crate::exit::Failure;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-/// A token from a file, else from an environment variable.
+/// A token from a file, else from an environment variable (trimmed). A
+/// file, or a set variable, holding nothing but whitespace is refused:
+/// it would send (or, on a coordinator, accept) an empty token.
 pub fn read_token(file: Option<&PathBuf>, var: &str) -> Result<Option<String>, Failure> {
-    match file {
-        Some(f) => std::fs::read_to_string(f)
-            .map(|t| Some(t.trim().to_string()))
-            .map_err(|e| Failure::BadInput(format!("cannot read token file {}: {e}", f.display()))),
-        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
+    let (token, from) = match file {
+        Some(f) => (
+            std::fs::read_to_string(f).map_err(|e| {
+                Failure::BadInput(format!("cannot read token file {}: {e}", f.display()))
+            })?,
+            format!("token file {}", f.display()),
+        ),
+        None => match std::env::var(var) {
+            Ok(t) if !t.is_empty() => (t, var.to_string()),
+            _ => return Ok(None),
+        },
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        return Err(Failure::BadInput(format!(
+            "{from} is empty (or only whitespace): put the token in it, one line of at least {} \
+             characters (make one with: head -c 32 /dev/urandom | base64)",
+            nqueens_coordinator::server::MIN_TOKEN
+        )));
     }
+    Ok(Some(token))
 }
 
 /// Logs on stderr, filtered by RUST_LOG (else `default`).
@@ -102,6 +119,12 @@ fn survive_file_size_limit() {
 
 pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
     init_logs("info");
+    // A bad configuration is bad input (exit 2), before anything is opened.
+    nqueens_coordinator::server::check_tokens(
+        config.worker_token.as_deref(),
+        config.operator_token.as_deref(),
+    )
+    .map_err(|e| Failure::BadInput(e.to_string()))?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         survive_file_size_limit();

@@ -1,0 +1,409 @@
+//! Hostile and careless input against a real coordinator process: forged
+//! leases from a raw gRPC client, oversized fields, blank or shared tokens,
+//! a second coordinator on the same data directory, a liar's count.
+
+use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
+use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use tonic::Code;
+
+mod common;
+use common::{nqueens, operator};
+
+type Workers = WorkerServiceClient<Channel>;
+type Operators = OperatorServiceClient<Channel>;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn clients(url: &str) -> (Workers, Operators) {
+    (
+        WorkerServiceClient::connect(url.to_string()).await.unwrap(),
+        OperatorServiceClient::connect(url.to_string())
+            .await
+            .unwrap(),
+    )
+}
+
+/// Submits N=8 in `tasks` frame tasks and polls until it is planned.
+async fn submit(ops: &mut Operators, tasks: u64, redundancy: u32) -> v1::Job {
+    let plan = PlanSpec {
+        n: Size::new(8).unwrap(),
+        strategy: Strategy::Frame,
+        depth: 3,
+        tasks,
+    };
+    let job = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some((&plan).into()),
+            redundancy,
+            verify_fraction: 0.0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let j = ops
+            .get_job(v1::JobRef { job_id: job.job_id })
+            .await
+            .unwrap()
+            .into_inner();
+        if j.tasks > 0 {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job never planned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn register(w: &mut Workers, id: &str) {
+    w.register(v1::RegisterRequest {
+        worker_id: id.into(),
+        host: "h".into(),
+        cores: 1,
+        solver_version: "t".into(),
+    })
+    .await
+    .unwrap();
+}
+
+async fn lease(w: &mut Workers, id: &str, max: u32) -> Vec<v1::Lease> {
+    w.lease(v1::LeaseRequest {
+        worker_id: id.into(),
+        max_tasks: max,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .leases
+}
+
+fn lref(l: &v1::Lease) -> v1::LeaseRef {
+    v1::LeaseRef {
+        job_id: l.job_id,
+        task_index: l.task.as_ref().unwrap().index,
+        lease_id: l.lease_id,
+    }
+}
+
+/// The true result of a leased task, optionally inflated by `lie`.
+fn result_of(l: &v1::Lease, lie: u128) -> v1::TaskResult {
+    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
+    let (mut tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&task).unwrap();
+    tally.weighted += lie;
+    v1::TaskResult {
+        checksum,
+        ..tally_to_wire(&tally)
+    }
+}
+
+async fn report(
+    w: &mut Workers,
+    id: &str,
+    r: v1::LeaseRef,
+    result: v1::TaskResult,
+) -> Result<ReportOutcome, tonic::Status> {
+    w.report(v1::ReportRequest {
+        worker_id: id.into(),
+        lease: Some(r),
+        result: Some(result),
+    })
+    .await
+    .map(|r| ReportOutcome::try_from(r.into_inner().outcome).unwrap())
+}
+
+async fn total(ops: &mut Operators, job: u64) -> (i32, u128) {
+    let j = ops
+        .get_job(v1::JobRef { job_id: job })
+        .await
+        .unwrap()
+        .into_inner();
+    (j.state, u128_from_wire(j.total.as_ref()))
+}
+
+#[test]
+fn forged_leases_are_refused_and_the_count_stays_exact() {
+    let _watchdog = common::watchdog("forged_leases_are_refused_and_the_count_stays_exact");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    runtime().block_on(async {
+        let (mut w, mut ops) = clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        register(&mut w, "honest").await;
+        register(&mut w, "thief").await;
+        let held = lease(&mut w, "honest", 1).await.remove(0);
+        assert_ne!(held.lease_id, 0);
+        let real = lref(&held);
+        // The thief with the honest worker's lease, a neighbour of it, 0,
+        // and on tasks nobody holds: all refused, nothing counted.
+        let mut forged = vec![real];
+        for id in [0, 1, held.lease_id + 1, held.lease_id - 1, u64::MAX] {
+            for task in [real.task_index, (real.task_index + 1) % job.tasks] {
+                forged.push(v1::LeaseRef {
+                    task_index: task,
+                    lease_id: id,
+                    ..real
+                });
+            }
+        }
+        for r in &forged {
+            let e = report(&mut w, "thief", *r, result_of(&held, 8))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), Code::FailedPrecondition, "{r:?}: {e:?}");
+            let hb = w
+                .heartbeat(v1::HeartbeatRequest {
+                    worker_id: "thief".into(),
+                    leases: vec![*r],
+                    subproblems_done: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(hb.extended.is_empty(), "{r:?} extended for the thief");
+        }
+        // The holder itself with a wrong id is refused too.
+        let wrong = v1::LeaseRef {
+            lease_id: held.lease_id ^ 1,
+            ..real
+        };
+        let e = report(&mut w, "honest", wrong, result_of(&held, 0))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition);
+        assert!(e.message().contains("not leased"), "{}", e.message());
+        assert_eq!(total(&mut ops, job.job_id).await.1, 0);
+
+        // The honest worker finishes: the exact count.
+        let mut all = vec![held];
+        all.extend(lease(&mut w, "honest", 100).await);
+        for l in &all {
+            let o = report(&mut w, "honest", lref(l), result_of(l, 0)).await;
+            assert_eq!(o.unwrap(), ReportOutcome::Accepted);
+        }
+        // A retry of an acknowledged report is a duplicate, not an error.
+        let o = report(&mut w, "honest", lref(&all[0]), result_of(&all[0], 0)).await;
+        assert_eq!(o.unwrap(), ReportOutcome::Duplicate);
+        assert_eq!(
+            total(&mut ops, job.job_id).await,
+            (v1::JobState::Done as i32, 92)
+        );
+
+        // Nothing counts for a cancelled job, even under a real lease.
+        let job2 = submit(&mut ops, 3, 1).await;
+        let l = lease(&mut w, "honest", 1).await.remove(0);
+        ops.cancel_job(v1::JobRef {
+            job_id: job2.job_id,
+        })
+        .await
+        .unwrap();
+        let e = report(&mut w, "honest", lref(&l), result_of(&l, 0))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert_eq!(total(&mut ops, job2.job_id).await.1, 0);
+    });
+    let (code, lines, err) = operator(&c.url, &["audit", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines[0]["passed"], true);
+}
+
+#[test]
+fn oversized_fields_are_refused_and_replies_stay_small() {
+    let _watchdog = common::watchdog("oversized_fields_are_refused_and_replies_stay_small");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    runtime().block_on(async {
+        let (mut w, mut ops) = clients(&c.url).await;
+        let big = "x".repeat(1 << 20);
+        let reg = |id: &str, host: &str, version: &str| v1::RegisterRequest {
+            worker_id: id.into(),
+            host: host.into(),
+            cores: 1,
+            solver_version: version.into(),
+        };
+        for (req, field) in [
+            (reg(&big, "h", "v"), "worker_id"),
+            (reg("w", &big, "v"), "host"),
+            (reg("w", "h", &big), "solver_version"),
+            (reg("w\n", "h", "v"), "worker_id"),
+        ] {
+            let e = w.register(req).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert!(e.message().starts_with(field), "{}", e.message());
+        }
+        let many = vec![v1::LeaseRef::default(); 5_000];
+        let e = w
+            .heartbeat(v1::HeartbeatRequest {
+                worker_id: "w".into(),
+                leases: many.clone(),
+                subproblems_done: 0,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e
+            .message()
+            .contains("leases has 5000 entries; the limit is 4096"));
+        let e = w
+            .release(v1::ReleaseRequest {
+                worker_id: "w".into(),
+                leases: many,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let job = submit(&mut ops, 2, 1).await;
+        register(&mut w, "w").await;
+        let l = lease(&mut w, "w", 1).await.remove(0);
+        let mut r = result_of(&l, 0);
+        r.solver_version = big.clone();
+        let e = report(&mut w, "w", lref(&l), r).await.unwrap_err();
+        assert!(e.message().starts_with("result.solver_version"), "{e:?}");
+        // Many workers at the largest sizes allowed: the listing still fits.
+        for i in 0..1_100 {
+            let id = format!("{i:0>128}");
+            w.register(reg(&id, &"h".repeat(256), &"v".repeat(64)))
+                .await
+                .unwrap();
+        }
+        let list = ops
+            .list_workers(v1::ListWorkersRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((list.workers.len(), list.total), (1_000, 1_101));
+        assert!(total(&mut ops, job.job_id).await.1 == 0);
+    });
+    let (code, _, err) = operator(&c.url, &["workers"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Runs `nqueens` with `args` and gives its exit code and stderr.
+fn run(args: &[&str]) -> (i32, String) {
+    let out = nqueens(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn blank_short_and_shared_tokens_are_refused_at_start() {
+    let _watchdog = common::watchdog("blank_short_and_shared_tokens_are_refused_at_start");
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let blank = file("blank", " \n\t\n");
+    let empty = file("empty", "");
+    let short = file("short", "abc123\n");
+    let good = file("good", "0123456789abcdef-worker\n");
+    let good2 = file("good2", "0123456789abcdef-operator\n");
+    let same = file("same", "0123456789abcdef-worker");
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let start = |w: &str, o: &str| {
+        run(&[
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data,
+            "--worker-token-file",
+            w,
+            "--operator-token-file",
+            o,
+        ])
+    };
+    for (w, o, says) in [
+        (&blank, &good2, "is empty"),
+        (&empty, &good2, "is empty"),
+        (&good, &blank, "is empty"),
+        (&short, &good2, "at least 16"),
+        (&good, &same, "are the same"),
+    ] {
+        let (code, err) = start(w, o);
+        assert_eq!(code, 2, "{w} {o}: {err}");
+        assert!(err.contains(says), "{err}");
+    }
+    assert!(
+        !std::path::Path::new(data).exists(),
+        "nothing is opened on a bad configuration"
+    );
+    // Clients refuse to send an empty token.
+    let url = "http://127.0.0.1:9";
+    let (code, err) = run(&["jobs", "--coordinator", url, "--token-file", &blank]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is empty"), "{err}");
+    let (code, err) = run(&["worker", "--coordinator", url, "--token-file", &empty]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn a_second_coordinator_on_the_same_directory_exits_even_without_a_lock_file() {
+    let _watchdog = common::watchdog("a_second_coordinator_on_the_same_directory_exits");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log");
+    let first = common::start_at(&data, "127.0.0.1:0", &["--insecure"], Some(&log));
+    // --insecure says so at every start.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("--insecure"), "{logged}");
+    for f in std::fs::read_dir(&data).unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() && f.file_name().unwrap() != "journal" {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+    let (code, err) = run(&[
+        "coordinator",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("another process holds its lock"), "{err}");
+    let (code, _, err) = operator(&first.url, &["jobs"]);
+    assert_eq!(code, 0, "the first one still serves: {err}");
+}
+
+#[test]
+fn status_fails_when_a_liar_made_the_count_differ() {
+    let _watchdog = common::watchdog("status_fails_when_a_liar_made_the_count_differ");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    runtime().block_on(async {
+        let (mut w, mut ops) = clients(&c.url).await;
+        let job = submit(&mut ops, 3, 1).await;
+        register(&mut w, "liar").await;
+        for (k, l) in lease(&mut w, "liar", 10).await.iter().enumerate() {
+            let lie = u128::from(k == 0) * 8;
+            let o = report(&mut w, "liar", lref(l), result_of(l, lie)).await;
+            assert_eq!(o.unwrap(), ReportOutcome::Accepted);
+        }
+        assert_eq!(
+            total(&mut ops, job.job_id).await,
+            (v1::JobState::Done as i32, 100)
+        );
+    });
+    let (code, lines, err) = operator(&c.url, &["status", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(lines[0]["matches_known"], false);
+    assert!(err.contains("DIFFER"), "{err}");
+    let (code, _, err) = operator(&c.url, &["status"]);
+    assert_eq!(code, 1, "{err}");
+}
