@@ -398,11 +398,13 @@ impl Threads {
 /// Which inner loop counts the ring jobs (`--core`).
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Core {
-    /// The fastest this CPU has (AVX-512 lanes when present).
+    /// The fastest this CPU has (AVX-512, else AVX2, else scalar).
     Auto,
     /// One search at a time, on any CPU.
     Scalar,
-    /// Sixteen searches at a time in AVX-512 lanes (CPUs with AVX-512F).
+    /// Eight searches at a time in AVX2 lanes (x86-64 CPUs since 2013), any N.
+    Avx2,
+    /// Sixteen searches at a time in AVX-512 lanes (CPUs with AVX-512F), N <= 18.
     Avx512,
 }
 
@@ -412,6 +414,7 @@ impl Core {
         let want = match self {
             Core::Auto => return Ok(None),
             Core::Scalar => Path::Scalar,
+            Core::Avx2 => Path::Avx2,
             Core::Avx512 => Path::Avx512,
         };
         let have = Path::available();

@@ -1,0 +1,424 @@
+//! Eight 32-bit lanes per AVX2 register, for every interior up to N=32.
+//!
+//! Unlike the AVX-512 kernel, diagonals move by plain shifts: bits pushed
+//! off the board are lost, so backing up a row restores the row's masks
+//! from the lane's stack instead of undoing the shift. A stack record is
+//! one 16-byte row: `[candidates, left diagonal, right diagonal, shift]`.
+//! AVX2 has gathers but no scatter, so records move as whole rows: eight
+//! 16-byte loads (or stores) at each lane's own row, transposed to (or
+//! from) four registers. Every step writes every lane's record at the row
+//! it is on; for a lane that does not descend that row is dead, so the
+//! write is harmless and needs no mask.
+
+use super::{CountOverflow, Job, Sums, WideTables, PACKED_COLUMNS};
+use core::arch::x86_64::*;
+
+const LANES: usize = 8;
+/// Groups stepped interleaved, so one group's loads overlap another's
+/// arithmetic (each step of a group depends on its previous step).
+const GROUPS: usize = 2;
+/// Stack rows per lane: row r lives in slot r + 1, so a lane on row 0 can
+/// read "the row above" (slot 0) without a bounds check.
+const SLOTS: usize = 34;
+/// u32 words per record.
+const REC: usize = 4;
+/// Lane counters are added into the u128 sums this often (in steps), long
+/// before a 32-bit lane counter could wrap (at most 2 nodes per step).
+const FLUSH_EVERY: u32 = 1 << 20;
+
+/// Eight lanes, one search each.
+#[derive(Clone, Copy)]
+struct Group {
+    /// Free row, and the row the job started at.
+    k: __m256i,
+    k0: __m256i,
+    /// The job's interior's first entry.
+    base: __m256i,
+    /// Candidates left in row k (the placed queen of row k is already out).
+    bm: __m256i,
+    l: __m256i,
+    r: __m256i,
+    col: __m256i,
+    /// Rows from row k to the next free row.
+    sh: __m256i,
+    pen: __m256i,
+    last: __m256i,
+    weight: __m256i,
+    nodes: __m256i,
+    sols: __m256i,
+    /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
+    active: __m256i,
+    /// This group's stacks: `LANES * SLOTS` records.
+    stack: *mut u32,
+}
+
+/// A group's lane state in memory, while lanes take new jobs.
+#[derive(Default)]
+struct Spill {
+    k: [u32; LANES],
+    k0: [u32; LANES],
+    base: [u32; LANES],
+    bm: [u32; LANES],
+    l: [u32; LANES],
+    r: [u32; LANES],
+    col: [u32; LANES],
+    sh: [u32; LANES],
+    pen: [u32; LANES],
+    last: [u32; LANES],
+    weight: [u32; LANES],
+    active: [u32; LANES],
+}
+
+#[target_feature(enable = "avx2")]
+fn load(a: &[u32; LANES]) -> __m256i {
+    // SAFETY: reads exactly 32 bytes from a 32-byte array.
+    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2")]
+fn store(a: &mut [u32; LANES], v: __m256i) {
+    // SAFETY: writes exactly 32 bytes into a 32-byte array.
+    unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
+}
+
+#[target_feature(enable = "avx2")]
+fn lane_sum(v: __m256i) -> u128 {
+    let mut a = [0u32; LANES];
+    store(&mut a, v);
+    a.iter().map(|&x| u128::from(x)).sum()
+}
+
+/// Lanes set in a mask vector, as bits.
+#[target_feature(enable = "avx2")]
+fn bits(m: __m256i) -> u32 {
+    _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
+}
+
+/// `if m { a } else { b }` per lane.
+#[target_feature(enable = "avx2")]
+fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_blendv_epi8(b, a, m)
+}
+
+/// Each lane's record at `slot`, as u32 offsets into the group's stacks.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn record_offsets(slot: __m256i) -> [usize; LANES] {
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let v = _mm256_slli_epi32::<2>(_mm256_add_epi32(
+        _mm256_mullo_epi32(lane, _mm256_set1_epi32(SLOTS as i32)),
+        slot,
+    ));
+    let lo = _mm256_castsi256_si128(v);
+    let hi = _mm256_extracti128_si256::<1>(v);
+    [
+        _mm_cvtsi128_si32(lo) as usize,
+        _mm_extract_epi32::<1>(lo) as usize,
+        _mm_extract_epi32::<2>(lo) as usize,
+        _mm_extract_epi32::<3>(lo) as usize,
+        _mm_cvtsi128_si32(hi) as usize,
+        _mm_extract_epi32::<1>(hi) as usize,
+        _mm_extract_epi32::<2>(hi) as usize,
+        _mm_extract_epi32::<3>(hi) as usize,
+    ]
+}
+
+impl Group {
+    #[target_feature(enable = "avx2")]
+    fn spill(&self) -> Spill {
+        let mut s = Spill::default();
+        for (a, v) in [
+            (&mut s.k, self.k),
+            (&mut s.k0, self.k0),
+            (&mut s.base, self.base),
+            (&mut s.bm, self.bm),
+            (&mut s.l, self.l),
+            (&mut s.r, self.r),
+            (&mut s.col, self.col),
+            (&mut s.sh, self.sh),
+            (&mut s.pen, self.pen),
+            (&mut s.last, self.last),
+            (&mut s.weight, self.weight),
+            (&mut s.active, self.active),
+        ] {
+            store(a, v);
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn reload(&mut self, s: &Spill) {
+        (self.k, self.k0, self.base) = (load(&s.k), load(&s.k0), load(&s.base));
+        (self.bm, self.l, self.r) = (load(&s.bm), load(&s.l), load(&s.r));
+        (self.col, self.sh, self.pen) = (load(&s.col), load(&s.sh), load(&s.pen));
+        (self.last, self.weight) = (load(&s.last), load(&s.weight));
+        self.active = load(&s.active);
+    }
+
+    /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
+    /// the lane counters into `sums` first.
+    #[target_feature(enable = "avx2")]
+    fn refill(
+        &mut self,
+        t: &WideTables,
+        jobs: &[Job],
+        next: &mut usize,
+        lanes: u32,
+        sums: &mut Sums,
+    ) -> Result<(), CountOverflow> {
+        self.flush(sums)?;
+        let mut s = self.spill();
+        for lane in 0..LANES {
+            if lanes >> lane & 1 == 0 {
+                continue;
+            }
+            let Some(job) = jobs.get(*next) else {
+                s.active[lane] = 0;
+                // A retired lane idles on row 0 of interior 0: every load
+                // and gather it still makes stays in bounds.
+                (s.k[lane], s.k0[lane], s.base[lane], s.bm[lane]) = (0, 0, 0, 0);
+                continue;
+            };
+            *next += 1;
+            let i = job.interior as usize;
+            let row = usize::from(job.start.row);
+            let (l, d, r) = (job.start.l, job.start.d, job.start.r);
+            s.active[lane] = u32::MAX;
+            s.k[lane] = row as u32;
+            s.k0[lane] = row as u32;
+            s.base[lane] = (i * 32) as u32;
+            s.l[lane] = l;
+            s.r[lane] = r;
+            s.col[lane] = d;
+            s.bm[lane] = t.allowed[i * 32 + row] & !(l | d | r);
+            s.sh[lane] = t.shift[i * 32 + row];
+            s.pen[lane] = t.pen[i];
+            s.last[lane] = t.last[i];
+            s.weight[lane] = t.weight[i];
+        }
+        self.reload(&s);
+        Ok(())
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn flush(&mut self, sums: &mut Sums) -> Result<(), CountOverflow> {
+        sums.add(lane_sum(self.sols), lane_sum(self.nodes))?;
+        self.sols = _mm256_setzero_si256();
+        self.nodes = _mm256_setzero_si256();
+        Ok(())
+    }
+
+    /// The records of every lane's row `k - 1` (slot `k`), as
+    /// `[candidates, left, right, shift]` registers.
+    ///
+    /// # Safety
+    /// Every lane's `k` must be below `SLOTS`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pop(&self, slot: __m256i) -> [__m256i; 4] {
+        let at = record_offsets(slot);
+        // SAFETY: slot < SLOTS in every lane (caller), so each 16-byte read
+        // lies in that lane's own stack.
+        let rec = |off: usize| unsafe { _mm_loadu_si128(self.stack.add(off).cast::<__m128i>()) };
+        let a = _mm256_set_m128i(rec(at[4]), rec(at[0]));
+        let b = _mm256_set_m128i(rec(at[5]), rec(at[1]));
+        let c = _mm256_set_m128i(rec(at[6]), rec(at[2]));
+        let d = _mm256_set_m128i(rec(at[7]), rec(at[3]));
+        let t0 = _mm256_unpacklo_epi32(a, b);
+        let t1 = _mm256_unpacklo_epi32(c, d);
+        let t2 = _mm256_unpackhi_epi32(a, b);
+        let t3 = _mm256_unpackhi_epi32(c, d);
+        [
+            _mm256_unpacklo_epi64(t0, t1),
+            _mm256_unpackhi_epi64(t0, t1),
+            _mm256_unpacklo_epi64(t2, t3),
+            _mm256_unpackhi_epi64(t2, t3),
+        ]
+    }
+
+    /// Writes every lane's record `[bm, l, r, sh]` into its slot.
+    ///
+    /// # Safety
+    /// Every `slot[i]` must be below `SLOTS`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn push(&self, slot: __m256i, rec: [__m256i; 4]) {
+        let at = record_offsets(slot);
+        let t0 = _mm256_unpacklo_epi32(rec[0], rec[1]);
+        let t1 = _mm256_unpackhi_epi32(rec[0], rec[1]);
+        let t2 = _mm256_unpacklo_epi32(rec[2], rec[3]);
+        let t3 = _mm256_unpackhi_epi32(rec[2], rec[3]);
+        let rows = [
+            _mm256_unpacklo_epi64(t0, t2),
+            _mm256_unpackhi_epi64(t0, t2),
+            _mm256_unpacklo_epi64(t1, t3),
+            _mm256_unpackhi_epi64(t1, t3),
+        ];
+        // SAFETY: slot < SLOTS in every lane (caller): each write stays in
+        // that lane's own stack.
+        let put = |i: usize, v: __m128i| unsafe {
+            _mm_storeu_si128(self.stack.add(at[i]).cast::<__m128i>(), v)
+        };
+        for (i, v) in rows.into_iter().enumerate() {
+            put(i, _mm256_castsi256_si128(v));
+            put(i + 4, _mm256_extracti128_si256::<1>(v));
+        }
+    }
+
+    /// One step of every lane; returns the lanes whose job is done (bits).
+    ///
+    /// # Safety
+    /// `allowed` and `shift` must hold 32 entries for every interior a lane
+    /// is on (plus one spare row), and the group's stack `LANES * SLOTS`
+    /// records.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn step<const PACKED: bool>(&mut self, allowed: *const i32, shift: *const i32) -> u32 {
+        let zero = _mm256_setzero_si256();
+        let one = _mm256_set1_epi32(1);
+        let g = self;
+
+        // Lanes out of candidates back up a row: their row's record (the
+        // queen placed there is its lowest candidate) comes off the stack.
+        let empty = _mm256_and_si256(g.active, _mm256_cmpeq_epi32(g.bm, zero));
+        let done = _mm256_and_si256(empty, _mm256_cmpeq_epi32(g.k, g.k0));
+        let back = _mm256_andnot_si256(done, empty);
+        let live = _mm256_andnot_si256(done, g.active);
+        // SAFETY: k < 32 < SLOTS for every lane.
+        let [pbm, pl, pr, psh] = unsafe { g.pop(g.k) };
+        let pbit = _mm256_and_si256(pbm, _mm256_sub_epi32(zero, pbm));
+        g.col = _mm256_xor_si256(g.col, _mm256_and_si256(back, pbit));
+        g.l = pick(back, pl, g.l);
+        g.r = pick(back, pr, g.r);
+        g.sh = pick(back, psh, g.sh);
+        g.bm = pick(back, _mm256_xor_si256(pbm, pbit), g.bm);
+        // back is all ones (-1) where a lane backs up.
+        g.k = _mm256_add_epi32(g.k, back);
+
+        // The row below each lane's row: its open columns and its gap.
+        let below = _mm256_add_epi32(_mm256_add_epi32(g.base, g.k), one);
+        // SAFETY: base + k + 1 indexes this lane's interior's entries (k <= pen < 31).
+        let (open, gap) = unsafe {
+            let open = _mm256_i32gather_epi32::<4>(allowed, below);
+            if PACKED {
+                // Up to N=30 the gap rides in the two bits above the board.
+                (
+                    _mm256_and_si256(open, _mm256_set1_epi32(PACKED_COLUMNS as i32)),
+                    _mm256_srli_epi32::<30>(open),
+                )
+            } else {
+                (open, _mm256_i32gather_epi32::<4>(shift, below))
+            }
+        };
+
+        // Every lane with a candidate places it (lowest first), in the
+        // same step, so backing up costs no step of its own.
+        let has = _mm256_andnot_si256(_mm256_cmpeq_epi32(g.bm, zero), live);
+        let bit = _mm256_and_si256(g.bm, _mm256_sub_epi32(zero, g.bm));
+        let nl = _mm256_sllv_epi32(_mm256_or_si256(g.l, bit), g.sh);
+        let nr = _mm256_srlv_epi32(_mm256_or_si256(g.r, bit), g.sh);
+        let nc = _mm256_or_si256(g.col, bit);
+        let attacked = _mm256_or_si256(_mm256_or_si256(nl, nr), nc);
+        g.nodes = _mm256_sub_epi32(g.nodes, has);
+
+        // A queen in the second-to-last row: the last row has at most one
+        // square left; count it here instead of moving down.
+        let at_pen = _mm256_and_si256(has, _mm256_cmpeq_epi32(g.k, g.pen));
+        let left = _mm256_andnot_si256(attacked, g.last);
+        let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(left, zero), at_pen);
+        g.nodes = _mm256_sub_epi32(g.nodes, fits);
+        g.sols = _mm256_add_epi32(g.sols, _mm256_and_si256(fits, g.weight));
+
+        // Every lane writes its row's record (candidates with the placed
+        // queen still in); the others' slot is dead, so no mask is needed.
+        // SAFETY: k + 1 <= 32 < SLOTS.
+        unsafe { g.push(_mm256_add_epi32(g.k, one), [g.bm, g.l, g.r, g.sh]) };
+
+        let push = _mm256_andnot_si256(at_pen, has);
+        g.bm = _mm256_xor_si256(g.bm, _mm256_and_si256(has, bit));
+        g.k = _mm256_sub_epi32(g.k, push);
+        g.l = pick(push, nl, g.l);
+        g.r = pick(push, nr, g.r);
+        g.col = pick(push, nc, g.col);
+        g.sh = pick(push, gap, g.sh);
+        g.bm = pick(push, _mm256_andnot_si256(attacked, open), g.bm);
+        bits(done)
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2; every job's start must leave three free rows
+/// of its interior.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn count(t: &WideTables, jobs: &[Job]) -> Result<Sums, CountOverflow> {
+    let mut sums = Sums::default();
+    let mut stacks = vec![0u32; GROUPS * LANES * SLOTS * REC];
+    let packed = t.packed.is_some();
+    let (allowed, shift) = (
+        t.packed
+            .as_ref()
+            .unwrap_or(&t.allowed)
+            .as_ptr()
+            .cast::<i32>(),
+        t.shift.as_ptr().cast::<i32>(),
+    );
+    let zero = _mm256_setzero_si256();
+    let mut groups: [Group; GROUPS] = core::array::from_fn(|_| Group {
+        k: zero,
+        k0: zero,
+        base: zero,
+        bm: zero,
+        l: zero,
+        r: zero,
+        col: zero,
+        sh: zero,
+        pen: zero,
+        last: zero,
+        weight: zero,
+        nodes: zero,
+        sols: zero,
+        active: zero,
+        stack: core::ptr::null_mut(),
+    });
+    for (g, c) in groups
+        .iter_mut()
+        .zip(stacks.chunks_mut(LANES * SLOTS * REC))
+    {
+        g.stack = c.as_mut_ptr();
+    }
+    let mut next = 0usize;
+    for g in &mut groups {
+        g.refill(t, jobs, &mut next, 0xFF, &mut sums)?;
+    }
+    let mut steps = 0u32;
+    while groups.iter().any(|g| bits(g.active) != 0) {
+        let mut done = [0u32; GROUPS];
+        for (g, d) in groups.iter_mut().zip(&mut done) {
+            // SAFETY: the tables hold every interior's 32 rows plus a
+            // spare; the stacks were sized above.
+            *d = unsafe {
+                if packed {
+                    g.step::<true>(allowed, shift)
+                } else {
+                    g.step::<false>(allowed, shift)
+                }
+            };
+        }
+        for (g, d) in groups.iter_mut().zip(done) {
+            if d != 0 {
+                g.refill(t, jobs, &mut next, d, &mut sums)?;
+            }
+        }
+        steps += 1;
+        if steps == FLUSH_EVERY {
+            for g in &mut groups {
+                g.flush(&mut sums)?;
+            }
+            steps = 0;
+        }
+    }
+    for g in &mut groups {
+        g.flush(&mut sums)?;
+    }
+    Ok(sums)
+}

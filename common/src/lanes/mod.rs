@@ -1,0 +1,492 @@
+//! Many interior searches stepped together in SIMD lanes.
+//!
+//! A scalar depth-first search spends most of its time on branches it
+//! cannot predict (does this row have a candidate left?). Here sixteen
+//! independent searches (jobs) share one instruction stream, one per AVX-512
+//! lane: every step, each lane either places its next candidate or backs up
+//! one row, under a mask instead of a branch. A lane whose job is finished
+//! takes the next job, so lanes stay busy until the job list runs dry.
+//!
+//! Each lane keeps only the bit it placed per row on its stack. The
+//! diagonal masks move by rotation, not shift, so no bit is ever lost and
+//! backing up a row is exact: rotate back, take the queen off, and
+//! recompute the row's candidates above it. A rotated bit must not wrap
+//! onto the board: [`fits_lanes`] checks there is room. Tables pack each
+//! free row's open columns with the gap to the next free row, so one
+//! gather per step fetches both.
+//!
+//! The path is chosen at run time ([`Path::available`]); the scalar path
+//! ([`crate::interior::Interior::count_from`]) is always there and gives the
+//! same counts, which the tests check on every path the machine has.
+
+use crate::counts::CountOverflow;
+use crate::interior::{Interior, Start};
+
+/// One job: a start state of one interior, counted with that interior's weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// Index into the interiors (and weights) the jobs are counted with.
+    pub interior: u32,
+    pub start: Start,
+}
+
+/// Weighted completions and queens placed, summed over jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sums {
+    pub weighted: u128,
+    pub nodes: u128,
+}
+
+impl Sums {
+    /// Adds `weighted` and `nodes`, checked (never expected to overflow).
+    pub fn add(&mut self, weighted: u128, nodes: u128) -> Result<(), CountOverflow> {
+        self.weighted = self.weighted.checked_add(weighted).ok_or(CountOverflow)?;
+        self.nodes = self.nodes.checked_add(nodes).ok_or(CountOverflow)?;
+        Ok(())
+    }
+}
+
+/// How the jobs are stepped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// One job at a time, any CPU.
+    Scalar,
+    /// Eight jobs in the 32-bit lanes of AVX2 registers, any N up to 32.
+    Avx2,
+    /// Sixteen jobs in the 32-bit lanes of AVX-512 registers (interiors
+    /// that [`fits_lanes`]: ring interiors up to N=18).
+    Avx512,
+}
+
+impl Path {
+    /// Every path, in the order of preference (worst first).
+    pub const ALL: [Path; 3] = [Path::Scalar, Path::Avx2, Path::Avx512];
+
+    /// Whether this CPU can run the path.
+    pub fn supported(self) -> bool {
+        match self {
+            Path::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every path this CPU can run, scalar first.
+    pub fn available() -> Vec<Path> {
+        Path::ALL.into_iter().filter(|p| p.supported()).collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Scalar => "scalar",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512",
+        }
+    }
+}
+
+impl std::str::FromStr for Path {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Path, String> {
+        Path::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown core '{s}': use scalar, avx2 or avx512"))
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether the lanes can step this interior (otherwise its jobs are
+/// counted on the scalar path): three free rows or more, gaps between free
+/// rows that fit in two bits, and room in 32 bits for every diagonal to
+/// rotate through: a diagonal bit moves one column per row, so from the
+/// first free row to the last it travels at most the row span, and it must
+/// not wrap round onto the interior's columns. For ring interiors this
+/// holds up to N=18.
+pub fn fits_lanes(it: &Interior) -> bool {
+    if it.rows < 3 || it.shift[..it.rows - 1].iter().any(|&s| s > 3) {
+        return false;
+    }
+    let (lo, hi) = column_range(it);
+    let travel: u32 = it.shift[..it.rows - 1].iter().sum();
+    (hi - lo) + travel <= 31
+}
+
+/// Interiors with their weights, ready to count jobs on any path.
+pub struct Batch<'a> {
+    interiors: &'a [Interior],
+    weights: &'a [u32],
+    /// For the AVX-512 kernel: built when every interior fits its lanes.
+    tables: Option<Tables>,
+    /// For the AVX2 kernel: any interior.
+    wide: WideTables,
+}
+
+impl<'a> Batch<'a> {
+    /// `weights[i]` multiplies the completions of `interiors[i]`.
+    pub fn new(interiors: &'a [Interior], weights: &'a [u32]) -> Batch<'a> {
+        assert_eq!(interiors.len(), weights.len(), "one weight per interior");
+        let fit = interiors.iter().all(fits_lanes);
+        Batch {
+            interiors,
+            weights,
+            tables: fit.then(|| Tables::new(interiors, weights)),
+            wide: WideTables::new(interiors, weights),
+        }
+    }
+
+    /// The paths these interiors can be counted on, scalar first.
+    pub fn paths(&self) -> Vec<Path> {
+        Path::available()
+            .into_iter()
+            .filter(|&p| p != Path::Avx512 || self.tables.is_some())
+            .collect()
+    }
+
+    /// The fastest path of [`Batch::paths`], or `want` if it is one of them.
+    pub fn path(&self, want: Option<Path>) -> Path {
+        let paths = self.paths();
+        want.filter(|p| paths.contains(p))
+            .unwrap_or(*paths.last().expect("scalar is always there"))
+    }
+
+    /// Counts `jobs` on `path`: Σ weights[job.interior] × completions, and
+    /// the queens placed. Every job's start must leave three free rows, as
+    /// [`Interior::split`] does; `path` must be one of [`Batch::paths`].
+    pub fn count(&self, path: Path, jobs: &[Job]) -> Result<Sums, CountOverflow> {
+        match (path, &self.tables) {
+            (Path::Scalar, _) => self.count_scalar(jobs),
+            #[cfg(target_arch = "x86_64")]
+            (Path::Avx512, Some(tables)) => {
+                assert!(
+                    std::arch::is_x86_feature_detected!("avx512f"),
+                    "the AVX-512 path needs a CPU with AVX-512F"
+                );
+                // SAFETY: AVX-512F is present (checked above) and every
+                // interior fits the lanes (tables exist).
+                unsafe { avx512::count(tables, jobs) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Path::Avx2, _) => {
+                assert!(
+                    std::arch::is_x86_feature_detected!("avx2"),
+                    "the AVX2 path needs a CPU with AVX2"
+                );
+                // SAFETY: AVX2 is present (checked above); the wide tables
+                // cover every interior, and callers give starts with three
+                // free rows (as Interior::split makes them).
+                unsafe { avx2::count(&self.wide, jobs) }
+            }
+            (p, _) => panic!("path {} is not available for this batch", p.name()),
+        }
+    }
+
+    fn count_scalar(&self, jobs: &[Job]) -> Result<Sums, CountOverflow> {
+        let mut sums = Sums::default();
+        for j in jobs {
+            let i = j.interior as usize;
+            let c = self.interiors[i].count_from(&j.start);
+            sums.add(
+                u128::from(c.c1) * u128::from(self.weights[i]),
+                c.nodes.into(),
+            )?;
+        }
+        Ok(sums)
+    }
+}
+
+/// What a lane needs of each interior, flat for gathers.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Tables {
+    /// 32 entries per interior: open columns of free row k (relabelled so
+    /// the interior's lowest open column is bit 0), with the gap to the
+    /// next free row in bits 30..32.
+    entries: Vec<u32>,
+    /// Index of the second-to-last free row, finished inline.
+    pen: Vec<u32>,
+    /// Open columns of the last free row (relabelled).
+    last: Vec<u32>,
+    weight: Vec<u32>,
+    /// The relabelling: the interior's lowest open column...
+    low: Vec<u32>,
+    /// ...and the mask of its columns after relabelling.
+    span: Vec<u32>,
+}
+
+/// Columns that leave room for a row's gap in the top two bits of a word.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const PACKED_COLUMNS: u32 = (1 << 30) - 1;
+
+/// What the AVX2 kernel needs of each interior: 32 rows per interior (and
+/// one spare interior of zeros at the end, so a lane may look one row past
+/// any interior's last).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct WideTables {
+    /// Open columns of free row k.
+    allowed: Vec<u32>,
+    /// Rows from free row k to free row k + 1.
+    shift: Vec<u32>,
+    /// `allowed | shift << 30`, when every column is below 30 and every gap
+    /// below 4 (saves the kernel a gather per step).
+    packed: Option<Vec<u32>>,
+    /// Index of the second-to-last free row, finished inline.
+    pen: Vec<u32>,
+    /// Open columns of the last free row.
+    last: Vec<u32>,
+    weight: Vec<u32>,
+}
+
+impl WideTables {
+    fn new(interiors: &[Interior], weights: &[u32]) -> WideTables {
+        let rows = (interiors.len() + 1) * 32;
+        let mut t = WideTables {
+            allowed: vec![0; rows],
+            shift: vec![0; rows],
+            packed: None,
+            pen: Vec::with_capacity(interiors.len()),
+            last: Vec::with_capacity(interiors.len()),
+            weight: weights.to_vec(),
+        };
+        for (i, it) in interiors.iter().enumerate() {
+            t.allowed[i * 32..i * 32 + 32].copy_from_slice(&it.allowed);
+            t.shift[i * 32..i * 32 + 32].copy_from_slice(&it.shift);
+            t.pen.push(it.rows.saturating_sub(2) as u32);
+            t.last.push(it.allowed[it.rows.saturating_sub(1)]);
+        }
+        let fits =
+            t.allowed.iter().all(|&a| a & !PACKED_COLUMNS == 0) && t.shift.iter().all(|&s| s < 4);
+        if fits {
+            let both = t.allowed.iter().zip(&t.shift).map(|(&a, &s)| a | s << 30);
+            t.packed = Some(both.collect());
+        }
+        t
+    }
+}
+
+/// The interior's open columns as (lowest, highest), over all free rows.
+fn column_range(it: &Interior) -> (u32, u32) {
+    let all = it.allowed[..it.rows].iter().fold(0, |a, &b| a | b);
+    if all == 0 {
+        return (0, 0);
+    }
+    (all.trailing_zeros(), 31 - all.leading_zeros())
+}
+
+impl Tables {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn new(interiors: &[Interior], weights: &[u32]) -> Tables {
+        let mut t = Tables {
+            entries: vec![0u32; interiors.len() * 32],
+            pen: Vec::with_capacity(interiors.len()),
+            last: Vec::with_capacity(interiors.len()),
+            weight: weights.to_vec(),
+            low: Vec::with_capacity(interiors.len()),
+            span: Vec::with_capacity(interiors.len()),
+        };
+        for (i, it) in interiors.iter().enumerate() {
+            let (lo, hi) = column_range(it);
+            for k in 0..it.rows {
+                t.entries[i * 32 + k] = it.allowed[k] >> lo | it.shift[k] << 30;
+            }
+            t.pen.push(it.rows as u32 - 2);
+            t.last.push(it.allowed[it.rows - 1] >> lo);
+            t.low.push(lo);
+            t.span.push(u32::MAX >> (31 - (hi - lo)));
+        }
+        t
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::RingJobs;
+    use crate::Size;
+    use proptest::prelude::*;
+
+    fn batch_agrees(n: u32, pick: impl Fn(usize) -> bool) {
+        let rj = RingJobs::new(Size::new(n).unwrap());
+        let jobs: Vec<Job> = (0..rj.jobs.len())
+            .filter(|&i| pick(i))
+            .map(|i| rj.jobs[i])
+            .collect();
+        let b = Batch::new(&rj.interiors, &rj.weights);
+        let want = b.count(Path::Scalar, &jobs).unwrap();
+        for path in b.paths() {
+            assert_eq!(
+                b.count(path, &jobs).unwrap(),
+                want,
+                "N={n} path {}",
+                path.name()
+            );
+        }
+    }
+
+    /// Every ring job of N=12, counted on every path this CPU has, one at
+    /// a time and all together: class counts and nodes agree.
+    #[test]
+    fn every_path_agrees_on_every_job_of_twelve() {
+        let rj = RingJobs::new(Size::new(12).unwrap());
+        let b = Batch::new(&rj.interiors, &rj.weights);
+        for j in &rj.jobs {
+            let one = std::slice::from_ref(j);
+            let want = b.count(Path::Scalar, one).unwrap();
+            for path in b.paths() {
+                assert_eq!(
+                    b.count(path, one).unwrap(),
+                    want,
+                    "{j:?} on {}",
+                    path.name()
+                );
+            }
+        }
+        batch_agrees(12, |_| true);
+    }
+
+    #[test]
+    fn avx512_lanes_cover_ring_interiors_up_to_eighteen_and_avx2_every_n() {
+        for n in [8, 13, 17, 18] {
+            let rj = RingJobs::new(Size::new(n).unwrap());
+            assert!(rj.interiors.iter().all(fits_lanes), "N={n}");
+        }
+        let rj = RingJobs::new(Size::new(19).unwrap());
+        assert!(!rj.interiors.iter().all(fits_lanes));
+        let paths = Batch::new(&rj.interiors, &rj.weights).paths();
+        assert!(!paths.contains(&Path::Avx512));
+        assert_eq!(paths.contains(&Path::Avx2), Path::Avx2.supported());
+    }
+
+    /// Completions of `queens` on an `n`-board by plain recursion with a
+    /// full attack check per square: no bitmaps, no tables, shares nothing
+    /// with the interior search.
+    fn reference_completions(n: usize, queens: &mut Vec<(usize, usize)>) -> u64 {
+        let Some(row) = (0..n).find(|r| queens.iter().all(|q| q.0 != *r)) else {
+            return 1;
+        };
+        let mut found = 0;
+        for col in 0..n {
+            let safe = queens
+                .iter()
+                .all(|&(r, c)| c != col && r.abs_diff(row) != c.abs_diff(col));
+            if safe {
+                queens.push((row, col));
+                found += reference_completions(n, queens);
+                queens.pop();
+            }
+        }
+        found
+    }
+
+    /// A seeded random subproblem of a ring plan of N with at least one
+    /// completion: a random solution (randomised backtracking) with `left`
+    /// of its queens off the border lines taken away again.
+    fn random_subproblem(n: u32, seed: u64, left: usize) -> Vec<(usize, usize)> {
+        let nn = n as usize;
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        fn place(
+            n: usize,
+            row: usize,
+            cols: &mut Vec<usize>,
+            rnd: &mut dyn FnMut() -> u64,
+        ) -> bool {
+            if row == n {
+                return true;
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, (rnd() % (i as u64 + 1)) as usize);
+            }
+            for c in order {
+                if cols
+                    .iter()
+                    .enumerate()
+                    .all(|(r, &qc)| qc != c && row - r != qc.abs_diff(c))
+                {
+                    cols.push(c);
+                    if place(n, row + 1, cols, rnd) {
+                        return true;
+                    }
+                    cols.pop();
+                }
+            }
+            false
+        }
+        let mut cols = Vec::new();
+        assert!(place(nn, 0, &mut cols, &mut next));
+        let mut queens: Vec<(usize, usize)> = cols.into_iter().enumerate().collect();
+        let on_border = |&(r, c): &(usize, usize)| r == 0 || c == 0 || r == nn - 1 || c == nn - 1;
+        for _ in 0..left {
+            let inner: Vec<usize> = (0..queens.len())
+                .filter(|&i| !on_border(&queens[i]))
+                .collect();
+            queens.swap_remove(inner[(next() % inner.len() as u64) as usize]);
+        }
+        queens
+    }
+
+    /// Seeded random subproblems of N=19..=32 (where the AVX-512 lanes
+    /// stop): every path this CPU has gives the reference's count.
+    #[test]
+    fn every_path_matches_the_reference_on_random_subproblems_up_to_32() {
+        for n in 19..=32u32 {
+            let mut interiors = Vec::new();
+            let mut want = 0u128;
+            for seed in 0..5u64 {
+                let mut queens = random_subproblem(n, seed * 7919 + u64::from(n), 11);
+                want += u128::from(reference_completions(n as usize, &mut queens)) * 3;
+                interiors.push(Interior::new(n as usize, &queens));
+            }
+            assert!(want > 0, "N={n}: the sample has no completion to compare");
+            let weights = vec![3; interiors.len()];
+            let jobs: Vec<Job> = (0..interiors.len() as u32)
+                .map(|interior| Job {
+                    interior,
+                    start: Start::default(),
+                })
+                .collect();
+            let b = Batch::new(&interiors, &weights);
+            for path in b.paths() {
+                let got = b.count(path, &jobs).unwrap();
+                assert_eq!(got.weighted, want, "N={n} path {}", path.name());
+            }
+            for path in Path::ALL.into_iter().filter(|p| !b.paths().contains(p)) {
+                println!(
+                    "N={n}: path {} skipped (not on this CPU, or AVX-512 lanes too narrow)",
+                    path.name()
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Random subsets of the jobs of random boards (so lanes take jobs
+        /// of different interiors, sizes and start rows side by side).
+        #[test]
+        fn every_path_agrees_on_random_job_sets(n in 7u32..=15, seed in any::<u64>(), keep in 1u64..=16) {
+            let mix = |i: usize| (i as u64 ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+            batch_agrees(n, |i| mix(i) < keep);
+        }
+    }
+}
