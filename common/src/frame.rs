@@ -210,11 +210,16 @@ impl Frames {
         walk.level(0, 0, 0, &mut visit);
     }
 
-    /// Counts the completions of a frame: queens on the rows and columns the
-    /// frame leaves free. Returns the count in `c1` (weights are applied by
-    /// the caller) and the placements made in `nodes`.
+    /// The board a frame leaves to fill: queens on the rows and columns it
+    /// leaves free (weights are applied by the caller).
+    pub fn interior(&self, f: &Frame) -> Interior {
+        Interior::new(self.n, &f.queens(self.n))
+    }
+
+    /// Counts the completions of a frame on one thread, without lanes
+    /// (in `c1`), and the placements made (in `nodes`).
     pub fn count(&self, f: &Frame) -> PieceCounts {
-        Interior::new(self.n, &f.queens(self.n)).count()
+        self.interior(f).count()
     }
 }
 

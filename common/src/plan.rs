@@ -7,12 +7,15 @@
 //! decoded and checked back into its subproblem (see [`Plan::decode`]), so a
 //! corrupt or forged id is detected.
 //!
-//! Strategies:
-//! - **prefix**: the first K rows of the symmetry-pruned search
-//!   ([`crate::search`]); class counts add up directly.
-//! - **frame**: canonical frames ([`crate::frame`]) weighted by orbit size,
-//!   plus the half- and quarter-turn symmetric counts
-//!   ([`crate::symmetric`]) from which the classes follow by Burnside.
+//! Strategies (both counted by the engine's lanes, [`crate::lanes`]):
+//! - **prefix**: the queens of the first K rows, the row-0 queen in the
+//!   left half (weight 2; the middle column of an odd board weight 1).
+//! - **frame**: canonical frames ([`crate::frame`]) weighted by orbit size.
+//!
+//! Both add the half- and quarter-turn symmetric counts
+//! ([`crate::symmetric`]), from which the classes (and the unique count)
+//! follow by Burnside. The two decompositions share no subproblem, so a
+//! count made with one can be cross-checked with the other.
 //!
 //! Planning keeps one record per *group* (frames sharing an outer ring, or
 //! prefix pieces sharing all but their last row), never one per subproblem,
@@ -21,7 +24,8 @@
 use crate::board::Size;
 use crate::counts::{CountOverflow, PieceCounts, Totals};
 use crate::frame::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
-use crate::search::{cases, Piece, PieceError, Rules};
+use crate::interior::Interior;
+use crate::lanes::{count_interiors, Path};
 use crate::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 
@@ -94,16 +98,26 @@ const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Subproblem {
     Whole,
-    Prefix(Piece),
-    Frame { frame: Frame, weight: u32 },
-    Symmetric { turn: Turn, first: u8 },
+    /// The columns of the queens of rows `0..cols.len()`.
+    Prefix {
+        cols: Vec<u8>,
+        weight: u32,
+    },
+    Frame {
+        frame: Frame,
+        weight: u32,
+    },
+    Symmetric {
+        turn: Turn,
+        first: u8,
+    },
 }
 
 impl Subproblem {
     pub fn kind(&self) -> Kind {
         match self {
             Subproblem::Whole => Kind::Whole,
-            Subproblem::Prefix(_) => Kind::Prefix,
+            Subproblem::Prefix { .. } => Kind::Prefix,
             Subproblem::Frame { .. } => Kind::Frame,
             Subproblem::Symmetric {
                 turn: Turn::Half, ..
@@ -119,7 +133,7 @@ impl Subproblem {
     pub fn id(&self) -> u64 {
         let payload = match self {
             Subproblem::Whole => 0,
-            Subproblem::Prefix(p) => pack_cols(&p.prefix),
+            Subproblem::Prefix { cols, .. } => pack_cols(cols),
             Subproblem::Frame { frame, .. } => frame.key(),
             Subproblem::Symmetric { first, .. } => u64::from(*first),
         };
@@ -141,7 +155,7 @@ pub enum PlanError {
     #[error("id {0:#x} has a kind this plan does not use")]
     WrongKind(u64),
     #[error("id {0:#x}: {1}")]
-    BadPrefix(u64, PieceError),
+    BadPrefix(u64, &'static str),
     #[error("id {0:#x}: {1}")]
     BadFrame(u64, FrameError),
     #[error("id {0:#x}: first column out of range")]
@@ -182,6 +196,8 @@ struct Group {
 pub struct Plan {
     pub spec: PlanSpec,
     frames: Option<Frames>,
+    /// The engine's path for counting (`None`: the fastest available).
+    path: Option<Path>,
 }
 
 /// A plan's tasks, made by enumerating it once (see [`Plan::schedule`]).
@@ -205,7 +221,18 @@ impl Plan {
         }
         let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
             .then(|| Frames::new(spec.n).expect("N checked"));
-        Ok(Plan { spec, frames })
+        Ok(Plan {
+            spec,
+            frames,
+            path: None,
+        })
+    }
+
+    /// Counts on `path` when the CPU and the subproblems allow it, else on
+    /// the fastest path they do.
+    pub fn with_path(mut self, path: Option<Path>) -> Plan {
+        self.path = path;
+        self
     }
 
     /// Enumerates the plan once and cuts it into about `spec.tasks` tasks of
@@ -247,16 +274,15 @@ impl Plan {
         }
         match (self.spec.strategy, &self.frames) {
             (Strategy::Prefix, _) => {
-                let mut by_case = [0u64; 2];
-                self.for_each_prefix(0, u64::MAX, |p, work| {
-                    by_case[usize::from(p.prefix[0] != 0)] += 1;
-                    let id = Subproblem::Prefix(p.clone()).id();
+                let mut by_weight = [0u64; 3];
+                self.for_each_prefix(0, u64::MAX, |cols, weight, work| {
+                    by_weight[weight as usize] += 1;
                     // Group the pieces that share all rows but the last.
-                    add_to_group(&mut groups, id, POS_BITS, work);
+                    add_to_group(&mut groups, prefix_id(cols), POS_BITS, work);
                 });
                 classes = vec![
-                    ("corner pieces".into(), by_case[0]),
-                    ("edge pieces".into(), by_case[1]),
+                    ("prefixes of weight 2".into(), by_weight[2]),
+                    ("prefixes of weight 1".into(), by_weight[1]),
                 ];
             }
             (Strategy::Frame, Some(frames)) => {
@@ -270,51 +296,78 @@ impl Plan {
                     // Group the frames that share an outer ring.
                     add_to_group(&mut groups, id, 4 * POS_BITS, work);
                 });
-                // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
-                for (turn, rows) in [(Turn::Half, nn / 2), (Turn::Quarter, nn / 4)] {
-                    for first in 0..n.get() as u8 {
-                        let id = Subproblem::Symmetric { turn, first }.id();
-                        // Each its own group (no other id shares its bits).
-                        add_to_group(&mut groups, id, 0, FRAME_ROW_FACTOR.powi(rows as i32));
-                    }
-                }
                 classes = vec![
                     ("frames of weight 8".into(), by_weight[8]),
                     ("frames of weight 4".into(), by_weight[4]),
                     ("frames of weight 2".into(), by_weight[2]),
                     ("frames of weight 1".into(), by_weight[1]),
-                    ("half-turn searches".into(), n.get().into()),
-                    ("quarter-turn searches".into(), n.get().into()),
                 ];
             }
             (Strategy::Frame, None) => unreachable!("whole() covers frame plans without frames"),
         }
+        let mut classes = classes;
+        // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
+        let nn = n.n();
+        for (turn, rows) in [(Turn::Half, nn / 2), (Turn::Quarter, nn / 4)] {
+            for first in 0..n.get() as u8 {
+                let id = Subproblem::Symmetric { turn, first }.id();
+                // Each its own group (no other id shares its bits).
+                add_to_group(&mut groups, id, 0, FRAME_ROW_FACTOR.powi(rows as i32));
+            }
+        }
+        classes.push(("half-turn searches".into(), n.get().into()));
+        classes.push(("quarter-turn searches".into(), n.get().into()));
         (groups, classes)
     }
 
-    /// Prefix pieces at the plan's depth with ids in `lo..hi`, in id order,
-    /// with their estimated work.
-    fn for_each_prefix(&self, lo: u64, hi: u64, mut visit: impl FnMut(&Piece, f64)) {
+    /// Prefixes at the plan's depth with ids in `lo..hi`, in id order, with
+    /// their weight and estimated work. Rows are placed in column order, so
+    /// the walk is in id order and skips every subtree outside the range.
+    fn for_each_prefix(&self, lo: u64, hi: u64, mut visit: impl FnMut(&[u8], u32, f64)) {
         let n = self.spec.n;
         let depth = self.spec.depth as usize;
+        let mut cols = Vec::with_capacity(depth);
+        // Row 0 in the left half; the mirror image counts the right half.
+        for first in 0..n.get().div_ceil(2) as u8 {
+            cols.push(first);
+            let weight = if 2 * u32::from(first) + 1 == n.get() {
+                1
+            } else {
+                2
+            };
+            self.walk_prefix(&mut cols, lo, hi, weight, &mut visit);
+            cols.pop();
+        }
+    }
+
+    fn walk_prefix(
+        &self,
+        cols: &mut Vec<u8>,
+        lo: u64,
+        hi: u64,
+        weight: u32,
+        visit: &mut impl FnMut(&[u8], u32, f64),
+    ) {
+        let depth = self.spec.depth as usize;
+        // Ids of the prefixes below: these columns, then anything.
+        let rest = POS_BITS * (depth - cols.len()) as u32;
         let tag = (Kind::Prefix as u64) << KIND_SHIFT;
-        for case in cases(n) {
-            let rules = Rules::new(n, case).expect("cases() are valid");
-            let mut stack = vec![rules.root()];
-            while let Some(p) = stack.pop() {
-                // Ids of the pieces below p: p's columns then anything.
-                let rest = POS_BITS * (depth - p.prefix.len()) as u32;
-                let first = tag | pack_cols(&p.prefix) << rest;
-                let end = tag | (pack_cols(&p.prefix) + 1) << rest;
-                if end <= lo || first >= hi {
-                    continue;
-                }
-                if p.prefix.len() == depth {
-                    visit(&p, prefix_work(n, &p.prefix));
-                    continue;
-                }
-                let kids = rules.children(&p).expect("pieces from the root are valid");
-                stack.extend(kids.into_iter().rev());
+        let (first, end) = (
+            tag | pack_cols(cols) << rest,
+            tag | (pack_cols(cols) + 1) << rest,
+        );
+        if end <= lo || first >= hi {
+            return;
+        }
+        if cols.len() == depth {
+            visit(cols, weight, prefix_work(self.spec.n, cols));
+            return;
+        }
+        for c in 0..self.spec.n.get() as u8 {
+            if safe_below(cols, c) {
+                cols.push(c);
+                self.walk_prefix(cols, lo, hi, weight, visit);
+                cols.pop();
             }
         }
     }
@@ -344,9 +397,12 @@ impl Plan {
             }
             match kind {
                 Kind::Whole => each(Subproblem::Whole),
-                Kind::Prefix => {
-                    self.for_each_prefix(lo, hi, |p, _| each(Subproblem::Prefix(p.clone())))
-                }
+                Kind::Prefix => self.for_each_prefix(lo, hi, |cols, weight, _| {
+                    each(Subproblem::Prefix {
+                        cols: cols.to_vec(),
+                        weight,
+                    })
+                }),
                 Kind::Frame => {
                     if let Some(fr) = &self.frames {
                         fr.for_each_in(
@@ -383,30 +439,31 @@ impl Plan {
             0 if self.whole() && payload == 0 => Ok(Subproblem::Whole),
             1 if !self.whole() && self.spec.strategy == Strategy::Prefix => {
                 let depth = self.spec.depth as usize;
+                let bad = |why| PlanError::BadPrefix(id, why);
                 if payload >> (POS_BITS as usize * depth) != 0 {
-                    return Err(PlanError::BadPrefix(
-                        id,
-                        PieceError::TooLong {
-                            len: depth + 1,
-                            n: n.get(),
-                        },
-                    ));
+                    return Err(bad("more rows than the plan's depth"));
                 }
-                let prefix: Vec<u8> = (0..depth)
+                let cols: Vec<u8> = (0..depth)
                     .rev()
                     .map(|i| (payload >> (POS_BITS as usize * i) & 31) as u8)
                     .collect();
-                let case = if prefix[0] == 0 {
-                    crate::search::Case::Corner { bound1: prefix[1] }
+                if cols.iter().any(|&c| u32::from(c) >= n.get()) {
+                    return Err(bad("a column off the board"));
+                }
+                if 2 * u32::from(cols[0]) + 1 > n.get() {
+                    return Err(bad(
+                        "row 0's queen is in the right half (the mirror image counts it)",
+                    ));
+                }
+                if (1..depth).any(|i| !safe_below(&cols[..i], cols[i])) {
+                    return Err(bad("two queens attack each other"));
+                }
+                let weight = if 2 * u32::from(cols[0]) + 1 == n.get() {
+                    1
                 } else {
-                    crate::search::Case::Edge { bound1: prefix[0] }
+                    2
                 };
-                let piece = Piece { case, prefix };
-                let rules = Rules::new(n, case).map_err(|e| PlanError::BadPrefix(id, e))?;
-                rules
-                    .children(&piece)
-                    .map_err(|e| PlanError::BadPrefix(id, e))?; // replays and checks every row
-                Ok(Subproblem::Prefix(piece))
+                Ok(Subproblem::Prefix { cols, weight })
             }
             2 => {
                 let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
@@ -416,7 +473,7 @@ impl Plan {
                     weight: fr.weight(&frame),
                 })
             }
-            3 | 4 if self.frames.is_some() => {
+            3 | 4 if !self.whole() => {
                 if payload >= n.get().into() {
                     return Err(PlanError::BadColumn(id));
                 }
@@ -430,30 +487,71 @@ impl Plan {
         }
     }
 
-    /// Counts one subproblem (single thread). For a frame or a symmetric
-    /// search the count is in `c1`, unweighted; [`Tally::add`] weights it.
-    pub fn count(&self, s: &Subproblem) -> PieceCounts {
-        let n = self.spec.n;
+    /// The board a prefix or frame subproblem leaves to fill, for the engine.
+    fn interior(&self, s: &Subproblem) -> Option<Interior> {
+        let n = self.spec.n.n();
         match s {
-            Subproblem::Whole => {
-                let sol = crate::solve::solve(n, 1).expect("small boards cannot overflow");
-                let c = sol.counts;
-                PieceCounts {
-                    c1: c.c1 as u64,
-                    c2: c.c2 as u64,
-                    c4: c.c4 as u64,
-                    c8: c.c8 as u64,
-                    nodes: c.nodes as u64,
-                }
+            Subproblem::Prefix { cols, .. } => {
+                let queens: Vec<(usize, usize)> = cols
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &c)| (r, c.into()))
+                    .collect();
+                Some(Interior::new(n, &queens))
             }
-            Subproblem::Prefix(p) => Rules::new(n, p.case)
-                .and_then(|r| r.count(p))
-                .expect("plan pieces are valid"),
             Subproblem::Frame { frame, .. } => {
-                self.frames.as_ref().expect("frame plan").count(frame)
+                Some(self.frames.as_ref().expect("frame plan").interior(frame))
             }
-            Subproblem::Symmetric { turn, first } => count_symmetric(n, *turn, *first),
+            Subproblem::Whole | Subproblem::Symmetric { .. } => None,
         }
+    }
+
+    /// Counts subproblems on one thread: prefixes and frames together in
+    /// the engine's lanes, the rest by their own small searches. The
+    /// completions of a prefix or a frame are in `c1`, unweighted
+    /// ([`Tally::add`] weights them). `None` once `stop` is set.
+    pub fn count_all(
+        &self,
+        subs: &[Subproblem],
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<(Vec<PieceCounts>, Path)>, PlanError> {
+        let n = self.spec.n;
+        let mut out = vec![PieceCounts::default(); subs.len()];
+        let mut interiors = Vec::new();
+        let mut at = Vec::new();
+        for (i, s) in subs.iter().enumerate() {
+            if let Some(it) = self.interior(s) {
+                interiors.push(it);
+                at.push(i);
+                continue;
+            }
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(None);
+            }
+            out[i] = match s {
+                Subproblem::Symmetric { turn, first } => count_symmetric(n, *turn, *first),
+                _ => {
+                    let c = crate::solve::solve_on(n, 1, self.path)
+                        .map_err(|_| PlanError::Inconsistent("whole search"))?
+                        .counts;
+                    let small = |x: u128| u64::try_from(x).map_err(|_| CountOverflow);
+                    PieceCounts {
+                        c1: small(c.c1)?,
+                        c2: small(c.c2)?,
+                        c4: small(c.c4)?,
+                        c8: small(c.c8)?,
+                        nodes: small(c.nodes)?,
+                    }
+                }
+            };
+        }
+        let Some((counted, path)) = count_interiors(&interiors, self.path, stop)? else {
+            return Ok(None);
+        };
+        for (i, c) in at.into_iter().zip(counted) {
+            out[i] = c;
+        }
+        Ok(Some((out, path)))
     }
 
     /// Counts every subproblem of a task.
@@ -477,33 +575,45 @@ impl Plan {
         task: &Task,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Option<(Tally, u64)>, PlanError> {
+        let mut subs = Vec::new();
+        self.for_each_subproblem(task, |s| subs.push(s));
+        let Some((counts, _)) = self.count_all(&subs, stop)? else {
+            return Ok(None);
+        };
         let mut tally = Tally::default();
         let mut checksum: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut result = Ok(());
-        let mut stopped = false;
-        self.for_each_subproblem(task, |s| {
-            stopped = stopped || stop.load(std::sync::atomic::Ordering::Relaxed);
-            if result.is_ok() && !stopped {
-                let c = self.count(&s);
-                for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
-                    for b in x.to_le_bytes() {
-                        checksum = (checksum ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-                    }
+        for (s, c) in subs.iter().zip(&counts) {
+            for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
+                for b in x.to_le_bytes() {
+                    checksum = (checksum ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
                 }
-                result = tally.add(&s, &c);
             }
-        });
-        result.map(|()| (!stopped).then_some((tally, checksum)))
+            tally.add(s, c)?;
+        }
+        Ok(Some((tally, checksum)))
     }
 
     /// The class counts of the whole N from the tally of every task.
     pub fn finish(&self, t: &Tally) -> Result<Totals, PlanError> {
-        if self.frames.is_none() {
+        if self.whole() {
             return Ok(t.classes);
         }
         Totals::from_turns(t.weighted, t.half, t.quarter, t.classes.nodes)
             .map_err(|e| PlanError::Inconsistent(e.0))
     }
+}
+
+/// The id of the prefix with these columns.
+fn prefix_id(cols: &[u8]) -> u64 {
+    (Kind::Prefix as u64) << KIND_SHIFT | pack_cols(cols)
+}
+
+/// Whether a queen in column `c` of the row below `cols` is safe from them.
+fn safe_below(cols: &[u8], c: u8) -> bool {
+    let row = cols.len();
+    cols.iter()
+        .enumerate()
+        .all(|(r, &q)| q != c && row - r != usize::from(q.abs_diff(c)))
 }
 
 /// Adds a subproblem to the last group when their ids agree above the low
@@ -598,9 +708,9 @@ fn cut(groups: &[Group], target: f64) -> Vec<Task> {
 /// Counts gathered from subproblems, before the plan turns them into classes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tally {
-    /// Class counts of prefix or whole subproblems, and every node count.
+    /// Class counts of a whole-board subproblem, and every node count.
     pub classes: Totals,
-    /// Σ weight × completions over frames.
+    /// Σ weight × completions over prefixes and frames.
     pub weighted: u128,
     /// Solutions fixed by a half turn.
     pub half: u128,
@@ -613,8 +723,8 @@ impl Tally {
     pub fn add(&mut self, s: &Subproblem, c: &PieceCounts) -> Result<(), PlanError> {
         let add = |a: u128, b: u128| a.checked_add(b).ok_or(CountOverflow);
         match s {
-            Subproblem::Whole | Subproblem::Prefix(_) => self.classes.add_piece(c)?,
-            Subproblem::Frame { weight, .. } => {
+            Subproblem::Whole => self.classes.add_piece(c)?,
+            Subproblem::Prefix { weight, .. } | Subproblem::Frame { weight, .. } => {
                 let w = u128::from(c.c1)
                     .checked_mul((*weight).into())
                     .ok_or(CountOverflow)?;

@@ -162,7 +162,9 @@ pub fn describe(s: &Subproblem) -> String {
     let cols = |c: &[u8]| c.iter().map(u8::to_string).collect::<Vec<_>>().join(" ");
     match s {
         Subproblem::Whole => "whole search".into(),
-        Subproblem::Prefix(p) => format!("prefix rows: {}", cols(&p.prefix)),
+        Subproblem::Prefix { cols: c, weight } => {
+            format!("prefix rows: {} weight {weight}", cols(c))
+        }
         Subproblem::Frame { frame, weight } => {
             format!("frame lines: {} weight {weight}", cols(&frame.pos))
         }

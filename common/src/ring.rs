@@ -13,7 +13,7 @@
 use crate::board::{Size, Symmetry};
 use crate::counts::CountOverflow;
 use crate::interior::Interior;
-use crate::lanes::{Batch, Job, Path, Sums};
+use crate::lanes::{Batch, Job, Path, Sums, JOBS_PER_TAKE, SPLIT_ROWS};
 use crate::solve::on_threads;
 
 /// Smallest N counted through rings (below it the ring is most of the board
@@ -162,14 +162,6 @@ pub fn constellations(n: Size) -> Vec<Constellation> {
     }
     out
 }
-
-/// Free rows of each ring placed before its search is cut into jobs: about
-/// 100 jobs per ring at N=17, so lanes and threads stay evenly loaded.
-pub const SPLIT_ROWS: usize = 2;
-
-/// Jobs a thread takes at a time: enough that its lanes are rarely idle
-/// waiting for the slowest job of a batch.
-const JOBS_PER_TAKE: usize = 1024;
 
 /// Every ring of `n` cut into jobs for [`Batch::count`].
 pub struct RingJobs {

@@ -12,7 +12,9 @@
 //! heartbeat) or report it while no other worker holds the task.
 
 use nqueens_common::known::known;
-use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally, Task};
+#[cfg(test)]
+use nqueens_common::plan::Strategy;
+use nqueens_common::plan::{Plan, PlanSpec, Tally, Task};
 use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use sha2::{Digest, Sha256};
@@ -252,7 +254,7 @@ impl Job {
         }
         let c = &self.tally.classes;
         let total = c.total().unwrap_or(0).saturating_add(self.tally.weighted);
-        let unique = if self.spec.strategy == Strategy::Prefix || plan.whole() {
+        let unique = if plan.whole() {
             c.unique().unwrap_or(0)
         } else {
             0
@@ -1065,12 +1067,12 @@ pub fn plausible(job: &Job, task: u64, t: &Tally) -> Result<(), StateError> {
     };
     let plan = Plan::new(job.spec).expect("stored specs are valid");
     let classes = t.classes.c1 | t.classes.c2 | t.classes.c4 | t.classes.c8;
-    if plan.whole() || job.spec.strategy == Strategy::Prefix {
+    if plan.whole() {
         if t.weighted | t.half | t.quarter != 0 {
-            return no("frame counts in a task of whole or prefix subproblems".into());
+            return no("weighted counts in a task of a whole-board plan".into());
         }
     } else if classes != 0 {
-        return no("class counts in a task of frames".into());
+        return no("class counts in a task of prefixes or frames".into());
     }
     if let Some(k) = known(job.spec.n.get()) {
         let total = t

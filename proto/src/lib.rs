@@ -127,8 +127,8 @@ pub fn subproblem_to_wire(s: &Subproblem) -> v1::Subproblem {
     use v1::subproblem::Payload;
     let payload = match s {
         Subproblem::Whole => Payload::Whole(v1::Whole {}),
-        Subproblem::Prefix(p) => Payload::Prefix(v1::Prefix {
-            columns: p.prefix.clone(),
+        Subproblem::Prefix { cols, .. } => Payload::Prefix(v1::Prefix {
+            columns: cols.clone(),
         }),
         Subproblem::Frame { frame, weight } => Payload::Frame(v1::Frame {
             positions: frame.pos.to_vec(),

@@ -10,7 +10,7 @@
 //! it is on; for a lane that does not descend that row is dead, so the
 //! write is harmless and needs no mask.
 
-use super::{CountOverflow, Job, Sums, WideTables, PACKED_COLUMNS};
+use super::{CountOverflow, Counted, Job, WideTables, PACKED_COLUMNS};
 use core::arch::x86_64::*;
 
 const LANES: usize = 8;
@@ -79,13 +79,6 @@ fn load(a: &[u32; LANES]) -> __m256i {
 fn store(a: &mut [u32; LANES], v: __m256i) {
     // SAFETY: writes exactly 32 bytes into a 32-byte array.
     unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
-}
-
-#[target_feature(enable = "avx2")]
-fn lane_sum(v: __m256i) -> u128 {
-    let mut a = [0u32; LANES];
-    store(&mut a, v);
-    a.iter().map(|&x| u128::from(x)).sum()
 }
 
 /// Lanes set in a mask vector, as bits.
@@ -164,7 +157,7 @@ impl Group {
         jobs: &[Job],
         next: &mut usize,
         lanes: u32,
-        sums: &mut Sums,
+        sums: &mut Counted,
     ) -> Result<(), CountOverflow> {
         self.flush(sums)?;
         let mut s = self.spill();
@@ -201,8 +194,22 @@ impl Group {
     }
 
     #[target_feature(enable = "avx2")]
-    fn flush(&mut self, sums: &mut Sums) -> Result<(), CountOverflow> {
-        sums.add(lane_sum(self.sols), lane_sum(self.nodes))?;
+    fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
+        // Each lane's counters belong to the interior of the job it is on
+        // (its base is that interior's first entry, 32 per interior).
+        let (mut sols, mut nodes, mut base) = ([0u32; LANES], [0u32; LANES], [0u32; LANES]);
+        store(&mut sols, self.sols);
+        store(&mut nodes, self.nodes);
+        store(&mut base, self.base);
+        for lane in 0..LANES {
+            if (sols[lane], nodes[lane]) != (0, 0) {
+                sums.add(
+                    base[lane] as usize / 32,
+                    sols[lane].into(),
+                    nodes[lane].into(),
+                )?;
+            }
+        }
         self.sols = _mm256_setzero_si256();
         self.nodes = _mm256_setzero_si256();
         Ok(())
@@ -350,8 +357,11 @@ impl Group {
 /// The CPU must support AVX2; every job's start must leave three free rows
 /// of its interior.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn count(t: &WideTables, jobs: &[Job]) -> Result<Sums, CountOverflow> {
-    let mut sums = Sums::default();
+pub(super) unsafe fn count(
+    t: &WideTables,
+    jobs: &[Job],
+    sums: &mut Counted,
+) -> Result<(), CountOverflow> {
     let mut stacks = vec![0u32; GROUPS * LANES * SLOTS * REC];
     let packed = t.packed.is_some();
     let (allowed, shift) = (
@@ -388,7 +398,7 @@ pub(super) unsafe fn count(t: &WideTables, jobs: &[Job]) -> Result<Sums, CountOv
     }
     let mut next = 0usize;
     for g in &mut groups {
-        g.refill(t, jobs, &mut next, 0xFF, &mut sums)?;
+        g.refill(t, jobs, &mut next, 0xFF, sums)?;
     }
     let mut steps = 0u32;
     while groups.iter().any(|g| bits(g.active) != 0) {
@@ -406,19 +416,19 @@ pub(super) unsafe fn count(t: &WideTables, jobs: &[Job]) -> Result<Sums, CountOv
         }
         for (g, d) in groups.iter_mut().zip(done) {
             if d != 0 {
-                g.refill(t, jobs, &mut next, d, &mut sums)?;
+                g.refill(t, jobs, &mut next, d, sums)?;
             }
         }
         steps += 1;
         if steps == FLUSH_EVERY {
             for g in &mut groups {
-                g.flush(&mut sums)?;
+                g.flush(sums)?;
             }
             steps = 0;
         }
     }
     for g in &mut groups {
-        g.flush(&mut sums)?;
+        g.flush(sums)?;
     }
-    Ok(sums)
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Sixteen 32-bit lanes per AVX-512 register, diagonals rotated (see the
 //! parent module): for interiors that [`super::fits_lanes`].
-use super::{CountOverflow, Job, Sums, Tables};
+use super::{CountOverflow, Counted, Job, Tables};
 use core::arch::x86_64::*;
 
 const LANES: usize = 16;
@@ -64,13 +64,6 @@ fn store(a: &mut [u32; LANES], v: __m512i) {
     unsafe { _mm512_storeu_si512(a.as_mut_ptr().cast(), v) }
 }
 
-#[target_feature(enable = "avx512f")]
-fn lane_sum(v: __m512i) -> u128 {
-    let mut a = [0u32; LANES];
-    store(&mut a, v);
-    a.iter().map(|&x| u128::from(x)).sum()
-}
-
 impl Group {
     #[target_feature(enable = "avx512f")]
     fn spill(&self) -> Spill {
@@ -110,7 +103,7 @@ impl Group {
         jobs: &[Job],
         next: &mut usize,
         lanes: __mmask16,
-        sums: &mut Sums,
+        sums: &mut Counted,
     ) -> Result<(), CountOverflow> {
         self.flush(sums)?;
         let mut s = self.spill();
@@ -152,8 +145,22 @@ impl Group {
     }
 
     #[target_feature(enable = "avx512f")]
-    fn flush(&mut self, sums: &mut Sums) -> Result<(), CountOverflow> {
-        sums.add(lane_sum(self.sols), lane_sum(self.nodes))?;
+    fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
+        // Each lane's counters belong to the interior of the job it is on
+        // (its base is that interior's first entry, 32 per interior).
+        let (mut sols, mut nodes, mut base) = ([0u32; LANES], [0u32; LANES], [0u32; LANES]);
+        store(&mut sols, self.sols);
+        store(&mut nodes, self.nodes);
+        store(&mut base, self.base);
+        for lane in 0..LANES {
+            if (sols[lane], nodes[lane]) != (0, 0) {
+                sums.add(
+                    base[lane] as usize / 32,
+                    sols[lane].into(),
+                    nodes[lane].into(),
+                )?;
+            }
+        }
         self.sols = _mm512_setzero_si512();
         self.nodes = _mm512_setzero_si512();
         Ok(())
@@ -242,8 +249,11 @@ impl Group {
 /// The CPU must support AVX-512F; every job's interior must fit the
 /// lanes and its start leave three free rows.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn count(t: &Tables, jobs: &[Job]) -> Result<Sums, CountOverflow> {
-    let mut sums = Sums::default();
+pub(super) unsafe fn count(
+    t: &Tables,
+    jobs: &[Job],
+    sums: &mut Counted,
+) -> Result<(), CountOverflow> {
     let mut stacks = vec![0i32; GROUPS * LANES * 32];
     let entries = t.entries.as_ptr().cast::<i32>();
     let zero = _mm512_setzero_si512();
@@ -270,7 +280,7 @@ pub(super) unsafe fn count(t: &Tables, jobs: &[Job]) -> Result<Sums, CountOverfl
     }
     let mut next = 0usize;
     for g in &mut groups {
-        g.refill(t, jobs, &mut next, 0xFFFF, &mut sums)?;
+        g.refill(t, jobs, &mut next, 0xFFFF, sums)?;
     }
     let mut steps = 0u32;
     while groups.iter().any(|g| g.active != 0) {
@@ -280,19 +290,19 @@ pub(super) unsafe fn count(t: &Tables, jobs: &[Job]) -> Result<Sums, CountOverfl
         }
         for (g, d) in groups.iter_mut().zip(done) {
             if d != 0 {
-                g.refill(t, jobs, &mut next, d, &mut sums)?;
+                g.refill(t, jobs, &mut next, d, sums)?;
             }
         }
         steps += 1;
         if steps == FLUSH_EVERY {
             for g in &mut groups {
-                g.flush(&mut sums)?;
+                g.flush(sums)?;
             }
             steps = 0;
         }
     }
     for g in &mut groups {
-        g.flush(&mut sums)?;
+        g.flush(sums)?;
     }
-    Ok(sums)
+    Ok(())
 }

@@ -19,7 +19,7 @@
 //! ([`crate::interior::Interior::count_from`]) is always there and gives the
 //! same counts, which the tests check on every path the machine has.
 
-use crate::counts::CountOverflow;
+use crate::counts::{CountOverflow, PieceCounts};
 use crate::interior::{Interior, Start};
 
 /// One job: a start state of one interior, counted with that interior's weight.
@@ -28,6 +28,46 @@ pub struct Job {
     /// Index into the interiors (and weights) the jobs are counted with.
     pub interior: u32,
     pub start: Start,
+}
+
+/// Completions (unweighted, in `c1`) and queens placed, per interior of a
+/// batch: what a plan needs to report each subproblem on its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub per_interior: Vec<PieceCounts>,
+}
+
+impl Counted {
+    fn new(interiors: usize) -> Counted {
+        Counted {
+            per_interior: vec![PieceCounts::default(); interiors],
+        }
+    }
+
+    /// Adds a lane's counters to its interior's, checked.
+    pub(crate) fn add(
+        &mut self,
+        interior: usize,
+        completions: u64,
+        nodes: u64,
+    ) -> Result<(), CountOverflow> {
+        let c = &mut self.per_interior[interior];
+        c.c1 = c.c1.checked_add(completions).ok_or(CountOverflow)?;
+        c.nodes = c.nodes.checked_add(nodes).ok_or(CountOverflow)?;
+        Ok(())
+    }
+
+    /// Σ weights[i] × completions[i], and every node, checked.
+    pub fn weighted(&self, weights: &[u32]) -> Result<Sums, CountOverflow> {
+        let mut sums = Sums::default();
+        for (c, &w) in self.per_interior.iter().zip(weights) {
+            let wc = u128::from(c.c1)
+                .checked_mul(w.into())
+                .ok_or(CountOverflow)?;
+            sums.add(wc, c.nodes.into())?;
+        }
+        Ok(sums)
+    }
 }
 
 /// Weighted completions and queens placed, summed over jobs.
@@ -139,8 +179,8 @@ impl<'a> Batch<'a> {
         Batch {
             interiors,
             weights,
-            tables: fit.then(|| Tables::new(interiors, weights)),
-            wide: WideTables::new(interiors, weights),
+            tables: fit.then(|| Tables::new(interiors)),
+            wide: WideTables::new(interiors),
         }
     }
 
@@ -163,8 +203,21 @@ impl<'a> Batch<'a> {
     /// the queens placed. Every job's start must leave three free rows, as
     /// [`Interior::split`] does; `path` must be one of [`Batch::paths`].
     pub fn count(&self, path: Path, jobs: &[Job]) -> Result<Sums, CountOverflow> {
+        self.count_each(path, jobs)?.weighted(self.weights)
+    }
+
+    /// Counts `jobs` on `path`, each interior's completions (unweighted)
+    /// and queens placed apart.
+    pub fn count_each(&self, path: Path, jobs: &[Job]) -> Result<Counted, CountOverflow> {
+        let mut counted = Counted::new(self.interiors.len());
         match (path, &self.tables) {
-            (Path::Scalar, _) => self.count_scalar(jobs),
+            (Path::Scalar, _) => {
+                for j in jobs {
+                    let i = j.interior as usize;
+                    let c = self.interiors[i].count_from(&j.start);
+                    counted.add(i, c.c1, c.nodes)?;
+                }
+            }
             #[cfg(target_arch = "x86_64")]
             (Path::Avx512, Some(tables)) => {
                 assert!(
@@ -173,7 +226,7 @@ impl<'a> Batch<'a> {
                 );
                 // SAFETY: AVX-512F is present (checked above) and every
                 // interior fits the lanes (tables exist).
-                unsafe { avx512::count(tables, jobs) }
+                unsafe { avx512::count(tables, jobs, &mut counted)? }
             }
             #[cfg(target_arch = "x86_64")]
             (Path::Avx2, _) => {
@@ -184,24 +237,59 @@ impl<'a> Batch<'a> {
                 // SAFETY: AVX2 is present (checked above); the wide tables
                 // cover every interior, and callers give starts with three
                 // free rows (as Interior::split makes them).
-                unsafe { avx2::count(&self.wide, jobs) }
+                unsafe { avx2::count(&self.wide, jobs, &mut counted)? }
             }
             (p, _) => panic!("path {} is not available for this batch", p.name()),
         }
+        Ok(counted)
     }
+}
 
-    fn count_scalar(&self, jobs: &[Job]) -> Result<Sums, CountOverflow> {
-        let mut sums = Sums::default();
-        for j in jobs {
-            let i = j.interior as usize;
-            let c = self.interiors[i].count_from(&j.start);
-            sums.add(
-                u128::from(c.c1) * u128::from(self.weights[i]),
-                c.nodes.into(),
-            )?;
+/// Free rows of each interior placed before its search is cut into jobs:
+/// enough jobs that lanes and threads stay evenly loaded.
+pub const SPLIT_ROWS: usize = 2;
+
+/// Jobs counted between two looks at the stop flag.
+pub const JOBS_PER_TAKE: usize = 1024;
+
+/// Counts every interior's completions (in `c1`, unweighted) and queens
+/// placed, on `path` (the best this batch allows when `None` or not
+/// possible). Interiors are cut into jobs ([`SPLIT_ROWS`]) and counted
+/// together, so lanes stay full across small interiors. Gives `None` once
+/// `stop` is set (looked at between takes of [`JOBS_PER_TAKE`] jobs).
+pub fn count_interiors(
+    interiors: &[Interior],
+    path: Option<Path>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Option<(Vec<PieceCounts>, Path)>, CountOverflow> {
+    let mut out = vec![PieceCounts::default(); interiors.len()];
+    let mut jobs = Vec::new();
+    for (i, it) in interiors.iter().enumerate() {
+        if it.rows() < 3 {
+            out[i] = it.count();
+            continue;
         }
-        Ok(sums)
+        let (starts, nodes) = it.split(SPLIT_ROWS);
+        out[i].nodes = nodes;
+        jobs.extend(starts.into_iter().map(|start| Job {
+            interior: i as u32,
+            start,
+        }));
     }
+    let ones = vec![1; interiors.len()];
+    let batch = Batch::new(interiors, &ones);
+    let path = batch.path(path);
+    for take in jobs.chunks(JOBS_PER_TAKE) {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let c = batch.count_each(path, take)?;
+        for (o, c) in out.iter_mut().zip(&c.per_interior) {
+            o.c1 = o.c1.checked_add(c.c1).ok_or(CountOverflow)?;
+            o.nodes = o.nodes.checked_add(c.nodes).ok_or(CountOverflow)?;
+        }
+    }
+    Ok(Some((out, path)))
 }
 
 /// What a lane needs of each interior, flat for gathers.
@@ -246,7 +334,7 @@ struct WideTables {
 }
 
 impl WideTables {
-    fn new(interiors: &[Interior], weights: &[u32]) -> WideTables {
+    fn new(interiors: &[Interior]) -> WideTables {
         let rows = (interiors.len() + 1) * 32;
         let mut t = WideTables {
             allowed: vec![0; rows],
@@ -254,7 +342,7 @@ impl WideTables {
             packed: None,
             pen: Vec::with_capacity(interiors.len()),
             last: Vec::with_capacity(interiors.len()),
-            weight: weights.to_vec(),
+            weight: vec![1; interiors.len()],
         };
         for (i, it) in interiors.iter().enumerate() {
             t.allowed[i * 32..i * 32 + 32].copy_from_slice(&it.allowed);
@@ -283,12 +371,12 @@ fn column_range(it: &Interior) -> (u32, u32) {
 
 impl Tables {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn new(interiors: &[Interior], weights: &[u32]) -> Tables {
+    fn new(interiors: &[Interior]) -> Tables {
         let mut t = Tables {
             entries: vec![0u32; interiors.len() * 32],
             pen: Vec::with_capacity(interiors.len()),
             last: Vec::with_capacity(interiors.len()),
-            weight: weights.to_vec(),
+            weight: vec![1; interiors.len()],
             low: Vec::with_capacity(interiors.len()),
             span: Vec::with_capacity(interiors.len()),
         };
