@@ -327,7 +327,7 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     let size = std::fs::metadata(&journal).unwrap().len();
     let limited = std::process::Command::new("prlimit")
         .arg(format!("--pid={}", c.child.id()))
-        .arg(format!("--fsize={size}"))
+        .arg(format!("--fsize={size}:unlimited"))
         .status()
         .expect("prlimit (util-linux)");
     assert!(limited.success());
@@ -355,12 +355,10 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable);
-    assert!(
-        refused
-            .message()
-            .contains("restart the coordinator once the disk is fixed"),
-        "{refused:?}"
-    );
+    assert!(refused.message().contains("Free disk space"), "{refused:?}");
+    // Health says so: NOT_SERVING while the journal cannot be written.
+    let (code, _) = health(&c.url);
+    assert_eq!(code, 1, "health must fail while the disk is full");
     // A correct result is refused too ("not stored, retry"), so the
     // worker keeps it.
     let mut w = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
@@ -384,15 +382,42 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
         "nothing acknowledged after the failure"
     );
 
-    // The disk is fixed and the coordinator restarted: the workers deliver
-    // what they kept, and the count is exact.
+    // The disk is fixed, without a restart: the next write succeeds, health
+    // is SERVING again, the workers deliver what they kept, and the count
+    // is exact.
+    let unlimited = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", c.child.id()))
+        .arg("--fsize=unlimited")
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(unlimited.success());
+    wait_for(
+        &mut ops,
+        id,
+        "the job to finish once the disk is fixed",
+        done,
+    )
+    .await;
+    let (code, out) = health(&c.url);
+    assert_eq!(code, 0, "SERVING again: {out}");
+    exact_and_audited(&mut ops, id, 16).await;
+    stop(workers);
+    // And after a restart nothing is missing.
     kill9(&mut c.child);
     let c = start_at(&data, &addr, &[], Some(&log));
     let mut ops = operator(&c.url).await;
-    assert!(job(&mut ops, id).await.done >= stuck.done);
-    wait_for(&mut ops, id, "the job to finish after the restart", done).await;
     exact_and_audited(&mut ops, id, 16).await;
-    stop(workers);
+}
+
+/// `nqueens health` against `url`: its exit code and output.
+fn health(url: &str) -> (i32, String) {
+    let out = common::nqueens(&["health", "--coordinator", url])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 /// A small deterministic generator, one per simulated worker.

@@ -407,3 +407,85 @@ fn status_fails_when_a_liar_made_the_count_differ() {
     let (code, _, err) = operator(&c.url, &["status"]);
     assert_eq!(code, 1, "{err}");
 }
+
+/// The journal's frames: (offset, length) of each, after the magic.
+fn frames(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut at = 8;
+    let mut out = Vec::new();
+    while at + 16 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        out.push((at, 16 + len));
+        at += 16 + len;
+    }
+    out
+}
+
+#[test]
+fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
+    let _watchdog = common::watchdog("a_damaged_journal_is_refused_at_start_and_fails_the_audit");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut c = common::start(&data);
+    runtime().block_on(async {
+        let (mut w, mut ops) = clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        register(&mut w, "w").await;
+        for l in lease(&mut w, "w", 10).await {
+            report(&mut w, "w", lref(&l), result_of(&l, 0))
+                .await
+                .unwrap();
+        }
+        assert_eq!(total(&mut ops, job.job_id).await.1, 92);
+    });
+    common::terminate(&c.child);
+    c.child.wait().unwrap();
+    let path = data.join("journal");
+    let good = std::fs::read(&path).unwrap();
+    let data_arg = data.to_str().unwrap();
+    let start = || {
+        run(&[
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_arg,
+        ])
+    };
+    let audit = || run(&["audit", "1", "--data-dir", data_arg]);
+    let (code, err) = audit();
+    assert_eq!(code, 0, "{err}");
+
+    // Bytes cut out of a record in the middle: damage, not a torn tail.
+    let f = frames(&good);
+    let (at, len) = f[f.len() / 2];
+    let mut cut = good[..at + len / 2].to_vec();
+    cut.extend_from_slice(&good[at + len / 2 + 7..]);
+    std::fs::write(&path, &cut).unwrap();
+    let (code, err) = start();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("damaged at byte {at}")), "{err}");
+    assert!(err.contains(&format!("truncate -s {at}")), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), cut, "left as it was");
+    let (code, err) = audit();
+    assert_eq!(code, 1, "{err}");
+
+    // The last record (an acknowledged result, with its store row) gone at
+    // a record boundary: the store row without its record is damage.
+    let (last, _) = *f.last().unwrap();
+    std::fs::write(&path, &good[..last]).unwrap();
+    let (code, err) = start();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("that the journal does not have"), "{err}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        good[..last],
+        "left as it was"
+    );
+
+    // Restored, it starts and the count is whole.
+    std::fs::write(&path, &good).unwrap();
+    let c = common::start(&data);
+    let (code, lines, err) = operator(&c.url, &["status", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines[0]["total"], 92);
+}

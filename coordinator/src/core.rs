@@ -152,9 +152,14 @@ impl Coordinator {
         let (store, store_opened) = Store::open(&data_dir.join("store"))?;
         let mut state = State::new(limits);
         state.set_lease_key(key);
+        // Every task with a result record, counted or not.
+        let mut journaled = std::collections::HashSet::new();
         for r in &replay.records {
             state.apply(r)?;
             store.apply(r)?; // catch the store up (idempotent)
+            if let Some(Record::TaskDone(d)) = &r.record {
+                journaled.insert((d.job_id, d.task_index));
+            }
         }
         // (job, spec, (tasks, digest) if planned)
         type Planned = (u64, PlanSpec, Option<(u64, u64)>);
@@ -175,7 +180,7 @@ impl Coordinator {
         for (id, spec, planned) in jobs {
             core.plan_job(id, spec, planned).await?;
         }
-        core.verify()?;
+        core.verify(&journaled)?;
         core.store.flush();
         let _ = core.writes.set(StoreWriter::spawn(core.store.clone()));
         let epoch = core.lock().epoch() + 1;
@@ -186,6 +191,11 @@ impl Coordinator {
         .await?;
         tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, "coordinator state restored");
         Ok(core)
+    }
+
+    /// True while the journal can be written; changes when that does.
+    pub fn journal_healthy(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.journal.healthy()
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -289,7 +299,7 @@ impl Coordinator {
 
     /// Re-derives every job's totals from its result rows, and rewrites
     /// store rows that disagree with the journal.
-    fn verify(&self) -> Result<(), CoordError> {
+    fn verify(&self, journaled: &std::collections::HashSet<(u64, u64)>) -> Result<(), CoordError> {
         let state = self.lock();
         let mut repaired = 0;
         for job in state.jobs() {
@@ -327,9 +337,28 @@ impl Coordinator {
                 });
             }
         }
-        // Rows the journal does not have (e.g. a lost last record) go: the
-        // journal is the truth.
-        for (job, task) in self.store.result_keys() {
+        // A result row is written only after its journal record was
+        // fsynced: a row whose record is missing means the journal lost
+        // acknowledged results (cut, or restored from an older copy).
+        // Nothing is deleted; the operator decides.
+        let keys = self.store.result_keys();
+        let lost: Vec<&(u64, u64)> = keys.iter().filter(|k| !journaled.contains(k)).collect();
+        if let Some(&&(job, task)) = lost.first() {
+            return Err(CoordError::Verify {
+                job,
+                why: format!(
+                    "the store holds a result for task {task} (and {} more rows) that the journal does not have: \
+                     the journal lost acknowledged results (was it cut, or restored from an older copy?). \
+                     Nothing was changed. Restore the journal from a backup; or, accepting the loss, move \
+                     {} aside (it is rebuilt from the journal) and start again",
+                    lost.len() - 1,
+                    self.data_dir.join("store").display()
+                ),
+            });
+        }
+        // Rows of results the journal has but does not count (a
+        // quarantined worker's) go: the journal keeps the result.
+        for (job, task) in keys {
             if state.job(job).ok().and_then(|j| j.result(task)).is_none() {
                 self.store.remove_result(job, task)?;
                 repaired += 1;

@@ -2,8 +2,20 @@
 //! before anything it holds is acknowledged. It is the coordinator's source
 //! of truth; everything else (sled, memory) is rebuilt from it.
 //!
-//! Frame: `[u32 length][u32 CRC-32 of payload][payload]`, little endian;
-//! the payload is one `nqueens.v1.JournalRecord`.
+//! The file starts with the 8 bytes [`MAGIC`]; then each record is framed
+//! as `[u32 length][u32 CRC-32 of seq and payload][u64 seq][payload]`,
+//! little endian; the payload is one `nqueens.v1.JournalRecord` and `seq`
+//! counts records from 1, so a lost record is a gap. (A journal of the
+//! first format, `[u32 length][u32 CRC-32][payload]` with no magic, is
+//! read, rewritten in this format at start-up and kept as `journal.v1`.)
+//!
+//! Damage rules: only a partial record at the very end, shorter than the
+//! record its header announces (or a tail of zeros), is a torn write that
+//! was never acknowledged, and is cut off. Anything else that does not
+//! read — a bad CRC before the end or in the last complete record, a
+//! length past the limit, a gap in the sequence, a cut inside the file —
+//! is damage: the journal is left as it is and opening fails, saying where
+//! and how to recover.
 //!
 //! Appends go through one writer thread that commits in groups: it takes
 //! every append waiting, writes them, calls `fsync` once and only then
@@ -19,7 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
-const HEADER: usize = 8;
+/// The first bytes of a journal in the current format.
+pub const MAGIC: &[u8; 8] = b"NQJRNL\x00\x02";
+/// Frame header: length, CRC, sequence number.
+const HEADER: usize = 16;
+/// Frame header of the first format: length, CRC.
+const HEADER_V1: usize = 8;
 /// Larger records are refused (and a header claiming one is damage).
 pub const MAX_RECORD: usize = 1 << 20;
 /// Most appends committed by one fsync.
@@ -31,17 +48,24 @@ pub enum JournalError {
     #[error("journal {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error(
-        "journal {path} is damaged at byte {offset} of {len}: a record there is unreadable and more data follows, \
-         so this is not a torn last write. Nothing was changed. Restore the data directory from a backup, or \
-         keep the first {offset} bytes (losing the results after them) with: truncate -s {offset} {path}"
+        "journal {path} is damaged at byte {offset} of {len}, record #{record}: {what}. This is not a torn \
+         last write, so the coordinator will not start and nothing was changed. Restore the data directory \
+         from a backup; or, accepting the loss of record #{record} and every acknowledged result after it, \
+         keep the first {offset} bytes with: truncate -s {offset} {path} (then move DIR/store aside: it is \
+         rebuilt from the journal)"
     )]
     Corrupt {
         path: PathBuf,
         offset: u64,
         len: u64,
+        /// The number (from 1) of the first record that does not read.
+        record: u64,
+        what: String,
     },
     #[error("the journal stopped accepting writes after an earlier failure ({0}); restart the coordinator once the disk is fixed")]
     Poisoned(String),
+    #[error("the journal cannot be written ({0}): nothing was stored. Free disk space (or raise the file-size limit); the coordinator tries again with the next write")]
+    Unwritable(String),
     #[error("record of {0} bytes is larger than the limit of {MAX_RECORD}")]
     TooLarge(usize),
 }
@@ -52,16 +76,19 @@ pub struct Replay {
     pub records: Vec<JournalRecord>,
     /// Bytes of a torn last write that were cut off (0 if none).
     pub truncated: u64,
+    /// The journal was of the first format (no sequence numbers).
+    pub v1: bool,
 }
 
 /// A handle to append records; cheap to clone.
 #[derive(Clone)]
 pub struct Journal {
     tx: mpsc::Sender<Append>,
+    healthy: tokio::sync::watch::Receiver<bool>,
 }
 
 struct Append {
-    frame: Vec<u8>,
+    payload: Vec<u8>,
     done: oneshot::Sender<Result<(), JournalError>>,
 }
 
@@ -78,9 +105,50 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
 /// error, as at start-up.
 pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
     let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let (records, good) = parse(&bytes, path)?;
+    let (records, good, v1) = parse(&bytes, path)?;
     let truncated = (bytes.len() - good) as u64;
-    Ok((Replay { records, truncated }, bytes.len() as u64))
+    Ok((
+        Replay {
+            records,
+            truncated,
+            v1,
+        },
+        bytes.len() as u64,
+    ))
+}
+
+/// One frame of the current format.
+fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&seq.to_le_bytes());
+    crc.update(payload);
+    let mut f = Vec::with_capacity(HEADER + payload.len());
+    f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    f.extend_from_slice(&crc.finalize().to_le_bytes());
+    f.extend_from_slice(&seq.to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Rewrites a first-format journal in the current format: the new file is
+/// written and fsynced beside it, the old one kept as `journal.v1`.
+fn upgrade(path: &Path, records: &[JournalRecord]) -> Result<(), JournalError> {
+    let tmp = path.with_extension("v2.tmp");
+    let mut bytes = MAGIC.to_vec();
+    for (i, r) in records.iter().enumerate() {
+        bytes.extend_from_slice(&frame(i as u64 + 1, &r.encode_to_vec()));
+    }
+    let write = || -> io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(path, path.with_extension("v1"))?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(path)
+    };
+    write().map_err(io_err(path))?;
+    tracing::warn!(path = %path.display(), records = records.len(), "journal of the first format rewritten with sequence numbers; the old file is kept as journal.v1");
+    Ok(())
 }
 
 impl Journal {
@@ -99,21 +167,48 @@ impl Journal {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_err(path))?;
-        let (records, good) = parse(&bytes, path)?;
+        let (records, good, v1) = parse(&bytes, path)?;
         let truncated = (bytes.len() - good) as u64;
         if truncated > 0 {
-            tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record");
+            tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record (never acknowledged)");
             file.set_len(good as u64).map_err(io_err(path))?;
             file.sync_all().map_err(io_err(path))?;
+        }
+        if v1 {
+            drop(file);
+            upgrade(path, &records)?;
+            file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(path)
+                .map_err(io_err(path))?;
+        } else if good == 0 {
+            file.write_all(MAGIC)
+                .and_then(|()| file.sync_all())
+                .map_err(io_err(path))?;
         }
         file.seek(SeekFrom::End(0)).map_err(io_err(path))?;
         let (tx, rx) = mpsc::channel();
         let owned = path.to_path_buf();
+        let next = records.len() as u64 + 1;
+        let (healthy_tx, healthy) = tokio::sync::watch::channel(true);
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(file, owned, rx))
+            .spawn(move || writer(file, owned, next, rx, healthy_tx))
             .map_err(io_err(path))?;
-        Ok((Journal { tx }, Replay { records, truncated }))
+        Ok((
+            Journal { tx, healthy },
+            Replay {
+                records,
+                truncated,
+                v1,
+            },
+        ))
+    }
+
+    /// True while the latest write reached the disk; changes when that does.
+    pub fn healthy(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.healthy.clone()
     }
 
     /// Appends a record and returns once it is on disk.
@@ -122,66 +217,150 @@ impl Journal {
         if payload.len() > MAX_RECORD {
             return Err(JournalError::TooLarge(payload.len()));
         }
-        let mut frame = Vec::with_capacity(HEADER + payload.len());
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
         let (done, wait) = oneshot::channel();
         let gone = || JournalError::Poisoned("the journal writer has stopped".into());
-        self.tx.send(Append { frame, done }).map_err(|_| gone())?;
+        self.tx.send(Append { payload, done }).map_err(|_| gone())?;
         wait.await.map_err(|_| gone())?
     }
 }
 
-/// The record at the start of `rest` and its size, if it is whole and valid.
-fn record_at(rest: &[u8]) -> Option<(JournalRecord, usize)> {
-    let len = u32::from_le_bytes(rest.get(..4)?.try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(rest.get(4..8)?.try_into().expect("4 bytes"));
-    if len > MAX_RECORD {
-        return None;
-    }
-    let payload = rest.get(HEADER..HEADER + len)?;
-    // A real record always has its `oneof` set (zeros would otherwise read
-    // as empty records with a matching CRC).
-    (crc32fast::hash(payload) == crc)
-        .then(|| JournalRecord::decode(payload).ok())
-        .flatten()
-        .filter(|r| r.record.is_some())
-        .map(|r| (r, HEADER + len))
+/// Why the bytes at some offset are not a record.
+enum Bad {
+    /// Fewer bytes than a header, or than the record its header announces.
+    Short,
+    /// A whole record is there but does not read.
+    Wrong(String),
 }
 
-/// Reads records until the end or the first unreadable one. An unreadable
-/// record with no valid record anywhere after it is a torn last write (its
-/// bytes are dropped); one followed by a valid record is damage, refused
-/// (a damaged length field must not pass for a torn tail and cost every
-/// result after it).
-fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize), JournalError> {
+/// Decodes a payload; a real record always has its `oneof` set.
+fn decode(payload: &[u8]) -> Result<JournalRecord, Bad> {
+    JournalRecord::decode(payload)
+        .ok()
+        .filter(|r| r.record.is_some())
+        .ok_or_else(|| Bad::Wrong("its CRC matches but it is not a journal record".into()))
+}
+
+/// The record at the start of `rest`, its sequence number (0 in the first
+/// format) and its size.
+fn record_at(rest: &[u8], v1: bool) -> Result<(JournalRecord, u64, usize), Bad> {
+    let header = if v1 { HEADER_V1 } else { HEADER };
+    if rest.len() < header {
+        return Err(Bad::Short);
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    if len > MAX_RECORD {
+        return Err(Bad::Wrong(format!(
+            "its header gives a length of {len} bytes, past the limit of {MAX_RECORD}"
+        )));
+    }
+    let Some(payload) = rest.get(header..header + len) else {
+        return Err(Bad::Short);
+    };
+    if v1 {
+        if crc32fast::hash(payload) != crc {
+            return Err(Bad::Wrong("its CRC does not match".into()));
+        }
+        return Ok((decode(payload)?, 0, header + len));
+    }
+    let seq = u64::from_le_bytes(rest[8..16].try_into().expect("8 bytes"));
+    let mut h = crc32fast::Hasher::new();
+    h.update(&rest[8..16]);
+    h.update(payload);
+    if h.finalize() != crc {
+        return Err(Bad::Wrong("its CRC does not match".into()));
+    }
+    Ok((decode(payload)?, seq, header + len))
+}
+
+/// Whether `rest` (at least a header) is one whole record whose length
+/// field alone is wrong: its CRC matches the bytes up to the end.
+fn whole_under_bad_length(rest: &[u8], v1: bool) -> bool {
+    let header = if v1 { HEADER_V1 } else { HEADER };
+    if rest.len() <= header {
+        return false;
+    }
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    crc32fast::hash(&rest[8..]) == crc
+}
+
+/// Reads every record; returns them, the length of the good part, and
+/// whether the journal is of the first format. Only a short partial
+/// record (or zeros) at the very end is a torn write; see the module doc.
+fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize, bool), JournalError> {
+    let v1 = !bytes.is_empty() && !bytes.starts_with(MAGIC);
+    let mut at = if v1 { 0 } else { MAGIC.len().min(bytes.len()) };
+    if !v1 && bytes.len() < MAGIC.len() {
+        // A torn first write of the magic: nothing was ever acknowledged.
+        return Ok((Vec::new(), 0, false));
+    }
     let mut records = Vec::new();
-    let mut at = 0;
+    let damaged = |at: usize, records: &Vec<JournalRecord>, what: String| JournalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: at as u64,
+        len: bytes.len() as u64,
+        record: records.len() as u64 + 1,
+        what,
+    };
     while at < bytes.len() {
-        match record_at(&bytes[at..]) {
-            Some((r, size)) => {
+        let rest = &bytes[at..];
+        match record_at(rest, v1) {
+            Ok((r, seq, size)) => {
+                let want = records.len() as u64 + 1;
+                if !v1 && seq != want {
+                    return Err(damaged(
+                        at,
+                        &records,
+                        format!("it carries sequence number {seq} where {want} was due (records are missing or repeated)"),
+                    ));
+                }
                 records.push(r);
                 at += size;
             }
-            None => {
-                if (at + 1..bytes.len()).any(|k| record_at(&bytes[k..]).is_some()) {
-                    return Err(JournalError::Corrupt {
-                        path: path.to_path_buf(),
-                        offset: at as u64,
-                        len: bytes.len() as u64,
-                    });
+            Err(_) if rest.iter().all(|&b| b == 0) => break,
+            Err(Bad::Short) => {
+                // A partial last record, unless its bytes are a whole
+                // record under a damaged length field, or a valid record
+                // follows (then bytes were cut out of the middle).
+                if whole_under_bad_length(rest, v1) {
+                    return Err(damaged(
+                        at,
+                        &records,
+                        "its length field is damaged (the bytes after it form a whole record with a matching CRC)".into(),
+                    ));
                 }
-                return Ok((records, at));
+                if (at + 1..bytes.len()).any(|k| record_at(&bytes[k..], v1).is_ok()) {
+                    return Err(damaged(
+                        at,
+                        &records,
+                        "the record there is cut short and valid records follow (bytes are missing inside the file)".into(),
+                    ));
+                }
+                break;
             }
+            Err(Bad::Wrong(what)) => return Err(damaged(at, &records, what)),
         }
     }
-    Ok((records, at))
+    Ok((records, at, v1))
 }
 
 /// The writer thread: group commit, one fsync per group.
-fn writer(mut file: File, path: PathBuf, rx: mpsc::Receiver<Append>) {
+///
+/// A failed write (a full disk, a file-size limit) acknowledges nothing of
+/// its group: the file is cut back to its last fsynced length and later
+/// appends try again, so the journal recovers when space comes back. A
+/// failed fsync poisons the journal for good (the kernel may have dropped
+/// the pages it could not write): only a restart, which re-reads the
+/// file, is safe then. `healthy` follows the latest outcome.
+fn writer(
+    mut file: File,
+    path: PathBuf,
+    mut next: u64,
+    rx: mpsc::Receiver<Append>,
+    healthy: tokio::sync::watch::Sender<bool>,
+) {
     let mut poisoned: Option<String> = None;
+    let mut good_len = file.metadata().map_or(0, |m| m.len());
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -190,20 +369,47 @@ fn writer(mut file: File, path: PathBuf, rx: mpsc::Receiver<Append>) {
                 Err(_) => break,
             }
         }
+        let mut failed: Option<String> = None;
         if poisoned.is_none() {
-            let mut buf = Vec::with_capacity(group.iter().map(|a| a.frame.len()).sum());
+            let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
+            let mut seq = next;
             for a in &group {
-                buf.extend_from_slice(&a.frame);
+                buf.extend_from_slice(&frame(seq, &a.payload));
+                seq += 1;
             }
-            if let Err(e) = file.write_all(&buf).and_then(|()| file.sync_data()) {
-                tracing::error!(path = %path.display(), error = %e, "journal write failed; refusing further writes");
-                poisoned = Some(e.to_string());
+            match file.write_all(&buf) {
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e, "journal write failed; nothing of it acknowledged, later writes will try again");
+                    let undone = file
+                        .set_len(good_len)
+                        .and_then(|()| file.seek(SeekFrom::End(0)).map(|_| ()));
+                    if let Err(u) = undone {
+                        tracing::error!(path = %path.display(), error = %u, "cannot cut the journal back after a failed write; refusing further writes");
+                        poisoned = Some(format!("{e}; then {u}"));
+                    }
+                    failed = Some(e.to_string());
+                }
+                Ok(()) => match file.sync_data() {
+                    Ok(()) => {
+                        next = seq;
+                        good_len += buf.len() as u64;
+                    }
+                    Err(e) => {
+                        tracing::error!(path = %path.display(), error = %e, "journal fsync failed; refusing further writes");
+                        poisoned = Some(e.to_string());
+                    }
+                },
             }
         }
+        healthy.send_if_modified(|h| {
+            let now = poisoned.is_none() && failed.is_none();
+            std::mem::replace(h, now) != now
+        });
         for a in group {
-            let result = match &poisoned {
-                None => Ok(()),
-                Some(e) => Err(JournalError::Poisoned(e.clone())),
+            let result = match (&poisoned, &failed) {
+                (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
+                (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
+                (None, None) => Ok(()),
             };
             let _ = a.done.send(result);
         }
@@ -273,7 +479,7 @@ mod tests {
         }
         drop(j);
         let full = std::fs::read(&path).unwrap();
-        let one = full.len() / 3;
+        let one = (full.len() - MAGIC.len()) / 3;
         // Every possible torn length of the last record.
         for cut in 1..one {
             std::fs::write(&path, &full[..full.len() - cut]).unwrap();
@@ -282,7 +488,7 @@ mod tests {
             assert_eq!(r.truncated as usize, one - cut);
             assert_eq!(
                 std::fs::read(&path).unwrap().len(),
-                2 * one,
+                MAGIC.len() + 2 * one,
                 "file cut back to whole records"
             );
         }
@@ -309,15 +515,18 @@ mod tests {
         }
         drop(j);
         let bytes = std::fs::read(&path).unwrap();
-        let one = bytes.len() / 3;
-        // Any bit of the middle record, its length and CRC included.
-        for bit in 0..one * 8 {
+        let one = (bytes.len() - MAGIC.len()) / 3;
+        let at = |k: usize| MAGIC.len() + k * one;
+        // Any bit of the middle or the last record, length, CRC and
+        // sequence number included: damage, never a torn tail.
+        for bit in 0..2 * one * 8 {
             let mut damaged = bytes.clone();
-            damaged[one + bit / 8] ^= 1 << (bit % 8);
+            damaged[at(1) + bit / 8] ^= 1 << (bit % 8);
             std::fs::write(&path, &damaged).unwrap();
             let err = reopen(&path).unwrap_err();
+            let want = at(1 + bit / (8 * one)) as u64;
             assert!(
-                matches!(err, JournalError::Corrupt { offset, .. } if offset == one as u64),
+                matches!(err, JournalError::Corrupt { offset, .. } if offset == want),
                 "bit {bit}: {err}"
             );
             assert!(err.to_string().contains("truncate -s"), "{err}");
@@ -327,5 +536,73 @@ mod tests {
                 "a refused journal is left as it was"
             );
         }
+    }
+
+    async fn three_records(path: &Path) -> (Vec<u8>, usize) {
+        let (j, _) = Journal::open(path).unwrap();
+        for i in 1..=3 {
+            j.append(&boot(i)).await.unwrap();
+        }
+        drop(j);
+        let bytes = std::fs::read(path).unwrap();
+        let one = (bytes.len() - MAGIC.len()) / 3;
+        (bytes, one)
+    }
+
+    #[tokio::test]
+    async fn a_cut_inside_the_file_or_a_missing_record_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let (bytes, one) = three_records(&path).await;
+        let at = |k: usize| MAGIC.len() + k * one;
+        // A few bytes cut out of the middle record.
+        for cut in [1, 5, one / 2, one - 1] {
+            let mut damaged = bytes[..at(1) + 3].to_vec();
+            damaged.extend_from_slice(&bytes[at(1) + 3 + cut..]);
+            std::fs::write(&path, &damaged).unwrap();
+            let err = reopen(&path).unwrap_err();
+            assert!(
+                matches!(err, JournalError::Corrupt { offset, record: 2, .. } if offset == at(1) as u64),
+                "cut {cut}: {err}"
+            );
+        }
+        // A whole record missing: a gap in the sequence.
+        let mut gap = bytes[..at(1)].to_vec();
+        gap.extend_from_slice(&bytes[at(2)..]);
+        std::fs::write(&path, &gap).unwrap();
+        let err = reopen(&path).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sequence number 3 where 2 was due"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), gap, "left as it was");
+    }
+
+    #[tokio::test]
+    async fn a_journal_of_the_first_format_is_read_and_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut old = Vec::new();
+        for i in 1..=3 {
+            let payload = boot(i).encode_to_vec();
+            old.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            old.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            old.extend_from_slice(&payload);
+        }
+        std::fs::write(&path, &old).unwrap();
+        let (j, r) = Journal::open(&path).unwrap();
+        assert_eq!((r.records.len(), r.v1), (3, true));
+        j.append(&boot(4)).await.unwrap();
+        drop(j);
+        assert_eq!(std::fs::read(path.with_extension("v1")).unwrap(), old);
+        let r = reopen(&path).unwrap();
+        assert_eq!((r.records.len(), r.v1), (4, false));
+        // A damaged first-format journal is refused, not upgraded.
+        let mut bad = old.clone();
+        bad[10] ^= 1;
+        let path = dir.path().join("journal2");
+        std::fs::write(&path, &bad).unwrap();
+        assert!(matches!(reopen(&path), Err(JournalError::Corrupt { .. })));
     }
 }

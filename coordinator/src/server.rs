@@ -111,6 +111,7 @@ pub struct Running {
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     sweeper: tokio::task::JoinHandle<()>,
+    health_watch: tokio::task::JoinHandle<()>,
     metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -123,6 +124,7 @@ impl Running {
         }
         self.sweeper.abort();
         let _ = (&mut self.sweeper).await;
+        self.health_watch.abort();
         if let Some(m) = self.metrics.take() {
             m.abort();
             let _ = m.await;
@@ -221,6 +223,23 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             .set_service_status(name, tonic_health::ServingStatus::Serving)
             .await;
     }
+    // NOT_SERVING while the journal cannot be written (a full disk): no
+    // result could be acknowledged. SERVING again once a write succeeds.
+    let mut journal_ok = core.journal_healthy();
+    let health_watch = tokio::spawn(async move {
+        while journal_ok.changed().await.is_ok() {
+            let ok = *journal_ok.borrow_and_update();
+            let status = if ok {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            tracing::warn!(journal_writable = ok, "health: {status:?}");
+            for name in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
+                health.set_service_status(name, status).await;
+            }
+        }
+    });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -293,5 +312,6 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         stop: Some(stop),
         server,
         sweeper,
+        health_watch,
     })
 }
