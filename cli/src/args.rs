@@ -50,6 +50,8 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         state: Option<PathBuf>,
         #[command(flatten)]
+        core: CoreArg,
+        #[command(flatten)]
         progress: Progress,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -188,6 +190,8 @@ pub enum Command {
         /// Seconds a drain waits for running tasks before handing them back.
         #[arg(long, value_name = "S", default_value_t = 300)]
         grace: u64,
+        #[command(flatten)]
+        core: CoreArg,
         /// Corrupt the self-test (to check that a bad build refuses to work).
         #[arg(long, hide = true)]
         self_test_fault: bool,
@@ -395,7 +399,16 @@ impl Threads {
     }
 }
 
-/// Which inner loop counts the ring jobs (`--core`).
+/// `--core`, for every command that counts.
+#[derive(clap::Args, Clone, Copy)]
+pub struct CoreArg {
+    /// The engine's inner loop: the fastest this CPU has, or one forced
+    /// (a core this CPU lacks is refused).
+    #[arg(long, value_enum, default_value = "auto", env = "NQUEENS_CORE")]
+    pub core: Core,
+}
+
+/// Which inner loop the engine counts with (`--core`).
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Core {
     /// The fastest this CPU has (AVX-512, else AVX2, else scalar).

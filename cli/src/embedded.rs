@@ -12,6 +12,7 @@ use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
 use nqueens_common::format::{human_duration, thousands};
 use nqueens_common::known::{matches, verdict};
+use nqueens_common::lanes::Path;
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
@@ -64,6 +65,7 @@ pub fn solve(
     strategy: Option<Strategy>,
     shape: &PlanShape,
     state: PathBuf,
+    core: Option<Path>,
     progress: Progress,
     json: bool,
 ) -> Result<(), Failure> {
@@ -74,7 +76,7 @@ pub fn solve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(run(plan, threads, state, progress, json))?;
+    let outcome = runtime.block_on(run(plan, threads, state, core, progress, json))?;
     let mut out = io::stdout().lock();
     if json {
         json_line(&mut out, &outcome)?;
@@ -89,6 +91,7 @@ async fn run(
     plan: Plan,
     threads: usize,
     dir: PathBuf,
+    core: Option<Path>,
     progress: Progress,
     json: bool,
 ) -> Result<Outcome, Failure> {
@@ -146,6 +149,8 @@ async fn run(
             // Hand running tasks back at once: they are redone next time.
             grace: Duration::ZERO,
             self_test_fault: false,
+            core,
+            tls_identity: None,
         },
         signals,
     ));

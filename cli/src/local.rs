@@ -9,8 +9,8 @@ use nqueens_common::complete::{complete as complete_board, parse_queens};
 use nqueens_common::lanes::Path;
 use nqueens_common::plan::Strategy;
 use nqueens_common::report::{describe, PlanSummary, Report};
-use nqueens_common::solve::solve_plan;
-use nqueens_common::{solve as solve_all, Size};
+use nqueens_common::solve::{solve_on, solve_plan};
+use nqueens_common::Size;
 use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};
 
@@ -32,12 +32,13 @@ pub fn solve(
     threads: usize,
     strategy: Option<Strategy>,
     shape: &PlanShape,
+    core: Option<Path>,
     json: bool,
 ) -> Result<(), Failure> {
     let report = match strategy {
-        None => count(n, threads)?,
+        None => count(n, threads, core)?,
         Some(strategy) => {
-            let plan = shape.plan(n, strategy)?;
+            let plan = shape.plan(n, strategy)?.with_path(core);
             let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
             let solution =
                 solve_plan(&plan, &plan.schedule(), threads).map_err(|e| failed(e.to_string()))?;
@@ -110,7 +111,7 @@ pub fn table(range: SizeRange, threads: usize, json: bool) -> Result<(), Failure
         writeln!(out, "{}", Report::table_header())?;
     }
     for n in range.0.get()..=range.1.get() {
-        let report = count(Size::new(n).expect("inside a checked range"), threads)?;
+        let report = count(Size::new(n).expect("inside a checked range"), threads, None)?;
         if json {
             json_line(&mut out, &report)?;
         } else {
@@ -173,8 +174,8 @@ pub fn complete(n: Size) -> Result<(), Failure> {
     Ok(out.flush()?)
 }
 
-fn count(n: Size, threads: usize) -> Result<Report, Failure> {
-    solve_all(n, threads)
+fn count(n: Size, threads: usize, core: Option<Path>) -> Result<Report, Failure> {
+    solve_on(n, threads, core)
         .and_then(|s| Ok(Report::new(&s)?))
         .map_err(|e| Failure::Failed(format!("N={n}: {e}")))
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Request, Status};
 
 /// A channel whose every call carries the token.
@@ -24,6 +24,13 @@ pub enum ClientError {
     },
     #[error("TLS setup for {0} failed: {1}")]
     Tls(String, String),
+    #[error("cannot read the client certificate or key {path}: {source}")]
+    IdentityFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("a client certificate was given but {0} is not https://: give the coordinator's https:// address")]
+    IdentityWithoutTls(String),
 }
 
 /// Adds `authorization: Bearer <token>` to every call (nothing without a token).
@@ -43,6 +50,17 @@ impl tonic::service::Interceptor for Auth {
 /// lost connection is re-established by the next call. `https://` uses
 /// `ca` (PEM) as the only trusted root when given, else the public roots.
 pub fn connect(url: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Authed, ClientError> {
+    connect_tls(url, token, ca, None)
+}
+
+/// [`connect`], presenting the client certificate `identity` (certificate
+/// chain and private key, PEM) to a coordinator that requires one (mTLS).
+pub fn connect_tls(
+    url: &str,
+    token: Option<&str>,
+    ca: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Authed, ClientError> {
     let mut endpoint = Channel::from_shared(url.to_string())
         .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
         // A host that drops packets fails the call instead of hanging it.
@@ -59,6 +77,9 @@ pub fn connect(url: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Auth
             "no scheme".to_string(),
         ));
     }
+    if identity.is_some() && !url.starts_with("https://") {
+        return Err(ClientError::IdentityWithoutTls(url.to_string()));
+    }
     if url.starts_with("https://") {
         let tls = match ca {
             Some(path) => {
@@ -69,6 +90,18 @@ pub fn connect(url: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Auth
                 ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
             }
             None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        let tls = match identity {
+            Some((cert, key)) => {
+                let read = |path: &Path| {
+                    std::fs::read(path).map_err(|source| ClientError::IdentityFile {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                };
+                tls.identity(Identity::from_pem(read(cert)?, read(key)?))
+            }
+            None => tls,
         };
         endpoint = endpoint
             .tls_config(tls)

@@ -2,6 +2,7 @@
 //! the moment it finishes one, so a core never waits for the async side
 //! (or the scheduler's wake-up latency) between tasks.
 
+use nqueens_common::lanes::Path;
 use nqueens_common::plan::Plan;
 use nqueens_proto::v1;
 use nqueens_proto::{tally_to_wire, task_from_wire};
@@ -32,7 +33,8 @@ struct Queue {
 
 impl Pool {
     /// Starts `threads` counting threads; each result goes to `done`.
-    pub fn new(threads: usize, done: mpsc::UnboundedSender<Counted>) -> Pool {
+    /// `core` is the engine's path (`None`: the fastest this CPU has).
+    pub fn new(threads: usize, core: Option<Path>, done: mpsc::UnboundedSender<Counted>) -> Pool {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -41,7 +43,7 @@ impl Pool {
             let (shared, done) = (Arc::clone(&shared), done.clone());
             std::thread::Builder::new()
                 .name(format!("count-{i}"))
-                .spawn(move || count_loop(&shared, &done))
+                .spawn(move || count_loop(&shared, core, &done))
                 .expect("cannot start a counting thread");
         }
         Pool { shared }
@@ -87,7 +89,7 @@ impl Drop for Pool {
     }
 }
 
-fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
+fn count_loop(shared: &Shared, core: Option<Path>, done: &mpsc::UnboundedSender<Counted>) {
     loop {
         let (lease, stop) = {
             let mut q = shared.queue.lock().expect("queue lock");
@@ -101,7 +103,7 @@ fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
                 q = shared.ready.wait(q).expect("queue lock");
             }
         };
-        let out = count(&lease, &stop);
+        let out = count(&lease, core, &stop);
         if done.send((lease, out)).is_err() {
             return;
         }
@@ -109,7 +111,11 @@ fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
 }
 
 /// Counts one task; `None` when stopped or when the task does not decode.
-fn count(lease: &v1::Lease, stop: &AtomicBool) -> Option<(v1::TaskResult, u64)> {
+fn count(
+    lease: &v1::Lease,
+    core: Option<Path>,
+    stop: &AtomicBool,
+) -> Option<(v1::TaskResult, u64)> {
     if stop.load(Ordering::Relaxed) {
         return None;
     }
@@ -121,7 +127,7 @@ fn count(lease: &v1::Lease, stop: &AtomicBool) -> Option<(v1::TaskResult, u64)> 
             return None;
         }
     };
-    let plan = Plan::new(spec).ok()?;
+    let plan = Plan::new(spec).ok()?.with_path(core);
     let (tally, checksum) = plan.count_task_until(&task, stop).ok()??;
     let result = v1::TaskResult {
         checksum,

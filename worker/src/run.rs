@@ -7,7 +7,8 @@
 use crate::backoff::Backoff;
 use crate::pool::Pool;
 use crate::selftest::self_test;
-use nqueens_proto::client::{connect, Authed, ClientError};
+use nqueens_common::lanes::Path;
+use nqueens_proto::client::{connect_tls, Authed, ClientError};
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,12 +29,17 @@ pub struct Config {
     pub token: Option<String>,
     /// The CA certificate (PEM) to trust for an `https://` coordinator.
     pub tls_ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM), for a coordinator that
+    /// requires one (mTLS).
+    pub tls_identity: Option<(PathBuf, PathBuf)>,
     /// Defaults to host-pid.
     pub name: Option<String>,
     /// How long a drain waits for running tasks before handing them back.
     pub grace: Duration,
     /// Corrupt the self-test on purpose (to test that it stops the worker).
     pub self_test_fault: bool,
+    /// The engine's path (`None`: the fastest this CPU has).
+    pub core: Option<Path>,
 }
 
 /// What a worker did before it stopped.
@@ -90,10 +96,14 @@ pub async fn run(
         .map_err(WorkerError::SelfTest)?;
     tracing::info!("self-test passed (N=8..12 by both strategies)");
     let url = config.coordinator.clone();
-    let mut client = WorkerServiceClient::new(connect(
+    let mut client = WorkerServiceClient::new(connect_tls(
         &url,
         config.token.as_deref(),
         config.tls_ca.as_deref(),
+        config
+            .tls_identity
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path())),
     )?);
     let name = config.name.clone().unwrap_or_else(|| {
         format!(
@@ -133,12 +143,13 @@ pub async fn run(
         }
     };
     backoff.reset();
-    tracing::info!("connected to {url} as {name} ({threads} threads)");
+    let core = config.core.unwrap_or_else(Path::fastest);
+    tracing::info!("connected to {url} as {name} ({threads} threads, core {core})");
 
     // Every lease handed to the pool (queued or counting), with its stop flag.
     let mut held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
     let (counted, mut finished) = mpsc::unbounded_channel();
-    let pool = Pool::new(threads, counted);
+    let pool = Pool::new(threads, config.core, counted);
     // Results go to a reporter task, so no thread waits for an fsync.
     let (results, to_report) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(report_all(client.clone(), to_report));

@@ -115,6 +115,14 @@ impl Path {
         }
     }
 
+    /// The fastest path this CPU can run (for interiors the AVX-512 lanes
+    /// cannot take, a batch steps down to the next).
+    pub fn fastest() -> Path {
+        *Path::available()
+            .last()
+            .expect("scalar is always available")
+    }
+
     /// Every path this CPU can run, scalar first.
     pub fn available() -> Vec<Path> {
         Path::ALL.into_iter().filter(|p| p.supported()).collect()
