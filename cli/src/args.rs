@@ -184,6 +184,12 @@ pub enum Command {
         /// Trust this CA certificate (PEM) for an https:// coordinator.
         #[arg(long, value_name = "F")]
         tls_ca: Option<PathBuf>,
+        /// Present this client certificate (PEM) to a coordinator that requires one (mTLS).
+        #[arg(long, value_name = "F", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM).
+        #[arg(long, value_name = "F", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Name shown to operators [default: host-pid].
         #[arg(long)]
         name: Option<String>,
@@ -489,6 +495,12 @@ pub struct Connect {
     /// Trust this CA certificate (PEM) for an https:// coordinator.
     #[arg(long, value_name = "F")]
     pub tls_ca: Option<PathBuf>,
+    /// Present this client certificate (PEM) to a coordinator that requires one (mTLS).
+    #[arg(long, value_name = "F", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "F", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Print JSON for scripts.
     #[arg(long)]
     pub json: bool,

@@ -158,6 +158,8 @@ async fn run(
         coordinator: url,
         token_file: None,
         tls_ca: None,
+        tls_cert: None,
+        tls_key: None,
         json,
     })?;
     let show = if json { Show::Nothing } else { Show::Text };

@@ -9,7 +9,7 @@ use crate::progress::{follow, Show};
 use crate::serve::read_token;
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
-use nqueens_proto::client::{connect, Authed};
+use nqueens_proto::client::{connect_tls, Authed};
 use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
 use std::io::{self, Write};
 use std::path::Path;
@@ -23,8 +23,14 @@ pub struct Operator {
 impl Operator {
     pub fn new(c: &Connect) -> Result<Operator, Failure> {
         let token = read_token(c.token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?;
-        let channel = connect(&c.coordinator, token.as_deref(), c.tls_ca.as_deref())
-            .map_err(|e| Failure::BadInput(e.to_string()))?;
+        let identity = c.tls_cert.as_deref().zip(c.tls_key.as_deref());
+        let channel = connect_tls(
+            &c.coordinator,
+            token.as_deref(),
+            c.tls_ca.as_deref(),
+            identity,
+        )
+        .map_err(|e| Failure::BadInput(e.to_string()))?;
         Ok(Operator {
             url: c.coordinator.clone(),
             client: OperatorServiceClient::new(channel),
@@ -337,7 +343,8 @@ pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failu
 pub fn health(c: &Connect) -> Result<(), Failure> {
     use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
     on_runtime(async {
-        let channel = connect(&c.coordinator, None, c.tls_ca.as_deref())
+        let identity = c.tls_cert.as_deref().zip(c.tls_key.as_deref());
+        let channel = connect_tls(&c.coordinator, None, c.tls_ca.as_deref(), identity)
             .map_err(|e| Failure::BadInput(e.to_string()))?;
         let r = HealthClient::new(channel)
             .check(tonic_health::pb::HealthCheckRequest::default())
