@@ -2,7 +2,7 @@
 
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
-use nqueens_common::lanes::Path;
+use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
 use nqueens_common::Size;
 use std::path::PathBuf;
@@ -401,7 +401,9 @@ pub struct Threads {
 impl Threads {
     pub fn get(&self) -> usize {
         self.threads
-            .map_or_else(nqueens_common::solve::default_threads, |t| t as usize)
+            .map_or_else(nqueens_common::engine::threads::default_threads, |t| {
+                t as usize
+            })
     }
 }
 

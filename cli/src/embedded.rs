@@ -6,13 +6,13 @@
 
 use crate::args::{Connect, PlanShape, Progress};
 use crate::exit::Failure;
+use crate::format::{human_duration, thousands};
 use crate::local::{check_known, json_line};
 use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
-use nqueens_common::format::{human_duration, thousands};
+use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::{matches, verdict};
-use nqueens_common::lanes::Path;
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;

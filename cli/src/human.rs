@@ -1,7 +1,7 @@
 //! Jobs and workers as operators read them: text with thousands separators
 //! and spoken durations, or JSON with the same fields for scripts.
 
-use nqueens_common::format::{human_duration, thousands};
+use crate::format::{human_duration, thousands};
 use nqueens_common::known::{matches, verdict};
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1;

@@ -11,12 +11,15 @@
 //! - [`exit`]: failures and their exit codes.
 
 pub mod args;
+pub mod bench;
 pub mod embedded;
 pub mod exit;
+pub mod format;
 pub mod human;
 pub mod local;
 pub mod operator;
 pub mod progress;
+pub mod report;
 pub mod serve;
 
 use args::{Cli, Command};

@@ -2,14 +2,14 @@
 //! state directory), plan, table, bench, boards, complete.
 
 use crate::args::{Format, PlanShape, SizeRange};
+use crate::bench::{bench, BenchRow};
 use crate::exit::Failure;
-use nqueens_common::bench::{bench, BenchRow};
-use nqueens_common::boards::Solutions;
-use nqueens_common::complete::{complete as complete_board, parse_queens};
-use nqueens_common::lanes::Path;
+use crate::report::{describe, PlanSummary, Report};
+use nqueens_common::engine::boards::Solutions;
+use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
+use nqueens_common::engine::lanes::Path;
+use nqueens_common::plan::solve::{solve_on, solve_plan};
 use nqueens_common::plan::Strategy;
-use nqueens_common::report::{describe, PlanSummary, Report};
-use nqueens_common::solve::{solve_on, solve_plan};
 use nqueens_common::Size;
 use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};

@@ -4,11 +4,11 @@
 
 use crate::args::Progress;
 use crate::exit::Failure;
+use crate::format::thousands;
 use crate::human::JobInfo;
 use crate::local::json_line;
 use crate::operator::Operator;
 use indicatif::{ProgressBar, ProgressStyle};
-use nqueens_common::format::thousands;
 use nqueens_worker::backoff::Backoff;
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Listing and completing boards.
 
-use nqueens_common::boards::Solutions;
-use nqueens_common::complete::{complete, Queen};
+use nqueens_common::engine::boards::Solutions;
+use nqueens_common::engine::complete::{complete, Queen};
 use nqueens_common::known::known;
 use nqueens_common::{Board, Size};
 use proptest::prelude::*;

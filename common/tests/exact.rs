@@ -1,11 +1,11 @@
 //! Exactness of the solver core: known values, a brute-force reference,
 //! thread-count and split independence, and rejection of forged pieces.
 
+use nqueens_common::engine::lanes::Path;
+use nqueens_common::engine::reference::brute_force;
+use nqueens_common::engine::search::{cases, split, Case, Piece, PieceError, Rules};
 use nqueens_common::known::known;
-use nqueens_common::lanes::Path;
-use nqueens_common::reference::brute_force;
-use nqueens_common::search::{cases, split, Case, Piece, PieceError, Rules};
-use nqueens_common::solve::solve_on;
+use nqueens_common::plan::solve::solve_on;
 use nqueens_common::{solve, Size, Totals};
 use proptest::prelude::*;
 

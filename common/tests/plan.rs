@@ -2,8 +2,8 @@
 //! catch forgeries, tasks that partition the enumeration.
 
 use nqueens_common::known::known;
+use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Kind, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally};
-use nqueens_common::solve::solve_plan;
 use nqueens_common::Size;
 use proptest::prelude::*;
 

@@ -4,9 +4,9 @@
 //! Conversions *from* the wire never trust the sender: a subproblem is
 //! re-derived from its id by the plan and must equal the payload sent.
 
-use nqueens_common::board::SizeError;
+use nqueens_common::engine::board::SizeError;
+use nqueens_common::engine::symmetric::Turn;
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally, Task};
-use nqueens_common::symmetric::Turn;
 use nqueens_common::{Size, Totals};
 
 pub mod client;

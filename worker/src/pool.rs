@@ -2,7 +2,7 @@
 //! the moment it finishes one, so a core never waits for the async side
 //! (or the scheduler's wake-up latency) between tasks.
 
-use nqueens_common::lanes::Path;
+use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::Plan;
 use nqueens_proto::v1;
 use nqueens_proto::{tally_to_wire, task_from_wire};

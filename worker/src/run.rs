@@ -7,7 +7,7 @@
 use crate::backoff::Backoff;
 use crate::pool::Pool;
 use crate::selftest::self_test;
-use nqueens_common::lanes::Path;
+use nqueens_common::engine::lanes::Path;
 use nqueens_proto::client::{connect_tls, Authed, ClientError};
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use std::collections::HashMap;

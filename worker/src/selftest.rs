@@ -3,8 +3,8 @@
 //! A machine or build that miscounts must never report a result.
 
 use nqueens_common::known::known;
+use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy};
-use nqueens_common::solve::solve_plan;
 use nqueens_common::Size;
 
 /// Runs the self-test; `fault` deliberately corrupts one count (to test that

@@ -43,10 +43,10 @@ fn worker_config(r: &Running, threads: usize) -> Config {
         token: None,
         tls_ca: None,
         tls_identity: None,
-        core: None,
         name: None,
         grace: Duration::from_secs(30),
         self_test_fault: false,
+        core: None,
     }
 }
 
@@ -223,10 +223,10 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
         token: None,
         tls_ca: None,
         tls_identity: None,
-        core: None,
         name: None,
         grace: Duration::from_secs(1),
         self_test_fault: true,
+        core: None,
     };
     let (_tx, rx) = mpsc::unbounded_channel();
     let e = run(config, rx).await.unwrap_err();

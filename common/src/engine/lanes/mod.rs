@@ -16,11 +16,11 @@
 //! gather per step fetches both.
 //!
 //! The path is chosen at run time ([`Path::available`]); the scalar path
-//! ([`crate::interior::Interior::count_from`]) is always there and gives the
+//! ([`crate::engine::interior::Interior::count_from`]) is always there and gives the
 //! same counts, which the tests check on every path the machine has.
 
-use crate::counts::{CountOverflow, PieceCounts};
-use crate::interior::{Interior, Start};
+use crate::engine::counts::{CountOverflow, PieceCounts};
+use crate::engine::interior::{Interior, Start};
 
 /// One job: a start state of one interior, counted with that interior's weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -410,7 +410,7 @@ mod avx512;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::RingJobs;
+    use crate::engine::ring::RingJobs;
     use crate::Size;
     use proptest::prelude::*;
 

@@ -1,10 +1,10 @@
 //! What `solve` and `table` print: one record per N, as text or JSON.
 
-use crate::counts::CountOverflow;
 use crate::format::{hms, si, thousands};
-use crate::known::{matches, verdict};
-use crate::plan::{Plan, Schedule, Strategy, Subproblem};
-use crate::solve::Solution;
+use nqueens_common::engine::counts::CountOverflow;
+use nqueens_common::known::{matches, verdict};
+use nqueens_common::plan::solve::Solution;
+use nqueens_common::plan::{Plan, Schedule, Strategy, Subproblem};
 use serde::Serialize;
 
 /// The outcome of counting one N, ready to print.
@@ -13,7 +13,7 @@ pub struct Report {
     pub n: u32,
     pub total: u128,
     pub unique: u128,
-    /// Orbits of each size (see [`crate::counts`]).
+    /// Orbits of each size (see [`nqueens_common::engine::counts`]).
     pub c1: u128,
     pub c2: u128,
     pub c4: u128,

@@ -7,13 +7,13 @@
 //! decoded and checked back into its subproblem (see [`Plan::decode`]), so a
 //! corrupt or forged id is detected.
 //!
-//! Strategies (both counted by the engine's lanes, [`crate::lanes`]):
+//! Strategies (both counted by the engine's lanes, [`crate::engine::lanes`]):
 //! - **prefix**: the queens of the first K rows, the row-0 queen in the
 //!   left half (weight 2; the middle column of an odd board weight 1).
-//! - **frame**: canonical frames ([`crate::frame`]) weighted by orbit size.
+//! - **frame**: canonical frames ([`crate::engine::border`]) weighted by orbit size.
 //!
 //! Both add the half- and quarter-turn symmetric counts
-//! ([`crate::symmetric`]), from which the classes (and the unique count)
+//! ([`crate::engine::symmetric`]), from which the classes (and the unique count)
 //! follow by Burnside. The two decompositions share no subproblem, so a
 //! count made with one can be cross-checked with the other.
 //!
@@ -21,12 +21,14 @@
 //! prefix pieces sharing all but their last row), never one per subproblem,
 //! so memory stays bounded at record sizes.
 
-use crate::board::Size;
-use crate::counts::{CountOverflow, PieceCounts, Totals};
-use crate::frame::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
-use crate::interior::Interior;
-use crate::lanes::{count_interiors, Path};
-use crate::symmetric::{count_symmetric, Turn};
+pub mod solve;
+
+use crate::engine::board::Size;
+use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
+use crate::engine::counts::{CountOverflow, PieceCounts, Totals};
+use crate::engine::interior::Interior;
+use crate::engine::lanes::{count_interiors, Path};
+use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 
 /// How a plan splits the search.
@@ -531,7 +533,7 @@ impl Plan {
             out[i] = match s {
                 Subproblem::Symmetric { turn, first } => count_symmetric(n, *turn, *first),
                 _ => {
-                    let c = crate::solve::solve_on(n, 1, self.path)
+                    let c = crate::plan::solve::solve_on(n, 1, self.path)
                         .map_err(|_| PlanError::Inconsistent("whole search"))?
                         .counts;
                     let small = |x: u128| u64::try_from(x).map_err(|_| CountOverflow);

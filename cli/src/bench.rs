@@ -1,13 +1,13 @@
 //! `nqueens bench`: the fast core on one thread and on all threads, beside
-//! the plain bitmap baseline ([`crate::baseline`]) in the same run, so a
+//! the plain bitmap baseline ([`nqueens_common::engine::baseline`]) in the same run, so a
 //! speed ratio is always at hand. Each figure is the median of `runs`
 //! in-process runs; every count is checked against the known values.
 
-use crate::baseline::mirror_count;
-use crate::board::Size;
-use crate::known::known;
-use crate::lanes::Path;
-use crate::solve::solve_on;
+use nqueens_common::engine::baseline::mirror_count;
+use nqueens_common::engine::board::Size;
+use nqueens_common::engine::lanes::Path;
+use nqueens_common::known::known;
+use nqueens_common::plan::solve::solve_on;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ use std::time::Instant;
 pub struct BenchRow {
     pub n: u32,
     pub threads: usize,
-    /// The inner loop that counted (see [`crate::solve::Solution::core`]).
+    /// The inner loop that counted (see [`nqueens_common::plan::solve::Solution::core`]).
     pub core: &'static str,
     /// Fast core, one thread.
     pub seconds_1t: f64,

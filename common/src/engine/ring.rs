@@ -8,13 +8,13 @@
 //! ring of each orbit (smallest key) is searched, weighted by its orbit
 //! size: `total = Σ weight × completions`. No solution is compared with its
 //! images at the leaves; the unique count comes from Burnside
-//! ([`crate::symmetric`]) instead.
+//! ([`crate::engine::symmetric`]) instead.
 
-use crate::board::{Size, Symmetry};
-use crate::counts::CountOverflow;
-use crate::interior::Interior;
-use crate::lanes::{Batch, Job, Path, Sums, JOBS_PER_TAKE, SPLIT_ROWS};
-use crate::solve::on_threads;
+use crate::engine::board::{Size, Symmetry};
+use crate::engine::counts::CountOverflow;
+use crate::engine::interior::Interior;
+use crate::engine::lanes::{Batch, Job, Path, Sums, JOBS_PER_TAKE, SPLIT_ROWS};
+use crate::engine::threads::on_threads;
 
 /// Smallest N counted through rings (below it the ring is most of the board
 /// and the plain search is as quick).

@@ -7,7 +7,7 @@
 //! `allowed` mask once, when the interior is built. That is what makes
 //! pre-placement prune early: the bottom queen closes squares in row 1.
 
-use crate::counts::PieceCounts;
+use crate::engine::counts::PieceCounts;
 
 /// A state of an interior's search: free rows `0..row` placed, with the
 /// attack masks they leave on free row `row`.

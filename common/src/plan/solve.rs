@@ -1,24 +1,24 @@
 //! Counting one N on many threads.
 //!
-//! From N=6 the total comes from ring constellations ([`crate::ring`]):
+//! From N=6 the total comes from ring constellations ([`crate::engine::ring`]):
 //! queens pre-placed on the border, one ring per symmetry orbit, its
 //! completions counted in SIMD lanes when the CPU has them
-//! ([`crate::lanes`]). The unique count follows by Burnside from the
-//! solutions fixed by a half or quarter turn ([`crate::symmetric`]), a tiny
-//! search of its own. Below N=6 the symmetry-pruned search ([`crate::search`])
+//! ([`crate::engine::lanes`]). The unique count follows by Burnside from the
+//! solutions fixed by a half or quarter turn ([`crate::engine::symmetric`]), a tiny
+//! search of its own. Below N=6 the symmetry-pruned search ([`crate::engine::search`])
 //! counts the classes directly.
 //!
 //! Work is cut into many small pieces that threads take from a shared
 //! counter, so a thread that drew cheap pieces takes more.
 
-use crate::board::Size;
-use crate::counts::{CountOverflow, Inconsistent, Totals};
-use crate::lanes::Path;
+use crate::engine::board::Size;
+use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
+use crate::engine::lanes::Path;
+use crate::engine::ring::{self, MIN_RING_N};
+use crate::engine::search::{split, Rules};
+use crate::engine::symmetric::{count_symmetric, Turn};
+use crate::engine::threads::on_threads;
 use crate::plan::{Plan, PlanError, Schedule, Subproblem, Tally};
-use crate::ring::{self, MIN_RING_N};
-use crate::search::{split, Rules};
-use crate::symmetric::{count_symmetric, Turn};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Pieces to cut the small-board search into.
@@ -56,11 +56,6 @@ pub enum SolveError {
     Tally(#[from] PlanError),
 }
 
-/// The number of threads to use by default: every core.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Counts all solutions of `n` with `threads` threads (at least one), on
 /// the fastest path this CPU has.
 pub fn solve(n: Size, threads: usize) -> Result<Solution, SolveError> {
@@ -68,7 +63,7 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, SolveError> {
 }
 
 /// [`solve`] with the lanes' path chosen (`None`: the best available).
-/// A path the CPU lacks is not taken: ask [`crate::lanes::Path::available`].
+/// A path the CPU lacks is not taken: ask [`crate::engine::lanes::Path::available`].
 pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution, SolveError> {
     let start = Instant::now();
     let threads = threads.max(1);
@@ -175,40 +170,5 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
         pieces: schedule.subproblems as usize,
         core: "plan",
         elapsed: start.elapsed(),
-    })
-}
-
-/// Runs `each(acc, i)` for every i in 0..items on up to `threads` threads.
-/// Each thread takes the next index from a shared counter and folds into
-/// its own accumulator; the accumulators are returned (or the first error).
-pub(crate) fn on_threads<A, E>(
-    threads: usize,
-    items: usize,
-    each: impl Fn(&mut A, usize) -> Result<(), E> + Sync,
-) -> Result<Vec<A>, E>
-where
-    A: Default + Send,
-    E: Send,
-{
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.clamp(1, items.max(1)))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut acc = A::default();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= items {
-                            return Ok(acc);
-                        }
-                        each(&mut acc, i)?;
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("solver thread panicked"))
-            .collect()
     })
 }

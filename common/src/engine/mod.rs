@@ -1,0 +1,35 @@
+//! The counting engine: boards and bitmaps, border placement, symmetry,
+//! and the lanes that count many subproblems at once. It knows nothing of
+//! plans, tasks or output; everything above it counts through it.
+//!
+//! - [`board`]: board sizes, boards, the 8 symmetries.
+//! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
+//! - [`border`]: frames (queens pre-placed on the border lines), canonical
+//!   under the 8 symmetries, with their weights.
+//! - [`ring`]: ring constellations (the 4 outer lines), weighted, as local
+//!   `solve` counts them.
+//! - [`interior`]: the board a pre-placement leaves, and its scalar search.
+//! - [`lanes`]: many interior searches stepped together in SIMD lanes
+//!   (AVX-512, AVX2, scalar; chosen at run time).
+//! - [`symmetric`]: solutions fixed by a half or quarter turn (Burnside).
+//! - [`search`]: the classic symmetry-pruned search (small N, and a check
+//!   that classes agree).
+//! - [`reference`]: a naive brute-force counter, for tests.
+//! - [`baseline`]: the plain bitmap mirror counter benchmarks compare with.
+//! - [`boards`]: streaming every solution in lexicographic order.
+//! - [`complete`]: completing a board from given queens.
+//! - [`threads`]: work spread over threads.
+
+pub mod baseline;
+pub mod board;
+pub mod boards;
+pub mod border;
+pub mod complete;
+pub mod counts;
+pub mod interior;
+pub mod lanes;
+pub mod reference;
+pub mod ring;
+pub mod search;
+pub mod symmetric;
+pub mod threads;
