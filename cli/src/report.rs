@@ -166,7 +166,7 @@ pub fn describe(s: &Subproblem) -> String {
             format!("prefix rows: {} weight {weight}", cols(c))
         }
         Subproblem::Frame { frame, weight } => {
-            format!("frame lines: {} weight {weight}", cols(&frame.pos))
+            format!("frame lines: {} weight {weight}", cols(frame.positions()))
         }
         Subproblem::Symmetric { turn, first } => {
             format!("{turn:?}-turn symmetric, row 0 queen in column {first}").to_lowercase()

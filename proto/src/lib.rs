@@ -131,7 +131,7 @@ pub fn subproblem_to_wire(s: &Subproblem) -> v1::Subproblem {
             columns: cols.clone(),
         }),
         Subproblem::Frame { frame, weight } => Payload::Frame(v1::Frame {
-            positions: frame.pos.to_vec(),
+            positions: frame.positions().to_vec(),
             weight: *weight,
         }),
         Subproblem::Symmetric { turn, first } => Payload::Symmetric(v1::Symmetric {

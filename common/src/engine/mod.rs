@@ -6,8 +6,6 @@
 //! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
 //! - [`border`]: frames (queens pre-placed on the border lines), canonical
 //!   under the 8 symmetries, with their weights.
-//! - [`ring`]: ring constellations (the 4 outer lines), weighted, as local
-//!   `solve` counts them.
 //! - [`interior`]: the board a pre-placement leaves, and its scalar search.
 //! - [`lanes`]: many interior searches stepped together in SIMD lanes
 //!   (AVX-512, AVX2, scalar; chosen at run time).
@@ -29,7 +27,6 @@ pub mod counts;
 pub mod interior;
 pub mod lanes;
 pub mod reference;
-pub mod ring;
 pub mod search;
 pub mod symmetric;
 pub mod threads;

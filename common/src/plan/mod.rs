@@ -221,8 +221,11 @@ impl Plan {
         if spec.strategy == Strategy::Prefix && !(2..=MAX_DEPTH).contains(&spec.depth) {
             return Err(PlanError::BadDepth(spec.depth));
         }
+        if spec.strategy == Strategy::Frame && spec.depth > MAX_DEPTH {
+            return Err(PlanError::BadDepth(spec.depth));
+        }
         let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
-            .then(|| Frames::new(spec.n).expect("N checked"));
+            .then(|| Frames::new(spec.n, border_depth(spec.depth)).expect("N and depth checked"));
         Ok(Plan {
             spec,
             frames,
@@ -295,8 +298,10 @@ impl Plan {
                     by_weight[w as usize] += 1;
                     let id = tag | f.key();
                     let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
-                    // Group the frames that share an outer ring.
-                    add_to_group(&mut groups, id, 4 * POS_BITS, work);
+                    // Group the frames that share an outer ring (a depth-1
+                    // frame is its ring: each is a group of its own).
+                    let inner = (frames.lines() - 4) as u32 * POS_BITS;
+                    add_to_group(&mut groups, id, inner, work);
                 });
                 classes = vec![
                     ("frames of weight 8".into(), by_weight[8]),
@@ -577,9 +582,20 @@ impl Plan {
         task: &Task,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Option<(Tally, u64)>, PlanError> {
+        Ok(self
+            .count_task_on(task, stop)?
+            .map(|(tally, checksum, _)| (tally, checksum)))
+    }
+
+    /// [`Plan::count_task_until`], also naming the engine path that counted.
+    pub fn count_task_on(
+        &self,
+        task: &Task,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<(Tally, u64, Path)>, PlanError> {
         let mut subs = Vec::new();
         self.for_each_subproblem(task, |s| subs.push(s));
-        let Some((counts, _)) = self.count_all(&subs, stop)? else {
+        let Some((counts, path)) = self.count_all(&subs, stop)? else {
             return Ok(None);
         };
         let mut tally = Tally::default();
@@ -592,7 +608,7 @@ impl Plan {
             }
             tally.add(s, c)?;
         }
-        Ok(Some((tally, checksum)))
+        Ok(Some((tally, checksum, path)))
     }
 
     /// The class counts of the whole N from the tally of every task.
@@ -602,6 +618,17 @@ impl Plan {
         }
         Totals::from_turns(t.weighted, t.half, t.quarter, t.classes.nodes)
             .map_err(|e| PlanError::Inconsistent(e.0))
+    }
+}
+
+/// Rings of border lines a frame plan places: depth 1 is the 4 outer lines
+/// (ring constellations), 2 the 8 lines of a carry-chain frame. Specs
+/// stored before depth applied to frames carry other values; they meant 2.
+fn border_depth(depth: u32) -> u32 {
+    if depth == 1 {
+        1
+    } else {
+        2
     }
 }
 

@@ -1,25 +1,25 @@
 //! Counting one N on many threads.
 //!
-//! From N=6 the total comes from ring constellations ([`crate::engine::ring`]):
-//! queens pre-placed on the border, one ring per symmetry orbit, its
-//! completions counted in SIMD lanes when the CPU has them
-//! ([`crate::engine::lanes`]). The unique count follows by Burnside from the
-//! solutions fixed by a half or quarter turn ([`crate::engine::symmetric`]), a tiny
-//! search of its own. Below N=6 the symmetry-pruned search ([`crate::engine::search`])
-//! counts the classes directly.
-//!
-//! Work is cut into many small pieces that threads take from a shared
-//! counter, so a thread that drew cheap pieces takes more.
+//! A local run is a plan run in memory: from N=6, a frame plan of depth 1
+//! (ring constellations: queens pre-placed on the 4 outer lines, one ring
+//! per symmetry orbit, weighted), whose tasks threads take one at a time
+//! and count in the engine's lanes, exactly as workers count a cluster
+//! job's tasks. The unique count follows by Burnside from the plan's half-
+//! and quarter-turn subproblems. Below N=6 the symmetry-pruned search
+//! ([`crate::engine::search`]) counts the classes directly.
 
 use crate::engine::board::Size;
+use crate::engine::border::MIN_FRAME_N;
 use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
 use crate::engine::lanes::Path;
-use crate::engine::ring::{self, MIN_RING_N};
 use crate::engine::search::{split, Rules};
-use crate::engine::symmetric::{count_symmetric, Turn};
 use crate::engine::threads::on_threads;
-use crate::plan::{Plan, PlanError, Schedule, Subproblem, Tally};
+use crate::plan::{Plan, PlanError, PlanSpec, Schedule, Strategy, Tally};
 use std::time::{Duration, Instant};
+
+/// Tasks per thread in a local run: enough that threads finish together,
+/// few enough that each task fills its lanes for a long while.
+const TASKS_PER_THREAD: usize = 64;
 
 /// Pieces to cut the small-board search into.
 pub const MIN_PIECES: usize = 4096;
@@ -67,44 +67,19 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, SolveError> {
 pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution, SolveError> {
     let start = Instant::now();
     let threads = threads.max(1);
-    if n.get() < MIN_RING_N {
+    if n.get() < MIN_FRAME_N {
         return solve_small(n, threads, start);
     }
-    let (sums, pieces, used) = ring::count(n, threads, path)?;
-    // Solutions fixed by a half or a quarter turn, by the first row's
-    // queen: the plan's symmetric subproblems, tallied the plan's way.
-    let turns: Vec<(Turn, u8)> = [Turn::Half, Turn::Quarter]
-        .into_iter()
-        .flat_map(|turn| (0..n.get() as u8).map(move |first| (turn, first)))
-        .collect();
-    let parts = on_threads(threads, turns.len(), |acc: &mut Tally, i| {
-        let (turn, first) = turns[i];
-        acc.add(
-            &Subproblem::Symmetric { turn, first },
-            &count_symmetric(n, turn, first),
-        )
-    })?;
-    let mut tally = Tally {
-        weighted: sums.weighted,
-        ..Tally::default()
-    };
-    tally.classes.nodes = sums.nodes;
-    for p in &parts {
-        tally.merge(p)?;
-    }
-    Ok(Solution {
+    let plan = Plan::new(PlanSpec {
         n,
-        counts: Totals::from_turns(
-            tally.weighted,
-            tally.half,
-            tally.quarter,
-            tally.classes.nodes,
-        )?,
-        threads,
-        pieces,
-        core: used.name(),
-        elapsed: start.elapsed(),
-    })
+        strategy: Strategy::Frame,
+        depth: 1,
+        tasks: (TASKS_PER_THREAD * threads) as u64,
+    })?
+    .with_path(path);
+    let mut s = solve_plan(&plan, &plan.schedule(), threads)?;
+    s.elapsed = start.elapsed();
+    Ok(s)
 }
 
 /// Small boards: the symmetry-pruned search, which sorts each solution
@@ -156,19 +131,38 @@ fn solve_small(n: Size, threads: usize, start: Instant) -> Result<Solution, Solv
 pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<Solution, PlanError> {
     let start = Instant::now();
     let threads = threads.max(1);
-    let parts = on_threads(threads, schedule.tasks.len(), |mine: &mut Tally, i| {
-        mine.merge(&plan.count_task(&schedule.tasks[i])?)
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let parts = on_threads(threads, schedule.tasks.len(), |mine: &mut Counted, i| {
+        let (tally, _, path) = plan
+            .count_task_on(&schedule.tasks[i], &never)?
+            .expect("never stopped");
+        mine.tally.merge(&tally)?;
+        // The slowest path any task took is the one to name.
+        mine.path = Some(mine.path.map_or(path, |p: Path| p.min(path)));
+        Ok::<(), PlanError>(())
     })?;
     let mut tally = Tally::default();
+    let mut path: Option<Path> = None;
     for p in &parts {
-        tally.merge(p)?;
+        tally.merge(&p.tally)?;
+        path = match (path, p.path) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     Ok(Solution {
         n: plan.spec.n,
         counts: plan.finish(&tally)?,
         threads,
         pieces: schedule.subproblems as usize,
-        core: "plan",
+        core: path.map_or("search", Path::name),
         elapsed: start.elapsed(),
     })
+}
+
+/// What one thread of [`solve_plan`] gathers.
+#[derive(Default)]
+struct Counted {
+    tally: Tally,
+    path: Option<Path>,
 }

@@ -87,7 +87,7 @@ impl Sums {
 }
 
 /// How the jobs are stepped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Path {
     /// One job at a time, any CPU.
     Scalar,
@@ -410,7 +410,39 @@ mod avx512;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::ring::RingJobs;
+    use crate::engine::border::Frames;
+
+    /// Every ring constellation of N (a depth-1 border plan), cut into jobs
+    /// the way [`count_interiors`] cuts them.
+    struct RingJobs {
+        interiors: Vec<Interior>,
+        weights: Vec<u32>,
+        jobs: Vec<Job>,
+    }
+
+    impl RingJobs {
+        fn new(n: Size) -> RingJobs {
+            let frames = Frames::new(n, 1).unwrap();
+            let mut rj = RingJobs {
+                interiors: Vec::new(),
+                weights: Vec::new(),
+                jobs: Vec::new(),
+            };
+            frames.for_each_in(0, u64::MAX, |f, weight, _| {
+                let it = frames.interior(&f);
+                if it.rows() < 3 {
+                    return;
+                }
+                let interior = rj.interiors.len() as u32;
+                let (starts, _) = it.split(SPLIT_ROWS);
+                rj.jobs
+                    .extend(starts.into_iter().map(|start| Job { interior, start }));
+                rj.interiors.push(it);
+                rj.weights.push(weight);
+            });
+            rj
+        }
+    }
     use crate::Size;
     use proptest::prelude::*;
 
