@@ -18,6 +18,8 @@ use common::start;
 /// A result waiting to be acknowledged (kept across crashes, like a worker).
 #[derive(Clone)]
 struct Pending {
+    /// The worker that holds the lease (leases are bound to their worker).
+    worker: String,
     lease: v1::LeaseRef,
     result: v1::TaskResult,
 }
@@ -57,6 +59,7 @@ async fn client(
                 .await
                 .unwrap();
                 Pending {
+                    worker: name.clone(),
                     lease: v1::LeaseRef {
                         job_id: l.job_id,
                         task_index: l.task.unwrap().index,
@@ -67,7 +70,7 @@ async fn client(
             }
         };
         let req = v1::ReportRequest {
-            worker_id: name.clone(),
+            worker_id: p.worker.clone(),
             lease: Some(p.lease),
             result: Some(p.result.clone()),
         };
@@ -75,6 +78,10 @@ async fn client(
             Ok(r) => {
                 let outcome = ReportOutcome::try_from(r.into_inner().outcome).unwrap();
                 let _ = acks.send((p.lease.task_index, outcome));
+            }
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                // Another worker holds the task now: this result is
+                // refused for good (as a real worker, drop it).
             }
             Err(_) => {
                 // Not acknowledged: keep it for the next coordinator.

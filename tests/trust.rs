@@ -489,3 +489,184 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines[0]["total"], 92);
 }
+
+/// A worker client whose calls carry `token`.
+async fn worker_with(
+    url: &str,
+    token: &str,
+) -> WorkerServiceClient<
+    tonic::service::interceptor::InterceptedService<Channel, nqueens_proto::client::Auth>,
+> {
+    WorkerServiceClient::new(nqueens_proto::client::connect(url, Some(token), None).unwrap())
+}
+
+#[test]
+fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
+    let _watchdog = common::watchdog("issued_worker_tokens_vote_once_each_and_can_be_revoked");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let issue = |name: &str| {
+        let out = nqueens(&["token", "issue", name, "--data-dir", d])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (alice, bob) = (issue("alice"), issue("bob"));
+    let (code, err) = run(&["token", "issue", "alice", "--data-dir", d]);
+    assert_eq!(code, 2, "{err}");
+    let op_token = dir.path().join("op.token");
+    std::fs::write(&op_token, "operator-token-0123456789").unwrap();
+    let c = common::start_with(
+        &data,
+        &["--operator-token-file", op_token.to_str().unwrap()],
+    );
+    runtime().block_on(async {
+        let mut ops = OperatorServiceClient::new(
+            nqueens_proto::client::connect(&c.url, Some("operator-token-0123456789"), None)
+                .unwrap(),
+        );
+        let plan = PlanSpec {
+            n: Size::new(8).unwrap(),
+            strategy: Strategy::Frame,
+            depth: 3,
+            tasks: 1,
+        };
+        let job = ops
+            .submit_job(v1::SubmitJobRequest {
+                plan: Some((&plan).into()),
+                redundancy: 2,
+                verify_fraction: 0.0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let (mut a, mut b) = (
+            worker_with(&c.url, &alice).await,
+            worker_with(&c.url, &bob).await,
+        );
+        // No token, or a made-up one: refused.
+        let mut none = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+        assert_eq!(
+            none.lease(v1::LeaseRequest {
+                worker_id: "x".into(),
+                max_tasks: 1
+            })
+            .await
+            .unwrap_err()
+            .code(),
+            Code::Unauthenticated
+        );
+        let mut made_up = worker_with(&c.url, "nqw-0123456789abcdef0123456789abcdef").await;
+        assert_eq!(
+            made_up
+                .lease(v1::LeaseRequest {
+                    worker_id: "x".into(),
+                    max_tasks: 1
+                })
+                .await
+                .unwrap_err()
+                .code(),
+            Code::Unauthenticated
+        );
+        let lease_as = |id: &str| v1::LeaseRequest {
+            worker_id: id.into(),
+            max_tasks: 1,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let first = loop {
+            if let Some(l) = a
+                .lease(lease_as("a1"))
+                .await
+                .unwrap()
+                .into_inner()
+                .leases
+                .pop()
+            {
+                break l;
+            }
+            assert!(Instant::now() < deadline, "never planned");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let rep = |id: &str, l: &v1::Lease| v1::ReportRequest {
+            worker_id: id.into(),
+            lease: Some(lref(l)),
+            result: Some(result_of(l, 0)),
+        };
+        let o = a
+            .report(rep("a1", &first))
+            .await
+            .unwrap()
+            .into_inner()
+            .outcome;
+        assert_eq!(o, ReportOutcome::AwaitingCheck as i32);
+        // Alice under another worker id is not offered her own task, and
+        // Bob cannot use a worker id Alice holds.
+        assert!(a
+            .lease(lease_as("a2"))
+            .await
+            .unwrap()
+            .into_inner()
+            .leases
+            .is_empty());
+        assert_eq!(
+            b.lease(lease_as("a1")).await.unwrap_err().code(),
+            Code::PermissionDenied
+        );
+        let second = b
+            .lease(lease_as("b1"))
+            .await
+            .unwrap()
+            .into_inner()
+            .leases
+            .remove(0);
+        let o = b
+            .report(rep("b1", &second))
+            .await
+            .unwrap()
+            .into_inner()
+            .outcome;
+        assert_eq!(o, ReportOutcome::Accepted as i32);
+        let j = ops
+            .get_job(v1::JobRef { job_id: job.job_id })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (j.state, u128_from_wire(j.total.as_ref())),
+            (v1::JobState::Done as i32, 92)
+        );
+    });
+    // Revoked: refused within a few seconds (polled, no fixed sleep).
+    let (code, err) = run(&["token", "revoke", "bob", "--data-dir", d]);
+    assert_eq!(code, 0, "{err}");
+    let out = nqueens(&["token", "list", "--data-dir", d])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alice\n");
+    runtime().block_on(async {
+        let mut b = worker_with(&c.url, &bob).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = b
+                .lease(v1::LeaseRequest {
+                    worker_id: "b1".into(),
+                    max_tasks: 1,
+                })
+                .await;
+            if r.as_ref().is_err_and(|e| e.code() == Code::Unauthenticated) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a revoked token still works: {r:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}

@@ -298,6 +298,18 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Issue, revoke or list per-worker tokens, stored hashed in a coordinator's data directory.
+    #[command(
+        after_help = "Examples:\n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\n  \
+        nqueens token revoke rack1-node07 --data-dir /var/lib/nqueens\n  nqueens token list --data-dir /var/lib/nqueens\n\n\
+        An issued token is printed once; the data directory keeps only its SHA-256. A running\n\
+        coordinator accepts it (as a worker token) and forgets a revoked one within seconds.\n\
+        Redundancy counts votes by credential: two worker ids under one token are one vote."
+    )]
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
     /// Stop handing out a job's tasks (running ones finish); `resume` undoes it.
     Pause {
         job: u64,
@@ -479,6 +491,31 @@ impl std::str::FromStr for SizeRange {
         }
         Ok(SizeRange(from, to))
     }
+}
+
+/// What `nqueens token` does.
+#[derive(Subcommand, Clone)]
+pub enum TokenAction {
+    /// Make a new worker token named NAME and print it (once).
+    Issue {
+        name: String,
+        /// The coordinator's data directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+    /// Revoke the worker token named NAME.
+    Revoke {
+        name: String,
+        /// The coordinator's data directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
+    /// List the names of the issued worker tokens.
+    List {
+        /// The coordinator's data directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
 }
 
 /// Where the coordinator is and how to prove who we are.

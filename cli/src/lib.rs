@@ -159,6 +159,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Jobs { connect } => operator::jobs(&connect),
         Command::Workers { connect } => operator::workers(&connect),
         Command::Health { connect } => operator::health(&connect),
+        Command::Token { action } => token(action),
         Command::Audit {
             job,
             data_dir,
@@ -177,4 +178,33 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `nqueens token issue|revoke|list`: per-worker credentials in a data
+/// directory (no coordinator needed; a running one picks changes up).
+fn token(action: args::TokenAction) -> Result<(), Failure> {
+    use nqueens_coordinator::credentials::{issue, list, revoke, CredentialError};
+    let fail = |e: CredentialError| match e {
+        CredentialError::Io { .. } | CredentialError::Damaged { .. } => {
+            Failure::Failed(e.to_string())
+        }
+        _ => Failure::BadInput(e.to_string()),
+    };
+    match action {
+        args::TokenAction::Issue { name, data_dir } => {
+            let token = issue(&data_dir, &name).map_err(fail)?;
+            println!("{token}");
+            eprintln!("issued worker token '{name}': give it to that worker with --token-file (it is not shown again)");
+        }
+        args::TokenAction::Revoke { name, data_dir } => {
+            revoke(&data_dir, &name).map_err(fail)?;
+            eprintln!("revoked worker token '{name}'");
+        }
+        args::TokenAction::List { data_dir } => {
+            for name in list(&data_dir).map_err(fail)? {
+                println!("{name}");
+            }
+        }
+    }
+    Ok(())
 }

@@ -326,6 +326,11 @@ impl Coordinator {
                         worker_id: r.worker.clone(),
                         lease_id: r.lease_id,
                         unix_ms: r.unix_ms,
+                        credential: if r.credential == r.worker {
+                            String::new()
+                        } else {
+                            r.credential.clone()
+                        },
                     })?;
                     repaired += 1;
                 }
@@ -452,6 +457,7 @@ impl Coordinator {
     pub fn register(
         &self,
         worker: &str,
+        credential: &str,
         host: &str,
         cores: u32,
         version: &str,
@@ -459,6 +465,7 @@ impl Coordinator {
         let now = self.now_ms();
         let mut s = self.lock();
         s.admit(worker)?;
+        s.bind(worker, credential)?;
         let w = s.touch_worker(worker, now);
         w.host = host.to_string();
         w.cores = cores;
@@ -466,11 +473,17 @@ impl Coordinator {
         Ok(())
     }
 
-    pub fn lease(&self, worker: &str, max: usize) -> Result<Vec<Granted>, CoordError> {
+    pub fn lease(
+        &self,
+        worker: &str,
+        credential: &str,
+        max: usize,
+    ) -> Result<Vec<Granted>, CoordError> {
         let now = self.now_ms();
         let g = {
             let mut s = self.lock();
             s.admit(worker)?;
+            s.bind(worker, credential)?;
             s.lease(worker, max, now)
         };
         if !g.is_empty() {
@@ -482,20 +495,28 @@ impl Coordinator {
     pub fn heartbeat(
         &self,
         worker: &str,
+        credential: &str,
         refs: &[LeaseRef],
         subproblems_done: u64,
     ) -> Result<(Vec<LeaseRef>, u64, Vec<LeaseRef>), CoordError> {
         let now = self.now_ms();
         let mut s = self.lock();
         s.admit(worker)?;
+        s.bind(worker, credential)?;
         Ok(s.heartbeat(worker, refs, subproblems_done, now))
     }
 
-    pub fn release(&self, worker: &str, refs: &[LeaseRef]) -> Result<u32, CoordError> {
+    pub fn release(
+        &self,
+        worker: &str,
+        credential: &str,
+        refs: &[LeaseRef],
+    ) -> Result<u32, CoordError> {
         let now = self.now_ms();
         let n = {
             let mut s = self.lock();
             s.admit(worker)?;
+            s.bind(worker, credential)?;
             s.release(worker, refs, now)
         };
         self.bump();
@@ -506,13 +527,19 @@ impl Coordinator {
     pub async fn report(
         &self,
         worker: &str,
+        credential: &str,
         r: LeaseRef,
         result: v1::TaskResult,
     ) -> Result<Verdict, CoordError> {
         let tally = nqueens_proto::tally_from_wire(&result);
-        let verdict = self
-            .lock()
-            .check_report(worker, &r, &tally, result.checksum)?;
+        let (verdict, credential) = {
+            let mut s = self.lock();
+            s.bind(worker, credential)?;
+            (
+                s.check_report(worker, &r, &tally, result.checksum)?,
+                s.credential_of(worker),
+            )
+        };
         let now = self.now_ms();
         match verdict {
             Verdict::Duplicate | Verdict::AwaitingCheck => Ok(verdict),
@@ -531,6 +558,7 @@ impl Coordinator {
                     worker_id: worker.to_string(),
                     lease_id: r.lease_id,
                     unix_ms: now,
+                    credential: credential.clone(),
                 })))
                 .await?;
                 Ok(Verdict::NotCounted)
@@ -547,6 +575,7 @@ impl Coordinator {
                         worker_id: worker.to_string(),
                         lease_id: r.lease_id,
                         unix_ms: now,
+                        credential: credential.clone(),
                     })))
                     .await?;
                 Ok(applied.unwrap_or(Verdict::New))

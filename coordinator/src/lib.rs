@@ -3,6 +3,7 @@
 //!
 //! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
 //! - [`core`]: journal-then-apply for every change; the data directory lock.
+//! - [`credentials`]: per-worker tokens issued by the operator, stored hashed.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
@@ -12,6 +13,7 @@
 
 pub mod audit;
 pub mod core;
+pub mod credentials;
 pub mod journal;
 pub mod metrics;
 pub mod server;

@@ -2,7 +2,8 @@
 //! bearer tokens per role, and the sweeper that expires leases.
 
 use crate::core::{Clock, CoordError, Coordinator};
-use crate::service::{Operators, Workers};
+use crate::credentials::Credentials;
+use crate::service::{Credential, Operators, Workers};
 use crate::state::Limits;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorServiceServer,
@@ -91,6 +92,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Core(#[from] CoordError),
+    #[error("issued worker tokens: {0}")]
+    Credentials(String),
     #[error("reflection service: {0}")]
     Reflection(String),
     #[error("TLS: cannot read {path}: {source}")]
@@ -112,6 +115,7 @@ pub struct Running {
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     sweeper: tokio::task::JoinHandle<()>,
     health_watch: tokio::task::JoinHandle<()>,
+    refresher: tokio::task::JoinHandle<()>,
     metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -125,6 +129,7 @@ impl Running {
         self.sweeper.abort();
         let _ = (&mut self.sweeper).await;
         self.health_watch.abort();
+        self.refresher.abort();
         if let Some(m) = self.metrics.take() {
             m.abort();
             let _ = m.await;
@@ -167,6 +172,51 @@ fn bearer(
     }
 }
 
+/// The worker check: the shared worker token, or a token the operator
+/// issued (`nqueens token issue`), whose name then rides along with the
+/// call as its [`Credential`]. Nothing configured means no check.
+fn worker_auth(
+    shared: Option<Arc<str>>,
+    issued: Arc<Credentials>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |mut req: Request<()>| {
+        if shared.is_none() && !issued.any() {
+            return Ok(req);
+        }
+        let got = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string);
+        let Some(t) = got else {
+            return Err(Status::unauthenticated(
+                "a worker token is required: send 'authorization: Bearer <token>'",
+            ));
+        };
+        if shared
+            .as_ref()
+            .is_some_and(|w| bool::from(t.as_bytes().ct_eq(w.as_bytes())))
+        {
+            return Ok(req);
+        }
+        let name = issued.name_of(&t).or_else(|| {
+            // Perhaps issued a moment ago.
+            let _ = issued.refresh();
+            issued.name_of(&t)
+        });
+        match name {
+            Some(name) => {
+                req.extensions_mut().insert(Credential(name));
+                Ok(req)
+            }
+            None => Err(Status::unauthenticated(
+                "the worker token is wrong (or was revoked)",
+            )),
+        }
+    }
+}
+
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     check_tokens(
@@ -182,7 +232,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         );
     }
     // Client certificates authenticate as well as tokens do.
-    let tokens = config.worker_token.is_some() && config.operator_token.is_some();
+    let issued_any = crate::credentials::list(&config.data_dir).is_ok_and(|l| !l.is_empty());
+    let tokens = (config.worker_token.is_some() || issued_any) && config.operator_token.is_some();
     let client_certs = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     if !config.listen.ip().is_loopback() && !tokens && !client_certs && !config.insecure {
         return Err(StartError::NoTokens(config.listen));
@@ -206,6 +257,15 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             .map_err(|e| StartError::Tls(e.to_string()))?;
     }
     let core = Coordinator::open(&config.data_dir, config.limits, clock).await?;
+    let issued = Arc::new(
+        Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
+    );
+    if issued.any() {
+        tracing::info!(
+            "issued worker tokens accepted (data dir {})",
+            crate::credentials::FILE
+        );
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
@@ -248,13 +308,24 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 
     let workers = WorkerServiceServer::with_interceptor(
         Workers(Arc::clone(&core)),
-        bearer(config.worker_token.map(Arc::from), "worker"),
+        worker_auth(config.worker_token.map(Arc::from), Arc::clone(&issued)),
     );
     let operators = OperatorServiceServer::with_interceptor(
         Operators(Arc::clone(&core)),
         bearer(config.operator_token.map(Arc::from), "operator"),
     );
 
+    // Revoked tokens stop working within a second or two.
+    let refresh = Arc::clone(&issued);
+    let refresher = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if let Err(e) = refresh.refresh() {
+                tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
+            }
+        }
+    });
     let sweep = Arc::clone(&core);
     let every = Duration::from_millis((config.limits.lease_ttl_ms / 4).clamp(10, 1_000));
     let sweeper = tokio::spawn(async move {
@@ -313,5 +384,6 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         server,
         sweeper,
         health_watch,
+        refresher,
     })
 }

@@ -75,6 +75,7 @@ impl From<CoordError> for Status {
                 }
                 StateError::Implausible { .. } => Status::invalid_argument(msg),
                 StateError::TooManyWorkers(_) => Status::resource_exhausted(msg),
+                StateError::WrongCredential { .. } => Status::permission_denied(msg),
                 StateError::BadRecord(_) | StateError::PlanChanged { .. } => Status::internal(msg),
             },
             // Not stored: the caller keeps its result and retries.
@@ -125,6 +126,18 @@ pub fn audit_to_wire(a: &Audit) -> v1::AuditReport {
         digest: a.digest.clone(),
         problems: a.problems.clone(),
     }
+}
+
+/// The name of the issued credential a call authenticated with, if any
+/// (set by the worker token check).
+#[derive(Clone, Debug)]
+pub struct Credential(pub String);
+
+fn credential<T>(req: &Request<T>) -> String {
+    req.extensions()
+        .get::<Credential>()
+        .map(|c| c.0.clone())
+        .unwrap_or_default()
 }
 
 fn worker_id(id: &str) -> Result<&str, Status> {
@@ -240,6 +253,7 @@ impl WorkerService for Workers {
         &self,
         req: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
+        let cred = credential(&req);
         let r = req.into_inner();
         if r.cores > MAX_CORES {
             return Err(Status::invalid_argument(format!(
@@ -249,6 +263,7 @@ impl WorkerService for Workers {
         }
         self.0.register(
             worker_id(&r.worker_id)?,
+            &cred,
             text("host", &r.host, MAX_HOST)?,
             r.cores,
             text("solver_version", &r.solver_version, MAX_VERSION)?,
@@ -265,6 +280,7 @@ impl WorkerService for Workers {
         &self,
         req: Request<v1::LeaseRequest>,
     ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let cred = credential(&req);
         let r = req.into_inner();
         if !(1..=MAX_LEASE_BATCH).contains(&r.max_tasks) {
             return Err(Status::invalid_argument(format!(
@@ -274,7 +290,7 @@ impl WorkerService for Workers {
         }
         let granted = self
             .0
-            .lease(worker_id(&r.worker_id)?, r.max_tasks as usize)?;
+            .lease(worker_id(&r.worker_id)?, &cred, r.max_tasks as usize)?;
         Ok(Response::new(v1::LeaseResponse {
             leases: granted.iter().map(lease_to_wire).collect(),
         }))
@@ -284,10 +300,12 @@ impl WorkerService for Workers {
         &self,
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
         let (extended, deadline, stop) = self.0.heartbeat(
             worker_id(&r.worker_id)?,
+            &cred,
             &lease_refs(&r.leases),
             r.subproblems_done,
         )?;
@@ -302,6 +320,7 @@ impl WorkerService for Workers {
         &self,
         req: Request<v1::ReportRequest>,
     ) -> Result<Response<v1::ReportResponse>, Status> {
+        let cred = credential(&req);
         let r = req.into_inner();
         let worker = worker_id(&r.worker_id)?;
         let lease = lease_ref(r.lease.as_ref())?;
@@ -309,7 +328,7 @@ impl WorkerService for Workers {
             .result
             .ok_or_else(|| Status::invalid_argument("result is missing"))?;
         result_fields(&result)?;
-        let verdict = self.0.report(worker, lease, result).await?;
+        let verdict = self.0.report(worker, &cred, lease, result).await?;
         let outcome = match verdict {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,
@@ -326,11 +345,12 @@ impl WorkerService for Workers {
         &self,
         req: Request<v1::ReleaseRequest>,
     ) -> Result<Response<v1::ReleaseResponse>, Status> {
+        let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
         let released = self
             .0
-            .release(worker_id(&r.worker_id)?, &lease_refs(&r.leases))?;
+            .release(worker_id(&r.worker_id)?, &cred, &lease_refs(&r.leases))?;
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
 }

@@ -98,6 +98,8 @@ pub struct StoredResult {
     pub tally: Tally,
     pub checksum: u64,
     pub worker: String,
+    /// Who vouches for it: the worker's credential, else its id.
+    pub credential: String,
     pub lease_id: u64,
     pub unix_ms: u64,
     pub elapsed_ms: u64,
@@ -401,6 +403,10 @@ pub enum StateError {
     },
     #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken (restart it to forget idle workers)")]
     TooManyWorkers(usize),
+    #[error(
+        "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
+    )]
+    WrongCredential { worker: String, bound: String },
     #[error("journal record does not fit the state: {0}")]
     BadRecord(String),
     #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
@@ -433,6 +439,9 @@ pub struct State {
     epoch: u64,
     /// The secret lease ids are derived with.
     lease_key: LeaseKey,
+    /// Worker id → the credential it authenticated with (not durable:
+    /// bound again by the first call after a restart).
+    bound: HashMap<String, String>,
 }
 
 /// An order-sensitive digest of a task list (FNV-1a over the ranges), so a
@@ -460,7 +469,42 @@ impl State {
             expired: HashMap::new(),
             epoch: 0,
             lease_key: random_key(),
+            bound: HashMap::new(),
         }
+    }
+
+    /// Ties a worker id to the credential it authenticated with (empty:
+    /// the shared worker token, or none); another credential may not use
+    /// that id.
+    pub fn bind(&mut self, worker: &str, credential: &str) -> Result<(), StateError> {
+        if credential.is_empty() {
+            return Ok(());
+        }
+        match self.bound.get(worker) {
+            Some(b) if b != credential => Err(StateError::WrongCredential {
+                worker: worker.to_string(),
+                bound: b.clone(),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                self.bound
+                    .insert(worker.to_string(), credential.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// The credential a worker id is bound to (empty if none).
+    pub fn credential_of(&self, worker: &str) -> String {
+        self.bound.get(worker).cloned().unwrap_or_default()
+    }
+
+    /// Who vouches for a worker's results: its credential, else its id.
+    pub fn voter(&self, worker: &str) -> String {
+        self.bound
+            .get(worker)
+            .cloned()
+            .unwrap_or_else(|| worker.to_string())
     }
 
     /// Uses the data directory's lease key (so leases of earlier boots can
@@ -591,6 +635,11 @@ impl State {
                     tally,
                     checksum,
                     worker: d.worker_id.clone(),
+                    credential: if d.credential.is_empty() {
+                        d.worker_id.clone()
+                    } else {
+                        d.credential.clone()
+                    },
                     lease_id: d.lease_id,
                     unix_ms: d.unix_ms,
                     elapsed_ms: r.elapsed_ms,
@@ -634,7 +683,7 @@ impl State {
                         .iter()
                         .filter(|c| c.same(&tally, checksum))
                         .filter(|c| !workers.get(&c.worker).is_some_and(|w| w.quarantined()))
-                        .map(|c| c.worker.as_str())
+                        .map(|c| c.credential.as_str())
                         .collect::<std::collections::HashSet<_>>()
                         .len();
                     if let Some(l) = job.leases.remove(&d.task_index) {
@@ -763,6 +812,7 @@ impl State {
         }
         let ttl = self.limits.lease_ttl_ms;
         let (key, epoch) = (self.lease_key, self.epoch);
+        let me = self.voter(worker);
         let mut granted = Vec::new();
         for job in self.jobs.values_mut() {
             if granted.len() >= max {
@@ -782,11 +832,11 @@ impl State {
                 }
             }
             while granted.len() < max {
-                // With redundancy, a worker never checks its own result.
+                // With redundancy, a credential never checks its own result.
                 let mine = |t: &u64| {
                     job.candidates
                         .get(t)
-                        .is_some_and(|c| c.iter().any(|c| c.worker == worker))
+                        .is_some_and(|c| c.iter().any(|c| c.worker == worker || c.credential == me))
                 };
                 let Some(task) = job.ready.iter().copied().find(|t| !mine(t)) else {
                     break;
@@ -1162,6 +1212,7 @@ mod tests {
             worker_id: worker.into(),
             lease_id,
             unix_ms: 1,
+            credential: String::new(),
         }))
     }
 
@@ -1617,6 +1668,34 @@ mod tests {
     }
 
     #[test]
+    fn redundancy_needs_votes_from_distinct_credentials() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let right = plan.count_task(&tasks[0]).unwrap();
+        s.bind("a1", "alice").unwrap();
+        s.bind("a2", "alice").unwrap();
+        s.bind("b1", "bob").unwrap();
+        assert!(matches!(
+            s.bind("a1", "bob"),
+            Err(StateError::WrongCredential { .. })
+        ));
+        let vote = |s: &mut State, w: &str, task: u64, t: &Tally| {
+            let mut d = done(1, task, t, w, 0);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.credential = s.credential_of(w);
+            }
+            s.apply(&d).unwrap().unwrap()
+        };
+        assert_eq!(vote(&mut s, "a1", 0, &right), Verdict::AwaitingCheck);
+        // The same credential under another worker id is not a second vote,
+        // and is not even offered the task.
+        assert!(s.lease("a2", 5, 0).iter().all(|g| g.task.index != 0));
+        assert_eq!(vote(&mut s, "a2", 0, &right), Verdict::AwaitingCheck);
+        assert_eq!(s.job(1).unwrap().view().done, 0);
+        assert_eq!(vote(&mut s, "b1", 0, &right), Verdict::New);
+        assert_eq!(s.job(1).unwrap().view().done, 1);
+    }
+
+    #[test]
     fn a_quarantined_workers_results_are_kept_but_never_counted() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
         let g = s.lease("liar", 2, 0);
@@ -1776,7 +1855,7 @@ mod forged {
             // Reports one result as the coordinator would (check, journal, apply).
             let report = |s: &mut State, w: &str, r: LeaseRef, t: Tally, now: u64| {
                 if let Ok(Verdict::New | Verdict::NotCounted) = s.check_report(w, &r, &t, 0) {
-                    let d = TaskDone { job_id: r.job, task_index: r.task, result: Some(tally_to_wire(&t)), worker_id: w.into(), lease_id: r.lease_id, unix_ms: now };
+                    let d = TaskDone { job_id: r.job, task_index: r.task, result: Some(tally_to_wire(&t)), worker_id: w.into(), lease_id: r.lease_id, unix_ms: now, credential: String::new() };
                     s.apply(&rec(Record::TaskDone(d))).unwrap();
                 }
             };

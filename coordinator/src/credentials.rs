@@ -1,0 +1,225 @@
+//! Per-worker credentials: tokens the operator issues by name
+//! (`nqueens token issue NAME --data-dir DIR`), stored only as SHA-256
+//! hashes in `DIR/worker-tokens` (one `NAME HASH` line each, owner-only).
+//! A running coordinator picks up issued and revoked tokens within a
+//! second or two. Redundancy counts votes by credential, so one token
+//! cannot supply two votes however many worker ids it registers.
+
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::time::SystemTime;
+
+/// The file of issued tokens in a data directory.
+pub const FILE: &str = "worker-tokens";
+
+/// Why a credential command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("credential name '{0}' is not allowed: use 1 to 64 letters, digits, '-', '_' or '.'")]
+    BadName(String),
+    #[error("a credential named '{0}' exists already: revoke it first, or choose another name")]
+    Exists(String),
+    #[error("no credential named '{0}' (`nqueens token list --data-dir DIR` lists them)")]
+    Unknown(String),
+    #[error("{path} line {line} is damaged: expected 'NAME SHA256-HEX'")]
+    Damaged { path: PathBuf, line: usize },
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The stored form of a token.
+pub fn hash(token: &str) -> String {
+    hex(&Sha256::digest(token.trim().as_bytes()))
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Reads the file: (name, hash) in order; a missing file is empty.
+fn read(dir: &Path) -> Result<Vec<(String, String)>, CredentialError> {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(CredentialError::Io { path, source }),
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(name), Some(h), None) if valid_name(name) && h.len() == 64 => {
+                out.push((name.to_string(), h.to_string()))
+            }
+            _ => {
+                return Err(CredentialError::Damaged {
+                    path: path.clone(),
+                    line: i + 1,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the file atomically (a temporary file renamed over it).
+fn write(dir: &Path, entries: &[(String, String)]) -> Result<(), CredentialError> {
+    let path = dir.join(FILE);
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let text: String = entries.iter().map(|(n, h)| format!("{n} {h}\n")).collect();
+    let io = |source| CredentialError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    let mut f = o.open(&tmp).map_err(io)?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
+}
+
+/// Issues a new token named `name`; returns it (only its hash is kept).
+pub fn issue(dir: &Path, name: &str) -> Result<String, CredentialError> {
+    if !valid_name(name) {
+        return Err(CredentialError::BadName(name.to_string()));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| CredentialError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut entries = read(dir)?;
+    if entries.iter().any(|(n, _)| n == name) {
+        return Err(CredentialError::Exists(name.to_string()));
+    }
+    let token = format!("nqw-{}", hex(&crate::state::random_key()));
+    entries.push((name.to_string(), hash(&token)));
+    write(dir, &entries)?;
+    Ok(token)
+}
+
+/// Revokes the token named `name`.
+pub fn revoke(dir: &Path, name: &str) -> Result<(), CredentialError> {
+    let mut entries = read(dir)?;
+    let before = entries.len();
+    entries.retain(|(n, _)| n != name);
+    if entries.len() == before {
+        return Err(CredentialError::Unknown(name.to_string()));
+    }
+    write(dir, &entries)
+}
+
+/// The names of the issued tokens.
+pub fn list(dir: &Path) -> Result<Vec<String>, CredentialError> {
+    Ok(read(dir)?.into_iter().map(|(n, _)| n).collect())
+}
+
+/// The issued tokens of a running coordinator, re-read when the file
+/// changes.
+pub struct Credentials {
+    dir: PathBuf,
+    /// (the file's modification time when read, hash → name)
+    known: RwLock<(Option<SystemTime>, HashMap<String, String>)>,
+}
+
+impl Credentials {
+    pub fn open(dir: &Path) -> Result<Credentials, CredentialError> {
+        let c = Credentials {
+            dir: dir.to_path_buf(),
+            known: RwLock::new((None, HashMap::new())),
+        };
+        c.refresh()?;
+        Ok(c)
+    }
+
+    fn modified(&self) -> Option<SystemTime> {
+        std::fs::metadata(self.dir.join(FILE))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Re-reads the file if it changed. A damaged file keeps the tokens
+    /// known before (and says why).
+    pub fn refresh(&self) -> Result<(), CredentialError> {
+        let m = self.modified();
+        if self.known.read().expect("credentials lock").0 == m && m.is_some() {
+            return Ok(());
+        }
+        let entries = read(&self.dir)?;
+        let map = entries.into_iter().map(|(n, h)| (h, n)).collect();
+        *self.known.write().expect("credentials lock") = (m, map);
+        Ok(())
+    }
+
+    /// Whether any token was issued.
+    pub fn any(&self) -> bool {
+        !self.known.read().expect("credentials lock").1.is_empty()
+    }
+
+    /// The name of the credential whose token this is.
+    pub fn name_of(&self, token: &str) -> Option<String> {
+        let h = hash(token);
+        self.known
+            .read()
+            .expect("credentials lock")
+            .1
+            .get(&h)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issued_tokens_are_known_by_name_until_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = issue(dir.path(), "node-a").unwrap();
+        let creds = Credentials::open(dir.path()).unwrap();
+        assert_eq!(creds.name_of(&a).as_deref(), Some("node-a"));
+        assert_eq!(creds.name_of("nqw-guess"), None);
+        assert!(matches!(
+            issue(dir.path(), "node-a"),
+            Err(CredentialError::Exists(_))
+        ));
+        assert!(matches!(
+            issue(dir.path(), "bad name"),
+            Err(CredentialError::BadName(_))
+        ));
+        let stored = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(!stored.contains(&a), "only the hash is stored");
+        let b = issue(dir.path(), "node-b").unwrap();
+        assert_eq!(list(dir.path()).unwrap(), ["node-a", "node-b"]);
+        revoke(dir.path(), "node-a").unwrap();
+        // A file changed within the same tick of the clock is still seen.
+        *creds.known.write().unwrap() = (None, HashMap::new());
+        creds.refresh().unwrap();
+        assert_eq!(creds.name_of(&a), None);
+        assert_eq!(creds.name_of(&b).as_deref(), Some("node-b"));
+        assert!(matches!(
+            revoke(dir.path(), "node-a"),
+            Err(CredentialError::Unknown(_))
+        ));
+    }
+}
