@@ -297,16 +297,20 @@ fn plan_text_names_the_classes() {
     let text = stdout(&o);
     assert!(
         text.contains("prefix (depth 3)")
-            && text.contains("corner pieces")
-            && text.contains("edge pieces"),
+            && text.contains("prefixes of weight 2")
+            && text.contains("half-turn searches"),
         "{text}"
     );
 }
 
 #[test]
 fn bad_plan_options_exit_2() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["plan", "10", "--strategy", "spiral"], "unknown strategy"),
+        (
+            &["plan", "10", "--strategy", "frame", "--depth", "9"],
+            "use 1 (rings, the 4 border lines) or 2",
+        ),
         (
             &["plan", "10", "--strategy", "prefix", "--depth", "1"],
             "depth must be between 2 and 11",
@@ -368,9 +372,21 @@ fn bench_names_the_core_and_takes_the_one_asked_for() {
             .to_string()
     };
     let auto = core_of(&["bench", "10", "--json", "--no-baseline"]);
-    assert!(["avx512", "scalar"].contains(&auto.as_str()), "{auto}");
+    assert!(
+        ["avx512", "avx2", "scalar"].contains(&auto.as_str()),
+        "{auto}"
+    );
     let scalar = core_of(&["bench", "10", "--json", "--no-baseline", "--core", "scalar"]);
     assert_eq!(scalar, "scalar");
+    // AVX2 where the CPU has it (every x86-64 since 2013).
+    let o = nqueens(&["solve", "10", "--core", "avx2"]);
+    if nqueens_common::engine::lanes::Path::Avx2.supported() {
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("avx2"), "{}", stdout(&o));
+    } else {
+        println!("avx2 not checked: this CPU lacks AVX2");
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    }
     // AVX-512 where the CPU has it; elsewhere a clear refusal.
     let o = nqueens(&["bench", "10", "--no-baseline", "--core", "avx512"]);
     if auto == "avx512" {
@@ -398,4 +414,44 @@ fn completions_cover_every_subcommand() {
     }
     let o = nqueens(&["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn plan_estimate_projects_the_whole_plan() {
+    let o = nqueens(&[
+        "plan",
+        "13",
+        "--strategy",
+        "frame",
+        "--estimate",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = json(stdout(&o).trim());
+    assert_eq!(e["subproblems_exact"], true);
+    let subproblems = e["subproblems"].as_f64().unwrap();
+    let nodes = e["nodes_per_subproblem"].as_f64().unwrap() * subproblems;
+    // The plan's own count of the same N visits this many nodes in its
+    // prefix and frame subproblems (all but the small symmetric searches).
+    let solved = nqueens(&[
+        "solve",
+        "13",
+        "--strategy",
+        "frame",
+        "--depth",
+        "1",
+        "--json",
+    ]);
+    let real = json(stdout(&solved).trim())["nodes"].as_f64().unwrap();
+    assert!(
+        (nodes / real - 1.0).abs() < 0.1,
+        "estimated {nodes} nodes, counted {real}"
+    );
+    assert!(e["core_seconds"].as_f64().unwrap() > 0.0);
+    assert!(!e["path"].as_str().unwrap().is_empty());
+    // Estimating is not listing.
+    let o = nqueens(&["plan", "13", "--strategy", "frame", "--estimate", "--list"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -3,7 +3,7 @@
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::{Plan, PlanSpec, Strategy, DEFAULT_DEPTH, DEFAULT_TASKS};
+use nqueens_common::plan::{default_depth, Plan, PlanSpec, Strategy, DEFAULT_TASKS};
 use nqueens_common::Size;
 use std::path::PathBuf;
 
@@ -32,7 +32,7 @@ pub enum Command {
         count goes through a plan's tasks, as a cluster would run it (see `nqueens plan`).\n\n\
         With --state DIR the run is durable: a coordinator and a worker run inside this process,\n\
         every finished task is on disk in DIR, and the same command after Ctrl-C, kill -9 or a\n\
-        power cut continues where it stopped (strategy prefix unless given).\n\n\
+        power cut continues where it stopped (strategy frame unless given).\n\n\
         The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
         a difference is reported as an error (exit code 1)."
     )]
@@ -60,7 +60,8 @@ pub enum Command {
     /// Split one N into subproblems and tasks, and summarise (or list) them.
     #[command(
         after_help = "Examples:\n  nqueens plan 20 --strategy frame\n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\n  \
-        nqueens plan 10 --strategy frame --list\n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\n\n\
+        nqueens plan 10 --strategy frame --list\n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\n  \
+        nqueens plan 28 --strategy frame --estimate\n\n\
         prefix: the first K rows of the symmetry-pruned search; each subproblem's class counts\n\
         add up directly.\n\
         frame: one queen on each of the 8 border lines (rows and columns 0, 1, N-2, N-1), one\n\
@@ -82,6 +83,19 @@ pub enum Command {
         /// List the subproblems of this task only.
         #[arg(long, value_name = "I")]
         task: Option<u64>,
+        /// Project the whole plan's core-time on this machine from a seeded
+        /// random sample counted with the engine (Knuth's estimator), with
+        /// an error bar and the path used.
+        #[arg(long, conflicts_with_all = ["list", "task"])]
+        estimate: bool,
+        /// Seconds to spend on --estimate (more: a smaller error bar).
+        #[arg(long, value_name = "S", default_value_t = 20, requires = "estimate")]
+        seconds: u64,
+        /// Seed of the --estimate sample (the same seed draws the same sample).
+        #[arg(long, default_value_t = 1, requires = "estimate")]
+        seed: u64,
+        #[command(flatten)]
+        core: CoreArg,
         /// Print JSON (one object; with --list or --task, one per subproblem).
         #[arg(long)]
         json: bool,
@@ -213,7 +227,7 @@ pub enum Command {
         /// Board size, 1 to 32.
         n: Size,
         /// How to split the search.
-        #[arg(long, default_value = "prefix")]
+        #[arg(long, default_value = "frame")]
         strategy: Strategy,
         #[command(flatten)]
         shape: PlanShape,
@@ -379,27 +393,36 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct PlanShape {
-    /// Prefix strategy: rows placed in each subproblem (2 to 11).
-    #[arg(long, value_name = "K", default_value_t = DEFAULT_DEPTH)]
-    pub depth: u32,
+    /// prefix: rows placed in each subproblem (2 to 11) [default: 4].
+    /// frame: rings of border lines, 1 (4 lines) or 2 (8 lines) [default: 1 up to N=21, else 2].
+    #[arg(long, value_name = "K")]
+    pub depth: Option<u32>,
     /// About how many tasks to cut the plan into.
     #[arg(long, value_name = "M", default_value_t = DEFAULT_TASKS)]
     pub tasks: u64,
 }
 
 impl PlanShape {
-    pub fn spec(&self, n: Size, strategy: Strategy) -> PlanSpec {
-        PlanSpec {
+    /// The spec asked for, checked (a wrong depth is bad input).
+    pub fn spec(&self, n: Size, strategy: Strategy) -> Result<PlanSpec, Failure> {
+        let depth = self.depth.unwrap_or_else(|| default_depth(strategy, n));
+        if strategy == Strategy::Frame && !(1..=2).contains(&depth) {
+            return Err(Failure::BadInput(format!(
+                "--depth {depth} does not fit the frame strategy: use 1 (rings, the 4 border \
+                 lines) or 2 (frames, 8 lines)"
+            )));
+        }
+        Ok(PlanSpec {
             n,
             strategy,
-            depth: self.depth,
+            depth,
             tasks: self.tasks,
-        }
+        })
     }
 
     /// The plan, checked (a wrong depth or task count is bad input).
     pub fn plan(&self, n: Size, strategy: Strategy) -> Result<Plan, Failure> {
-        Plan::new(self.spec(n, strategy)).map_err(|e| Failure::BadInput(e.to_string()))
+        Plan::new(self.spec(n, strategy)?).map_err(|e| Failure::BadInput(e.to_string()))
     }
 }
 

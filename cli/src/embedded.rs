@@ -69,7 +69,7 @@ pub fn solve(
     progress: Progress,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.plan(n, strategy.unwrap_or(Strategy::Prefix))?;
+    let plan = shape.plan(n, strategy.unwrap_or(Strategy::Frame))?;
     init_logs("warn");
     // One async thread serves the coordinator, the worker and the progress
     // display: a few calls a second, and the cores are left to counting.

@@ -72,9 +72,21 @@ fn run(command: Command) -> Result<(), Failure> {
             n,
             strategy,
             shape,
+            estimate: true,
+            seconds,
+            seed,
+            core,
+            json,
+            ..
+        } => local::estimate(n, strategy, &shape, seconds, seed, core.core.path()?, json),
+        Command::Plan {
+            n,
+            strategy,
+            shape,
             list,
             task,
             json,
+            ..
         } => local::plan(n, strategy, &shape, list, task, json),
         Command::Table {
             range,

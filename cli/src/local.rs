@@ -4,6 +4,7 @@
 use crate::args::{Format, PlanShape, SizeRange};
 use crate::bench::{bench, BenchRow};
 use crate::exit::Failure;
+use crate::format::human_duration;
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
@@ -53,6 +54,64 @@ pub fn solve(
     }
     out.flush()?;
     check_known(report.n, report.total, report.unique)
+}
+
+/// `plan N --estimate`: the projected core-time of the whole plan.
+pub fn estimate(
+    n: Size,
+    strategy: Strategy,
+    shape: &PlanShape,
+    seconds: u64,
+    seed: u64,
+    core: Option<Path>,
+    json: bool,
+) -> Result<(), Failure> {
+    let plan = shape.plan(n, strategy)?.with_path(core);
+    let e = plan
+        .estimate(seed, std::time::Duration::from_secs(seconds.max(1)))
+        .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
+    let mut out = stdout();
+    if json {
+        json_line(&mut out, &e)?;
+    } else {
+        let spec = &plan.spec;
+        let exact = if e.subproblems_exact {
+            "exact"
+        } else {
+            "sampled"
+        };
+        let years = e.core_seconds / (365.25 * 86400.0);
+        writeln!(
+            out,
+            "plan        N={n} {} depth {}",
+            spec.strategy, spec.depth
+        )?;
+        writeln!(
+            out,
+            "path        {} ({:.1} M nodes/s per core, calibrated on this plan)",
+            e.path,
+            e.nodes_per_second / 1e6
+        )?;
+        writeln!(out, "subproblems {:.4e} ({exact})", e.subproblems)?;
+        writeln!(
+            out,
+            "nodes       {:.3e} per subproblem ± {:.1}% ({} sampled, {} descents each)",
+            e.nodes_per_subproblem,
+            100.0 * e.nodes_per_subproblem_error / e.nodes_per_subproblem,
+            e.sampled,
+            e.probes
+        )?;
+        writeln!(
+            out,
+            "core time   {:.4e} s ± {:.1}% on this machine, one thread (≈ {}; {:.3e} core-years)",
+            e.core_seconds,
+            100.0 * e.core_seconds_error / e.core_seconds,
+            human_duration(std::time::Duration::from_secs_f64(e.core_seconds.min(1e15))),
+            years
+        )?;
+        writeln!(out, "sampled in  {:.1} s (seed {seed})", e.seconds_spent)?;
+    }
+    Ok(out.flush()?)
 }
 
 pub fn plan(

@@ -4,7 +4,7 @@ use crate::format::{hms, si, thousands};
 use nqueens_common::engine::counts::CountOverflow;
 use nqueens_common::known::{matches, verdict};
 use nqueens_common::plan::solve::Solution;
-use nqueens_common::plan::{Plan, Schedule, Strategy, Subproblem};
+use nqueens_common::plan::{Plan, Schedule, Subproblem};
 use serde::Serialize;
 
 /// The outcome of counting one N, ready to print.
@@ -122,7 +122,7 @@ impl PlanSummary {
         PlanSummary {
             n: plan.spec.n.get(),
             strategy: plan.spec.strategy.to_string(),
-            depth: (plan.spec.strategy == Strategy::Prefix).then_some(plan.spec.depth),
+            depth: Some(plan.spec.depth),
             subproblems: schedule.subproblems,
             tasks: schedule.tasks.len(),
             classes: schedule.classes.clone(),

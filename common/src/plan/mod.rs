@@ -21,6 +21,7 @@
 //! prefix pieces sharing all but their last row), never one per subproblem,
 //! so memory stays bounded at record sizes.
 
+pub mod estimate;
 pub mod solve;
 
 use crate::engine::board::Size;
@@ -71,6 +72,21 @@ pub struct PlanSpec {
 
 /// Default prefix depth: deep enough for thousands of subproblems.
 pub const DEFAULT_DEPTH: u32 = 4;
+
+/// Largest N whose frame plans place one ring of border lines by default:
+/// rings are the cheapest decomposition to count (about half the nodes of
+/// 8-line frames), but past this N they are too few and too large to make
+/// tasks of minutes.
+pub const RING_DEFAULT_MAX_N: u32 = 21;
+
+/// The depth a strategy uses when none is given.
+pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
+    match strategy {
+        Strategy::Prefix => DEFAULT_DEPTH,
+        Strategy::Frame if n.get() <= RING_DEFAULT_MAX_N => 1,
+        Strategy::Frame => 2,
+    }
+}
 /// Default number of tasks to aim for.
 pub const DEFAULT_TASKS: u64 = 1000;
 /// Most rows a prefix id can hold (5 bits each under the kind tag).
@@ -93,7 +109,7 @@ pub enum Kind {
     QuarterTurn = 4,
 }
 
-const KIND_SHIFT: u32 = 60;
+pub(crate) const KIND_SHIFT: u32 = 60;
 const PAYLOAD: u64 = (1 << KIND_SHIFT) - 1;
 
 /// One unit of counting.
@@ -494,18 +510,24 @@ impl Plan {
         }
     }
 
+    /// The queens a prefix or frame subproblem places (none for the others).
+    fn queens(&self, s: &Subproblem) -> Vec<(usize, usize)> {
+        match s {
+            Subproblem::Prefix { cols, .. } => cols
+                .iter()
+                .enumerate()
+                .map(|(r, &c)| (r, c.into()))
+                .collect(),
+            Subproblem::Frame { frame, .. } => frame.queens(self.spec.n.n()),
+            Subproblem::Whole | Subproblem::Symmetric { .. } => Vec::new(),
+        }
+    }
+
     /// The board a prefix or frame subproblem leaves to fill, for the engine.
     fn interior(&self, s: &Subproblem) -> Option<Interior> {
         let n = self.spec.n.n();
         match s {
-            Subproblem::Prefix { cols, .. } => {
-                let queens: Vec<(usize, usize)> = cols
-                    .iter()
-                    .enumerate()
-                    .map(|(r, &c)| (r, c.into()))
-                    .collect();
-                Some(Interior::new(n, &queens))
-            }
+            Subproblem::Prefix { .. } => Some(Interior::new(n, &self.queens(s))),
             Subproblem::Frame { frame, .. } => {
                 Some(self.frames.as_ref().expect("frame plan").interior(frame))
             }
