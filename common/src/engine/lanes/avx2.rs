@@ -17,6 +17,7 @@ const LANES: usize = 8;
 /// Groups stepped interleaved, so one group's loads overlap another's
 /// arithmetic (each step of a group depends on its previous step).
 const GROUPS: usize = 2;
+const _: () = assert!(GROUPS == 2, "run steps two groups");
 /// Stack rows per lane: row r lives in slot r + 1, so a lane on row 0 can
 /// read "the row above" (slot 0) without a bounds check.
 const SLOTS: usize = 34;
@@ -43,7 +44,6 @@ struct Group {
     sh: __m256i,
     pen: __m256i,
     last: __m256i,
-    weight: __m256i,
     nodes: __m256i,
     sols: __m256i,
     /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
@@ -65,7 +65,6 @@ struct Spill {
     sh: [u32; LANES],
     pen: [u32; LANES],
     last: [u32; LANES],
-    weight: [u32; LANES],
     active: [u32; LANES],
 }
 
@@ -131,7 +130,6 @@ impl Group {
             (&mut s.sh, self.sh),
             (&mut s.pen, self.pen),
             (&mut s.last, self.last),
-            (&mut s.weight, self.weight),
             (&mut s.active, self.active),
         ] {
             store(a, v);
@@ -144,7 +142,7 @@ impl Group {
         (self.k, self.k0, self.base) = (load(&s.k), load(&s.k0), load(&s.base));
         (self.bm, self.l, self.r) = (load(&s.bm), load(&s.l), load(&s.r));
         (self.col, self.sh, self.pen) = (load(&s.col), load(&s.sh), load(&s.pen));
-        (self.last, self.weight) = (load(&s.last), load(&s.weight));
+        self.last = load(&s.last);
         self.active = load(&s.active);
     }
 
@@ -187,10 +185,25 @@ impl Group {
             s.sh[lane] = t.shift[i * 32 + row];
             s.pen[lane] = t.pen[i];
             s.last[lane] = t.last[i];
-            s.weight[lane] = t.weight[i];
         }
         self.reload(&s);
         Ok(())
+    }
+
+    /// [`Group::refill`] by value, out of line: the caller's group stays
+    /// in registers.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    fn refilled(
+        mut self,
+        t: &WideTables,
+        jobs: &[Job],
+        next: &mut usize,
+        lanes: u32,
+        sums: &mut Counted,
+    ) -> Result<Group, CountOverflow> {
+        self.refill(t, jobs, next, lanes, sums)?;
+        Ok(self)
     }
 
     #[target_feature(enable = "avx2")]
@@ -334,7 +347,7 @@ impl Group {
         let left = _mm256_andnot_si256(attacked, g.last);
         let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(left, zero), at_pen);
         g.nodes = _mm256_sub_epi32(g.nodes, fits);
-        g.sols = _mm256_add_epi32(g.sols, _mm256_and_si256(fits, g.weight));
+        g.sols = _mm256_sub_epi32(g.sols, fits);
 
         // Every lane writes its row's record (candidates with the placed
         // queen still in); the others' slot is dead, so no mask is needed.
@@ -384,7 +397,6 @@ pub(super) unsafe fn count(
         sh: zero,
         pen: zero,
         last: zero,
-        weight: zero,
         nodes: zero,
         sols: zero,
         active: zero,
@@ -400,35 +412,64 @@ pub(super) unsafe fn count(
     for g in &mut groups {
         g.refill(t, jobs, &mut next, 0xFF, sums)?;
     }
-    let mut steps = 0u32;
-    while groups.iter().any(|g| bits(g.active) != 0) {
-        let mut done = [0u32; GROUPS];
-        for (g, d) in groups.iter_mut().zip(&mut done) {
-            // SAFETY: the tables hold every interior's 32 rows plus a
-            // spare; the stacks were sized above.
-            *d = unsafe {
-                if packed {
-                    g.step::<true>(allowed, shift)
-                } else {
-                    g.step::<false>(allowed, shift)
-                }
-            };
+    let [a, b] = groups;
+    // SAFETY: the tables hold every interior's 32 rows plus a spare; the
+    // stacks were sized above.
+    unsafe {
+        if packed {
+            run::<true>(t, jobs, sums, &mut next, a, b, allowed, shift)
+        } else {
+            run::<false>(t, jobs, sums, &mut next, a, b, allowed, shift)
         }
-        for (g, d) in groups.iter_mut().zip(done) {
-            if d != 0 {
-                g.refill(t, jobs, &mut next, d, sums)?;
+    }
+}
+
+/// Steps two filled groups in turn until every job is counted. The groups
+/// are locals passed by value (not an array), so their hot state can stay
+/// in registers.
+///
+/// # Safety
+/// As [`Group::step`].
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+unsafe fn run<const PACKED: bool>(
+    t: &WideTables,
+    jobs: &[Job],
+    sums: &mut Counted,
+    next: &mut usize,
+    mut a: Group,
+    mut b: Group,
+    allowed: *const i32,
+    shift: *const i32,
+) -> Result<(), CountOverflow> {
+    let mut steps = 0u32;
+    // Lanes only retire at a refill, so activity is checked there.
+    while bits(_mm256_or_si256(a.active, b.active)) != 0 {
+        // SAFETY: as the caller's.
+        let (da, db) = unsafe {
+            (
+                a.step::<PACKED>(allowed, shift),
+                b.step::<PACKED>(allowed, shift),
+            )
+        };
+        if da | db != 0 {
+            if da != 0 {
+                a = a.refilled(t, jobs, next, da, sums)?;
+            }
+            if db != 0 {
+                b = b.refilled(t, jobs, next, db, sums)?;
+            }
+            if bits(_mm256_or_si256(a.active, b.active)) == 0 {
+                break;
             }
         }
         steps += 1;
         if steps == FLUSH_EVERY {
-            for g in &mut groups {
-                g.flush(sums)?;
-            }
+            a.flush(sums)?;
+            b.flush(sums)?;
             steps = 0;
         }
     }
-    for g in &mut groups {
-        g.flush(sums)?;
-    }
-    Ok(())
+    a.flush(sums)?;
+    b.flush(sums)
 }

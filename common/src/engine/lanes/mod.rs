@@ -338,7 +338,6 @@ struct WideTables {
     pen: Vec<u32>,
     /// Open columns of the last free row.
     last: Vec<u32>,
-    weight: Vec<u32>,
 }
 
 impl WideTables {
@@ -350,7 +349,6 @@ impl WideTables {
             packed: None,
             pen: Vec::with_capacity(interiors.len()),
             last: Vec::with_capacity(interiors.len()),
-            weight: vec![1; interiors.len()],
         };
         for (i, it) in interiors.iter().enumerate() {
             t.allowed[i * 32..i * 32 + 32].copy_from_slice(&it.allowed);
