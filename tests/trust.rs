@@ -670,3 +670,44 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
         }
     });
 }
+
+#[test]
+fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() {
+    let _watchdog = common::watchdog("idle_connections_beyond_the_limit_are_closed");
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("NQUEENS_MAX_CONNECTIONS", "3")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let c = common::Coordinator {
+        child,
+        url: format!("http://{}", line.trim().rsplit(' ').next().unwrap()),
+    };
+    let addr = c.url.trim_start_matches("http://").to_string();
+    // Three idle connections take every place.
+    let idle: Vec<_> = (0..3)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let call = || operator(&c.url, &["jobs"]).0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while call() == 0 {
+        assert!(Instant::now() < deadline, "a fourth connection was served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // They go: calls are served again.
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while call() != 0 {
+        assert!(Instant::now() < deadline, "places were not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

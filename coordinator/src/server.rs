@@ -217,6 +217,102 @@ fn worker_auth(
     }
 }
 
+/// How long one connection may live before it is closed gracefully.
+pub const CONNECTION_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// Connections served at once (`NQUEENS_MAX_CONNECTIONS`, default 1,000):
+/// more are closed at once, so a flood of idle connections cannot use up
+/// the process's file descriptors.
+fn max_connections() -> usize {
+    std::env::var("NQUEENS_MAX_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1_000)
+}
+
+/// A connection holding one of the limited places until it closes.
+struct Limited {
+    io: tokio::net::TcpStream,
+    _place: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Limited {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Limited {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Limited {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// Accepted connections beyond `max` at once are closed right away.
+fn limited(
+    incoming: tonic::transport::server::TcpIncoming,
+    max: usize,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Limited>> {
+    use tokio_stream::StreamExt;
+    let places = Arc::new(tokio::sync::Semaphore::new(max));
+    let mut warned = std::time::Instant::now() - Duration::from_secs(60);
+    incoming.filter_map(move |conn| match conn {
+        Err(e) => Some(Err(e)),
+        Ok(io) => match Arc::clone(&places).try_acquire_owned() {
+            Ok(place) => Some(Ok(Limited { io, _place: place })),
+            Err(_) => {
+                if warned.elapsed() > Duration::from_secs(10) {
+                    warned = std::time::Instant::now();
+                    tracing::warn!(
+                        max,
+                        peer = ?io.peer_addr().ok(),
+                        "connection refused: {max} connections are open (NQUEENS_MAX_CONNECTIONS)"
+                    );
+                }
+                None
+            }
+        },
+    })
+}
+
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
     check_tokens(
@@ -238,7 +334,15 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
     if !config.listen.ip().is_loopback() && !tokens && !client_certs && !config.insecure {
         return Err(StartError::NoTokens(config.listen));
     }
-    let mut builder = tonic::transport::Server::builder();
+    // Dead peers are found by pings; every connection is recycled after
+    // CONNECTION_AGE (clients reconnect on their next call), so idle
+    // connections cannot be held for ever; calls per connection are capped.
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_connection_age(CONNECTION_AGE)
+        .max_connection_age_grace(Duration::from_secs(60))
+        .concurrency_limit_per_connection(256);
     if let Some(tls) = &config.tls {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| StartError::TlsFile {
@@ -340,6 +444,14 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 
     let (metrics_addr, metrics) = match config.metrics {
         Some(at) => {
+            if !at.ip().is_loopback() {
+                tracing::warn!(
+                    %at,
+                    "metrics are served without authentication beyond loopback: anyone who can reach {at} \
+                     reads job progress and worker names; bind --metrics to 127.0.0.1 unless a firewall \
+                     or network policy guards it"
+                );
+            }
             let listener = crate::metrics::bind(at)
                 .await
                 .map_err(|source| StartError::Bind { addr: at, source })?;
@@ -366,9 +478,12 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             .add_service(operators)
             .serve_with_incoming_shutdown(
                 // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
-                tonic::transport::server::TcpIncoming::from(listener)
-                    .with_nodelay(Some(true))
-                    .with_keepalive(Some(Duration::from_secs(60))),
+                limited(
+                    tonic::transport::server::TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(Duration::from_secs(60))),
+                    max_connections(),
+                ),
                 async {
                     let _ = stopped.await;
                 },
