@@ -126,7 +126,7 @@ pub async fn run(
         };
         match client.register(req).await {
             Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
-            Err(s) if s.code() == Code::Unauthenticated => {
+            Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
                 return Err(WorkerError::Refused(s.message().to_string()))
             }
             Err(s) => {
