@@ -1,6 +1,7 @@
 //! Plans: exact for both strategies, deterministic, ids that round-trip and
 //! catch forgeries, tasks that partition the enumeration.
 
+use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Kind, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally};
@@ -34,7 +35,7 @@ fn assert_exact(plan: &Plan) {
 
 #[test]
 fn prefix_plans_are_exact_at_several_depths() {
-    for n in 1..=16 {
+    for n in 1..=15 {
         for depth in [2, 3, 5] {
             assert_exact(&Plan::new(spec(n, Strategy::Prefix, depth, 64)).unwrap());
         }
@@ -44,14 +45,23 @@ fn prefix_plans_are_exact_at_several_depths() {
 #[test]
 fn frame_plans_are_exact() {
     for n in 1..=15 {
-        assert_exact(&Plan::new(spec(n, Strategy::Frame, 0, 200)).unwrap());
+        for depth in [1, 2] {
+            assert_exact(&Plan::new(spec(n, Strategy::Frame, depth, 200)).unwrap());
+        }
     }
+    // Specs stored before depth applied to frames (depth 0 or 3..=11)
+    // still plan 8-line frames.
+    let legacy = Plan::new(spec(12, Strategy::Frame, 0, 20)).unwrap();
+    let frames = Plan::new(spec(12, Strategy::Frame, 2, 20)).unwrap();
+    assert_eq!(all_ids(&legacy), all_ids(&frames));
+    assert_exact(&legacy);
 }
 
-/// N=16 by frames takes a few seconds: kept apart so it is easy to spot.
+/// N=16 by both decompositions (seconds): kept apart so it is easy to spot.
 #[test]
-fn frame_plan_is_exact_for_16() {
-    assert_exact(&Plan::new(spec(16, Strategy::Frame, 0, 500)).unwrap());
+fn plans_are_exact_for_16() {
+    assert_exact(&Plan::new(spec(16, Strategy::Frame, 1, 500)).unwrap());
+    assert_exact(&Plan::new(spec(16, Strategy::Prefix, 4, 500)).unwrap());
 }
 
 #[test]
@@ -184,5 +194,76 @@ proptest! {
         let s = solve_plan(&plan, &plan.schedule(), 1).unwrap();
         let k = known(n).unwrap();
         prop_assert_eq!((s.total().unwrap(), s.unique().unwrap()), (k.total, k.unique));
+    }
+}
+
+/// Counts `n` through a plan of `strategy`/`depth` on `path` (when this
+/// CPU and the plan's subproblems allow it) and checks it against OEIS.
+fn exact_on(n: u32, strategy: Strategy, depth: u32, path: Path) {
+    let plan = Plan::new(spec(n, strategy, depth, 64))
+        .unwrap()
+        .with_path(Some(path));
+    let s = solve_plan(&plan, &plan.schedule(), 2).unwrap();
+    let k = known(n).unwrap();
+    assert_eq!(
+        (s.total().unwrap(), s.unique().unwrap()),
+        (k.total, k.unique),
+        "N={n} {strategy} depth {depth} on {}",
+        s.core
+    );
+    if s.core != path.name() && n >= 6 {
+        println!(
+            "N={n} {strategy} depth {depth}: {} not run here, counted on {}",
+            path.name(),
+            s.core
+        );
+    }
+}
+
+/// Both decompositions, at every depth, on every path this CPU has.
+#[test]
+fn both_strategies_are_exact_on_every_path_up_to_13() {
+    for path in Path::ALL {
+        if !path.supported() {
+            println!("path {} skipped: this CPU lacks it", path.name());
+            continue;
+        }
+        for n in 4..=13 {
+            for (strategy, depth) in [
+                (Strategy::Prefix, 3),
+                (Strategy::Frame, 1),
+                (Strategy::Frame, 2),
+            ] {
+                exact_on(n, strategy, depth, path);
+            }
+        }
+    }
+}
+
+/// `cargo test --profile ci -p nqueens-common --test plan -- --ignored`:
+/// N=14..=17 by both strategies, and N=18, on every path (minutes).
+#[test]
+#[ignore]
+fn both_strategies_are_exact_on_every_path_14_to_18() {
+    for path in Path::available() {
+        for n in 14..=17 {
+            for (strategy, depth) in [
+                (Strategy::Prefix, 4),
+                (Strategy::Frame, 1),
+                (Strategy::Frame, 2),
+            ] {
+                exact_on(n, strategy, depth, path);
+            }
+        }
+        exact_on(18, Strategy::Frame, 1, path);
+    }
+}
+
+/// N=19 and N=20 on the fastest path (tens of minutes on 2 cores).
+#[test]
+#[ignore]
+fn rings_are_exact_for_19_and_20() {
+    for n in [19, 20] {
+        exact_on(n, Strategy::Frame, 1, Path::fastest());
     }
 }

@@ -263,6 +263,90 @@ mod tests {
         );
     }
 
+    /// Completions of `queens` by plain recursion with a full attack check
+    /// per square: shares nothing with the engine.
+    fn reference(n: usize, queens: &mut Vec<(usize, usize)>) -> u64 {
+        let Some(row) = (0..n).find(|r| queens.iter().all(|q| q.0 != *r)) else {
+            return 1;
+        };
+        let mut found = 0;
+        for col in 0..n {
+            if queens
+                .iter()
+                .all(|&(r, c)| c != col && r.abs_diff(row) != c.abs_diff(col))
+            {
+                queens.push((row, col));
+                found += reference(n, queens);
+                queens.pop();
+            }
+        }
+        found
+    }
+
+    /// Seeded random subproblems of real plans of N=19..=32, both
+    /// strategies (frames of depth 1 and 2), taken down to 10 free rows:
+    /// every path this CPU has gives the reference's completions and the
+    /// scalar loop's node counts.
+    #[test]
+    fn every_path_matches_the_reference_on_random_pieces_of_real_plans() {
+        let never = AtomicBool::new(false);
+        let mut completions = 0;
+        for n in 19..=32u32 {
+            for (strategy, depth) in [
+                (Strategy::Prefix, 4),
+                (Strategy::Frame, 1),
+                (Strategy::Frame, 2),
+            ] {
+                let plan = Plan::new(PlanSpec {
+                    n: Size::new(n).unwrap(),
+                    strategy,
+                    depth,
+                    tasks: 1,
+                })
+                .unwrap();
+                let mut rng = Rng(u64::from(n) * 1000 + u64::from(depth));
+                let (mut pieces, mut want) = (Vec::new(), Vec::new());
+                while pieces.len() < 4 {
+                    let (mut queens, _) = plan.random_subproblem(&mut rng);
+                    if descend(n as usize, &mut queens, 10, &mut rng) {
+                        pieces.push(Interior::new(n as usize, &queens));
+                        want.push(reference(n as usize, &mut queens));
+                    }
+                }
+                let scalar = count_interiors(&pieces, Some(Path::Scalar), &never)
+                    .unwrap()
+                    .unwrap()
+                    .0;
+                for path in Path::ALL {
+                    let (got, used) = count_interiors(&pieces, Some(path), &never)
+                        .unwrap()
+                        .unwrap();
+                    if used != path {
+                        println!(
+                            "N={n}: path {} not run here (CPU or lane width)",
+                            path.name()
+                        );
+                        continue;
+                    }
+                    let c1: Vec<u64> = got.iter().map(|c| c.c1).collect();
+                    assert_eq!(
+                        c1,
+                        want,
+                        "N={n} {strategy} depth {depth} path {}",
+                        path.name()
+                    );
+                    assert_eq!(got, scalar, "N={n} nodes on path {}", path.name());
+                }
+                completions += want.iter().sum::<u64>();
+            }
+        }
+        println!("{completions} completions compared");
+        assert!(
+            completions > 0,
+            "the sample must hold completions to compare"
+        );
+    }
+
     /// The sampled subproblem count agrees with the enumeration.
     #[test]
     fn sampled_counts_match_enumerated_ones() {
