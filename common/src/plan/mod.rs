@@ -615,22 +615,32 @@ impl Plan {
         task: &Task,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Option<(Tally, u64, Path)>, PlanError> {
-        let mut subs = Vec::new();
-        self.for_each_subproblem(task, |s| subs.push(s));
-        let Some((counts, path)) = self.count_all(&subs, stop)? else {
-            return Ok(None);
+        // Subproblems are counted a chunk at a time, so a task of millions
+        // of frames never holds them (or their jobs) all at once.
+        let mut run = TaskRun {
+            plan: self,
+            stop,
+            subs: Vec::with_capacity(CHUNK),
+            tally: Tally::default(),
+            checksum: 0xcbf2_9ce4_8422_2325,
+            path: None,
+            outcome: Ok(true),
         };
-        let mut tally = Tally::default();
-        let mut checksum: u64 = 0xcbf2_9ce4_8422_2325;
-        for (s, c) in subs.iter().zip(&counts) {
-            for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
-                for b in x.to_le_bytes() {
-                    checksum = (checksum ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        self.for_each_subproblem(task, |s| {
+            if matches!(run.outcome, Ok(true)) {
+                run.subs.push(s);
+                if run.subs.len() == CHUNK {
+                    run.outcome = run.flush();
                 }
             }
-            tally.add(s, c)?;
+        });
+        if matches!(run.outcome, Ok(true)) {
+            run.outcome = run.flush();
         }
-        Ok(Some((tally, checksum, path)))
+        Ok(run.outcome?.then(|| {
+            let path = run.path.unwrap_or(Path::Scalar);
+            (run.tally, run.checksum, path)
+        }))
     }
 
     /// The class counts of the whole N from the tally of every task.
@@ -640,6 +650,44 @@ impl Plan {
         }
         Totals::from_turns(t.weighted, t.half, t.quarter, t.classes.nodes)
             .map_err(|e| PlanError::Inconsistent(e.0))
+    }
+}
+
+/// Subproblems counted together (their interiors and jobs in memory at
+/// once): plenty to keep the lanes full, a few MB at most.
+const CHUNK: usize = 4096;
+
+/// A task being counted, chunk by chunk, in id order.
+struct TaskRun<'a> {
+    plan: &'a Plan,
+    stop: &'a std::sync::atomic::AtomicBool,
+    subs: Vec<Subproblem>,
+    tally: Tally,
+    /// FNV-1a over every subproblem's id and counts, in order.
+    checksum: u64,
+    /// The slowest path any chunk was counted on.
+    path: Option<Path>,
+    /// Still counting (`Ok(true)`), stopped (`Ok(false)`) or failed.
+    outcome: Result<bool, PlanError>,
+}
+
+impl TaskRun<'_> {
+    /// Counts the buffered subproblems into the tally and the checksum.
+    fn flush(&mut self) -> Result<bool, PlanError> {
+        let Some((counts, path)) = self.plan.count_all(&self.subs, self.stop)? else {
+            return Ok(false);
+        };
+        self.path = Some(self.path.map_or(path, |p| p.min(path)));
+        for (s, c) in self.subs.iter().zip(&counts) {
+            for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
+                for b in x.to_le_bytes() {
+                    self.checksum = (self.checksum ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            self.tally.add(s, c)?;
+        }
+        self.subs.clear();
+        Ok(true)
     }
 }
 
