@@ -176,6 +176,7 @@ pub struct Batch<'a> {
     /// For the AVX-512 kernel: built when every interior fits its lanes.
     tables: Option<Tables>,
     /// For the AVX2 kernel: any interior.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     wide: WideTables,
 }
 
