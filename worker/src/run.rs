@@ -116,13 +116,17 @@ pub async fn run(
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     let mut summary = Summary::default();
 
+    // The version names the engine path too, so operators see in the
+    // worker list which inner loop each machine counts with.
+    let core = config.core.unwrap_or_else(Path::fastest);
+    let version = format!("{} {core}", env!("CARGO_PKG_VERSION"));
     // Register, retrying until the coordinator answers.
     let heartbeat_every = loop {
         let req = v1::RegisterRequest {
             worker_id: name.clone(),
             host: gethostname::gethostname().to_string_lossy().into_owned(),
             cores: threads as u32,
-            solver_version: env!("CARGO_PKG_VERSION").to_string(),
+            solver_version: version.clone(),
         };
         match client.register(req).await {
             Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
@@ -143,7 +147,6 @@ pub async fn run(
         }
     };
     backoff.reset();
-    let core = config.core.unwrap_or_else(Path::fastest);
     tracing::info!("connected to {url} as {name} ({threads} threads, core {core})");
 
     // Every lease handed to the pool (queued or counting), with its stop flag.
