@@ -355,7 +355,8 @@ fn bench_reports_both_cores_and_the_ratio() {
     let o = nqueens(&["bench", "8", "--no-baseline"]);
     assert!(o.status.success());
     assert!(
-        stdout(&o).lines().nth(1).unwrap().trim_end().ends_with('-'),
+        stdout(&o).starts_with("cpu: ")
+            && stdout(&o).lines().nth(2).unwrap().trim_end().ends_with('-'),
         "{}",
         stdout(&o)
     );
@@ -454,4 +455,19 @@ fn plan_estimate_projects_the_whole_plan() {
     // Estimating is not listing.
     let o = nqueens(&["plan", "13", "--strategy", "frame", "--estimate", "--list"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn bench_every_core_times_each_path_this_cpu_has() {
+    let o = nqueens(&["bench", "9", "--every-core", "--no-baseline", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cores: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| json(l)["core"].as_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = nqueens_common::engine::lanes::Path::available()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    assert_eq!(cores, want);
 }

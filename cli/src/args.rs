@@ -122,9 +122,17 @@ pub enum Command {
         /// Skip the baseline (it is several times slower).
         #[arg(long)]
         no_baseline: bool,
-        /// Inner loop for the fast core (N >= 6; lanes take N <= 18).
-        #[arg(long, value_enum, default_value = "auto")]
+        /// Inner loop for the fast core (N >= 6).
+        #[arg(
+            long,
+            value_enum,
+            default_value = "auto",
+            conflicts_with = "every_core"
+        )]
         core: Core,
+        /// Time every core this CPU has, one row each.
+        #[arg(long)]
+        every_core: bool,
         /// Print one JSON object per N.
         #[arg(long)]
         json: bool,

@@ -11,6 +11,22 @@ use nqueens_common::plan::solve::solve_on;
 use serde::Serialize;
 use std::time::Instant;
 
+/// The CPU's model name (Linux: /proc/cpuinfo), with the engine paths it
+/// can run.
+pub fn cpu_model() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| format!("unknown {} CPU", std::env::consts::ARCH));
+    let paths: Vec<&str> = Path::available().iter().map(|p| p.name()).collect();
+    format!("{model} (cores: {})", paths.join(", "))
+}
+
 /// One N's figures.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchRow {

@@ -99,8 +99,19 @@ fn run(command: Command) -> Result<(), Failure> {
             runs,
             no_baseline,
             core,
+            every_core,
             json,
-        } => local::bench_range(range, threads.get(), runs, !no_baseline, core.path()?, json),
+        } => {
+            let paths = if every_core {
+                nqueens_common::engine::lanes::Path::available()
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            } else {
+                vec![core.path()?]
+            };
+            local::bench_range(range, threads.get(), runs, !no_baseline, &paths, json)
+        }
         Command::Boards { n, limit, format } => local::boards(n, limit, format),
         Command::Complete { n } => local::complete(n),
         Command::Coordinator {

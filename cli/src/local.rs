@@ -187,23 +187,30 @@ pub fn bench_range(
     threads: usize,
     runs: u32,
     baseline: bool,
-    path: Option<Path>,
+    paths: &[Option<Path>],
     json: bool,
 ) -> Result<(), Failure> {
     let mut out = stdout();
+    let cpu = crate::bench::cpu_model();
     if !json {
+        // Every speed figure names the CPU it came from.
+        writeln!(out, "cpu: {cpu}")?;
         writeln!(out, "{}", BenchRow::header())?;
     }
     for n in range.0.get()..=range.1.get() {
         let n = Size::new(n).expect("inside a checked range");
-        let row = bench(n, threads, runs as usize, baseline, path)
-            .map_err(|e| Failure::Failed(e.to_string()))?;
-        if json {
-            json_line(&mut out, &row)?;
-        } else {
-            writeln!(out, "{}", row.text())?;
+        for &path in paths {
+            let row = bench(n, threads, runs as usize, baseline, path)
+                .map_err(|e| Failure::Failed(e.to_string()))?;
+            if json {
+                let mut v = serde_json::to_value(&row).expect("our types serialize");
+                v["cpu"] = cpu.clone().into();
+                json_line(&mut out, &v)?;
+            } else {
+                writeln!(out, "{}", row.text())?;
+            }
+            out.flush()?;
         }
-        out.flush()?;
     }
     Ok(())
 }
