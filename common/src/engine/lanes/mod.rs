@@ -243,10 +243,18 @@ impl<'a> Batch<'a> {
                     std::arch::is_x86_feature_detected!("avx2"),
                     "the AVX2 path needs a CPU with AVX2"
                 );
-                // SAFETY: AVX2 is present (checked above); the wide tables
-                // cover every interior, and callers give starts with three
-                // free rows (as Interior::split makes them).
-                unsafe { avx2::count(&self.wide, jobs, &mut counted)? }
+                match &self.tables {
+                    // Rotated diagonals when every interior fits: one word
+                    // per row on the stacks instead of four.
+                    // SAFETY: AVX2 is present (checked above), every
+                    // interior fits the lanes (tables exist), and callers
+                    // give starts with three free rows.
+                    Some(tables) => unsafe { avx2_narrow::count(tables, jobs, &mut counted)? },
+                    // SAFETY: AVX2 is present (checked above); the wide
+                    // tables cover every interior, and callers give starts
+                    // with three free rows (as Interior::split makes them).
+                    None => unsafe { avx2::count(&self.wide, jobs, &mut counted)? },
+                }
             }
             (p, _) => panic!("path {} is not available for this batch", p.name()),
         }
@@ -403,6 +411,8 @@ impl Tables {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_narrow;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
