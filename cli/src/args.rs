@@ -428,9 +428,14 @@ impl PlanShape {
         })
     }
 
-    /// The plan, checked (a wrong depth or task count is bad input).
+    /// The plan, checked (a wrong depth or task count, or a plan too large
+    /// to schedule, is bad input).
     pub fn plan(&self, n: Size, strategy: Strategy) -> Result<Plan, Failure> {
-        Plan::new(self.spec(n, strategy)?).map_err(|e| Failure::BadInput(e.to_string()))
+        let plan =
+            Plan::new(self.spec(n, strategy)?).map_err(|e| Failure::BadInput(e.to_string()))?;
+        plan.check_size()
+            .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
+        Ok(plan)
     }
 }
 

@@ -385,7 +385,12 @@ impl Coordinator {
         redundancy: u32,
         verify_fraction: f64,
     ) -> Result<JobView, CoordError> {
-        Plan::new(spec)?;
+        // A plan too large to schedule is refused now, with its size,
+        // rather than planned without bound.
+        let plan = Plan::new(spec)?;
+        tokio::task::spawn_blocking(move || plan.check_size())
+            .await
+            .expect("size check panicked")?;
         let _one_at_a_time = self.submit.lock().await;
         let id = self.lock().next_job_id();
         self.write(rec(Record::JobSubmitted(v1::JobSubmitted {

@@ -319,6 +319,25 @@ async fn every_invalid_input_gets_its_status() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
+    // A runaway plan (N=32, 11 prefix rows: ~10^14 subproblems) is refused
+    // with its size at submit, before any planning, and makes no job.
+    let mut runaway = spec(32, Strategy::Prefix, 5);
+    runaway.depth = 11;
+    let e = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some(runaway),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("would hold about"), "{e}");
+    let listed = ops
+        .list_jobs(v1::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.jobs.is_empty(), "{listed:?}");
     let e = ops.get_job(v1::JobRef { job_id: 77 }).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
 

@@ -31,6 +31,14 @@ const CALIBRATION_ROWS: usize = 13;
 /// Plans with at most this many subproblems are counted exactly.
 const ENUMERATE_UP_TO: u64 = 2_000_000;
 
+/// Most groups of subproblems a plan may hold while it is scheduled (one
+/// record each, about 32 bytes).
+pub const MAX_GROUPS: f64 = 1e7;
+
+/// Most subproblems a plan may enumerate while it is scheduled (about a
+/// quarter of an hour of planning on one core).
+pub const MAX_SUBPROBLEMS: f64 = 2e10;
+
 /// What the estimate found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Estimate {
@@ -70,6 +78,40 @@ impl Rng {
 }
 
 impl Plan {
+    /// Refuses a plan too large to schedule, before anything is built:
+    /// its subproblems, and for a prefix plan its groups (the prefixes one
+    /// row shorter), are counted or sampled first (well under a second).
+    pub fn check_size(&self) -> Result<(), PlanError> {
+        if self.whole() {
+            return Ok(());
+        }
+        let mut rng = Rng(1);
+        let too_big = |what, estimated: f64, max: f64| {
+            if estimated > max {
+                Err(PlanError::TooBig {
+                    what,
+                    estimated: estimated as u64,
+                    max: max as u64,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        too_big(
+            "subproblems",
+            self.subproblem_count(&mut rng).0,
+            MAX_SUBPROBLEMS,
+        )?;
+        if self.spec.strategy == Strategy::Prefix && self.spec.depth > 2 {
+            let shorter = Plan::new(crate::plan::PlanSpec {
+                depth: self.spec.depth - 1,
+                ..self.spec
+            })?;
+            too_big("groups", shorter.subproblem_count(&mut rng).0, MAX_GROUPS)?;
+        }
+        Ok(())
+    }
+
     /// Projects the plan's core-time on this machine from a sample drawn
     /// with `seed`, spending about `budget` (a third on calibration).
     pub fn estimate(&self, seed: u64, budget: Duration) -> Result<Estimate, PlanError> {
@@ -345,6 +387,38 @@ mod tests {
             completions > 0,
             "the sample must hold completions to compare"
         );
+    }
+
+    /// A runaway plan is refused before it is built; ordinary ones pass.
+    #[test]
+    fn oversized_plans_are_refused_before_they_are_built() {
+        let spec = |n, strategy, depth| PlanSpec {
+            n: Size::new(n).unwrap(),
+            strategy,
+            depth,
+            tasks: 1000,
+        };
+        for (n, depth) in [(32, 11), (32, 9), (26, 11)] {
+            let e = Plan::new(spec(n, Strategy::Prefix, depth))
+                .unwrap()
+                .check_size()
+                .unwrap_err();
+            assert!(matches!(e, PlanError::TooBig { .. }), "{e}");
+            assert!(e.to_string().contains("use a smaller --depth"), "{e}");
+        }
+        // The largest frame plan (N=32, 8 lines: about 10^10 frames) is
+        // bounded: minutes of planning in one record per ring.
+        for (n, strategy, depth) in [
+            (18, Strategy::Prefix, 4),
+            (27, Strategy::Frame, 2),
+            (32, Strategy::Frame, 1),
+            (32, Strategy::Frame, 2),
+        ] {
+            Plan::new(spec(n, strategy, depth))
+                .unwrap()
+                .check_size()
+                .unwrap();
+        }
     }
 
     /// The sampled subproblem count agrees with the enumeration.

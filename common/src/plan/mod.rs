@@ -182,6 +182,15 @@ pub enum PlanError {
     Overflow(#[from] CountOverflow),
     #[error("results do not add up: {0}")]
     Inconsistent(&'static str),
+    #[error(
+        "this plan would hold about {estimated} {what} while it is planned (at most {max}): \
+         use a smaller --depth (or, for prefix plans, the frame strategy)"
+    )]
+    TooBig {
+        what: &'static str,
+        estimated: u64,
+        max: u64,
+    },
 }
 
 /// A contiguous part of the enumeration: the subproblems with ids in

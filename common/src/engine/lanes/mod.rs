@@ -494,6 +494,34 @@ mod tests {
         batch_agrees(12, |_| true);
     }
 
+    /// The wide AVX2 kernel (plain shifts, row records), which the AVX2
+    /// path uses only for interiors the rotating lanes cannot take, on
+    /// every ring job of N=12 and random subsets of N=9..15: it must give
+    /// the scalar loop's counts and nodes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_wide_avx2_kernel_agrees_on_ring_jobs() {
+        if !Path::Avx2.supported() {
+            println!("wide AVX2 kernel skipped: this CPU lacks AVX2");
+            return;
+        }
+        for n in 9..=15 {
+            let rj = RingJobs::new(Size::new(n).unwrap());
+            let b = Batch::new(&rj.interiors, &rj.weights);
+            let jobs: Vec<Job> = rj
+                .jobs
+                .iter()
+                .copied()
+                .step_by(if n > 12 { 7 } else { 1 })
+                .collect();
+            let want = b.count_each(Path::Scalar, &jobs).unwrap();
+            let mut got = Counted::new(rj.interiors.len());
+            // SAFETY: AVX2 checked above; ring jobs leave three free rows.
+            unsafe { avx2::count(&b.wide, &jobs, &mut got).unwrap() };
+            assert_eq!(got, want, "N={n}");
+        }
+    }
+
     #[test]
     fn avx512_lanes_cover_ring_interiors_up_to_eighteen_and_avx2_every_n() {
         for n in [8, 13, 17, 18] {
