@@ -254,21 +254,11 @@ impl Group {
 
     #[target_feature(enable = "avx2")]
     fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
-        // Each lane's counters belong to the interior of the job it is on
-        // (its base is that interior's first entry, 32 per interior).
         let (mut sols, mut nodes, mut base) = ([0u32; LANES], [0u32; LANES], [0u32; LANES]);
         store(&mut sols, self.sols);
         store(&mut nodes, self.nodes);
         store(&mut base, self.base);
-        for lane in 0..LANES {
-            if (sols[lane], nodes[lane]) != (0, 0) {
-                sums.add(
-                    base[lane] as usize / 32,
-                    sols[lane].into(),
-                    nodes[lane].into(),
-                )?;
-            }
-        }
+        sums.add_lanes(&sols, &nodes, &base)?;
         self.sols = _mm256_setzero_si256();
         self.nodes = _mm256_setzero_si256();
         Ok(())

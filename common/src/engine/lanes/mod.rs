@@ -57,6 +57,23 @@ impl Counted {
         Ok(())
     }
 
+    /// Adds each lane's counters to the interior of the job it is on: a
+    /// lane's `base` is its interior's first table entry, 32 per interior.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn add_lanes(
+        &mut self,
+        sols: &[u32],
+        nodes: &[u32],
+        base: &[u32],
+    ) -> Result<(), CountOverflow> {
+        for ((&s, &n), &b) in sols.iter().zip(nodes).zip(base) {
+            if (s, n) != (0, 0) {
+                self.add(b as usize / 32, s.into(), n.into())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Σ weights[i] × completions[i], and every node, checked.
     pub fn weighted(&self, weights: &[u32]) -> Result<Sums, CountOverflow> {
         let mut sums = Sums::default();
