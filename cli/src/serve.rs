@@ -40,6 +40,11 @@ pub fn init_logs(default: &str) {
                 .unwrap_or_else(|_| default.into()),
         )
         .with_writer(io::stderr)
+        // A log write that fails (stderr on a full disk) must not panic the
+        // thread that logged: by default the failure is reported with
+        // eprintln!, which panics when stderr cannot be written, and so
+        // once killed the journal's writer thread.
+        .log_internal_errors(false)
         // Colours on a terminal only: log files and journald get plain text.
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .init();
