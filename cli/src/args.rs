@@ -167,9 +167,17 @@ pub enum Command {
         /// Seconds a lease lives without a heartbeat.
         #[arg(long, value_name = "S", default_value_t = 60)]
         lease_ttl: u64,
-        /// Serve Prometheus metrics at http://ADDR/metrics.
+        /// Serve Prometheus metrics at http://ADDR/metrics (loopback only, unless --metrics-public).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// Allow --metrics on a non-loopback address: the page carries no
+        /// authentication, so guard it with a firewall or network policy.
+        #[arg(long, requires = "metrics")]
+        metrics_public: bool,
+        /// Refuse a job whose plan has more tasks than this (its memory and
+        /// planning time grow with its tasks).
+        #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
+        max_tasks: u64,
         /// Serve TLS with this certificate chain (PEM).
         #[arg(long, value_name = "F", requires = "tls_key")]
         tls_cert: Option<PathBuf>,

@@ -103,6 +103,7 @@ async fn run(
         operator_token: None,
         insecure: false,
         metrics: None,
+        metrics_public: false,
         tls: None,
         limits: Default::default(),
     };

@@ -122,6 +122,8 @@ fn run(command: Command) -> Result<(), Failure> {
             insecure,
             lease_ttl,
             metrics,
+            metrics_public,
+            max_tasks,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -132,6 +134,7 @@ fn run(command: Command) -> Result<(), Failure> {
             operator_token: read_token(operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
             insecure,
             metrics,
+            metrics_public,
             tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
                 cert,
                 key: tls_key.expect("clap requires --tls-key with --tls-cert"),
@@ -139,6 +142,7 @@ fn run(command: Command) -> Result<(), Failure> {
             }),
             limits: nqueens_coordinator::state::Limits {
                 lease_ttl_ms: lease_ttl.max(1) * 1000,
+                max_tasks,
                 ..Default::default()
             },
         }),

@@ -136,7 +136,10 @@ pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Fa
         let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
         let running = nqueens_coordinator::server::start(config, clock)
             .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+            .map_err(|e| match e.is_configuration() {
+                true => Failure::BadInput(e.to_string()),
+                false => Failure::Failed(e.to_string()),
+            })?;
         println!("nqueens coordinator listening on {}", running.addr);
         if let Some(m) = running.metrics_addr {
             println!("metrics at http://{m}/metrics");

@@ -35,6 +35,7 @@ async fn main() {
         operator_token: None,
         insecure: false,
         metrics: None,
+        metrics_public: false,
         tls: None,
         limits: Limits::default(),
     };

@@ -30,6 +30,8 @@ pub struct Config {
     pub insecure: bool,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// Allow `metrics` beyond loopback (it has no authentication).
+    pub metrics_public: bool,
     /// Serve over TLS with these PEM files.
     pub tls: Option<Tls>,
     pub limits: Limits,
@@ -85,6 +87,12 @@ pub enum StartError {
          results. Give --worker-token-file and --operator-token-file, listen on 127.0.0.1, or pass --insecure"
     )]
     NoTokens(SocketAddr),
+    #[error(
+        "refusing to serve metrics on {0} without --metrics-public: the page has no authentication, \
+         so anyone who can reach it reads job progress and worker names. Bind --metrics to \
+         127.0.0.1:PORT, or add --metrics-public if a firewall or network policy guards it"
+    )]
+    PublicMetrics(SocketAddr),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -103,6 +111,17 @@ pub enum StartError {
     },
     #[error("TLS setup failed (are the certificate and key PEM files a matching pair?): {0}")]
     Tls(String),
+}
+
+impl StartError {
+    /// A mistake in the configuration (exit code 2), as opposed to a
+    /// failure of the data directory or the machine.
+    pub fn is_configuration(&self) -> bool {
+        !matches!(
+            self,
+            StartError::Core(_) | StartError::Credentials(_) | StartError::Reflection(_)
+        )
+    }
 }
 
 /// A running coordinator.
@@ -445,11 +464,13 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
     let (metrics_addr, metrics) = match config.metrics {
         Some(at) => {
             if !at.ip().is_loopback() {
+                if !config.metrics_public {
+                    return Err(StartError::PublicMetrics(at));
+                }
                 tracing::warn!(
                     %at,
-                    "metrics are served without authentication beyond loopback: anyone who can reach {at} \
-                     reads job progress and worker names; bind --metrics to 127.0.0.1 unless a firewall \
-                     or network policy guards it"
+                    "--metrics-public: metrics are served without authentication beyond loopback; anyone \
+                     who can reach {at} reads job progress and worker names"
                 );
             }
             let listener = crate::metrics::bind(at)

@@ -68,6 +68,8 @@ pub struct Limits {
     /// Wait before retrying a task: base × 2^(attempts-1), at most max.
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
+    /// The most tasks a submitted plan may have.
+    pub max_tasks: u64,
 }
 
 impl Default for Limits {
@@ -77,6 +79,7 @@ impl Default for Limits {
             retry_budget: 5,
             backoff_base_ms: 1_000,
             backoff_max_ms: 300_000,
+            max_tasks: 1_000_000,
         }
     }
 }

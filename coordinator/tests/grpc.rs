@@ -34,6 +34,7 @@ fn config(dir: &Path) -> Config {
         operator_token: None,
         insecure: false,
         metrics: None,
+        metrics_public: false,
         tls: None,
         limits: limits(),
     }

@@ -23,6 +23,7 @@ async fn coordinator(dir: &Path, listen: SocketAddr, clock: Arc<dyn Clock>) -> R
         operator_token: None,
         insecure: false,
         metrics: None,
+        metrics_public: false,
         tls: None,
         // Long leases: expiry is tested with the manual clock only, so a
         // loaded machine's late heartbeats cannot change the outcome.

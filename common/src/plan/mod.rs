@@ -31,6 +31,7 @@ use crate::engine::interior::Interior;
 use crate::engine::lanes::{count_interiors, Path};
 use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a plan splits the search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -191,6 +192,8 @@ pub enum PlanError {
         estimated: u64,
         max: u64,
     },
+    #[error("planning was stopped before it finished")]
+    Stopped,
 }
 
 /// A contiguous part of the enumeration: the subproblems with ids in
@@ -268,14 +271,22 @@ impl Plan {
     /// Enumerates the plan once and cuts it into about `spec.tasks` tasks of
     /// similar estimated work. Memory: one record per group.
     pub fn schedule(&self) -> Schedule {
-        let (groups, classes) = self.groups();
+        self.schedule_until(&AtomicBool::new(false))
+            .expect("never stopped")
+    }
+
+    /// [`Plan::schedule`], giving up with [`PlanError::Stopped`] soon after
+    /// `stop` is set (a cancelled job, a coordinator shutting down): a
+    /// large plan takes minutes to enumerate.
+    pub fn schedule_until(&self, stop: &AtomicBool) -> Result<Schedule, PlanError> {
+        let (groups, classes) = self.groups(stop)?;
         let work: f64 = groups.iter().map(|g| g.work).sum();
-        Schedule {
+        Ok(Schedule {
             tasks: cut(&groups, work / self.spec.tasks as f64),
             subproblems: groups.iter().map(|g| g.count).sum(),
             work,
             classes,
-        }
+        })
     }
 
     /// Whether the plan falls back to one whole-search subproblem.
@@ -287,7 +298,7 @@ impl Plan {
         }
     }
 
-    fn groups(&self) -> (Vec<Group>, Vec<(String, u64)>) {
+    fn groups(&self, stop: &AtomicBool) -> Result<(Vec<Group>, Vec<(String, u64)>), PlanError> {
         let n = self.spec.n;
         let mut groups = Vec::new();
         let classes;
@@ -300,16 +311,21 @@ impl Plan {
                 count: 1,
                 work: 1.0,
             });
-            return (groups, classes);
+            return Ok((groups, classes));
         }
         match (self.spec.strategy, &self.frames) {
             (Strategy::Prefix, _) => {
                 let mut by_weight = [0u64; 3];
-                self.for_each_prefix(0, u64::MAX, |cols, weight, work| {
-                    by_weight[weight as usize] += 1;
-                    // Group the pieces that share all rows but the last.
-                    add_to_group(&mut groups, prefix_id(cols), POS_BITS, work);
-                });
+                let tag = (Kind::Prefix as u64) << KIND_SHIFT;
+                let below = POS_BITS * (self.spec.depth - 2);
+                for_each_chunk(stop, |chunk| {
+                    let (lo, hi) = (tag | chunk << below, tag | (chunk + 1) << below);
+                    self.for_each_prefix(lo, hi, |cols, weight, work| {
+                        by_weight[weight as usize] += 1;
+                        // Group the pieces that share all rows but the last.
+                        add_to_group(&mut groups, prefix_id(cols), POS_BITS, work);
+                    });
+                })?;
                 classes = vec![
                     ("prefixes of weight 2".into(), by_weight[2]),
                     ("prefixes of weight 1".into(), by_weight[1]),
@@ -319,15 +335,18 @@ impl Plan {
                 let mut by_weight = [0u64; 9];
                 let tag = (Kind::Frame as u64) << KIND_SHIFT;
                 let nn = n.n();
-                frames.for_each_in(0, u64::MAX, |f, w, queens| {
-                    by_weight[w as usize] += 1;
-                    let id = tag | f.key();
-                    let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
-                    // Group the frames that share an outer ring (a depth-1
-                    // frame is its ring: each is a group of its own).
-                    let inner = (frames.lines() - 4) as u32 * POS_BITS;
-                    add_to_group(&mut groups, id, inner, work);
-                });
+                let below = POS_BITS * (frames.lines() as u32 - 2);
+                for_each_chunk(stop, |chunk| {
+                    frames.for_each_in(chunk << below, (chunk + 1) << below, |f, w, queens| {
+                        by_weight[w as usize] += 1;
+                        let id = tag | f.key();
+                        let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
+                        // Group the frames that share an outer ring (a depth-1
+                        // frame is its ring: each is a group of its own).
+                        let inner = (frames.lines() - 4) as u32 * POS_BITS;
+                        add_to_group(&mut groups, id, inner, work);
+                    });
+                })?;
                 classes = vec![
                     ("frames of weight 8".into(), by_weight[8]),
                     ("frames of weight 4".into(), by_weight[4]),
@@ -349,7 +368,7 @@ impl Plan {
         }
         classes.push(("half-turn searches".into(), n.get().into()));
         classes.push(("quarter-turn searches".into(), n.get().into()));
-        (groups, classes)
+        Ok((groups, classes))
     }
 
     /// Prefixes at the plan's depth with ids in `lo..hi`, in id order, with
@@ -722,6 +741,19 @@ fn safe_below(cols: &[u8], c: u8) -> bool {
     cols.iter()
         .enumerate()
         .all(|(r, &q)| q != c && row - r != usize::from(q.abs_diff(c)))
+}
+
+/// Runs `part` on each of the 1,024 slices of an enumeration (the values
+/// of its first two positions, in id order), checking `stop` between
+/// slices: no slice of a plan within the size limit takes long.
+fn for_each_chunk(stop: &AtomicBool, mut part: impl FnMut(u64)) -> Result<(), PlanError> {
+    for chunk in 0..1u64 << (2 * POS_BITS) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(PlanError::Stopped);
+        }
+        part(chunk);
+    }
+    Ok(())
 }
 
 /// Adds a subproblem to the last group when their ids agree above the low
