@@ -153,6 +153,16 @@ impl Interior {
                 }
                 continue;
             }
+            if next == 0 {
+                continue;
+            }
+            // Row i + 2 already closed, whatever row i + 1 takes: each
+            // candidate of row i + 1 is a dead end, counted, not visited.
+            let sh1 = self.shift[(i + 1) & 31];
+            if self.allowed[(i + 2) & 31] & !(nl << sh1 | nd | nr >> sh1) == 0 {
+                nodes += u64::from(next.count_ones());
+                continue;
+            }
             stack[i & 31] = [bm, l, d, r];
             (l, d, r) = (nl, nd, nr);
             bm = next;

@@ -2,12 +2,18 @@
 //! AVX-512 kernel: for batches whose interiors all [`super::fits_lanes`].
 //!
 //! Rotation makes backing up exact from the row's candidate set alone, so
-//! a lane's stack holds one word per row: pop is eight scalar loads, push
-//! eight scalar stores (AVX2 has no scatter), instead of the wide kernel's
-//! transposed four-word records. AVX2 has no rotate either: it is two
-//! variable shifts and an or. Scalar loads rather than gathers, for the
-//! stack and the row table alike: measured faster on Zen 3 (a gather waits
-//! longer, and a stack word was often stored a step or two before).
+//! a lane's stack holds one record per row. AVX2 has no scatter, no
+//! rotate and a slow gather: stack and table are read and written by
+//! scalar loads and stores, and a rotation is two variable shifts.
+//!
+//! Each step a lane needs one 64-bit word, and the stack and the row table
+//! share its layout, so one load per lane serves both: a lane that backs
+//! up pops its stack record of the row above, any other lane reads its
+//! current row from the table. Either way the low half is the row's
+//! candidates (or open columns) with the gap to the next free row in bits
+//! 30..32, and the high half the open columns of the next free row, with
+//! bit 31 set on the second-to-last free row, whose next row (the last) is
+//! counted inline.
 
 use super::{CountOverflow, Counted, Job, Tables};
 use core::arch::x86_64::*;
@@ -19,9 +25,16 @@ const GROUPS: usize = 2;
 const _: () = assert!(GROUPS == 2, "run steps two groups");
 /// Stack rows per lane.
 const ROWS: usize = 32;
-/// Lane counters are added into the sums this often (in steps), long
-/// before a 32-bit lane counter could wrap (at most 2 nodes per step).
-const FLUSH_EVERY: u32 = 1 << 20;
+/// Words of every group's stacks, at the start of the kernel's memory.
+const STACKS: usize = GROUPS * LANES * ROWS;
+/// Open columns (and candidates) sit below bit 30.
+const LOW30: u32 = (1 << 30) - 1;
+/// Marks the second-to-last free row in a record's high half.
+const PEN: u32 = 1 << 31;
+/// Lane counters are added into the sums this often (in steps): a lane
+/// counts nodes in its low 16 bits (at most 2 a step) and completions in
+/// its high 16 bits (at most 1 a step), so neither can carry over.
+const FLUSH_EVERY: u32 = 1 << 14;
 
 /// Eight lanes, one search each.
 #[derive(Clone, Copy)]
@@ -29,23 +42,19 @@ struct Group {
     /// Free row, and the row the job started at.
     k: __m256i,
     k0: __m256i,
-    /// The job's interior's first entry.
+    /// The job's interior's first table record.
     base: __m256i,
     /// Candidates left in row k.
     bm: __m256i,
     ld: __m256i,
     rd: __m256i,
     col: __m256i,
-    /// Entry of row k.
-    cur: __m256i,
-    pen: __m256i,
-    last: __m256i,
-    nodes: __m256i,
-    sols: __m256i,
+    /// Nodes (low 16 bits) and completions (high 16 bits), counted down.
+    tally: __m256i,
     /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
     active: __m256i,
-    /// This group's stacks: `LANES * ROWS` words.
-    stack: *mut i32,
+    /// Each lane's first stack record in the kernel's memory.
+    stack: __m256i,
 }
 
 /// A group's lane state in memory, while lanes take new jobs.
@@ -58,9 +67,6 @@ struct Spill {
     ld: [u32; LANES],
     rd: [u32; LANES],
     col: [u32; LANES],
-    cur: [u32; LANES],
-    pen: [u32; LANES],
-    last: [u32; LANES],
     active: [u32; LANES],
 }
 
@@ -114,8 +120,8 @@ fn ror(x: __m256i, s: __m256i, t: __m256i) -> __m256i {
     _mm256_or_si256(_mm256_srlv_epi32(x, s), _mm256_sllv_epi32(x, t))
 }
 
-/// The eight lanes as four 64-bit words (two lanes each): fewer moves out
-/// of the vector registers than one per lane.
+/// The eight lanes' offsets as four 64-bit words (two lanes each): fewer
+/// moves out of the vector registers than one per lane.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn halves(v: __m256i) -> [u64; 4] {
@@ -128,32 +134,57 @@ fn halves(v: __m256i) -> [u64; 4] {
     ]
 }
 
-/// `table[at]` per lane, by scalar loads (shorter latency than a gather).
+/// The records at `at` per lane, split into their low and high halves.
 ///
 /// # Safety
-/// Every offset must index `table`.
+/// Every offset must index `mem`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn lookup(table: *const i32, at: __m256i) -> __m256i {
+unsafe fn read(mem: *const u64, at: __m256i) -> (__m256i, __m256i) {
     let [a, b, c, d] = halves(at);
     // SAFETY: in bounds (caller).
-    let w = |o: u64| unsafe { *table.add(o as u32 as usize) };
-    let h = |o: u64| unsafe { *table.add((o >> 32) as usize) };
-    _mm256_setr_epi32(w(a), h(a), w(b), h(b), w(c), h(c), w(d), h(d))
+    let two = |o: u64| unsafe {
+        let x = _mm_loadl_epi64(mem.add(o as u32 as usize).cast());
+        _mm_castpd_si128(_mm_loadh_pd(
+            _mm_castsi128_pd(x),
+            mem.add((o >> 32) as usize).cast(),
+        ))
+    };
+    // Lanes 0, 1, 4, 5 and lanes 2, 3, 6, 7, a record each.
+    let p = _mm256_castsi256_ps(_mm256_set_m128i(two(c), two(a)));
+    let q = _mm256_castsi256_ps(_mm256_set_m128i(two(d), two(b)));
+    (
+        _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(p, q)),
+        _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(p, q)),
+    )
+}
+
+/// Writes the records `(low, high)` at `at` per lane.
+///
+/// # Safety
+/// Every offset must index `mem`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn write(mem: *mut u64, at: __m256i, low: __m256i, high: __m256i) {
+    let [a, b, c, d] = halves(at);
+    // Lanes 0, 1 | 4, 5 and lanes 2, 3 | 6, 7, a record each.
+    let (p, q) = (
+        _mm256_unpacklo_epi32(low, high),
+        _mm256_unpackhi_epi32(low, high),
+    );
+    // SAFETY: in bounds (caller).
+    let two = |o: u64, x: __m128i| unsafe {
+        let x = _mm_castsi128_pd(x);
+        _mm_storel_pd(mem.add(o as u32 as usize).cast(), x);
+        _mm_storeh_pd(mem.add((o >> 32) as usize).cast(), x);
+    };
+    two(a, _mm256_castsi256_si128(p));
+    two(b, _mm256_castsi256_si128(q));
+    two(c, _mm256_extracti128_si256::<1>(p));
+    two(d, _mm256_extracti128_si256::<1>(q));
 }
 
 impl Group {
-    /// Every lane's stack word at `at` (offsets into the group's stacks).
-    ///
-    /// # Safety
-    /// Every offset must be below `LANES * ROWS`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn pop(&self, at: __m256i) -> __m256i {
-        // SAFETY: in bounds (caller).
-        unsafe { lookup(self.stack, at) }
-    }
-
     #[target_feature(enable = "avx2")]
     fn spill(&self) -> Spill {
         let mut s = Spill::default();
@@ -165,9 +196,6 @@ impl Group {
             (&mut s.ld, self.ld),
             (&mut s.rd, self.rd),
             (&mut s.col, self.col),
-            (&mut s.cur, self.cur),
-            (&mut s.pen, self.pen),
-            (&mut s.last, self.last),
             (&mut s.active, self.active),
         ] {
             store(a, v);
@@ -179,8 +207,7 @@ impl Group {
     fn reload(&mut self, s: &Spill) {
         (self.k, self.k0, self.base) = (load(&s.k), load(&s.k0), load(&s.base));
         (self.bm, self.ld, self.rd) = (load(&s.bm), load(&s.ld), load(&s.rd));
-        (self.col, self.cur, self.pen) = (load(&s.col), load(&s.cur), load(&s.pen));
-        self.last = load(&s.last);
+        self.col = load(&s.col);
         self.active = load(&s.active);
     }
 
@@ -189,13 +216,14 @@ impl Group {
     #[target_feature(enable = "avx2")]
     fn refill(
         &mut self,
-        t: &Tables,
+        m: &Memory,
         jobs: &[Job],
         next: &mut usize,
         lanes: u32,
         sums: &mut Counted,
     ) -> Result<(), CountOverflow> {
-        self.flush(sums)?;
+        self.flush(m, sums)?;
+        let t = m.tables;
         let mut s = self.spill();
         for lane in 0..LANES {
             if lanes >> lane & 1 == 0 {
@@ -203,9 +231,9 @@ impl Group {
             }
             let Some(job) = jobs.get(*next) else {
                 s.active[lane] = 0;
-                // A retired lane idles on row 0 of interior 0: the
-                // loads and stores it still makes stay in bounds.
-                (s.k[lane], s.k0[lane], s.base[lane], s.bm[lane]) = (0, 0, 0, 0);
+                // A retired lane idles on row 0 of the first interior:
+                // the loads and stores it still makes stay in bounds.
+                (s.k[lane], s.k0[lane], s.base[lane], s.bm[lane]) = (0, 0, STACKS as u32, 0);
                 continue;
             };
             *next += 1;
@@ -219,18 +247,14 @@ impl Group {
                 job.start.d >> lo & on,
                 job.start.r >> lo & on,
             );
-            let entry = t.entries[i * 32 + row as usize];
             s.active[lane] = u32::MAX;
             s.k[lane] = row;
             s.k0[lane] = row;
-            s.base[lane] = (i * 32) as u32;
+            s.base[lane] = m.base(i);
             s.ld[lane] = l;
             s.rd[lane] = r;
             s.col[lane] = d;
-            s.cur[lane] = entry;
-            s.bm[lane] = entry & ((1 << 30) - 1) & !(l | d | r);
-            s.pen[lane] = t.pen[i];
-            s.last[lane] = t.last[i];
+            s.bm[lane] = t.entries[i * 32 + row as usize] & LOW30 & !(l | d | r);
         }
         self.reload(&s);
         Ok(())
@@ -242,121 +266,160 @@ impl Group {
     #[target_feature(enable = "avx2")]
     fn refilled(
         mut self,
-        t: &Tables,
+        m: &Memory,
         jobs: &[Job],
         next: &mut usize,
         lanes: u32,
         sums: &mut Counted,
     ) -> Result<Group, CountOverflow> {
-        self.refill(t, jobs, next, lanes, sums)?;
+        self.refill(m, jobs, next, lanes, sums)?;
         Ok(self)
     }
 
     #[target_feature(enable = "avx2")]
-    fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
-        let (mut sols, mut nodes, mut base) = ([0u32; LANES], [0u32; LANES], [0u32; LANES]);
-        store(&mut sols, self.sols);
-        store(&mut nodes, self.nodes);
+    fn flush(&mut self, m: &Memory, sums: &mut Counted) -> Result<(), CountOverflow> {
+        let (mut tally, mut base) = ([0u32; LANES], [0u32; LANES]);
+        store(
+            &mut tally,
+            _mm256_sub_epi32(_mm256_setzero_si256(), self.tally),
+        );
         store(&mut base, self.base);
-        sums.add_lanes(&sols, &nodes, &base)?;
-        self.sols = _mm256_setzero_si256();
-        self.nodes = _mm256_setzero_si256();
+        for (&t, &b) in tally.iter().zip(&base) {
+            if t != 0 {
+                sums.add(m.interior(b), (t >> 16).into(), (t & 0xFFFF).into())?;
+            }
+        }
+        self.tally = _mm256_setzero_si256();
         Ok(())
     }
 
     /// One step of every lane; returns the lanes whose job is done (bits).
     ///
     /// # Safety
-    /// `entries` must hold 32 entries for every interior a lane is on, and
-    /// the group's stack `LANES * ROWS` words.
+    /// `mem` must hold every group's stacks and the records of every
+    /// interior a lane is on.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn step(&mut self, entries: *const i32) -> u32 {
+    unsafe fn step(&mut self, mem: *mut u64) -> u32 {
         let zero = _mm256_setzero_si256();
-        let one = _mm256_set1_epi32(1);
-        let low30 = _mm256_set1_epi32((1 << 30) - 1);
-        let lane_off = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
+        let low30 = _mm256_set1_epi32(LOW30 as i32);
         let g = self;
 
         // Lanes out of candidates back up a row first: pop the row's
-        // candidate set (its lowest bit is the queen that was placed),
+        // record (the lowest candidate is the queen that was placed),
         // take the queen off (rotations undo exactly) and keep the
-        // candidates above it. Every other lane looks one row down. One
-        // lookup serves both: the row above's entry, or the row below's.
+        // candidates above it. Every other lane reads its row's record
+        // from the table: one load per lane either way.
         let empty = _mm256_and_si256(g.active, _mm256_cmpeq_epi32(g.bm, zero));
         let done = _mm256_and_si256(empty, _mm256_cmpeq_epi32(g.k, g.k0));
         let back = _mm256_andnot_si256(done, empty);
         let live = _mm256_andnot_si256(done, g.active);
-        // back is all ones (-1) where a lane backs up: k - 1 there, else k + 1.
-        let kk = _mm256_add_epi32(_mm256_add_epi32(g.k, one), _mm256_add_epi32(back, back));
-        // For every lane: its kk stays within its interior's 32 entries
-        // and its 32 stack rows (k <= pen <= 30, retired lanes sit on row 0),
-        // so lanes that do not need a value read a harmless one.
-        // SAFETY: as above.
-        let (ent, popped) = unsafe {
-            (
-                lookup(entries, _mm256_add_epi32(g.base, kk)),
-                g.pop(_mm256_add_epi32(lane_off, kk)),
-            )
-        };
-        let pbit = _mm256_and_si256(popped, _mm256_sub_epi32(zero, popped));
-        let psh = _mm256_srli_epi32::<30>(ent);
-        let pt = other(psh);
-        let bpbit = _mm256_and_si256(back, pbit);
-        g.col = _mm256_xor_si256(g.col, bpbit);
-        g.ld = pick(back, _mm256_xor_si256(ror(g.ld, psh, pt), pbit), g.ld);
-        g.rd = pick(back, _mm256_xor_si256(rol(g.rd, psh, pt), pbit), g.rd);
-        g.bm = pick(back, _mm256_xor_si256(popped, pbit), g.bm);
+        // back is all ones (-1) where a lane backs up.
         g.k = _mm256_add_epi32(g.k, back);
-        // The entry of the row below: looked up, or (after backing up) the
-        // row the lane just left.
-        let below = pick(back, g.cur, ent);
-        g.cur = pick(back, ent, g.cur);
+        let at = pick(
+            back,
+            _mm256_add_epi32(g.stack, g.k),
+            _mm256_add_epi32(g.base, g.k),
+        );
+        // For every lane: k stays within its interior's 32 records and its
+        // 32 stack rows (k <= pen <= 30, retired lanes sit on row 0), so
+        // lanes that do not need a value read a harmless one.
+        // SAFETY: as above.
+        let (low, below) = unsafe { read(mem, at) };
+        let sh = _mm256_srli_epi32::<30>(low);
+        let st = other(sh);
+        let popped = _mm256_and_si256(low, low30);
+        let pbit = _mm256_and_si256(popped, _mm256_sub_epi32(zero, popped));
+        g.col = _mm256_xor_si256(g.col, _mm256_and_si256(back, pbit));
+        g.ld = pick(back, _mm256_xor_si256(ror(g.ld, sh, st), pbit), g.ld);
+        g.rd = pick(back, _mm256_xor_si256(rol(g.rd, sh, st), pbit), g.rd);
+        g.bm = pick(back, _mm256_xor_si256(popped, pbit), g.bm);
 
         // Then every lane with a candidate places it (lowest first), in
         // the same step, so backing up costs no step of its own.
         let has = _mm256_andnot_si256(_mm256_cmpeq_epi32(g.bm, zero), live);
         let bit = _mm256_and_si256(g.bm, _mm256_sub_epi32(zero, g.bm));
-        let sh = _mm256_srli_epi32::<30>(g.cur);
-        let st = other(sh);
         let nl = rol(_mm256_or_si256(g.ld, bit), sh, st);
         let nr = ror(_mm256_or_si256(g.rd, bit), sh, st);
         let nc = _mm256_or_si256(g.col, bit);
         let attacked = _mm256_or_si256(_mm256_or_si256(nl, nr), nc);
-        g.nodes = _mm256_sub_epi32(g.nodes, has);
+        let open = _mm256_andnot_si256(attacked, _mm256_and_si256(below, low30));
 
         // A queen in the second-to-last row: the last row has at most one
         // square left; count it here instead of moving down.
-        let at_pen = _mm256_and_si256(has, _mm256_cmpeq_epi32(g.k, g.pen));
-        let left = _mm256_andnot_si256(attacked, g.last);
-        let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(left, zero), at_pen);
-        g.nodes = _mm256_sub_epi32(g.nodes, fits);
-        g.sols = _mm256_sub_epi32(g.sols, fits);
+        let at_pen = _mm256_and_si256(has, _mm256_srai_epi32::<31>(below));
+        let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(open, zero), at_pen);
+        // Counted down (a mask is -1): a node for every queen placed, and
+        // a completion and its node for every last row that fits.
+        g.tally = _mm256_add_epi32(
+            _mm256_add_epi32(g.tally, has),
+            _mm256_and_si256(fits, _mm256_set1_epi32(-0x1_0001)),
+        );
 
-        // Every lane writes its row's candidates (placed queen still in)
-        // at row k; for a lane that does not descend that row is dead, so
-        // no mask is needed.
-        // Two lanes per 64-bit move out of the vector registers.
-        let at = _mm256_add_epi32(lane_off, g.k);
-        let (at, val) = (halves(at), halves(g.bm));
-        for (a, v) in at.into_iter().zip(val) {
-            // SAFETY: lane_off + k < LANES * ROWS (k < 32): this group's stacks.
-            unsafe {
-                *g.stack.add(a as u32 as usize) = v as i32;
-                *g.stack.add((a >> 32) as usize) = (v >> 32) as i32;
-            }
-        }
+        // Every lane writes its row's record (placed queen still in) at
+        // row k; a lane that does not descend writes it again before it
+        // is read, so no mask is needed.
+        let rec = _mm256_or_si256(g.bm, _mm256_andnot_si256(low30, low));
+        // SAFETY: stack + k < STACKS (k < 32): this lane's stack.
+        unsafe { write(mem, _mm256_add_epi32(g.stack, g.k), rec, below) };
 
-        let push = _mm256_andnot_si256(at_pen, has);
+        // A lane descends only into a row with candidates: a dead end
+        // costs no step of its own to come back from.
+        let push = _mm256_andnot_si256(
+            at_pen,
+            _mm256_andnot_si256(_mm256_cmpeq_epi32(open, zero), has),
+        );
         g.bm = _mm256_xor_si256(g.bm, _mm256_and_si256(has, bit));
         g.k = _mm256_sub_epi32(g.k, push);
         g.ld = pick(push, nl, g.ld);
         g.rd = pick(push, nr, g.rd);
         g.col = pick(push, nc, g.col);
-        let open = _mm256_and_si256(_mm256_andnot_si256(attacked, below), low30);
         g.bm = pick(push, open, g.bm);
-        g.cur = pick(push, below, g.cur);
         bits(done)
+    }
+}
+
+/// The kernel's memory: every group's stacks, then a record per row of
+/// the interiors the jobs are on (`first..`, 32 rows each).
+struct Memory<'a> {
+    tables: &'a Tables,
+    words: Vec<u64>,
+    first: usize,
+}
+
+impl<'a> Memory<'a> {
+    fn new(t: &'a Tables, jobs: &[Job]) -> Memory<'a> {
+        let first = jobs.iter().map(|j| j.interior).min().unwrap_or(0) as usize;
+        let end = jobs
+            .iter()
+            .map(|j| j.interior)
+            .max()
+            .map_or(0, |i| i as usize + 1);
+        let mut words = vec![0u64; STACKS + (end - first) * 32];
+        for (i, rows) in (first..end).zip(words[STACKS..].chunks_exact_mut(32)) {
+            let e = &t.entries[i * 32..i * 32 + 32];
+            let pen = t.pen[i] as usize;
+            for (k, r) in rows.iter_mut().enumerate() {
+                let below = e.get(k + 1).map_or(0, |&b| b & LOW30);
+                let flag = if k == pen { PEN } else { 0 };
+                *r = u64::from(e[k]) | u64::from(below | flag) << 32;
+            }
+        }
+        Memory {
+            tables: t,
+            words,
+            first,
+        }
+    }
+
+    /// Where interior `i`'s records start.
+    fn base(&self, i: usize) -> u32 {
+        (STACKS + (i - self.first) * 32) as u32
+    }
+
+    /// The interior whose records start at `base`.
+    fn interior(&self, base: u32) -> usize {
+        (base as usize - STACKS) / 32 + self.first
     }
 }
 
@@ -372,10 +435,11 @@ pub(super) unsafe fn count(
     if jobs.is_empty() {
         return Ok(());
     }
-    let mut stacks = vec![0i32; GROUPS * LANES * ROWS];
-    let entries = t.entries.as_ptr().cast::<i32>();
+    let mut m = Memory::new(t, jobs);
+    let mem = m.words.as_mut_ptr();
     let zero = _mm256_setzero_si256();
-    let mut groups: [Group; GROUPS] = core::array::from_fn(|_| Group {
+    let lane_rows = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
+    let mut groups: [Group; GROUPS] = core::array::from_fn(|g| Group {
         k: zero,
         k0: zero,
         base: zero,
@@ -383,26 +447,19 @@ pub(super) unsafe fn count(
         ld: zero,
         rd: zero,
         col: zero,
-        cur: zero,
-        pen: zero,
-        last: zero,
-        nodes: zero,
-        sols: zero,
+        tally: zero,
         active: zero,
-        stack: core::ptr::null_mut(),
+        stack: _mm256_add_epi32(lane_rows, _mm256_set1_epi32((g * LANES * ROWS) as i32)),
     });
-    for (g, c) in groups.iter_mut().zip(stacks.chunks_mut(LANES * ROWS)) {
-        g.stack = c.as_mut_ptr();
-    }
     let mut next = 0usize;
     for g in &mut groups {
-        g.refill(t, jobs, &mut next, 0xFF, sums)?;
+        g.refill(&m, jobs, &mut next, 0xFF, sums)?;
     }
     let [a, b] = groups;
-    // SAFETY: the tables hold every interior's 32 entries (and jobs is
-    // not empty, so interior 0 exists for retired lanes); the stacks were
-    // sized above.
-    unsafe { run(t, jobs, sums, &mut next, a, b, entries) }
+    // SAFETY: the memory holds both groups' stacks and the records of
+    // every interior of the jobs (retired lanes sit on the first); the
+    // words are not touched otherwise while the kernel runs.
+    unsafe { run(&m, jobs, sums, &mut next, a, b, mem) }
 }
 
 /// Steps two filled groups in turn until every job is counted. The groups
@@ -413,25 +470,25 @@ pub(super) unsafe fn count(
 /// As [`Group::step`].
 #[target_feature(enable = "avx2")]
 unsafe fn run(
-    t: &Tables,
+    m: &Memory,
     jobs: &[Job],
     sums: &mut Counted,
     next: &mut usize,
     mut a: Group,
     mut b: Group,
-    entries: *const i32,
+    mem: *mut u64,
 ) -> Result<(), CountOverflow> {
     let mut steps = 0u32;
     // Lanes only retire at a refill, so activity is checked there.
     while bits(_mm256_or_si256(a.active, b.active)) != 0 {
         // SAFETY: as the caller's.
-        let (da, db) = unsafe { (a.step(entries), b.step(entries)) };
+        let (da, db) = unsafe { (a.step(mem), b.step(mem)) };
         if da | db != 0 {
             if da != 0 {
-                a = a.refilled(t, jobs, next, da, sums)?;
+                a = a.refilled(m, jobs, next, da, sums)?;
             }
             if db != 0 {
-                b = b.refilled(t, jobs, next, db, sums)?;
+                b = b.refilled(m, jobs, next, db, sums)?;
             }
             if bits(_mm256_or_si256(a.active, b.active)) == 0 {
                 break;
@@ -439,11 +496,11 @@ unsafe fn run(
         }
         steps += 1;
         if steps == FLUSH_EVERY {
-            a.flush(sums)?;
-            b.flush(sums)?;
+            a.flush(m, sums)?;
+            b.flush(m, sums)?;
             steps = 0;
         }
     }
-    a.flush(sums)?;
-    b.flush(sums)
+    a.flush(m, sums)?;
+    b.flush(m, sums)
 }

@@ -281,7 +281,7 @@ impl<'a> Batch<'a> {
 
 /// Free rows of each interior placed before its search is cut into jobs:
 /// enough jobs that lanes and threads stay evenly loaded.
-pub const SPLIT_ROWS: usize = 2;
+pub const SPLIT_ROWS: usize = 1;
 
 /// Jobs counted between two looks at the stop flag.
 pub const JOBS_PER_TAKE: usize = 1024;
