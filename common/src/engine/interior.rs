@@ -243,7 +243,6 @@ impl Interior {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::engine::border::Frames;
     use crate::Size;
 
