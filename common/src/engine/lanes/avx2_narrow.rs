@@ -23,8 +23,9 @@ const LANES: usize = 8;
 /// arithmetic (each step of a group depends on its previous step).
 const GROUPS: usize = 2;
 const _: () = assert!(GROUPS == 2, "run steps two groups");
-/// Stack rows per lane.
-const ROWS: usize = 32;
+/// Stack records per lane: rows 0..32, and below them row -1 (a job
+/// that starts at row 0 has its end marker there).
+const ROWS: usize = 33;
 /// Words of every group's stacks, at the start of the kernel's memory.
 const STACKS: usize = GROUPS * LANES * ROWS;
 /// Open columns (and candidates) sit below bit 30.
@@ -39,11 +40,10 @@ const FLUSH_EVERY: u32 = 1 << 14;
 /// Eight lanes, one search each.
 #[derive(Clone, Copy)]
 struct Group {
-    /// Free row, and the row the job started at.
-    k: __m256i,
-    k0: __m256i,
-    /// The job's interior's first table record.
-    base: __m256i,
+    /// Where each lane's stack record of its current row k is.
+    at: __m256i,
+    /// From there to the table record of row k.
+    to_table: __m256i,
     /// Candidates left in row k.
     bm: __m256i,
     ld: __m256i,
@@ -53,16 +53,16 @@ struct Group {
     tally: __m256i,
     /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
     active: __m256i,
-    /// Each lane's first stack record in the kernel's memory.
-    stack: __m256i,
+    /// Each lane's interior (for its counters) and its stack's row -1.
+    interior: [u32; LANES],
+    stack: [u32; LANES],
 }
 
 /// A group's lane state in memory, while lanes take new jobs.
 #[derive(Default)]
 struct Spill {
-    k: [u32; LANES],
-    k0: [u32; LANES],
-    base: [u32; LANES],
+    at: [u32; LANES],
+    to_table: [u32; LANES],
     bm: [u32; LANES],
     ld: [u32; LANES],
     rd: [u32; LANES],
@@ -189,9 +189,8 @@ impl Group {
     fn spill(&self) -> Spill {
         let mut s = Spill::default();
         for (a, v) in [
-            (&mut s.k, self.k),
-            (&mut s.k0, self.k0),
-            (&mut s.base, self.base),
+            (&mut s.at, self.at),
+            (&mut s.to_table, self.to_table),
             (&mut s.bm, self.bm),
             (&mut s.ld, self.ld),
             (&mut s.rd, self.rd),
@@ -205,7 +204,7 @@ impl Group {
 
     #[target_feature(enable = "avx2")]
     fn reload(&mut self, s: &Spill) {
-        (self.k, self.k0, self.base) = (load(&s.k), load(&s.k0), load(&s.base));
+        (self.at, self.to_table) = (load(&s.at), load(&s.to_table));
         (self.bm, self.ld, self.rd) = (load(&s.bm), load(&s.ld), load(&s.rd));
         self.col = load(&s.col);
         self.active = load(&s.active);
@@ -213,16 +212,20 @@ impl Group {
 
     /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
     /// the lane counters into `sums` first.
+    ///
+    /// # Safety
+    /// `mem` must be `m`'s words.
     #[target_feature(enable = "avx2")]
-    fn refill(
+    unsafe fn refill(
         &mut self,
         m: &Memory,
+        mem: *mut u64,
         jobs: &[Job],
         next: &mut usize,
         lanes: u32,
         sums: &mut Counted,
     ) -> Result<(), CountOverflow> {
-        self.flush(m, sums)?;
+        self.flush(sums)?;
         let t = m.tables;
         let mut s = self.spill();
         for lane in 0..LANES {
@@ -233,7 +236,8 @@ impl Group {
                 s.active[lane] = 0;
                 // A retired lane idles on row 0 of the first interior:
                 // the loads and stores it still makes stay in bounds.
-                (s.k[lane], s.k0[lane], s.base[lane], s.bm[lane]) = (0, 0, STACKS as u32, 0);
+                let row0 = self.stack[lane] + 1;
+                (s.at[lane], s.to_table[lane], s.bm[lane]) = (row0, STACKS as u32 - row0, 0);
                 continue;
             };
             *next += 1;
@@ -247,10 +251,15 @@ impl Group {
                 job.start.d >> lo & on,
                 job.start.r >> lo & on,
             );
+            // The record above the start row marks the job's end: no
+            // candidates (and no gap), so the lane that pops it stays put.
+            let above = self.stack[lane] + row;
+            // SAFETY: row < 32, so above is in this lane's stack (caller).
+            unsafe { *mem.add(above as usize) = 0 };
             s.active[lane] = u32::MAX;
-            s.k[lane] = row;
-            s.k0[lane] = row;
-            s.base[lane] = m.base(i);
+            s.at[lane] = above + 1;
+            s.to_table[lane] = m.base(i) - (self.stack[lane] + 1);
+            self.interior[lane] = job.interior;
             s.ld[lane] = l;
             s.rd[lane] = r;
             s.col[lane] = d;
@@ -262,31 +271,35 @@ impl Group {
 
     /// [`Group::refill`] by value, out of line: the caller's group stays
     /// in registers.
+    ///
+    /// # Safety
+    /// As [`Group::refill`].
     #[inline(never)]
     #[target_feature(enable = "avx2")]
-    fn refilled(
+    unsafe fn refilled(
         mut self,
         m: &Memory,
+        mem: *mut u64,
         jobs: &[Job],
         next: &mut usize,
         lanes: u32,
         sums: &mut Counted,
     ) -> Result<Group, CountOverflow> {
-        self.refill(m, jobs, next, lanes, sums)?;
+        // SAFETY: as the caller's.
+        unsafe { self.refill(m, mem, jobs, next, lanes, sums)? };
         Ok(self)
     }
 
     #[target_feature(enable = "avx2")]
-    fn flush(&mut self, m: &Memory, sums: &mut Counted) -> Result<(), CountOverflow> {
-        let (mut tally, mut base) = ([0u32; LANES], [0u32; LANES]);
+    fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
+        let mut tally = [0u32; LANES];
         store(
             &mut tally,
             _mm256_sub_epi32(_mm256_setzero_si256(), self.tally),
         );
-        store(&mut base, self.base);
-        for (&t, &b) in tally.iter().zip(&base) {
+        for (&t, &i) in tally.iter().zip(&self.interior) {
             if t != 0 {
-                sums.add(m.interior(b), (t >> 16).into(), (t & 0xFFFF).into())?;
+                sums.add(i as usize, (t >> 16).into(), (t & 0xFFFF).into())?;
             }
         }
         self.tally = _mm256_setzero_si256();
@@ -309,26 +322,23 @@ impl Group {
         // record (the lowest candidate is the queen that was placed),
         // take the queen off (rotations undo exactly) and keep the
         // candidates above it. Every other lane reads its row's record
-        // from the table: one load per lane either way.
-        let empty = _mm256_and_si256(g.active, _mm256_cmpeq_epi32(g.bm, zero));
-        let done = _mm256_and_si256(empty, _mm256_cmpeq_epi32(g.k, g.k0));
-        let back = _mm256_andnot_si256(done, empty);
-        let live = _mm256_andnot_si256(done, g.active);
+        // from the table: one load per lane either way. A lane that pops
+        // its job's end marker is done: the marker has no queen to take
+        // off and no candidate, so the lane changes nothing.
+        let back = _mm256_and_si256(g.active, _mm256_cmpeq_epi32(g.bm, zero));
         // back is all ones (-1) where a lane backs up.
-        g.k = _mm256_add_epi32(g.k, back);
-        let at = pick(
-            back,
-            _mm256_add_epi32(g.stack, g.k),
-            _mm256_add_epi32(g.base, g.k),
-        );
-        // For every lane: k stays within its interior's 32 records and its
-        // 32 stack rows (k <= pen <= 30, retired lanes sit on row 0), so
-        // lanes that do not need a value read a harmless one.
+        g.at = _mm256_add_epi32(g.at, back);
+        let at = pick(back, g.at, _mm256_add_epi32(g.at, g.to_table));
+        // Every lane's record is in bounds: a lane stays within its
+        // interior's 32 records and its stack's rows -1..32 (k <= pen <=
+        // 30, retired lanes sit on row 0), so lanes that do not need a
+        // value read a harmless one.
         // SAFETY: as above.
         let (low, below) = unsafe { read(mem, at) };
         let sh = _mm256_srli_epi32::<30>(low);
         let st = other(sh);
         let popped = _mm256_and_si256(low, low30);
+        let done = _mm256_and_si256(back, _mm256_cmpeq_epi32(popped, zero));
         let pbit = _mm256_and_si256(popped, _mm256_sub_epi32(zero, popped));
         g.col = _mm256_xor_si256(g.col, _mm256_and_si256(back, pbit));
         g.ld = pick(back, _mm256_xor_si256(ror(g.ld, sh, st), pbit), g.ld);
@@ -337,7 +347,7 @@ impl Group {
 
         // Then every lane with a candidate places it (lowest first), in
         // the same step, so backing up costs no step of its own.
-        let has = _mm256_andnot_si256(_mm256_cmpeq_epi32(g.bm, zero), live);
+        let has = _mm256_andnot_si256(_mm256_cmpeq_epi32(g.bm, zero), g.active);
         let bit = _mm256_and_si256(g.bm, _mm256_sub_epi32(zero, g.bm));
         let nl = rol(_mm256_or_si256(g.ld, bit), sh, st);
         let nr = ror(_mm256_or_si256(g.rd, bit), sh, st);
@@ -360,8 +370,8 @@ impl Group {
         // row k; a lane that does not descend writes it again before it
         // is read, so no mask is needed.
         let rec = _mm256_or_si256(g.bm, _mm256_andnot_si256(low30, low));
-        // SAFETY: stack + k < STACKS (k < 32): this lane's stack.
-        unsafe { write(mem, _mm256_add_epi32(g.stack, g.k), rec, below) };
+        // SAFETY: as the read: this lane's stack.
+        unsafe { write(mem, g.at, rec, below) };
 
         // A lane descends only into a row with candidates: a dead end
         // costs no step of its own to come back from.
@@ -370,7 +380,7 @@ impl Group {
             _mm256_andnot_si256(_mm256_cmpeq_epi32(open, zero), has),
         );
         g.bm = _mm256_xor_si256(g.bm, _mm256_and_si256(has, bit));
-        g.k = _mm256_sub_epi32(g.k, push);
+        g.at = _mm256_sub_epi32(g.at, push);
         g.ld = pick(push, nl, g.ld);
         g.rd = pick(push, nr, g.rd);
         g.col = pick(push, nc, g.col);
@@ -416,11 +426,6 @@ impl<'a> Memory<'a> {
     fn base(&self, i: usize) -> u32 {
         (STACKS + (i - self.first) * 32) as u32
     }
-
-    /// The interior whose records start at `base`.
-    fn interior(&self, base: u32) -> usize {
-        (base as usize - STACKS) / 32 + self.first
-    }
 }
 
 /// # Safety
@@ -438,28 +443,29 @@ pub(super) unsafe fn count(
     let mut m = Memory::new(t, jobs);
     let mem = m.words.as_mut_ptr();
     let zero = _mm256_setzero_si256();
-    let lane_rows = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
     let mut groups: [Group; GROUPS] = core::array::from_fn(|g| Group {
-        k: zero,
-        k0: zero,
-        base: zero,
+        at: zero,
+        to_table: zero,
         bm: zero,
         ld: zero,
         rd: zero,
         col: zero,
         tally: zero,
         active: zero,
-        stack: _mm256_add_epi32(lane_rows, _mm256_set1_epi32((g * LANES * ROWS) as i32)),
+        interior: [0; LANES],
+        stack: core::array::from_fn(|lane| ((g * LANES + lane) * ROWS) as u32),
     });
     let mut next = 0usize;
-    for g in &mut groups {
-        g.refill(&m, jobs, &mut next, 0xFF, sums)?;
-    }
-    let [a, b] = groups;
     // SAFETY: the memory holds both groups' stacks and the records of
     // every interior of the jobs (retired lanes sit on the first); the
     // words are not touched otherwise while the kernel runs.
-    unsafe { run(&m, jobs, sums, &mut next, a, b, mem) }
+    unsafe {
+        for g in &mut groups {
+            g.refill(&m, mem, jobs, &mut next, 0xFF, sums)?;
+        }
+        let [a, b] = groups;
+        run(&m, jobs, sums, &mut next, a, b, mem)
+    }
 }
 
 /// Steps two filled groups in turn until every job is counted. The groups
@@ -485,10 +491,12 @@ unsafe fn run(
         let (da, db) = unsafe { (a.step(mem), b.step(mem)) };
         if da | db != 0 {
             if da != 0 {
-                a = a.refilled(m, jobs, next, da, sums)?;
+                // SAFETY: as the caller's.
+                a = unsafe { a.refilled(m, mem, jobs, next, da, sums)? };
             }
             if db != 0 {
-                b = b.refilled(m, jobs, next, db, sums)?;
+                // SAFETY: as the caller's.
+                b = unsafe { b.refilled(m, mem, jobs, next, db, sums)? };
             }
             if bits(_mm256_or_si256(a.active, b.active)) == 0 {
                 break;
@@ -496,11 +504,11 @@ unsafe fn run(
         }
         steps += 1;
         if steps == FLUSH_EVERY {
-            a.flush(m, sums)?;
-            b.flush(m, sums)?;
+            a.flush(sums)?;
+            b.flush(sums)?;
             steps = 0;
         }
     }
-    a.flush(m, sums)?;
-    b.flush(m, sums)
+    a.flush(sums)?;
+    b.flush(sums)
 }
