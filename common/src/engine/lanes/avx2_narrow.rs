@@ -32,6 +32,8 @@ const STACKS: usize = GROUPS * LANES * ROWS;
 const LOW30: u32 = (1 << 30) - 1;
 /// Marks the second-to-last free row in a record's high half.
 const PEN: u32 = 1 << 31;
+/// The interior of a lane that is out of jobs.
+const PARKED: u32 = u32::MAX;
 /// Lane counters are added into the sums this often (in steps): a lane
 /// counts nodes in its low 16 bits (at most 2 a step) and completions in
 /// its high 16 bits (at most 1 a step), so neither can carry over.
@@ -51,11 +53,12 @@ struct Group {
     col: __m256i,
     /// Nodes (low 16 bits) and completions (high 16 bits), counted down.
     tally: __m256i,
-    /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
-    active: __m256i,
-    /// Each lane's interior (for its counters) and its stack's row -1.
+    /// Each lane's interior (for its counters; [`PARKED`] for a lane out
+    /// of jobs) and its stack's row -1.
     interior: [u32; LANES],
     stack: [u32; LANES],
+    /// Lanes on a job that counts.
+    busy: u32,
 }
 
 /// A group's lane state in memory, while lanes take new jobs.
@@ -67,7 +70,6 @@ struct Spill {
     ld: [u32; LANES],
     rd: [u32; LANES],
     col: [u32; LANES],
-    active: [u32; LANES],
 }
 
 #[target_feature(enable = "avx2")]
@@ -195,7 +197,6 @@ impl Group {
             (&mut s.ld, self.ld),
             (&mut s.rd, self.rd),
             (&mut s.col, self.col),
-            (&mut s.active, self.active),
         ] {
             store(a, v);
         }
@@ -207,7 +208,6 @@ impl Group {
         (self.at, self.to_table) = (load(&s.at), load(&s.to_table));
         (self.bm, self.ld, self.rd) = (load(&s.bm), load(&s.ld), load(&s.rd));
         self.col = load(&s.col);
-        self.active = load(&s.active);
     }
 
     /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
@@ -232,15 +232,15 @@ impl Group {
             if lanes >> lane & 1 == 0 {
                 continue;
             }
-            let Some(job) = jobs.get(*next) else {
-                s.active[lane] = 0;
-                // A retired lane idles on row 0 of the first interior:
-                // the loads and stores it still makes stay in bounds.
-                let row0 = self.stack[lane] + 1;
-                (s.at[lane], s.to_table[lane], s.bm[lane]) = (row0, STACKS as u32 - row0, 0);
-                continue;
+            // A lane out of jobs searches the last one again, uncounted, so
+            // that the step needs no mask of busy lanes.
+            let (job, interior) = match jobs.get(*next) {
+                Some(job) => {
+                    *next += 1;
+                    (job, job.interior)
+                }
+                None => (jobs.last().expect("jobs are not empty"), PARKED),
             };
-            *next += 1;
             let i = job.interior as usize;
             let (row, lo, on) = (u32::from(job.start.row), t.low[i], t.span[i]);
             // The start's masks in the interior's own columns; bits off
@@ -256,15 +256,15 @@ impl Group {
             let above = self.stack[lane] + row;
             // SAFETY: row < 32, so above is in this lane's stack (caller).
             unsafe { *mem.add(above as usize) = 0 };
-            s.active[lane] = u32::MAX;
             s.at[lane] = above + 1;
             s.to_table[lane] = m.base(i) - (self.stack[lane] + 1);
-            self.interior[lane] = job.interior;
+            self.interior[lane] = interior;
             s.ld[lane] = l;
             s.rd[lane] = r;
             s.col[lane] = d;
             s.bm[lane] = t.entries[i * 32 + row as usize] & LOW30 & !(l | d | r);
         }
+        self.busy = self.interior.iter().filter(|&&i| i != PARKED).count() as u32;
         self.reload(&s);
         Ok(())
     }
@@ -290,6 +290,11 @@ impl Group {
         Ok(self)
     }
 
+    /// Whether every lane is out of jobs.
+    fn parked(&self) -> bool {
+        self.busy == 0
+    }
+
     #[target_feature(enable = "avx2")]
     fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
         let mut tally = [0u32; LANES];
@@ -298,7 +303,7 @@ impl Group {
             _mm256_sub_epi32(_mm256_setzero_si256(), self.tally),
         );
         for (&t, &i) in tally.iter().zip(&self.interior) {
-            if t != 0 {
+            if t != 0 && i != PARKED {
                 sums.add(i as usize, (t >> 16).into(), (t & 0xFFFF).into())?;
             }
         }
@@ -325,14 +330,13 @@ impl Group {
         // from the table: one load per lane either way. A lane that pops
         // its job's end marker is done: the marker has no queen to take
         // off and no candidate, so the lane changes nothing.
-        let back = _mm256_and_si256(g.active, _mm256_cmpeq_epi32(g.bm, zero));
+        let back = _mm256_cmpeq_epi32(g.bm, zero);
         // back is all ones (-1) where a lane backs up.
         g.at = _mm256_add_epi32(g.at, back);
         let at = pick(back, g.at, _mm256_add_epi32(g.at, g.to_table));
         // Every lane's record is in bounds: a lane stays within its
         // interior's 32 records and its stack's rows -1..32 (k <= pen <=
-        // 30, retired lanes sit on row 0), so lanes that do not need a
-        // value read a harmless one.
+        // 30), so lanes that do not need a value read a harmless one.
         // SAFETY: as above.
         let (low, below) = unsafe { read(mem, at) };
         let sh = _mm256_srli_epi32::<30>(low);
@@ -347,7 +351,7 @@ impl Group {
 
         // Then every lane with a candidate places it (lowest first), in
         // the same step, so backing up costs no step of its own.
-        let has = _mm256_andnot_si256(_mm256_cmpeq_epi32(g.bm, zero), g.active);
+        let has = _mm256_xor_si256(_mm256_cmpeq_epi32(g.bm, zero), _mm256_set1_epi32(-1));
         let bit = _mm256_and_si256(g.bm, _mm256_sub_epi32(zero, g.bm));
         let nl = rol(_mm256_or_si256(g.ld, bit), sh, st);
         let nr = ror(_mm256_or_si256(g.rd, bit), sh, st);
@@ -451,14 +455,14 @@ pub(super) unsafe fn count(
         rd: zero,
         col: zero,
         tally: zero,
-        active: zero,
         interior: [0; LANES],
         stack: core::array::from_fn(|lane| ((g * LANES + lane) * ROWS) as u32),
+        busy: 0,
     });
     let mut next = 0usize;
     // SAFETY: the memory holds both groups' stacks and the records of
-    // every interior of the jobs (retired lanes sit on the first); the
-    // words are not touched otherwise while the kernel runs.
+    // every interior of the jobs; the words are not touched otherwise
+    // while the kernel runs.
     unsafe {
         for g in &mut groups {
             g.refill(&m, mem, jobs, &mut next, 0xFF, sums)?;
@@ -485,8 +489,7 @@ unsafe fn run(
     mem: *mut u64,
 ) -> Result<(), CountOverflow> {
     let mut steps = 0u32;
-    // Lanes only retire at a refill, so activity is checked there.
-    while bits(_mm256_or_si256(a.active, b.active)) != 0 {
+    while !(a.parked() && b.parked()) {
         // SAFETY: as the caller's.
         let (da, db) = unsafe { (a.step(mem), b.step(mem)) };
         if da | db != 0 {
@@ -497,9 +500,6 @@ unsafe fn run(
             if db != 0 {
                 // SAFETY: as the caller's.
                 b = unsafe { b.refilled(m, mem, jobs, next, db, sums)? };
-            }
-            if bits(_mm256_or_si256(a.active, b.active)) == 0 {
-                break;
             }
         }
         steps += 1;
