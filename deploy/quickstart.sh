@@ -23,14 +23,16 @@ trap cleanup EXIT
 head -c 32 /dev/urandom | base64 > "$work/worker.token"
 head -c 32 /dev/urandom | base64 > "$work/operator.token"
 
-# 2. The coordinator (port 0: any free port; it prints the one it took).
+# 2. The coordinator (port 0: any free port; it prints the one it took at
+#    once, then "ready" once its state is recovered: health says
+#    NOT_SERVING until then).
 "$nqueens" coordinator --listen 127.0.0.1:0 --data-dir "$work/data" \
     --worker-token-file "$work/worker.token" \
     --operator-token-file "$work/operator.token" \
     > "$work/coordinator.out" 2> "$work/coordinator.log" &
 pids+=("$!")
 for _ in $(seq 100); do
-    grep -q listening "$work/coordinator.out" 2>/dev/null && break
+    grep -q ready "$work/coordinator.out" 2>/dev/null && break
     sleep 0.1
 done
 url="http://$(awk '/listening/ {print $NF; exit}' "$work/coordinator.out")"

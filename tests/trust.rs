@@ -674,7 +674,6 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
 #[test]
 fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() {
     let _watchdog = common::watchdog("idle_connections_beyond_the_limit_are_closed");
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
         .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -684,14 +683,8 @@ fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() 
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let c = common::Coordinator {
-        child,
-        url: format!("http://{}", line.trim().rsplit(' ').next().unwrap()),
-    };
+    let url = common::url_once_ready(&mut child);
+    let c = common::Coordinator { child, url };
     let addr = c.url.trim_start_matches("http://").to_string();
     // Three idle connections take every place.
     let idle: Vec<_> = (0..3)
@@ -710,4 +703,183 @@ fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() 
         assert!(Instant::now() < deadline, "places were not given back");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A coordinator on `addr` logging at INFO into `log`, once it is ready.
+fn coordinator_logged(
+    data: &std::path::Path,
+    addr: &str,
+    log: &std::path::Path,
+) -> common::Coordinator {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(["coordinator", "--listen", addr, "--data-dir"])
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let url = common::url_once_ready(&mut child);
+    common::Coordinator { child, url }
+}
+
+/// Waits (bounded) until `log` holds `line` `times` times.
+fn wait_for_log(log: &std::path::Path, line: &str, times: usize) {
+    let start = Instant::now();
+    while std::fs::read_to_string(log).unwrap().matches(line).count() < times {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never logged {line:?}: {}",
+            std::fs::read_to_string(log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A plan that takes many minutes to enumerate (N=28 in 8-line frames,
+/// within the size limit) keeps neither a restarted coordinator from
+/// serving nor a signal from stopping it, and cancelling its job stops the
+/// planning. (Before, a restart planned again before listening, and
+/// SIGTERM waited for the planning thread.)
+#[test]
+fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
+    let _watchdog = common::watchdog("a_long_plan_blocks_neither_start_nor_shutdown");
+    let dir = tempfile::tempdir().unwrap();
+    let (data, log) = (dir.path().join("data"), dir.path().join("log"));
+    let addr = common::free_addr();
+    let rt = runtime();
+    let long = PlanSpec {
+        n: Size::new(28).unwrap(),
+        strategy: Strategy::Frame,
+        depth: 2,
+        tasks: 1_000,
+    };
+    let submit_long = |url: &str| {
+        rt.block_on(async {
+            let (_, mut ops) = clients(url).await;
+            ops.submit_job(v1::SubmitJobRequest {
+                plan: Some((&long).into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        })
+    };
+    let get = |url: &str, id: u64| {
+        rt.block_on(async {
+            let (_, mut ops) = clients(url).await;
+            ops.get_job(v1::JobRef { job_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+        })
+    };
+    let health = |url: &str| {
+        nqueens(&["health", "--coordinator", url])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+
+    let mut c = coordinator_logged(&data, &addr, &log);
+    let first = submit_long(&c.url).job_id;
+    assert_eq!(get(&c.url, first).tasks, 0, "still planning");
+    common::kill9(&mut c.child);
+
+    // Restarted while the job was planning: it serves at once (the first
+    // "ready" line) and plans in the background.
+    let mut c = coordinator_logged(&data, &addr, &log);
+    assert_eq!(health(&c.url), Some(0), "SERVING while the job plans");
+    let job = get(&c.url, first);
+    assert_eq!((job.tasks, job.state), (0, v1::JobState::Running as i32));
+    let (code, _, err) = operator(&c.url, &["cancel", &first.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    wait_for_log(&log, "planning stopped", 1);
+    assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
+
+    // SIGTERM while another long plan is being computed: a clean exit.
+    let second = submit_long(&c.url).job_id;
+    common::terminate(&c.child);
+    let status = c.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    wait_for_log(&log, "planning stopped", 2);
+
+    // Started again: the cancelled job is not planned again, the other is.
+    let c = coordinator_logged(&data, &addr, &log);
+    assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
+    assert_eq!(
+        get(&c.url, second).tasks,
+        0,
+        "planning again, in the background"
+    );
+    let (code, _, err) = operator(&c.url, &["cancel", &second.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    wait_for_log(&log, "planning stopped", 3);
+}
+
+/// A connection that never starts its handshake (a TLS ClientHello or the
+/// HTTP/2 preface) is closed by the coordinator, so silent connections
+/// cannot hold its places for ever.
+#[test]
+fn a_connection_that_never_starts_its_handshake_is_closed() {
+    use std::io::Read;
+    let _watchdog = common::watchdog("a_connection_that_never_starts_its_handshake_is_closed");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    let mut silent = std::net::TcpStream::connect(c.url.trim_start_matches("http://")).unwrap();
+    // A bound, not a measurement: the coordinator closes it after 10 s.
+    silent
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let closed = loop {
+        match silent.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue, // the server's own preface
+            Err(e) => break Err(e),
+        }
+    };
+    match closed {
+        Ok(()) => {}
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "the connection was not closed: {e}"
+        ),
+    }
+    // The coordinator still serves everyone else.
+    assert_eq!(operator(&c.url, &["jobs"]).0, 0);
+}
+
+/// Metrics carry no authentication: beyond loopback they need an explicit
+/// --metrics-public, else the start is refused as a configuration error.
+#[test]
+fn metrics_beyond_loopback_need_an_explicit_flag() {
+    let _watchdog = common::watchdog("metrics_beyond_loopback_need_an_explicit_flag");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (code, err) = run(&[
+        "coordinator",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "0.0.0.0:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--metrics-public"), "{err}");
+    assert!(
+        !data.join("journal").exists(),
+        "refused before anything was opened"
+    );
+    let c = common::start_with(&data, &["--metrics", "0.0.0.0:0", "--metrics-public"]);
+    assert_eq!(operator(&c.url, &["jobs"]).0, 0);
 }

@@ -131,25 +131,43 @@ pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Fa
     )
     .map_err(|e| Failure::BadInput(e.to_string()))?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         survive_file_size_limit();
         let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
-        let running = nqueens_coordinator::server::start(config, clock)
-            .await
-            .map_err(|e| match e.is_configuration() {
+        // Scripts (and tests) read these lines; a closed stdout must not
+        // stop the coordinator, so write errors are ignored.
+        let say = |line: String| {
+            let mut out = io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        };
+        let started = nqueens_coordinator::server::start_announced(config, clock, |at| {
+            say(format!("nqueens coordinator listening on {}", at.addr));
+            if let Some(m) = at.metrics_addr {
+                say(format!("metrics at http://{m}/metrics"));
+            }
+        });
+        // Recovery (replay, re-planning) can take a while: a signal
+        // during it exits at once; nothing of it is durable until done.
+        let running = tokio::select! {
+            started = started => started.map_err(|e| match e.is_configuration() {
                 true => Failure::BadInput(e.to_string()),
                 false => Failure::Failed(e.to_string()),
-            })?;
-        println!("nqueens coordinator listening on {}", running.addr);
-        if let Some(m) = running.metrics_addr {
-            println!("metrics at http://{m}/metrics");
-        }
-        io::stdout().flush()?;
+            })?,
+            () = signal() => {
+                tracing::info!("stopped while recovering its state");
+                return Ok(());
+            }
+        };
+        say("nqueens coordinator ready".into());
         signal().await;
         tracing::info!("shutting down");
         running
             .shutdown()
             .await
             .map_err(|e| Failure::Failed(e.to_string()))
-    })
+    });
+    // Planning threads stop between slices of their enumeration; do not
+    // wait long for one.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    served
 }

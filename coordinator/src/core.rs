@@ -12,7 +12,7 @@ use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -63,6 +63,12 @@ pub enum CoordError {
     Verify { job: u64, why: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(
+        "the plan asks for {asked} tasks; this coordinator accepts at most {max} (--max-tasks): \
+         ask for fewer with --tasks, or raise --max-tasks if the coordinator has the memory \
+         (a few KB per task)"
+    )]
+    TooManyTasks { asked: u64, max: u64 },
 }
 
 /// The coordinator.
@@ -80,6 +86,10 @@ pub struct Coordinator {
     /// Serialises job submissions (job ids come from the state).
     submit: tokio::sync::Mutex<()>,
     data_dir: PathBuf,
+    /// The stop flag of each job being planned (set by cancel or shutdown).
+    planning: Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>,
+    /// Set at shutdown: no planning starts or continues.
+    stopping: AtomicBool,
     /// Held open for the lifetime of the process: the data directory's lock.
     _lock: File,
 }
@@ -161,9 +171,18 @@ impl Coordinator {
                 journaled.insert((d.job_id, d.task_index));
             }
         }
-        // (job, spec, (tasks, digest) if planned)
-        type Planned = (u64, PlanSpec, Option<(u64, u64)>);
-        let jobs: Vec<Planned> = state.jobs().map(|j| (j.id, j.spec, j.planned())).collect();
+        // Jobs planned before (their size was accepted then) get their
+        // tasks now; jobs never planned are planned once serving, as at
+        // submit, so that a long plan cannot keep the coordinator down.
+        let mut planned = Vec::new();
+        let mut unplanned = Vec::new();
+        for j in state.jobs() {
+            match (j.planned(), j.state()) {
+                (Some(p), _) => planned.push((j.id, j.spec, p)),
+                (None, JobState::Cancelled) => {}
+                (None, _) => unplanned.push((j.id, j.spec)),
+            }
+        }
         let (changed, _) = tokio::sync::watch::channel(0);
         let core = Arc::new(Coordinator {
             state: Mutex::new(state),
@@ -175,10 +194,12 @@ impl Coordinator {
             changed,
             submit: tokio::sync::Mutex::new(()),
             data_dir: data_dir.to_path_buf(),
+            planning: Mutex::default(),
+            stopping: AtomicBool::new(false),
             _lock: lock,
         });
-        for (id, spec, planned) in jobs {
-            core.plan_job(id, spec, planned).await?;
+        for (id, spec, p) in planned {
+            core.plan_job(id, spec, Some(p)).await?;
         }
         core.verify(&journaled)?;
         core.store.flush();
@@ -190,6 +211,9 @@ impl Coordinator {
         })))
         .await?;
         tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, "coordinator state restored");
+        for (id, spec) in unplanned {
+            core.plan_in_background(id, spec);
+        }
         Ok(core)
     }
 
@@ -275,10 +299,14 @@ impl Coordinator {
             }
             tracing::info!(job = id, "task list not in the store; re-planning");
         }
-        let tasks =
-            tokio::task::spawn_blocking(move || Plan::new(spec).map(|p| p.schedule().tasks))
-                .await
-                .expect("planning thread panicked")?;
+        let stop = Arc::new(AtomicBool::new(self.stopping.load(Ordering::Relaxed)));
+        self.planning_flags().insert(id, Arc::clone(&stop));
+        let scheduled = tokio::task::spawn_blocking(move || {
+            Plan::new(spec).and_then(|p| p.schedule_until(&stop).map(|s| s.tasks))
+        })
+        .await;
+        self.planning_flags().remove(&id);
+        let tasks = scheduled.expect("planning thread panicked")?;
         match self.writes.get() {
             Some(w) => w.tasks(id, tasks.clone()),
             // Start-up: nothing else uses the store yet.
@@ -391,6 +419,13 @@ impl Coordinator {
         tokio::task::spawn_blocking(move || plan.check_size())
             .await
             .expect("size check panicked")?;
+        let max = self.limits().max_tasks;
+        if spec.tasks > max {
+            return Err(CoordError::TooManyTasks {
+                asked: spec.tasks,
+                max,
+            });
+        }
         let _one_at_a_time = self.submit.lock().await;
         let id = self.lock().next_job_id();
         self.write(rec(Record::JobSubmitted(v1::JobSubmitted {
@@ -401,13 +436,43 @@ impl Coordinator {
             verify_fraction,
         })))
         .await?;
+        self.plan_in_background(id, spec);
+        self.job(id)
+    }
+
+    /// Plans a job on a blocking thread; cancel and shutdown stop it.
+    fn plan_in_background(self: &Arc<Self>, id: u64, spec: PlanSpec) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            if let Err(e) = me.plan_job(id, spec, None).await {
-                tracing::error!(job = id, error = %e, "planning failed");
+            match me.plan_job(id, spec, None).await {
+                Ok(()) => tracing::info!(job = id, "planned"),
+                Err(CoordError::Plan(PlanError::Stopped)) => {
+                    tracing::info!(
+                        job = id,
+                        "planning stopped (job cancelled, or shutting down)"
+                    )
+                }
+                Err(e) => tracing::error!(job = id, error = %e, "planning failed"),
             }
         });
-        self.job(id)
+    }
+
+    fn planning_flags(&self) -> MutexGuard<'_, std::collections::HashMap<u64, Arc<AtomicBool>>> {
+        self.planning.lock().expect("planning lock poisoned")
+    }
+
+    /// Stops every plan being computed, and any later one (at shutdown:
+    /// a plan can take minutes, and nothing of it is durable until done).
+    pub fn stop_planning(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        for flag in self.planning_flags().values() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether job `id` is being planned now.
+    pub fn is_planning(&self, id: u64) -> bool {
+        self.planning_flags().contains_key(&id)
     }
 
     /// Event counters, for metrics.
@@ -416,11 +481,22 @@ impl Coordinator {
     }
 
     pub fn job(&self, id: u64) -> Result<JobView, CoordError> {
-        Ok(self.lock().job(id)?.view())
+        let state = self.lock();
+        let mut view = state.job(id)?.view();
+        view.waiting_for = state.waiting_for(id, self.now_ms());
+        Ok(view)
     }
 
     pub fn jobs(&self) -> Vec<JobView> {
-        self.lock().jobs().map(|j| j.view()).collect()
+        let state = self.lock();
+        let now = self.now_ms();
+        state
+            .jobs()
+            .map(|j| JobView {
+                waiting_for: state.waiting_for(j.id, now),
+                ..j.view()
+            })
+            .collect()
     }
 
     pub fn workers(&self) -> Vec<(WorkerInfo, usize)> {
@@ -456,6 +532,11 @@ impl Coordinator {
             state: wire as i32,
         })))
         .await?;
+        if to == JobState::Cancelled {
+            if let Some(flag) = self.planning_flags().get(&id) {
+                flag.store(true, Ordering::Relaxed);
+            }
+        }
         self.job(id)
     }
 

@@ -2,12 +2,12 @@
 //! rendered from a snapshot of the state on each scrape.
 
 use crate::core::Coordinator;
+use crate::service::Ready;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 /// Escapes a label value (backslash, quote, newline).
 fn label(v: &str) -> String {
@@ -149,25 +149,28 @@ pub fn render(core: &Coordinator) -> String {
     out
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, core: Arc<Coordinator>) {
+/// Serves `/metrics` on `listener` until the task is dropped: 503 while the
+/// coordinator is still recovering its state.
+pub async fn serve(listener: tokio::net::TcpListener, ready: Ready) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let core = Arc::clone(&core);
+        let ready = ready.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let core = Arc::clone(&core);
+                let ready = ready.clone();
                 async move {
-                    let response = if req.uri().path() == "/metrics" {
-                        Response::builder()
+                    let response = match (req.uri().path(), ready.get()) {
+                        ("/metrics", Some(core)) => Response::builder()
                             .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(render(&core))))
-                    } else {
-                        Response::builder()
+                            .body(Full::new(Bytes::from(render(core)))),
+                        ("/metrics", None) => Response::builder()
+                            .status(StatusCode::SERVICE_UNAVAILABLE)
+                            .body(Full::new(Bytes::from("the coordinator is starting\n"))),
+                        _ => Response::builder()
                             .status(StatusCode::NOT_FOUND)
-                            .body(Full::new(Bytes::from("try /metrics\n")))
+                            .body(Full::new(Bytes::from("try /metrics\n"))),
                     };
                     response.map_err(|e| std::io::Error::other(e.to_string()))
                 }

@@ -3,7 +3,7 @@
 
 use crate::core::{Clock, CoordError, Coordinator};
 use crate::credentials::Credentials;
-use crate::service::{Credential, Operators, Workers};
+use crate::service::{Credential, Operators, Ready, Workers};
 use crate::state::Limits;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorServiceServer,
@@ -142,6 +142,7 @@ impl Running {
     /// Stops accepting calls and waits for the server to end; the data
     /// directory is free once this returns.
     pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
+        self.core.stop_planning();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -250,10 +251,39 @@ fn max_connections() -> usize {
         .unwrap_or(1_000)
 }
 
-/// A connection holding one of the limited places until it closes.
+/// A new connection must send its first bytes (a TLS ClientHello, or the
+/// HTTP/2 preface) within this, else it is closed: connections that never
+/// start their handshake cannot hold places.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least a client sends to start: both a TLS ClientHello and the
+/// HTTP/2 preface with its SETTINGS frame are longer.
+const HANDSHAKE_BYTES: u64 = 32;
+
+/// A connection that sends nothing for this long is closed. Live ones
+/// never reach it: the server pings an idle connection every 30 s and
+/// reads the answer.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A connection holding one of the limited places until it closes, and
+/// closed when its client goes quiet (see the timeouts above).
 struct Limited {
     io: tokio::net::TcpStream,
     _place: tokio::sync::OwnedSemaphorePermit,
+    /// Bytes read so far, up to HANDSHAKE_BYTES.
+    started: u64,
+    quiet: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Limited {
+    fn new(io: tokio::net::TcpStream, place: tokio::sync::OwnedSemaphorePermit) -> Limited {
+        Limited {
+            io,
+            _place: place,
+            started: 0,
+            quiet: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for Limited {
@@ -262,7 +292,35 @@ impl tokio::io::AsyncRead for Limited {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        use std::future::Future;
+        use std::task::Poll;
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut me.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let got = (buf.filled().len() - before) as u64;
+                if got > 0 {
+                    me.started = (me.started + got).min(HANDSHAKE_BYTES);
+                    // Before the handshake bytes are in, the first deadline stands.
+                    if me.started >= HANDSHAKE_BYTES {
+                        let next = tokio::time::Instant::now() + IDLE_TIMEOUT;
+                        me.quiet.as_mut().reset(next);
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match me.quiet.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    match me.started < HANDSHAKE_BYTES {
+                        true => "the client did not start its handshake in time",
+                        false => "the client went quiet",
+                    },
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => ready,
+        }
     }
 }
 
@@ -316,7 +374,7 @@ fn limited(
     incoming.filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(io) => match Arc::clone(&places).try_acquire_owned() {
-            Ok(place) => Some(Ok(Limited { io, _place: place })),
+            Ok(place) => Some(Ok(Limited::new(io, place))),
             Err(_) => {
                 if warned.elapsed() > Duration::from_secs(10) {
                     warned = std::time::Instant::now();
@@ -334,6 +392,25 @@ fn limited(
 
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
+    start_announced(config, clock, |_| {}).await
+}
+
+/// Where a starting coordinator answers, known before its recovery.
+#[derive(Clone, Copy, Debug)]
+pub struct Listening {
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// [`start`], calling `announce` once the ports are bound and the server
+/// answers, before the journal is replayed: health says NOT_SERVING and
+/// other calls UNAVAILABLE until the coordinator has recovered, so probes,
+/// operators and workers learn what is happening instead of timing out.
+pub async fn start_announced(
+    config: Config,
+    clock: Arc<dyn Clock>,
+    announce: impl FnOnce(Listening),
+) -> Result<Running, StartError> {
     check_tokens(
         config.worker_token.as_deref(),
         config.operator_token.as_deref(),
@@ -379,16 +456,9 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             .tls_config(t)
             .map_err(|e| StartError::Tls(e.to_string()))?;
     }
-    let core = Coordinator::open(&config.data_dir, config.limits, clock).await?;
     let issued = Arc::new(
         Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
     );
-    if issued.any() {
-        tracing::info!(
-            "issued worker tokens accepted (data dir {})",
-            crate::credentials::FILE
-        );
-    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
@@ -399,44 +469,109 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         addr: config.listen,
         source,
     })?;
+    let metrics_listener = match config.metrics {
+        Some(at) => {
+            if !at.ip().is_loopback() {
+                if !config.metrics_public {
+                    return Err(StartError::PublicMetrics(at));
+                }
+                tracing::warn!(
+                    %at,
+                    "--metrics-public: metrics are served without authentication beyond loopback; anyone \
+                     who can reach {at} reads job progress and worker names"
+                );
+            }
+            Some(
+                crate::metrics::bind(at)
+                    .await
+                    .map_err(|source| StartError::Bind { addr: at, source })?,
+            )
+        }
+        None => None,
+    };
+    let metrics_addr = match &metrics_listener {
+        Some(l) => Some(l.local_addr().map_err(|source| StartError::Bind {
+            addr: config.metrics.expect("bound"),
+            source,
+        })?),
+        None => None,
+    };
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    for name in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
-        health
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
-    // NOT_SERVING while the journal cannot be written (a full disk): no
-    // result could be acknowledged. SERVING again once a write succeeds.
-    let mut journal_ok = core.journal_healthy();
-    let health_watch = tokio::spawn(async move {
-        while journal_ok.changed().await.is_ok() {
-            let ok = *journal_ok.borrow_and_update();
-            let status = if ok {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
-            };
-            tracing::warn!(journal_writable = ok, "health: {status:?}");
-            for name in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
-                health.set_service_status(name, status).await;
-            }
-        }
-    });
+    set_health(&health, tonic_health::ServingStatus::NotServing).await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| StartError::Reflection(e.to_string()))?;
 
+    let ready = Ready::default();
     let workers = WorkerServiceServer::with_interceptor(
-        Workers(Arc::clone(&core)),
+        Workers(ready.clone()),
         worker_auth(config.worker_token.map(Arc::from), Arc::clone(&issued)),
     );
     let operators = OperatorServiceServer::with_interceptor(
-        Operators(Arc::clone(&core)),
+        Operators(ready.clone()),
         bearer(config.operator_token.map(Arc::from), "operator"),
     );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        builder
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(workers)
+            .add_service(operators)
+            .serve_with_incoming_shutdown(
+                // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
+                limited(
+                    tonic::transport::server::TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(Duration::from_secs(60))),
+                    max_connections(),
+                ),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    let metrics = metrics_listener.map(|l| tokio::spawn(crate::metrics::serve(l, ready.clone())));
+    announce(Listening { addr, metrics_addr });
+    tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
+
+    let core = match Coordinator::open(&config.data_dir, config.limits, clock).await {
+        Ok(core) => core,
+        Err(e) => {
+            let _ = stop.send(());
+            if let Some(m) = metrics {
+                m.abort();
+            }
+            let _ = server.await;
+            return Err(e.into());
+        }
+    };
+    if issued.any() {
+        tracing::info!(
+            "issued worker tokens accepted (data dir {})",
+            crate::credentials::FILE
+        );
+    }
+    ready.set(Arc::clone(&core));
+
+    // NOT_SERVING while the journal cannot be written (a full disk): no
+    // result could be acknowledged. SERVING again once a write succeeds.
+    let mut journal_ok = core.journal_healthy();
+    let serving = |ok: bool| match ok {
+        true => tonic_health::ServingStatus::Serving,
+        false => tonic_health::ServingStatus::NotServing,
+    };
+    set_health(&health, serving(*journal_ok.borrow_and_update())).await;
+    let health_watch = tokio::spawn(async move {
+        while journal_ok.changed().await.is_ok() {
+            let ok = *journal_ok.borrow_and_update();
+            tracing::warn!(journal_writable = ok, "health: {:?}", serving(ok));
+            set_health(&health, serving(ok)).await;
+        }
+    });
 
     // Revoked tokens stop working within a second or two.
     let refresh = Arc::clone(&issued);
@@ -460,57 +595,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
             }
         }
     });
-
-    let (metrics_addr, metrics) = match config.metrics {
-        Some(at) => {
-            if !at.ip().is_loopback() {
-                if !config.metrics_public {
-                    return Err(StartError::PublicMetrics(at));
-                }
-                tracing::warn!(
-                    %at,
-                    "--metrics-public: metrics are served without authentication beyond loopback; anyone \
-                     who can reach {at} reads job progress and worker names"
-                );
-            }
-            let listener = crate::metrics::bind(at)
-                .await
-                .map_err(|source| StartError::Bind { addr: at, source })?;
-            let bound = listener
-                .local_addr()
-                .map_err(|source| StartError::Bind { addr: at, source })?;
-            (
-                Some(bound),
-                Some(tokio::spawn(crate::metrics::serve(
-                    listener,
-                    Arc::clone(&core),
-                ))),
-            )
-        }
-        None => (None, None),
-    };
-
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        builder
-            .add_service(health_service)
-            .add_service(reflection)
-            .add_service(workers)
-            .add_service(operators)
-            .serve_with_incoming_shutdown(
-                // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
-                limited(
-                    tonic::transport::server::TcpIncoming::from(listener)
-                        .with_nodelay(Some(true))
-                        .with_keepalive(Some(Duration::from_secs(60))),
-                    max_connections(),
-                ),
-                async {
-                    let _ = stopped.await;
-                },
-            ),
-    );
-    tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator listening");
+    tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
     Ok(Running {
         addr,
         metrics_addr,
@@ -522,4 +607,14 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
         health_watch,
         refresher,
     })
+}
+
+/// Sets every service's health status.
+async fn set_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    for name in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
+        health.set_service_status(name, status).await;
+    }
 }

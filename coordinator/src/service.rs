@@ -83,7 +83,7 @@ impl From<CoordError> for Status {
             CoordError::Journal(_) => {
                 Status::unavailable(format!("not stored, retry later: {msg}"))
             }
-            CoordError::Plan(_) => Status::invalid_argument(msg),
+            CoordError::Plan(_) | CoordError::TooManyTasks { .. } => Status::invalid_argument(msg),
             CoordError::DataDir { .. } | CoordError::Verify { .. } | CoordError::Store(_) => {
                 Status::internal(msg)
             }
@@ -220,6 +220,7 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         submitted_unix_ms: j.submitted_ms,
         work_per_second: j.work_per_second,
         eta_seconds: j.eta_seconds.unwrap_or(0.0),
+        waiting_for: j.waiting_for.clone().unwrap_or_default(),
         active_workers: j.workers,
         redundancy: j.redundancy,
         verify_fraction: j.verify_fraction,
@@ -240,12 +241,45 @@ fn worker_to_wire((w, leases): &(WorkerInfo, usize)) -> v1::Worker {
         errors: w.errors,
         conflicts: w.conflicts,
         quarantined: w.quarantined(),
+        checked: w.checked,
+    }
+}
+
+/// The coordinator once it has recovered its state. The server answers
+/// (health NOT_SERVING, every other call UNAVAILABLE) while the journal is
+/// replayed, so that probes and operators are told what is happening.
+#[derive(Clone, Default)]
+pub struct Ready(Arc<std::sync::OnceLock<Arc<Coordinator>>>);
+
+impl Ready {
+    pub fn new(core: Arc<Coordinator>) -> Ready {
+        let ready = Ready::default();
+        ready.set(core);
+        ready
+    }
+
+    /// Called once, when start-up is over.
+    pub fn set(&self, core: Arc<Coordinator>) {
+        let _ = self.0.set(core);
+    }
+
+    pub fn get(&self) -> Option<&Arc<Coordinator>> {
+        self.0.get()
+    }
+
+    fn core(&self) -> Result<&Arc<Coordinator>, Status> {
+        self.get().ok_or_else(|| {
+            Status::unavailable(
+                "the coordinator is starting: it is replaying its journal and checking its \
+                 jobs; try again in a few seconds (`nqueens health` says SERVING once it is ready)",
+            )
+        })
     }
 }
 
 /// The worker-facing service.
 #[derive(Clone)]
-pub struct Workers(pub Arc<Coordinator>);
+pub struct Workers(pub Ready);
 
 #[tonic::async_trait]
 impl WorkerService for Workers {
@@ -261,14 +295,14 @@ impl WorkerService for Workers {
                 r.cores
             )));
         }
-        self.0.register(
+        self.0.core()?.register(
             worker_id(&r.worker_id)?,
             &cred,
             text("host", &r.host, MAX_HOST)?,
             r.cores,
             text("solver_version", &r.solver_version, MAX_VERSION)?,
         )?;
-        let ttl = self.0.limits().lease_ttl_ms;
+        let ttl = self.0.core()?.limits().lease_ttl_ms;
         tracing::info!(worker = %r.worker_id, host = %r.host, cores = r.cores, "worker registered");
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: ttl / 4,
@@ -288,9 +322,10 @@ impl WorkerService for Workers {
                 r.max_tasks
             )));
         }
-        let granted = self
-            .0
-            .lease(worker_id(&r.worker_id)?, &cred, r.max_tasks as usize)?;
+        let granted =
+            self.0
+                .core()?
+                .lease(worker_id(&r.worker_id)?, &cred, r.max_tasks as usize)?;
         Ok(Response::new(v1::LeaseResponse {
             leases: granted.iter().map(lease_to_wire).collect(),
         }))
@@ -303,7 +338,7 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
-        let (extended, deadline, stop) = self.0.heartbeat(
+        let (extended, deadline, stop) = self.0.core()?.heartbeat(
             worker_id(&r.worker_id)?,
             &cred,
             &lease_refs(&r.leases),
@@ -328,7 +363,7 @@ impl WorkerService for Workers {
             .result
             .ok_or_else(|| Status::invalid_argument("result is missing"))?;
         result_fields(&result)?;
-        let verdict = self.0.report(worker, &cred, lease, result).await?;
+        let verdict = self.0.core()?.report(worker, &cred, lease, result).await?;
         let outcome = match verdict {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,
@@ -348,16 +383,17 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
-        let released = self
-            .0
-            .release(worker_id(&r.worker_id)?, &cred, &lease_refs(&r.leases))?;
+        let released =
+            self.0
+                .core()?
+                .release(worker_id(&r.worker_id)?, &cred, &lease_refs(&r.leases))?;
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
 }
 
 /// The operator-facing service.
 #[derive(Clone)]
-pub struct Operators(pub Arc<Coordinator>);
+pub struct Operators(pub Ready);
 
 type JobStream = Pin<Box<dyn Stream<Item = Result<v1::Job, Status>> + Send>>;
 
@@ -389,6 +425,7 @@ impl OperatorService for Operators {
         }
         let job = self
             .0
+            .core()?
             .submit(spec, req.redundancy.max(1), req.verify_fraction)
             .await?;
         tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, redundancy = job.redundancy, "job submitted");
@@ -397,7 +434,7 @@ impl OperatorService for Operators {
 
     async fn get_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         Ok(Response::new(job_to_wire(
-            &self.0.job(req.into_inner().job_id)?,
+            &self.0.core()?.job(req.into_inner().job_id)?,
         )))
     }
 
@@ -405,7 +442,7 @@ impl OperatorService for Operators {
         &self,
         _: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
-        let jobs = self.0.jobs();
+        let jobs = self.0.core()?.jobs();
         // The newest jobs, when there are more than a reply may hold.
         let skip = jobs.len().saturating_sub(MAX_LISTED);
         Ok(Response::new(v1::ListJobsResponse {
@@ -418,8 +455,8 @@ impl OperatorService for Operators {
 
     async fn watch_job(&self, req: Request<v1::JobRef>) -> Result<Response<JobStream>, Status> {
         let id = req.into_inner().job_id;
-        self.0.job(id)?;
-        let core = Arc::clone(&self.0);
+        self.0.core()?.job(id)?;
+        let core = Arc::clone(self.0.core()?);
         let mut changes = core.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
@@ -458,6 +495,7 @@ impl OperatorService for Operators {
         Ok(Response::new(job_to_wire(
             &self
                 .0
+                .core()?
                 .set_state(req.into_inner().job_id, JobState::Paused)
                 .await?,
         )))
@@ -467,6 +505,7 @@ impl OperatorService for Operators {
         Ok(Response::new(job_to_wire(
             &self
                 .0
+                .core()?
                 .set_state(req.into_inner().job_id, JobState::Running)
                 .await?,
         )))
@@ -476,6 +515,7 @@ impl OperatorService for Operators {
         Ok(Response::new(job_to_wire(
             &self
                 .0
+                .core()?
                 .set_state(req.into_inner().job_id, JobState::Cancelled)
                 .await?,
         )))
@@ -485,7 +525,7 @@ impl OperatorService for Operators {
         &self,
         _: Request<v1::ListWorkersRequest>,
     ) -> Result<Response<v1::ListWorkersResponse>, Status> {
-        let mut workers = self.0.workers();
+        let mut workers = self.0.core()?.workers();
         // The most recently seen, when there are more than a reply may hold.
         let total = workers.len() as u64;
         workers.sort_by_key(|(w, _)| std::cmp::Reverse(w.last_seen_ms));
@@ -501,9 +541,9 @@ impl OperatorService for Operators {
         req: Request<v1::JobRef>,
     ) -> Result<Response<v1::AuditReport>, Status> {
         let id = req.into_inner().job_id;
-        self.0.job(id)?;
+        self.0.core()?.job(id)?;
         // The file on disk, not memory: that is what a restart would read.
-        let journal = self.0.data_dir().join("journal");
+        let journal = self.0.core()?.data_dir().join("journal");
         let audit = tokio::task::spawn_blocking(move || audit::audit(&journal, id))
             .await
             .map_err(|e| Status::internal(format!("the audit stopped: {e}")))??;

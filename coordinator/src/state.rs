@@ -201,6 +201,8 @@ pub struct JobView {
     pub work_per_second: f64,
     /// Seconds left at that rate, when it is known.
     pub eta_seconds: Option<f64>,
+    /// Why it cannot progress now, when it cannot (see [`State::waiting_for`]).
+    pub waiting_for: Option<String>,
 }
 
 impl Job {
@@ -297,6 +299,7 @@ impl Job {
             work_per_second: self.rate(),
             eta_seconds: (self.rate() > 0.0)
                 .then(|| (self.work_total - self.work_done).max(0.0) / self.rate()),
+            waiting_for: None,
         }
     }
 
@@ -336,6 +339,8 @@ pub struct WorkerInfo {
     /// Results of this worker that others contradicted; one is enough to
     /// stop leasing to it (quarantine).
     pub conflicts: u64,
+    /// Results of this worker that another credential agreed with.
+    pub checked: u64,
 }
 
 impl WorkerInfo {
@@ -566,6 +571,34 @@ impl State {
         self.workers.values()
     }
 
+    /// Why job `id` cannot progress now, if it cannot: it is being planned,
+    /// or its redundancy needs more distinct credentials than the workers
+    /// seen within a lease's lifetime (and not quarantined) have.
+    pub fn waiting_for(&self, id: u64, now_ms: u64) -> Option<String> {
+        let job = self.jobs.get(&id)?;
+        match job.state() {
+            JobState::Planning => return Some("planning: its tasks are being computed".into()),
+            JobState::Running if job.redundancy > 1 => {}
+            _ => return None,
+        }
+        let since = now_ms.saturating_sub(self.limits.lease_ttl_ms);
+        let voters = self
+            .workers
+            .values()
+            .filter(|w| w.last_seen_ms >= since && !w.quarantined())
+            .map(|w| self.voter(&w.id))
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        let needed = job.redundancy as usize;
+        (voters < needed).then(|| {
+            format!(
+                "workers: redundancy {needed} needs {needed} distinct worker credentials, and {voters} \
+                 connected (an issued token counts once, however many workers use it: give each \
+                 machine its own with `nqueens token issue NAME`)"
+            )
+        })
+    }
+
     /// Leases a worker holds now.
     pub fn leases_of(&self, worker: &str) -> usize {
         self.jobs
@@ -698,8 +731,11 @@ impl State {
                         return Ok(Some(Verdict::AwaitingCheck));
                     }
                     // Agreed: the odd ones out are conflicts, their workers
-                    // quarantined.
+                    // quarantined; the others were checked.
                     let seen = job.candidates.remove(&d.task_index).unwrap_or_default();
+                    for same in seen.iter().filter(|c| c.same(&tally, checksum)) {
+                        worker_entry(&mut self.workers, &same.worker).checked += 1;
+                    }
                     for odd in seen.iter().filter(|c| !c.same(&tally, checksum)) {
                         job.conflicts.push(Conflict {
                             task: d.task_index,
@@ -1183,6 +1219,7 @@ mod tests {
             retry_budget: 3,
             backoff_base_ms: 1_000,
             backoff_max_ms: 4_000,
+            ..Limits::default()
         });
         s.set_lease_key(KEY);
         s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 })))
@@ -1699,6 +1736,46 @@ mod tests {
     }
 
     #[test]
+    fn a_job_says_when_its_redundancy_cannot_be_met_by_the_connected_credentials() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let now = 5 * TTL;
+        for (w, cred) in [("a1", "alice"), ("a2", "alice")] {
+            s.bind(w, cred).unwrap();
+            s.touch_worker(w, now);
+        }
+        let why = s
+            .waiting_for(1, now)
+            .expect("one credential cannot give two votes");
+        assert!(
+            why.contains("needs 2 distinct worker credentials, and 1 connected"),
+            "{why}"
+        );
+        s.bind("b1", "bob").unwrap();
+        s.touch_worker("b1", now);
+        assert_eq!(s.waiting_for(1, now), None);
+        // Bob is not heard from for longer than a lease: waiting again.
+        s.touch_worker("a1", now + TTL + 1);
+        assert!(s.waiting_for(1, now + TTL + 1).is_some());
+        // Agreeing results are "checked" for both voters.
+        let right = plan.count_task(&tasks[0]).unwrap();
+        for w in ["a1", "b1"] {
+            let mut d = done(1, 0, &right, w, 0);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.credential = s.credential_of(w);
+            }
+            s.apply(&d).unwrap();
+        }
+        let checked = |s: &State, id: &str| s.workers().find(|w| w.id == id).unwrap().checked;
+        assert_eq!(
+            (checked(&s, "a1"), checked(&s, "b1"), checked(&s, "a2")),
+            (1, 1, 0)
+        );
+        // Redundancy 1 never waits for credentials.
+        let (s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        assert_eq!(s.waiting_for(1, now), None);
+    }
+
+    #[test]
     fn a_quarantined_workers_results_are_kept_but_never_counted() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
         let g = s.lease("liar", 2, 0);
@@ -1845,7 +1922,7 @@ mod forged {
             ops in proptest::collection::vec(op(), 1..120),
         ) {
             let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: super::Strategy::Frame, depth: 3, tasks: 8 };
-            let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10 });
+            let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
             s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
             s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();
             let plan = Plan::new(spec).unwrap();

@@ -4,7 +4,7 @@
 use nqueens_common::plan::{Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::{Clock, ManualClock};
-use nqueens_coordinator::server::{start, Config, Running, StartError};
+use nqueens_coordinator::server::{start, start_announced, Config, Running, StartError};
 use nqueens_coordinator::state::Limits;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
@@ -23,6 +23,7 @@ fn limits() -> Limits {
         retry_budget: 3,
         backoff_base_ms: 1_000,
         backoff_max_ms: 1_000,
+        ..Limits::default()
     }
 }
 
@@ -461,29 +462,93 @@ async fn tokens_are_checked_per_role() {
     r.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn health_reports_serving() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = serve(dir.path(), Arc::default()).await;
-    let channel = Channel::from_shared(format!("http://{}", r.addr))
+/// Health of `service` at `url` (one new connection).
+async fn health_of(url: &str, service: &str) -> i32 {
+    let channel = Channel::from_shared(url.to_string())
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    for service in ["", "nqueens.v1.WorkerService"] {
-        let s = h
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: service.into(),
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_not_serving_until_the_state_is_recovered_then_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let mut before = None;
+    let r = start_announced(config(dir.path()), Arc::new(ManualClock::default()), |at| {
+        // Start-up waits here, before the journal is opened, while another
+        // thread asks what a probe and an operator would see.
+        let url = format!("http://{}", at.addr);
+        before = Some(
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let health = health_of(&url, "").await;
+                    let refused = OperatorServiceClient::connect(url)
+                        .await
+                        .unwrap()
+                        .list_jobs(v1::ListJobsRequest::default())
+                        .await
+                        .unwrap_err();
+                    (health, refused)
+                })
             })
-            .await
-            .unwrap()
-            .into_inner();
+            .join()
+            .unwrap(),
+        );
+    })
+    .await
+    .unwrap();
+    let (health, refused) = before.expect("announced");
+    assert_eq!(health, ServingStatus::NotServing as i32);
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("starting"), "{refused:?}");
+
+    let url = format!("http://{}", r.addr);
+    for service in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
         assert_eq!(
-            s.status,
-            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            health_of(&url, service).await,
+            ServingStatus::Serving as i32
         );
     }
+    let (_, mut ops) = clients(&r).await;
+    ops.list_jobs(v1::ListJobsRequest::default()).await.unwrap();
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_plan_with_more_tasks_than_the_limit_is_refused_with_both_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.limits.max_tasks = 50;
+    let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
+    let (_, mut ops) = clients(&r).await;
+    let refused = ops
+        .submit_job(v1::SubmitJobRequest {
+            plan: Some(spec(10, Strategy::Prefix, 51)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    for part in ["51 tasks", "at most 50", "--max-tasks"] {
+        assert!(refused.message().contains(part), "{part}: {refused:?}");
+    }
+    let jobs = ops.list_jobs(v1::ListJobsRequest::default()).await.unwrap();
+    assert!(jobs.into_inner().jobs.is_empty(), "no job was created");
+    submit(&mut ops, spec(10, Strategy::Prefix, 50)).await;
     r.shutdown().await.unwrap();
 }
 

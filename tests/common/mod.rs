@@ -133,22 +133,39 @@ pub fn start_at(dir: &Path, listen: &str, extra: &[&str], log: Option<&Path>) ->
         .stderr(stderr)
         .spawn()
         .expect("start the coordinator");
-    let mut line = String::new();
-    let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-    if read.is_err() || line.is_empty() {
+    let url = url_once_ready(&mut child);
+    Coordinator { child, url }
+}
+
+/// Reads a starting coordinator's stdout: the address it printed at once,
+/// then waits for its "ready" line (its state recovered; before it, calls
+/// are answered UNAVAILABLE). A thread drains the rest of its output.
+pub fn url_once_ready(child: &mut Child) -> String {
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout piped")).lines();
+    let mut next = || lines.next().and_then(Result::ok);
+    let Some(first) = next() else {
         let _ = child.kill();
-        panic!("the coordinator printed no address: {read:?}");
-    }
-    let addr = line
+        panic!("the coordinator printed no address");
+    };
+    let addr = first
         .trim()
         .rsplit(' ')
         .next()
         .filter(|a| a.contains(':'))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Coordinator {
-        child,
-        url: format!("http://{addr}"),
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    loop {
+        match next() {
+            Some(l) if l.contains("ready") => break,
+            Some(_) => {}
+            None => {
+                let _ = child.kill();
+                panic!("the coordinator exited before it was ready");
+            }
+        }
     }
+    std::thread::spawn(move || lines.for_each(drop));
+    format!("http://{addr}")
 }
 
 /// A loopback address with a port free at the moment.

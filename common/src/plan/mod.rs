@@ -220,6 +220,9 @@ struct Group {
     work: f64,
 }
 
+/// A plan's groups, and its subproblems counted by class (for the summary).
+type GroupsAndClasses = (Vec<Group>, Vec<(String, u64)>);
+
 /// One N and how it is split: cheap to make, so a worker can decode, list
 /// and count subproblems without enumerating the plan.
 #[derive(Clone, Debug)]
@@ -298,7 +301,7 @@ impl Plan {
         }
     }
 
-    fn groups(&self, stop: &AtomicBool) -> Result<(Vec<Group>, Vec<(String, u64)>), PlanError> {
+    fn groups(&self, stop: &AtomicBool) -> Result<GroupsAndClasses, PlanError> {
         let n = self.spec.n;
         let mut groups = Vec::new();
         let classes;
