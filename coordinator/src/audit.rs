@@ -91,10 +91,10 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     j.planned().ok_or(AuditError::NotPlanned(job))?;
     let plan = Plan::new(j.spec)?;
     let tasks = plan.schedule().tasks;
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     // Checks the plan against the digest journaled when it was made.
     if let Err(e) = state.attach_tasks(job, tasks.clone()) {
-        problems.push(format!(
+        problems.note(format!(
             "{e}: the plan computed now differs from the one journaled (another planner version?)"
         ));
     }
@@ -111,16 +111,16 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     ));
     for (&task, r) in j.results() {
         if task >= tasks.len() as u64 {
-            problems.push(format!(
+            problems.note(format!(
                 "a result for task {task}, which the plan does not have"
             ));
             continue;
         }
         if let Err(e) = plausible(j, task, &r.tally) {
-            problems.push(e.to_string());
+            problems.note(e.to_string());
         }
         if let Err(e) = sum.merge(&r.tally) {
-            problems.push(format!("summing the results: {e}"));
+            problems.note(format!("summing the results: {e}"));
         }
         let t = &r.tally;
         let c = &t.classes;
@@ -130,7 +130,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         ));
     }
     if sum != *j.tally() {
-        problems.push(
+        problems.note(
             "the results sum to other counts than the running totals the coordinator kept".into(),
         );
     }
@@ -140,7 +140,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         match plan.finish(&sum) {
             Ok(t) => (t.total().ok(), t.unique().ok()),
             Err(e) => {
-                problems.push(format!("finishing the counts: {e}"));
+                problems.note(format!("finishing the counts: {e}"));
                 (None, None)
             }
         }
@@ -164,10 +164,61 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         unique,
         matches_known,
         digest: hex(&sha.finalize()),
-        problems,
+        problems: problems.into_list(),
     })
+}
+
+/// The audit's findings, at most [`MAX_PROBLEMS`] of them listed (a job
+/// of millions of bad results must not make a reply of gigabytes).
+#[derive(Default)]
+struct Problems {
+    listed: Vec<String>,
+    more: u64,
+}
+
+/// Problems an audit lists; the rest are counted.
+pub const MAX_PROBLEMS: usize = 100;
+
+impl Problems {
+    fn note(&mut self, problem: String) {
+        match self.listed.len() < MAX_PROBLEMS {
+            true => self.listed.push(problem),
+            false => self.more += 1,
+        }
+    }
+
+    fn into_list(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.listed.push(format!(
+                "... and {} more problems (the first {MAX_PROBLEMS} are listed)",
+                self.more
+            ));
+        }
+        self.listed
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_problem_list_is_bounded_and_says_how_many_were_left_out() {
+        let mut p = Problems::default();
+        for i in 0..MAX_PROBLEMS + 150 {
+            p.note(format!("problem {i}"));
+        }
+        let list = p.into_list();
+        assert_eq!(list.len(), MAX_PROBLEMS + 1);
+        assert_eq!(list[0], "problem 0");
+        assert_eq!(
+            list[MAX_PROBLEMS],
+            "... and 150 more problems (the first 100 are listed)"
+        );
+        assert!(Problems::default().into_list().is_empty());
+    }
 }
