@@ -11,6 +11,12 @@ use std::process::{Command, Stdio};
 
 mod common;
 
+/// A 64-bit integer of the JSON output (a decimal string, so jq does not
+/// round it).
+fn int(v: &serde_json::Value) -> Option<u64> {
+    v.as_str().and_then(|s| s.parse().ok())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     let _watchdog = common::watchdog("a_worker_process_counts_a_job_and_drains_on_sigterm");
@@ -110,7 +116,7 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
     let c = common::start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
     let (code, lines, err) = common::operator(&c.url, &["submit", "16", "--tasks", "40"]);
     assert_eq!(code, 0, "{err}");
-    let id = lines[0]["job"].as_u64().unwrap().to_string();
+    let id = lines[0]["job"].as_str().unwrap().to_string();
     let mut doomed = common::worker(&c.url, "doomed", 1);
     // Poll until it holds leases, then kill it without a goodbye.
     let holds = |name: &str| {
@@ -130,8 +136,8 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
     let (code, lines, err) = common::operator(&c.url, &["watch", &id, "--interval", "0.2"]);
     assert_eq!(code, 0, "{err}");
     let job = lines.last().unwrap();
-    assert_eq!(job["total"].as_u64(), Some(14_772_512));
-    assert_eq!(job["unique"].as_u64(), Some(1_846_955));
+    assert_eq!(int(&job["total"]), Some(14_772_512));
+    assert_eq!(int(&job["unique"]), Some(1_846_955));
 
     let (_, workers, _) = common::operator(&c.url, &["workers"]);
     let get = |name: &str| {
@@ -141,16 +147,16 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
             .unwrap()
             .clone()
     };
-    let done = |w: &serde_json::Value| w["tasks_done"].as_u64().unwrap();
+    let done = |w: &serde_json::Value| int(&w["tasks_done"]).unwrap();
     let doomed = get("doomed");
     let rescued = [get("rescuer-1"), get("rescuer-2")];
     // Its leases expired (counted as errors) and their tasks ran elsewhere:
     // every task was counted once, by one of the three.
-    assert!(doomed["errors"].as_u64() > Some(0), "{doomed}");
+    assert!(int(&doomed["errors"]) > Some(0), "{doomed}");
     assert!(rescued.iter().map(done).sum::<u64>() > 0);
     assert_eq!(
         done(&doomed) + rescued.iter().map(done).sum::<u64>(),
-        job["tasks"].as_u64().unwrap()
+        int(&job["tasks"]).unwrap()
     );
     for mut r in rescuers {
         common::terminate(&r);
@@ -181,7 +187,7 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    let id = lines[0]["job"].as_u64().unwrap();
+    let id = int(&lines[0]["job"]).unwrap();
     // A worker speaking the API that inflates every count it reports.
     let mut liar = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
     liar.register(v1::RegisterRequest {
@@ -239,18 +245,14 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
     assert_eq!(code, 0, "{err}");
     let job = lines.last().unwrap();
     assert_eq!(
-        (job["total"].as_u64(), job["unique"].as_u64()),
+        (int(&job["total"]), int(&job["unique"])),
         (Some(365_596), Some(45_752))
     );
-    assert_eq!(
-        job["conflicts"].as_u64(),
-        Some(leases.len() as u64),
-        "{job}"
-    );
+    assert_eq!(int(&job["conflicts"]), Some(leases.len() as u64), "{job}");
     let (_, workers, _) = common::operator(&c.url, &["workers"]);
     let liar = workers.iter().find(|w| w["worker"] == "liar").unwrap();
     assert_eq!(liar["quarantined"], true, "{liar}");
-    assert!(liar["tasks_done"].as_u64() == Some(0), "{liar}");
+    assert!(int(&liar["tasks_done"]) == Some(0), "{liar}");
     for name in ["honest-1", "honest-2"] {
         let w = workers.iter().find(|w| w["worker"] == name).unwrap();
         assert_eq!(w["quarantined"], false, "{w}");

@@ -432,7 +432,7 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
     let mut worker = common::Worker(child);
     let (code, lines, err) = operator(&c.url, &["submit", "12", "--watch", "--interval", "0.2"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(lines.last().unwrap()["total"], 14_200);
+    assert_eq!(lines.last().unwrap()["total"], "14200");
     let (_, workers, _) = operator(&c.url, &["workers"]);
     assert_eq!(workers.len(), 1);
     assert_eq!(workers[0]["cores"], 1, "threads from SLURM_CPUS_PER_TASK");

@@ -487,7 +487,7 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     let c = common::start(&data);
     let (code, lines, err) = operator(&c.url, &["status", "1"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(lines[0]["total"], 92);
+    assert_eq!(lines[0]["total"], "92");
 }
 
 /// A worker client whose calls carry `token`.

@@ -3,7 +3,7 @@
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::{default_depth, Plan, PlanSpec, Strategy, DEFAULT_TASKS};
+use nqueens_common::plan::{default_depth, default_tasks, Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 use std::path::PathBuf;
 
@@ -42,7 +42,7 @@ pub enum Command {
         #[command(flatten)]
         threads: Threads,
         /// Count through a plan of this strategy.
-        #[arg(long)]
+        #[arg(long, value_parser = strategies())]
         strategy: Option<Strategy>,
         #[command(flatten)]
         shape: PlanShape,
@@ -73,7 +73,7 @@ pub enum Command {
         /// Board size, 1 to 32.
         n: Size,
         /// How to split the search.
-        #[arg(long)]
+        #[arg(long, value_parser = strategies())]
         strategy: Strategy,
         #[command(flatten)]
         shape: PlanShape,
@@ -150,43 +150,57 @@ pub enum Command {
     )]
     Coordinator {
         /// Address to listen on (port 0 picks a free port).
-        #[arg(long, default_value = "127.0.0.1:7700")]
+        #[arg(long, env = "NQUEENS_LISTEN", default_value = "127.0.0.1:7700")]
         listen: std::net::SocketAddr,
         /// Directory for the journal, the store and the lock.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
         data_dir: PathBuf,
-        /// File holding the token workers must present.
-        #[arg(long, value_name = "F")]
+        /// File holding the token workers must present (or the token
+        /// itself in NQUEENS_WORKER_TOKEN).
+        #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
         worker_token_file: Option<PathBuf>,
-        /// File holding the token operators must present.
-        #[arg(long, value_name = "F")]
+        /// File holding the token operators must present (or the token
+        /// itself in NQUEENS_OPERATOR_TOKEN).
+        #[arg(long, value_name = "F", env = "NQUEENS_OPERATOR_TOKEN_FILE")]
         operator_token_file: Option<PathBuf>,
         /// Allow a non-loopback address without tokens.
-        #[arg(long)]
+        #[arg(long, env = "NQUEENS_INSECURE")]
         insecure: bool,
         /// Seconds a lease lives without a heartbeat.
-        #[arg(long, value_name = "S", default_value_t = 60)]
+        #[arg(
+            long,
+            value_name = "S",
+            env = "NQUEENS_LEASE_TTL",
+            default_value_t = 60
+        )]
         lease_ttl: u64,
         /// Serve Prometheus metrics at http://ADDR/metrics (loopback only, unless --metrics-public).
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", env = "NQUEENS_METRICS")]
         metrics: Option<std::net::SocketAddr>,
         /// Allow --metrics on a non-loopback address: the page carries no
         /// authentication, so guard it with a firewall or network policy.
-        #[arg(long, requires = "metrics")]
+        #[arg(long, requires = "metrics", env = "NQUEENS_METRICS_PUBLIC")]
         metrics_public: bool,
         /// Refuse a job whose plan has more tasks than this (its memory and
         /// planning time grow with its tasks).
         #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
         max_tasks: u64,
         /// Serve TLS with this certificate chain (PEM).
-        #[arg(long, value_name = "F", requires = "tls_key")]
+        #[arg(long, value_name = "F", requires = "tls_key", env = "NQUEENS_TLS_CERT")]
         tls_cert: Option<PathBuf>,
         /// The private key of --tls-cert (PEM).
-        #[arg(long, value_name = "F", requires = "tls_cert")]
+        #[arg(long, value_name = "F", requires = "tls_cert", env = "NQUEENS_TLS_KEY")]
         tls_key: Option<PathBuf>,
         /// Require client certificates signed by this CA (PEM).
-        #[arg(long, value_name = "F", requires = "tls_cert")]
+        #[arg(
+            long,
+            value_name = "F",
+            requires = "tls_cert",
+            env = "NQUEENS_TLS_CLIENT_CA"
+        )]
         tls_client_ca: Option<PathBuf>,
+        #[command(flatten)]
+        logs: Logs,
     },
     /// Run a worker: lease tasks from a coordinator and count them on every core.
     #[command(
@@ -206,28 +220,42 @@ pub enum Command {
             default_value = "http://127.0.0.1:7700"
         )]
         coordinator: String,
-        #[command(flatten)]
-        threads: Threads,
-        /// File holding the worker token (or NQUEENS_WORKER_TOKEN).
-        #[arg(long, value_name = "F")]
+        /// Counting threads [default: all cores].
+        #[arg(long, value_name = "T", env = "NQUEENS_THREADS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        threads: Option<u32>,
+        /// File holding the worker token (or the token itself in
+        /// NQUEENS_WORKER_TOKEN).
+        #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
         token_file: Option<PathBuf>,
         /// Trust this CA certificate (PEM) for an https:// coordinator.
-        #[arg(long, value_name = "F")]
+        #[arg(long, value_name = "F", env = "NQUEENS_TLS_CA")]
         tls_ca: Option<PathBuf>,
         /// Present this client certificate (PEM) to a coordinator that requires one (mTLS).
-        #[arg(long, value_name = "F", requires = "tls_key")]
+        #[arg(
+            long,
+            value_name = "F",
+            requires = "tls_key",
+            env = "NQUEENS_CLIENT_CERT"
+        )]
         tls_cert: Option<PathBuf>,
         /// The private key of --tls-cert (PEM).
-        #[arg(long, value_name = "F", requires = "tls_cert")]
+        #[arg(
+            long,
+            value_name = "F",
+            requires = "tls_cert",
+            env = "NQUEENS_CLIENT_KEY"
+        )]
         tls_key: Option<PathBuf>,
         /// Name shown to operators [default: host-pid].
-        #[arg(long)]
+        #[arg(long, env = "NQUEENS_WORKER_NAME")]
         name: Option<String>,
         /// Seconds a drain waits for running tasks before handing them back.
-        #[arg(long, value_name = "S", default_value_t = 300)]
+        #[arg(long, value_name = "S", env = "NQUEENS_GRACE", default_value_t = 300)]
         grace: u64,
         #[command(flatten)]
         core: CoreArg,
+        #[command(flatten)]
+        logs: Logs,
         /// Corrupt the self-test (to check that a bad build refuses to work).
         #[arg(long, hide = true)]
         self_test_fault: bool,
@@ -243,7 +271,7 @@ pub enum Command {
         /// Board size, 1 to 32.
         n: Size,
         /// How to split the search.
-        #[arg(long, default_value = "frame")]
+        #[arg(long, default_value = "frame", value_parser = strategies())]
         strategy: Strategy,
         #[command(flatten)]
         shape: PlanShape,
@@ -407,15 +435,27 @@ pub enum Command {
     },
 }
 
+/// `--strategy`: its values named, so `--help` and shell completion list
+/// them (prefix, frame).
+fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("frame").help("one queen on each border line (rings or frames)"),
+        PossibleValue::new("prefix").help("the first K rows of the symmetry-pruned search"),
+    ])
+    .map(|s| s.parse::<Strategy>().expect("a listed strategy parses"))
+}
+
 #[derive(clap::Args)]
 pub struct PlanShape {
     /// prefix: rows placed in each subproblem (2 to 11) [default: 4].
     /// frame: rings of border lines, 1 (4 lines) or 2 (8 lines) [default: 1 up to N=21, else 2].
     #[arg(long, value_name = "K")]
     pub depth: Option<u32>,
-    /// About how many tasks to cut the plan into.
-    #[arg(long, value_name = "M", default_value_t = DEFAULT_TASKS)]
-    pub tasks: u64,
+    /// About how many tasks to cut the plan into [default: tasks of about
+    /// 2^(N-18) core-seconds: 40 at N=18, at least 16, at most 1,000,000].
+    #[arg(long, value_name = "M")]
+    pub tasks: Option<u64>,
 }
 
 impl PlanShape {
@@ -432,7 +472,7 @@ impl PlanShape {
             n,
             strategy,
             depth,
-            tasks: self.tasks,
+            tasks: self.tasks.unwrap_or_else(|| default_tasks(n)),
         })
     }
 
@@ -460,6 +500,68 @@ impl Threads {
             .map_or_else(nqueens_common::engine::threads::default_threads, |t| {
                 t as usize
             })
+    }
+}
+
+/// How a long-lived process logs (on stderr).
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct Logs {
+    /// Log lines as text, or as one JSON object per line (for Loki,
+    /// Elasticsearch, journald's JSON and other collectors).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        env = "NQUEENS_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// The least important events logged. RUST_LOG, when set, wins (and
+    /// can set levels per module, e.g. RUST_LOG=info,nqueens_worker=debug).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        env = "NQUEENS_LOG_LEVEL",
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line per event: time, level, module, message, fields.
+    Text,
+    /// One JSON object per event: timestamp, level, target, fields.
+    Json,
+}
+
+/// `--log-level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Failures only.
+    Error,
+    /// Failures and what may need an operator.
+    Warn,
+    /// What a process does: jobs, workers, leases, recovery (the default).
+    Info,
+    /// Per-task detail.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// As RUST_LOG would write it.
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! speed ratio is always at hand. Each figure is the median of `runs`
 //! in-process runs; every count is checked against the known values.
 
+use crate::format::si;
 use nqueens_common::engine::baseline::mirror_count;
 use nqueens_common::engine::board::Size;
 use nqueens_common::engine::lanes::Path;
@@ -36,6 +37,7 @@ pub struct BenchRow {
     pub core: &'static str,
     /// Fast core, one thread.
     pub seconds_1t: f64,
+    #[serde(serialize_with = "crate::format::dec")]
     pub nodes: u128,
     pub nodes_per_second_1t: f64,
     /// Fast core, `threads` threads.
@@ -44,6 +46,7 @@ pub struct BenchRow {
     pub scaling: f64,
     /// Baseline, one thread (absent when skipped).
     pub baseline_seconds: Option<f64>,
+    #[serde(serialize_with = "crate::format::dec_opt")]
     pub baseline_nodes: Option<u64>,
     /// baseline_seconds / seconds_1t: how many times faster per core.
     pub speedup_vs_baseline: Option<f64>,
@@ -128,30 +131,24 @@ pub fn bench(
 }
 
 impl BenchRow {
+    /// The header of `nqueens bench` (under 80 columns; exact node
+    /// counts are in `--json`).
     pub fn header() -> String {
         format!(
-            "{:>2}  {:>6}  {:>10}  {:>10}  {:>13}  {:>11}  {:>8}  {:>10}  {:>8}",
-            "N",
-            "core",
-            "1 thread s",
-            "nodes/s",
-            "nodes",
-            "T threads s",
-            "scaling",
-            "baseline s",
-            "speedup"
+            "{:>2}  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>7}  {:>8}  {:>7}",
+            "N", "core", "1 thr s", "nodes/s", "nodes", "T thr s", "scaling", "base s", "speedup"
         )
     }
 
     pub fn text(&self) -> String {
         let opt = |x: Option<f64>, f: &dyn Fn(f64) -> String| x.map_or("-".to_string(), f);
         format!(
-            "{:>2}  {:>6}  {:>10.3}  {:>9.1}M  {:>13}  {:>11.3}  {:>7.2}x  {:>10}  {:>8}",
+            "{:>2}  {:>6}  {:>8.3}  {:>8}  {:>8}  {:>8.3}  {:>6.2}x  {:>8}  {:>7}",
             self.n,
             self.core,
             self.seconds_1t,
-            self.nodes_per_second_1t / 1e6,
-            self.nodes,
+            si(self.nodes_per_second_1t).trim_end(),
+            si(self.nodes as f64).trim_end(),
             self.seconds_mt,
             self.scaling,
             opt(self.baseline_seconds, &|b| format!("{b:.3}")),

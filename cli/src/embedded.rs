@@ -7,55 +7,38 @@
 use crate::args::{Connect, PlanShape, Progress};
 use crate::exit::Failure;
 use crate::format::{human_duration, thousands};
+use crate::human::{JobInfo, RunInfo};
 use crate::local::{check_known, json_line};
 use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::known::{matches, verdict};
+use nqueens_common::known::verdict;
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{self, Config};
 use nqueens_coordinator::state::{JobState, JobView};
-use serde::Serialize;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What a finished embedded run prints.
-#[derive(Debug, Serialize)]
-pub struct Outcome {
-    pub n: u32,
-    pub total: u128,
-    pub unique: u128,
-    pub tasks: u64,
-    /// Tasks already stored in the state directory when this run started.
-    pub tasks_before: u64,
-    /// Tasks this run counted.
-    pub tasks_counted: u64,
-    /// Seconds this run took.
-    pub seconds: f64,
-    pub state: PathBuf,
-    pub matches_known: Option<bool>,
-}
-
-impl Outcome {
-    fn text(&self) -> String {
-        let check = verdict(self.matches_known);
-        format!(
-            "N        {}\ntotal    {}\nunique   {}\nknown    {check}\ntasks    {} ({} stored before this run, {} counted now)\ntime     {} this run\nstate    {}\n",
-            self.n,
-            self.total,
-            self.unique,
-            thousands(self.tasks.into()),
-            thousands(self.tasks_before.into()),
-            thousands(self.tasks_counted.into()),
-            human_duration(Duration::from_secs_f64(self.seconds)),
-            self.state.display(),
-        )
-    }
+/// What a finished embedded run prints as text (`--json` prints the job
+/// object of `nqueens status`, its `run` filled in).
+fn text(job: &JobInfo, run: &RunInfo) -> String {
+    let check = verdict(job.matches_known);
+    format!(
+        "N        {}\ntotal    {}\nunique   {}\nknown    {check}\ntasks    {} ({} stored before this run, {} counted now)\ntime     {} this run\nstate    {}\n",
+        job.n,
+        job.total,
+        job.unique,
+        thousands(job.tasks.into()),
+        thousands(run.tasks_before.into()),
+        thousands(run.tasks_counted.into()),
+        human_duration(Duration::from_secs_f64(run.seconds)),
+        run.state_dir.display(),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,15 +59,15 @@ pub fn solve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let outcome = runtime.block_on(run(plan, threads, state, core, progress, json))?;
+    let job = runtime.block_on(run(plan, threads, state, core, progress, json))?;
     let mut out = io::stdout().lock();
-    if json {
-        json_line(&mut out, &outcome)?;
-    } else {
-        write!(out, "{}", outcome.text())?;
+    match (&job.run, json) {
+        (_, true) => json_line(&mut out, &job)?,
+        (Some(run), false) => write!(out, "{}", text(&job, run))?,
+        (None, false) => unreachable!("run() fills the run in"),
     }
     out.flush()?;
-    check_known(outcome.n, outcome.total, outcome.unique)
+    check_known(job.n, job.total, job.unique)
 }
 
 async fn run(
@@ -94,7 +77,7 @@ async fn run(
     core: Option<Path>,
     progress: Progress,
     json: bool,
-) -> Result<Outcome, Failure> {
+) -> Result<JobInfo, Failure> {
     let started = Instant::now();
     let config = Config {
         listen: ([127, 0, 0, 1], 0).into(),
@@ -191,16 +174,14 @@ async fn run(
     if info.state == "cancelled" {
         return Err(cancelled(&dir));
     }
-    Ok(Outcome {
-        n: info.n,
-        total: info.total,
-        unique: info.unique,
-        tasks: info.tasks,
-        tasks_before,
-        tasks_counted: info.tasks - tasks_before,
-        seconds: started.elapsed().as_secs_f64(),
-        state: dir,
-        matches_known: matches(info.n, info.total, info.unique),
+    Ok(JobInfo {
+        run: Some(RunInfo {
+            state_dir: dir,
+            tasks_before,
+            tasks_counted: info.tasks - tasks_before,
+            seconds: started.elapsed().as_secs_f64(),
+        }),
+        ..info
     })
 }
 

@@ -49,6 +49,53 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+/// Serde: an integer as a decimal string. JSON readers such as jq and
+/// JavaScript hold every number as a double, exact only up to 2^53, so
+/// ids, counts and totals (64 and 128 bits) go out as strings.
+pub fn dec<S: serde::Serializer, T: std::fmt::Display>(x: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(x)
+}
+
+/// Serde: [`dec`] for an optional integer (`null` when absent).
+pub fn dec_opt<S: serde::Serializer, T: std::fmt::Display>(
+    x: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(x) => s.collect_str(x),
+        None => s.serialize_none(),
+    }
+}
+
+/// A Unix time in milliseconds as UTC, `2026-11-23T18:40:05Z`.
+pub fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// Now, as Unix milliseconds.
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +116,30 @@ mod tests {
         assert_eq!(d(3 * 3600 + 5 * 60), "3h 5m");
         assert_eq!(d(4 * 60 + 12), "4m 12s");
         assert_eq!(human_duration(Duration::from_millis(9_340)), "9.3s");
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_459_205_000), "2026-11-23T18:40:05Z");
+    }
+
+    #[test]
+    fn big_integers_serialize_as_strings() {
+        #[derive(serde::Serialize)]
+        struct T {
+            #[serde(serialize_with = "dec")]
+            a: u128,
+            #[serde(serialize_with = "dec_opt")]
+            b: Option<u64>,
+            #[serde(serialize_with = "dec_opt")]
+            c: Option<u64>,
+        }
+        let t = T {
+            a: u128::MAX,
+            b: Some(u64::MAX),
+            c: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&t).unwrap(),
+            format!(r#"{{"a":"{}","b":"{}","c":null}}"#, u128::MAX, u64::MAX)
+        );
     }
 }

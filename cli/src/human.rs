@@ -1,7 +1,7 @@
 //! Jobs and workers as operators read them: text with thousands separators
 //! and spoken durations, or JSON with the same fields for scripts.
 
-use crate::format::{human_duration, thousands};
+use crate::format::{dec, dec_opt, human_duration, now_unix_ms, thousands, utc};
 use nqueens_common::known::{matches, verdict};
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1;
@@ -35,38 +35,76 @@ fn plan_text(n: u32, strategy: &str, depth: u32) -> String {
     }
 }
 
-/// A job, decoded from the wire.
+/// A job, decoded from the wire: the one job object that `status`,
+/// `watch`, `submit`, `pause`/`resume`/`cancel`, `jobs` and `solve --state`
+/// print with `--json` (README: "JSON output"). Integers of 64 bits and
+/// more are decimal strings.
 #[derive(Clone, Debug, Serialize)]
 pub struct JobInfo {
+    #[serde(serialize_with = "dec")]
     pub job: u64,
     pub n: u32,
     pub strategy: String,
     pub depth: u32,
     /// planning, running, paused, cancelled or done.
     pub state: &'static str,
+    #[serde(serialize_with = "dec")]
     pub tasks: u64,
+    #[serde(serialize_with = "dec")]
     pub done: u64,
+    #[serde(serialize_with = "dec")]
     pub leased: u64,
+    #[serde(serialize_with = "dec")]
     pub pending: u64,
+    #[serde(serialize_with = "dec")]
     pub failed: u64,
+    #[serde(serialize_with = "dec")]
     pub dead: u64,
-    /// Share of the expected work done, 0 to 1.
+    /// Share of the expected work done, 0 to 1 (exactly 1 once done).
     pub progress: f64,
     /// Counts of the done tasks (exact totals once done).
+    #[serde(serialize_with = "dec")]
     pub total: u128,
+    #[serde(serialize_with = "dec")]
     pub unique: u128,
+    #[serde(serialize_with = "dec")]
     pub conflicts: u64,
     /// Workers that must agree on each task (1: no check).
     pub redundancy: u32,
     /// The share of tasks checked by `redundancy` workers.
     pub verify_fraction: f64,
     /// Tasks whose result waits for another worker's agreement.
+    #[serde(serialize_with = "dec")]
     pub checking: u64,
+    #[serde(serialize_with = "dec")]
     pub active_workers: u64,
+    #[serde(serialize_with = "dec")]
     pub submitted_unix_ms: u64,
+    /// The coordinator's rate over the latest results, in tasks of the
+    /// plan's average size per second (0 while unknown or not running).
+    pub tasks_per_second: f64,
+    /// Seconds left at that rate; null once ended or while unknown.
     pub eta_seconds: Option<f64>,
     /// Once done: whether the counts equal the published ones (absent past N=27).
     pub matches_known: Option<bool>,
+    /// `solve --state` only (null elsewhere): what this run of the
+    /// command did.
+    pub run: Option<RunInfo>,
+}
+
+/// What one `solve --state DIR` run did, beside its job.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunInfo {
+    /// The state directory.
+    pub state_dir: std::path::PathBuf,
+    /// Tasks already stored in it when this run started.
+    #[serde(serialize_with = "dec")]
+    pub tasks_before: u64,
+    /// Tasks this run counted.
+    #[serde(serialize_with = "dec")]
+    pub tasks_counted: u64,
+    /// Seconds this run took.
+    pub seconds: f64,
 }
 
 impl JobInfo {
@@ -78,6 +116,8 @@ impl JobInfo {
             u128_from_wire(j.total.as_ref()),
             u128_from_wire(j.unique.as_ref()),
         );
+        let ended = matches!(state, "done" | "cancelled");
+        let moving = matches!(state, "running") && j.work_total > 0.0;
         JobInfo {
             job: j.job_id,
             n: spec.n,
@@ -90,7 +130,11 @@ impl JobInfo {
             pending: j.pending,
             failed: j.failed,
             dead: j.dead,
-            progress: if j.work_total > 0.0 {
+            // A done job has done all of its work: exactly 1, whatever the
+            // floating sum of its tasks' estimates says (0.9999999).
+            progress: if state == "done" {
+                1.0
+            } else if j.work_total > 0.0 {
                 (j.work_done / j.work_total).clamp(0.0, 1.0)
             } else {
                 0.0
@@ -107,10 +151,29 @@ impl JobInfo {
             checking: j.checking,
             active_workers: j.active_workers,
             submitted_unix_ms: j.submitted_unix_ms,
-            eta_seconds: (j.eta_seconds > 0.0).then_some(j.eta_seconds),
+            tasks_per_second: if moving && j.work_per_second > 0.0 {
+                j.work_per_second / j.work_total * j.tasks as f64
+            } else {
+                0.0
+            },
+            // No ETA once ended (the coordinator's last estimate can be a
+            // rounding residue such as 5.6e-17 seconds).
+            eta_seconds: (!ended && j.eta_seconds >= 0.5).then_some(j.eta_seconds),
             matches_known: (state == "done")
                 .then(|| matches(spec.n, total, unique))
                 .flatten(),
+            run: None,
+        }
+    }
+
+    /// The rate as people read it: `12.3 tasks/s` (or `0.05 tasks/s`), or
+    /// `-` while unknown.
+    pub fn rate(&self) -> String {
+        match self.tasks_per_second {
+            r if r <= 0.0 => "-".into(),
+            r if r >= 100.0 => format!("{} tasks/s", thousands(r.round() as u128)),
+            r if r >= 1.0 => format!("{r:.1} tasks/s"),
+            r => format!("{r:.3} tasks/s"),
         }
     }
 
@@ -126,21 +189,26 @@ impl JobInfo {
     pub fn eta(&self) -> String {
         match (self.state, self.eta_seconds) {
             ("done", _) => "done".into(),
+            ("cancelled", _) => "-".into(),
+            ("paused", _) => "paused".into(),
             (_, Some(s)) => human_duration(Duration::from_secs_f64(s)),
             _ => "unknown".into(),
         }
     }
 
-    /// One line, for logs and pipes.
+    /// One line, for logs and pipes: the time it was printed (UTC), the
+    /// state, progress, rate, counts so far and ETA.
     pub fn line(&self) -> String {
         format!(
-            "job {} {}: {} {:.1}% ({}/{} tasks), total{} {}, unique {}, {} workers, ETA {}{}",
+            "{} job {} {}: {} {:.1}% ({}/{} tasks), {}, total{} {}, unique {}, {} workers, ETA {}{}",
+            utc(now_unix_ms()),
             self.job,
             self.plan(),
             self.state,
             self.progress * 100.0,
             thousands(self.done.into()),
             thousands(self.tasks.into()),
+            self.rate(),
             if self.state == "done" { "" } else { " so far" },
             thousands(self.total),
             thousands(self.unique),
@@ -176,7 +244,7 @@ impl JobInfo {
         let check = match self.redundancy {
             1 => String::new(),
             r => format!(
-                "\ncheck     {:.0}% of the tasks by {r} workers; {} waiting for agreement, {} conflicting results",
+                "\ncheck     {:.0}% of the tasks by {r} workers\nagreement {} tasks waiting for it, {} conflicting results",
                 self.verify_fraction * 100.0,
                 thousands(self.checking.into()),
                 self.conflicts
@@ -187,49 +255,54 @@ impl JobInfo {
             m => format!("\nknown     {}", verdict(m)),
         };
         format!(
-            "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} done, {} leased, {} pending, {} waiting to retry, {} out of retries (of {})\n\
-             total     {}{}\nunique    {}{known}{check}\nworkers   {} active\nsubmitted {} ago\neta       {}\n",
+            "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} of {} done, {} leased, {} pending\n\
+             retries   {} waiting to retry, {} out of retries\nrate      {}\n\
+             total     {}{}\nunique    {}{known}{check}\nworkers   {} active\nsubmitted {} ago ({})\neta       {}\n",
             self.job,
             self.plan(),
             self.state,
             self.progress * 100.0,
             thousands(self.done.into()),
+            thousands(self.tasks.into()),
             thousands(self.leased.into()),
             thousands(self.pending.into()),
             thousands(self.failed.into()),
             thousands(self.dead.into()),
-            thousands(self.tasks.into()),
+            self.rate(),
             thousands(self.total),
             if self.state == "done" { "" } else { " (so far)" },
             thousands(self.unique),
             self.active_workers,
             human_duration(age),
+            utc(self.submitted_unix_ms),
             self.eta(),
         )
     }
 
+    /// The header of `nqueens jobs` (79 columns: an 80-column terminal
+    /// does not wrap it; tasks and the rate are in `nqueens status JOB`).
     pub fn table_header() -> String {
         format!(
-            "{:>5}  {:<24}  {:<9}  {:>6}  {:>17}  {:>24}  {:>10}",
-            "JOB", "PLAN", "STATE", "DONE", "TASKS", "TOTAL", "ETA"
+            "{:>5}  {:<14}  {:<9}  {:>6}  {:>25}  {:>9}",
+            "JOB", "PLAN", "STATE", "DONE", "TOTAL", "ETA"
         )
     }
 
     pub fn table_row(&self) -> String {
         format!(
-            "{:>5}  {:<24}  {:<9}  {:>5.1}%  {:>17}  {:>24}  {:>10}",
+            "{:>5}  {:<14}  {:<9}  {:>5.1}%  {:>25}  {:>9}",
             self.job,
-            self.plan(),
+            self.short_plan(),
             self.state,
             self.progress * 100.0,
-            format!(
-                "{}/{}",
-                thousands(self.done.into()),
-                thousands(self.tasks.into())
-            ),
             thousands(self.total),
             self.eta(),
         )
+    }
+
+    /// `N=17 prefix/4`, `N=24 frame/2`: the plan in a table's column.
+    pub fn short_plan(&self) -> String {
+        format!("N={} {}/{}", self.n, self.strategy, self.depth)
     }
 }
 
@@ -240,12 +313,17 @@ pub struct WorkerRow {
     pub host: String,
     pub cores: u32,
     pub leases: u32,
+    #[serde(serialize_with = "dec")]
     pub tasks_done: u64,
+    #[serde(serialize_with = "dec")]
     pub subproblems_done: u64,
+    #[serde(serialize_with = "dec")]
     pub errors: u64,
     /// Results others contradicted; any puts the worker in quarantine.
+    #[serde(serialize_with = "dec")]
     pub conflicts: u64,
     pub quarantined: bool,
+    #[serde(serialize_with = "dec")]
     pub last_seen_unix_ms: u64,
     pub solver_version: String,
 }
@@ -267,18 +345,30 @@ impl WorkerRow {
         }
     }
 
+    /// working (holding tasks), idle, or quarantined (no more leases).
+    pub fn state(&self) -> &'static str {
+        match () {
+            () if self.quarantined => "quarantined",
+            () if self.leases > 0 => "working",
+            () => "idle",
+        }
+    }
+
+    /// The engine path the worker counts with (the last word of its
+    /// version, `0.1.0 avx2`), or `?` for a worker that does not say.
+    pub fn path(&self) -> &str {
+        match self.solver_version.split_once(' ') {
+            Some((_, path)) => path,
+            None => "?",
+        }
+    }
+
+    /// The header of `nqueens workers` (at most 80 columns; the full
+    /// version, host, leases and conflicts are in `--json`).
     pub fn table_header() -> String {
         format!(
-            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {:<8}  {}",
-            "WORKER",
-            "CORES",
-            "LEASES",
-            "TASKS",
-            "SUBPROBLEMS",
-            "ERRORS",
-            "SEEN",
-            "VERSION",
-            "STATE"
+            "{:<14}  {:>10}  {:>9}  {:>13}  {:>3}  {:>8}  {}",
+            "WORKER", "CORES", "TASKS", "SUBPROBLEMS", "ERR", "SEEN AGO", "STATE"
         )
     }
 
@@ -286,21 +376,22 @@ impl WorkerRow {
         let seen = SystemTime::now()
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
             .unwrap_or_default();
+        // A long name is cut (with `~`) so the columns stay in place.
+        let name = match self.worker.char_indices().nth(13) {
+            Some((cut, _)) if self.worker.chars().count() > 14 => {
+                format!("{}~", &self.worker[..cut])
+            }
+            _ => self.worker.clone(),
+        };
         format!(
-            "{:<28}  {:>5}  {:>6}  {:>10}  {:>16}  {:>6}  {:>10}  {:<8}  {}",
-            self.worker,
-            self.cores,
-            self.leases,
+            "{:<14}  {:>10}  {:>9}  {:>13}  {:>3}  {:>8}  {}",
+            name,
+            format!("{} {}", self.cores, self.path()),
             thousands(self.tasks_done.into()),
             thousands(self.subproblems_done.into()),
             self.errors,
-            format!("{} ago", human_duration(seen)),
-            self.solver_version,
-            if self.quarantined {
-                format!("QUARANTINED ({} conflicting results)", self.conflicts)
-            } else {
-                "ok".to_string()
-            },
+            human_duration(seen),
+            self.state(),
         )
     }
 }
@@ -308,19 +399,28 @@ impl WorkerRow {
 /// An audit's findings, decoded from the wire.
 #[derive(Clone, Debug, Serialize)]
 pub struct AuditView {
+    #[serde(serialize_with = "dec")]
     pub job: u64,
     pub n: u32,
     pub strategy: &'static str,
     pub depth: u32,
     pub state: &'static str,
+    #[serde(serialize_with = "dec")]
     pub journal_records: u64,
+    #[serde(serialize_with = "dec")]
     pub journal_bytes: u64,
+    #[serde(serialize_with = "dec")]
     pub torn_bytes: u64,
+    #[serde(serialize_with = "dec")]
     pub tasks: u64,
+    #[serde(serialize_with = "dec")]
     pub result_records: u64,
+    #[serde(serialize_with = "dec")]
     pub counted: u64,
     /// Recomputed from the results once every task has one.
+    #[serde(serialize_with = "dec_opt")]
     pub total: Option<u128>,
+    #[serde(serialize_with = "dec_opt")]
     pub unique: Option<u128>,
     pub matches_known: Option<bool>,
     /// SHA-256 of the plan and every counted result.

@@ -67,7 +67,17 @@ fn run(command: Command) -> Result<(), Failure> {
             core,
             progress: _,
             json,
-        } => local::solve(n, threads.get(), strategy, &shape, core.core.path()?, json),
+        } => {
+            if strategy.is_none() && shape.depth.is_some() {
+                return Err(Failure::BadInput(
+                    "--depth shapes a plan, and without --strategy (or --state) solve counts \
+                     without one: add --strategy frame (depth 1 or 2) or --strategy prefix \
+                     (depth 2 to 11), or leave --depth out"
+                        .into(),
+                ));
+            }
+            local::solve(n, threads.get(), strategy, &shape, core.core.path()?, json)
+        }
         Command::Plan {
             n,
             strategy,
@@ -127,6 +137,7 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_cert,
             tls_key,
             tls_client_ca,
+            logs: _,
         } => serve::coordinator(nqueens_coordinator::server::Config {
             listen,
             data_dir,
@@ -157,9 +168,10 @@ fn run(command: Command) -> Result<(), Failure> {
             grace,
             core,
             self_test_fault,
+            logs: _,
         } => serve::worker(nqueens_worker::run::Config {
             coordinator,
-            threads: threads.get(),
+            threads: args::Threads { threads }.get(),
             token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
             tls_ca,
             tls_identity: tls_cert.zip(tls_key),

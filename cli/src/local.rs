@@ -36,6 +36,8 @@ pub fn solve(
     core: Option<Path>,
     json: bool,
 ) -> Result<(), Failure> {
+    let path = core.unwrap_or_else(Path::fastest);
+    announce_long_run(n, threads, path);
     let report = match strategy {
         None => count(n, threads, core)?,
         Some(strategy) => {
@@ -56,6 +58,62 @@ pub fn solve(
     check_known(report.n, report.total, report.unique)
 }
 
+/// From this N on a count takes long enough (tens of seconds and more on
+/// a laptop; each N costs about 6 times the one before) that `solve` says
+/// what it started, and what a Ctrl-C loses.
+pub const LONG_RUN: u32 = 18;
+
+/// On a long count: a line on stderr saying what runs and how to make it
+/// resumable, and a Ctrl-C (or SIGTERM) handler that says what was lost
+/// before exiting 130. Nothing for a short count.
+fn announce_long_run(n: Size, threads: usize, path: Path) {
+    if n.get() < LONG_RUN {
+        return;
+    }
+    let command = format!("nqueens solve {n} --state DIR");
+    let hint = command.clone();
+    // The handler is in place before the line is printed, so a signal
+    // sent by whoever reads the line is caught.
+    let (ready, armed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            let stop = crate::serve::signal();
+            tokio::pin!(stop);
+            // The first poll registers the handlers; then say so.
+            let fired = poll_once(&mut stop).await;
+            let _ = ready.send(());
+            if !fired {
+                stop.await;
+            }
+        });
+        eprintln!(
+            "interrupted: a count in memory keeps nothing, so this one is lost; \
+             `{hint}` would have kept every finished task (run it again to continue)"
+        );
+        std::process::exit(130);
+    });
+    let _ = armed.recv();
+    eprintln!(
+        "counting N={n} on {threads} threads ({path} path); this takes a while. Ctrl-C loses \
+         it: `{command}` keeps finished tasks on disk and can resume"
+    );
+}
+
+/// Polls a future once (so a signal stream registers its handler) and
+/// gives whether it was ready.
+async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx).is_ready())
+    })
+    .await
+}
+
 /// `plan N --estimate`: the projected core-time of the whole plan.
 pub fn estimate(
     n: Size,
@@ -72,7 +130,11 @@ pub fn estimate(
         .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
     let mut out = stdout();
     if json {
-        json_line(&mut out, &e)?;
+        let mut v = serde_json::to_value(&e).expect("our types serialize");
+        for key in ["sampled", "probes"] {
+            v[key] = v[key].to_string().into();
+        }
+        json_line(&mut out, &v)?;
     } else {
         let spec = &plan.spec;
         let exact = if e.subproblems_exact {
@@ -152,7 +214,11 @@ pub fn plan(
         plan.for_each_subproblem(t, |s| {
             if result.is_ok() {
                 result = if json {
-                    let line = serde_json::json!({"task": t.index, "id": s.id(), "subproblem": describe(&s)});
+                    let line = serde_json::json!({
+                        "task": t.index.to_string(),
+                        "id": s.id().to_string(),
+                        "subproblem": describe(&s),
+                    });
                     writeln!(out, "{line}")
                 } else {
                     writeln!(out, "task {} id {:#018x} {}", t.index, s.id(), describe(&s))

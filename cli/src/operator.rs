@@ -213,10 +213,10 @@ pub fn status(job: Option<u64>, c: &Connect) -> Result<(), Failure> {
         } else {
             let running = jobs.iter().filter(|j| !j.ended()).count();
             let busy = workers.iter().filter(|w| w.leases > 0).count();
+            writeln!(out, "coordinator {}", op.url)?;
             writeln!(
                 out,
-                "coordinator {}: {} jobs ({running} not ended), {} workers ({busy} holding tasks)",
-                op.url,
+                "{} jobs ({running} not ended), {} workers ({busy} holding tasks)",
                 jobs.len(),
                 workers.len()
             )?;
@@ -344,16 +344,38 @@ pub fn health(c: &Connect) -> Result<(), Failure> {
     use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
     on_runtime(async {
         let identity = c.tls_cert.as_deref().zip(c.tls_key.as_deref());
-        let channel = connect_tls(&c.coordinator, None, c.tls_ca.as_deref(), identity)
-            .map_err(|e| Failure::BadInput(e.to_string()))?;
-        let r = HealthClient::new(channel)
-            .check(tonic_health::pb::HealthCheckRequest::default())
-            .await
-            .map_err(|s| Failure::from_status(&c.coordinator, &s))?;
+        let asked = async {
+            let channel = connect_tls(&c.coordinator, None, c.tls_ca.as_deref(), identity)
+                .map_err(|e| Failure::BadInput(e.to_string()))?;
+            HealthClient::new(channel)
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await
+                .map_err(|s| Failure::from_status(&c.coordinator, &s))
+        };
+        let r = match asked.await {
+            Ok(r) => r,
+            // A script asked for JSON: it gets an object, whatever happened.
+            Err(f) if c.json => {
+                let v = serde_json::json!({
+                    "coordinator": c.coordinator,
+                    "serving": false,
+                    "status": null,
+                    "error": f.message(),
+                });
+                json_line(&mut io::stdout().lock(), &v)?;
+                return Err(f);
+            }
+            Err(f) => return Err(f),
+        };
         let status = r.into_inner().status();
         let serving = status == ServingStatus::Serving;
         if c.json {
-            let v = serde_json::json!({"coordinator": c.coordinator, "serving": serving});
+            let v = serde_json::json!({
+                "coordinator": c.coordinator,
+                "serving": serving,
+                "status": status.as_str_name().to_lowercase(),
+                "error": null,
+            });
             json_line(&mut io::stdout().lock(), &v)?;
         } else {
             println!("{}: {}", c.coordinator, status.as_str_name().to_lowercase());

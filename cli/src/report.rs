@@ -1,6 +1,6 @@
 //! What `solve` and `table` print: one record per N, as text or JSON.
 
-use crate::format::{hms, si, thousands};
+use crate::format::{dec, hms, si, thousands};
 use nqueens_common::engine::counts::CountOverflow;
 use nqueens_common::known::{matches, verdict};
 use nqueens_common::plan::solve::Solution;
@@ -11,17 +11,25 @@ use serde::Serialize;
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub n: u32,
+    #[serde(serialize_with = "dec")]
     pub total: u128,
+    #[serde(serialize_with = "dec")]
     pub unique: u128,
     /// Orbits of each size (see [`nqueens_common::engine::counts`]).
+    #[serde(serialize_with = "dec")]
     pub c1: u128,
+    #[serde(serialize_with = "dec")]
     pub c2: u128,
+    #[serde(serialize_with = "dec")]
     pub c4: u128,
+    #[serde(serialize_with = "dec")]
     pub c8: u128,
+    #[serde(serialize_with = "dec")]
     pub nodes: u128,
     pub seconds: f64,
     pub nodes_per_second: f64,
     pub threads: usize,
+    #[serde(serialize_with = "dec")]
     pub pieces: usize,
     /// How the pieces were counted (see [`Solution::core`]).
     pub core: &'static str,
@@ -96,10 +104,13 @@ impl Report {
 pub struct PlanSummary {
     pub n: u32,
     pub strategy: String,
-    /// Prefix strategy only.
     pub depth: Option<u32>,
+    #[serde(serialize_with = "dec")]
     pub subproblems: u64,
+    #[serde(serialize_with = "dec")]
     pub tasks: usize,
+    /// Subproblems of each kind: `[["frames", "123"], ...]`.
+    #[serde(serialize_with = "named_counts")]
     pub classes: Vec<(String, u64)>,
     /// Estimated work, relative units (see `plan`).
     pub work: f64,
@@ -155,6 +166,16 @@ impl PlanSummary {
         );
         s
     }
+}
+
+/// Serde: `[(name, count)]` as `[[name, "count"]]`, counts as strings.
+fn named_counts<S: serde::Serializer>(xs: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(xs.len()))?;
+    for (name, count) in xs {
+        seq.serialize_element(&(name, count.to_string()))?;
+    }
+    seq.end()
 }
 
 /// One line describing a subproblem, for `nqueens plan --list`.
