@@ -137,26 +137,29 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_cert,
             tls_key,
             tls_client_ca,
-            logs: _,
-        } => serve::coordinator(nqueens_coordinator::server::Config {
-            listen,
-            data_dir,
-            worker_token: read_token(worker_token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
-            operator_token: read_token(operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
-            insecure,
-            metrics,
-            metrics_public,
-            tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
-                cert,
-                key: tls_key.expect("clap requires --tls-key with --tls-cert"),
-                client_ca: tls_client_ca,
-            }),
-            limits: nqueens_coordinator::state::Limits {
-                lease_ttl_ms: lease_ttl.max(1) * 1000,
-                max_tasks,
-                ..Default::default()
+            logs,
+        } => serve::coordinator(
+            nqueens_coordinator::server::Config {
+                listen,
+                data_dir,
+                worker_token: read_token(worker_token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+                operator_token: read_token(operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
+                insecure,
+                metrics,
+                metrics_public,
+                tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
+                    cert,
+                    key: tls_key.expect("clap requires --tls-key with --tls-cert"),
+                    client_ca: tls_client_ca,
+                }),
+                limits: nqueens_coordinator::state::Limits {
+                    lease_ttl_ms: lease_ttl.max(1) * 1000,
+                    max_tasks,
+                    ..Default::default()
+                },
             },
-        }),
+            logs,
+        ),
         Command::Worker {
             coordinator,
             threads,
@@ -168,18 +171,21 @@ fn run(command: Command) -> Result<(), Failure> {
             grace,
             core,
             self_test_fault,
-            logs: _,
-        } => serve::worker(nqueens_worker::run::Config {
-            coordinator,
-            threads: args::Threads { threads }.get(),
-            token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
-            tls_ca,
-            tls_identity: tls_cert.zip(tls_key),
-            name,
-            grace: std::time::Duration::from_secs(grace),
-            self_test_fault,
-            core: core.core.path()?,
-        }),
+            logs,
+        } => serve::worker(
+            nqueens_worker::run::Config {
+                coordinator,
+                threads: args::Threads { threads }.get(),
+                token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+                tls_ca,
+                tls_identity: tls_cert.zip(tls_key),
+                name,
+                grace: std::time::Duration::from_secs(grace),
+                self_test_fault,
+                core: core.core.path()?,
+            },
+            logs,
+        ),
         Command::Submit {
             n,
             strategy,

@@ -1,6 +1,7 @@
 //! The long-running processes: `nqueens coordinator` and `nqueens worker`,
 //! with logs on stderr and SIGTERM / Ctrl-C handling.
 
+use crate::args::{LogFormat, Logs};
 use crate::exit::Failure;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -32,22 +33,33 @@ pub fn read_token(file: Option<&PathBuf>, var: &str) -> Result<Option<String>, F
     Ok(Some(token))
 }
 
-/// Logs on stderr, filtered by RUST_LOG (else `default`).
-pub fn init_logs(default: &str) {
-    tracing_subscriber::fmt()
+/// Logs on stderr at `level` (`--log-level`) unless RUST_LOG is set (it
+/// wins, and can set levels per module), as text or as one JSON object
+/// per event (`--log-format`).
+pub fn init_logs(level: &str, format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default.into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .with_writer(io::stderr)
         // A log write that fails (stderr on a full disk) must not panic the
         // thread that logged: by default the failure is reported with
         // eprintln!, which panics when stderr cannot be written, and so
         // once killed the journal's writer thread.
-        .log_internal_errors(false)
+        .log_internal_errors(false);
+    match format {
         // Colours on a terminal only: log files and journald get plain text.
-        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
-        .init();
+        LogFormat::Text => builder
+            .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+            .init(),
+        // {"timestamp":..,"level":"INFO","fields":{"message":..,..},"target":..}
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 /// Resolves on the next Ctrl-C or SIGTERM.
@@ -83,8 +95,8 @@ pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
 
 /// Runs a worker until it has drained after SIGTERM or Ctrl-C; a second
 /// signal exits at once.
-pub fn worker(config: nqueens_worker::run::Config) -> Result<(), Failure> {
-    init_logs("info");
+pub fn worker(config: nqueens_worker::run::Config, logs: Logs) -> Result<(), Failure> {
+    init_logs(logs.log_level.directive(), logs.log_format);
     // One async thread is plenty for a few calls a second, and fewer
     // threads to wake means fewer interruptions of the counting threads.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -122,8 +134,8 @@ fn survive_file_size_limit() {
     }
 }
 
-pub fn coordinator(config: nqueens_coordinator::server::Config) -> Result<(), Failure> {
-    init_logs("info");
+pub fn coordinator(config: nqueens_coordinator::server::Config, logs: Logs) -> Result<(), Failure> {
+    init_logs(logs.log_level.directive(), logs.log_format);
     // A bad configuration is bad input (exit 2), before anything is opened.
     nqueens_coordinator::server::check_tokens(
         config.worker_token.as_deref(),
