@@ -146,7 +146,9 @@ pub enum Command {
         kill -9, start it again on the same --data-dir: every job continues where it was.\n\
         Tokens can also come from NQUEENS_WORKER_TOKEN and NQUEENS_OPERATOR_TOKEN. Listening\n\
         beyond loopback without both tokens is refused unless --insecure is given.\n\
-        Logs: RUST_LOG (default info), e.g. RUST_LOG=nqueens_coordinator=debug."
+        Every option can also be set by the NQUEENS_* variable its help names (a flag given on\n\
+        the command line wins). Logs: --log-level and --log-format; RUST_LOG, when set, wins\n\
+        (e.g. RUST_LOG=info,nqueens_coordinator=debug)."
     )]
     Coordinator {
         /// Address to listen on (port 0 picks a free port).
@@ -210,7 +212,9 @@ pub enum Command {
         every thread busy with one batch of tasks in hand, heartbeats its leases, and keeps each\n\
         result until the coordinator has stored it, reconnecting with backoff when it is away.\n\
         SIGTERM or Ctrl-C: stop leasing, hand back unstarted tasks, finish running ones within\n\
-        --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk."
+        --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk.\n\
+        Every option can also be set by the NQUEENS_* variable its help names (a flag given on\n\
+        the command line wins); `nqueens doctor --role worker` checks this machine's setup."
     )]
     Worker {
         /// The coordinator's address.
@@ -386,6 +390,30 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Check this machine's setup against a coordinator: reachable, TLS,
+    /// health, the token's role, the CPU and engine path, a speed sample.
+    #[command(after_help = "Examples:\n  nqueens doctor\n  \
+        nqueens doctor --coordinator https://coord:7700 --tls-ca ca.pem --token-file op.token\n  \
+        nqueens doctor --role worker --token-file /etc/nqueens/worker.token\n  \
+        nqueens doctor --json | jq -r '.checks[] | select(.outcome == \"fail\") | .detail'\n\n\
+        One line per check: ok, FAIL, skip (an earlier check failed) or info. The token check\n\
+        makes one call only its role may make (operator: list the jobs; worker: a heartbeat\n\
+        naming no worker, which records nothing). The speed sample counts N=15 on one thread\n\
+        for --seconds, every count checked, as a worker here would count.\n\
+        Exit code 0 when no check failed, 1 otherwise.")]
+    Doctor {
+        /// Whose token to check: an operator's (NQUEENS_OPERATOR_TOKEN) or a
+        /// worker's (NQUEENS_WORKER_TOKEN).
+        #[arg(long, value_enum, default_value = "operator")]
+        role: Role,
+        /// Seconds for the speed sample.
+        #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = positive_seconds)]
+        seconds: f64,
+        #[command(flatten)]
+        core: CoreArg,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  nqueens completions bash > ~/.local/share/bash-completion/completions/nqueens\n  \
@@ -501,6 +529,15 @@ impl Threads {
                 t as usize
             })
     }
+}
+
+/// Whose credentials `nqueens doctor` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// An operator's token (submit, status, ...).
+    Operator,
+    /// A worker's token (register, lease, report).
+    Worker,
 }
 
 /// How a long-lived process logs (on stderr).

@@ -8,10 +8,12 @@
 //! - [`operator`]: the operator's gRPC client (submit, status, watch, jobs, workers, ...).
 //! - [`progress`]: following a job (bar, lines or JSON).
 //! - [`human`]: jobs and workers as people and scripts read them.
+//! - [`doctor`]: a self-check of a machine's setup against a coordinator.
 //! - [`exit`]: failures and their exit codes.
 
 pub mod args;
 pub mod bench;
+pub mod doctor;
 pub mod embedded;
 pub mod exit;
 pub mod format;
@@ -213,6 +215,12 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
         Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),
+        Command::Doctor {
+            role,
+            seconds,
+            core,
+            connect,
+        } => doctor::doctor(&connect, role, seconds, core.core.path()?),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

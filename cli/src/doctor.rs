@@ -1,0 +1,332 @@
+//! `nqueens doctor`: a self-check of this machine's setup against a
+//! coordinator, one line per check, before a long run depends on it.
+
+use crate::args::{Connect, Role};
+use crate::bench::cpu_model;
+use crate::exit::Failure;
+use crate::format::{dec_opt, si, thousands};
+use crate::local::json_line;
+use crate::serve::read_token;
+use nqueens_common::engine::lanes::Path;
+use nqueens_common::plan::solve::solve_on;
+use nqueens_common::Size;
+use nqueens_proto::client::connect_tls;
+use nqueens_proto::v1;
+use serde::Serialize;
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+/// How one check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ok,
+    /// Something to fix: the exit code is 1.
+    Fail,
+    /// Not checked, because an earlier check failed.
+    Skip,
+    /// Worth knowing, neither right nor wrong.
+    Info,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub check: &'static str,
+    pub outcome: Outcome,
+    pub detail: String,
+    /// How long it took, in milliseconds.
+    pub ms: f64,
+    /// The speed sample's nodes per second (one thread), else null.
+    pub nodes_per_second: Option<f64>,
+    /// The speed sample's nodes, else null.
+    #[serde(serialize_with = "dec_opt")]
+    pub nodes: Option<u128>,
+}
+
+impl Check {
+    fn new(
+        check: &'static str,
+        outcome: Outcome,
+        detail: impl Into<String>,
+        took: Duration,
+    ) -> Check {
+        Check {
+            check,
+            outcome,
+            detail: detail.into(),
+            ms: took.as_secs_f64() * 1e3,
+            nodes_per_second: None,
+            nodes: None,
+        }
+    }
+
+    fn line(&self) -> String {
+        let mark = match self.outcome {
+            Outcome::Ok => "ok  ",
+            Outcome::Fail => "FAIL",
+            Outcome::Skip => "skip",
+            Outcome::Info => "info",
+        };
+        format!("{mark}  {:<11}  {}", self.check, self.detail)
+    }
+}
+
+/// Board size of the speed sample: counted again and again on one thread
+/// (a fraction of a second each), every count checked.
+const SAMPLE_N: u32 = 15;
+
+/// Runs every check, prints each as it ends, and fails (exit 1) if any did.
+pub fn doctor(c: &Connect, role: Role, seconds: f64, core: Option<Path>) -> Result<(), Failure> {
+    let mut checks = Vec::new();
+    let mut out = io::stdout().lock();
+    let mut say = |check: Check, out: &mut io::StdoutLock| -> io::Result<()> {
+        if !c.json {
+            writeln!(out, "{}", check.line())?;
+            out.flush()?;
+        }
+        checks.push(check);
+        Ok(())
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for check in runtime.block_on(coordinator_checks(c, role)) {
+        say(check, &mut out)?;
+    }
+    say(machine(core), &mut out)?;
+    say(speed(core, seconds), &mut out)?;
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.outcome == Outcome::Fail)
+        .map(|c| c.check)
+        .collect();
+    if c.json {
+        let v = serde_json::json!({
+            "coordinator": c.coordinator,
+            "passed": failed.is_empty(),
+            "checks": checks,
+        });
+        json_line(&mut out, &v)?;
+    }
+    out.flush()?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Failed(format!(
+            "{} of {} checks failed: {} (see above)",
+            failed.len(),
+            checks.len(),
+            failed.join(", ")
+        )))
+    }
+}
+
+/// Reachability and transport, health, the token's role, versions.
+async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
+    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
+    let url = &c.coordinator;
+    let tls = url.starts_with("https://");
+    let transport = if tls { "TLS" } else { "plain text (no TLS)" };
+    let skip = |check, why: &str| Check::new(check, Outcome::Skip, why, Duration::ZERO);
+    let (var, role_name) = match role {
+        Role::Operator => ("NQUEENS_OPERATOR_TOKEN", "operator"),
+        Role::Worker => ("NQUEENS_WORKER_TOKEN", "worker"),
+    };
+    let token = match read_token(c.token_file.as_ref(), var) {
+        Ok(t) => t,
+        Err(f) => {
+            return vec![
+                Check::new("token", Outcome::Fail, f.message(), Duration::ZERO),
+                skip("coordinator", "not asked: fix the token first"),
+            ]
+        }
+    };
+    let identity = c.tls_cert.as_deref().zip(c.tls_key.as_deref());
+    let channel = match connect_tls(url, token.as_deref(), c.tls_ca.as_deref(), identity) {
+        Ok(ch) => ch,
+        Err(e) => {
+            return vec![Check::new(
+                "coordinator",
+                Outcome::Fail,
+                format!("{url}: {e}"),
+                Duration::ZERO,
+            )]
+        }
+    };
+    let mut checks = Vec::new();
+    // Reachable: the health call needs no token, so it tells the network
+    // (and TLS) from the credentials.
+    let start = Instant::now();
+    let health = HealthClient::new(channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await;
+    let took = start.elapsed();
+    let status = match health {
+        Ok(r) => r.into_inner().status(),
+        Err(s) => {
+            let f = Failure::from_status(url, &s);
+            checks.push(Check::new("coordinator", Outcome::Fail, f.message(), took));
+            for name in ["health", "token", "version"] {
+                checks.push(skip(name, "the coordinator did not answer"));
+            }
+            return checks;
+        }
+    };
+    checks.push(Check::new(
+        "coordinator",
+        Outcome::Ok,
+        format!(
+            "{url} answered in {:.1} ms over {transport}",
+            took.as_secs_f64() * 1e3
+        ),
+        took,
+    ));
+    let serving = status == ServingStatus::Serving;
+    checks.push(Check::new(
+        "health",
+        if serving { Outcome::Ok } else { Outcome::Fail },
+        if serving {
+            "SERVING".to_string()
+        } else {
+            format!(
+                "{} (still recovering its state after a start, or shutting down)",
+                status.as_str_name()
+            )
+        },
+        Duration::ZERO,
+    ));
+    // The token: a call only its role may make.
+    let start = Instant::now();
+    let answer = match role {
+        Role::Operator => v1::operator_service_client::OperatorServiceClient::new(channel)
+            .list_jobs(v1::ListJobsRequest {})
+            .await
+            .map(|_| ()),
+        // A heartbeat naming no worker: refused as invalid after the token
+        // is checked, so it records nothing.
+        Role::Worker => v1::worker_service_client::WorkerServiceClient::new(channel)
+            .heartbeat(v1::HeartbeatRequest::default())
+            .await
+            .map(|_| ()),
+    };
+    let took = start.elapsed();
+    let given = if token.is_some() {
+        format!("the {role_name} token")
+    } else {
+        format!("no token (none in --token-file or {var})")
+    };
+    let token_check = match answer {
+        Err(s)
+            if matches!(
+                s.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ) =>
+        {
+            Check::new(
+                "token",
+                Outcome::Fail,
+                format!("{given} was refused: {}", s.message()),
+                took,
+            )
+        }
+        Err(s) if role == Role::Operator || s.code() != tonic::Code::InvalidArgument => Check::new(
+            "token",
+            Outcome::Fail,
+            format!(
+                "the {role_name} call failed: {}",
+                Failure::from_status(url, &s).message()
+            ),
+            took,
+        ),
+        _ if token.is_none() => Check::new(
+            "token",
+            Outcome::Ok,
+            format!("{given}, and the coordinator needs none for {role_name} calls"),
+            took,
+        ),
+        _ => Check::new(
+            "token",
+            Outcome::Ok,
+            format!("{given} is accepted for {role_name} calls"),
+            took,
+        ),
+    };
+    checks.push(token_check);
+    checks.push(Check::new(
+        "version",
+        Outcome::Info,
+        format!(
+            "this nqueens is {}; the coordinator does not report its version (compare `nqueens \
+             --version` on its host; workers show theirs in `nqueens workers --json`)",
+            env!("CARGO_PKG_VERSION")
+        ),
+        Duration::ZERO,
+    ));
+    checks
+}
+
+/// The CPU and the engine path a worker here would count with.
+fn machine(core: Option<Path>) -> Check {
+    let path = core.unwrap_or_else(Path::fastest);
+    let forced = if core.is_some() {
+        "forced by --core"
+    } else {
+        "the fastest it has"
+    };
+    Check::new(
+        "cpu",
+        Outcome::Info,
+        format!("{}; counts with the {path} path ({forced})", cpu_model()),
+        Duration::ZERO,
+    )
+}
+
+/// Counts N=15 on one thread again and again for about `seconds`, each
+/// count checked against the published one.
+fn speed(core: Option<Path>, seconds: f64) -> Check {
+    let n = Size::new(SAMPLE_N).expect("a valid size");
+    let want = nqueens_common::known::known(SAMPLE_N).map(|k| k.total);
+    let start = Instant::now();
+    let (mut nodes, mut counts) = (0u128, 0u32);
+    while counts == 0 || start.elapsed().as_secs_f64() < seconds {
+        let s = match solve_on(n, 1, core) {
+            Ok(s) => s,
+            Err(e) => {
+                return Check::new("speed", Outcome::Fail, e.to_string(), start.elapsed());
+            }
+        };
+        let total = s.total().ok();
+        if total != want {
+            return Check::new(
+                "speed",
+                Outcome::Fail,
+                format!(
+                    "N={SAMPLE_N} counted {total:?} on the {} path, not {want:?}: this machine \
+                     (or this build) miscounts; do not let it work",
+                    s.core
+                ),
+                start.elapsed(),
+            );
+        }
+        nodes += s.counts.nodes;
+        counts += 1;
+    }
+    let took = start.elapsed();
+    let rate = nodes as f64 / took.as_secs_f64();
+    let mut check = Check::new(
+        "speed",
+        Outcome::Ok,
+        format!(
+            "{}nodes/s on one thread ({} nodes, {counts} counts of N={SAMPLE_N} in {:.1} s, \
+             each one right)",
+            si(rate),
+            thousands(nodes),
+            took.as_secs_f64()
+        ),
+        took,
+    );
+    check.nodes_per_second = Some(rate);
+    check.nodes = Some(nodes);
+    check
+}

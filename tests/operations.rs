@@ -1,0 +1,552 @@
+//! What an operator of a long run reads, from the real binary: JSON with
+//! big integers as strings and one job object everywhere, watch lines with
+//! time, rate and state, tables that fit 80 columns, errors that say what
+//! to fix, completion of enumerated flags, environment variables of the
+//! long-lived processes, JSON logs, and `nqueens doctor`.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+mod common;
+use common::{nqueens, operator};
+
+/// A 64- or 128-bit integer of the JSON output: a decimal string.
+fn int(v: &serde_json::Value) -> u128 {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("not a decimal string ({e}): {v}"))
+}
+
+fn keys(v: &serde_json::Value) -> BTreeSet<String> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Runs the binary; exit code, stdout, stderr.
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = nqueens(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every 64-bit field of the job object.
+const JOB_INTEGERS: [&str; 12] = [
+    "job",
+    "tasks",
+    "done",
+    "leased",
+    "pending",
+    "failed",
+    "dead",
+    "total",
+    "unique",
+    "conflicts",
+    "checking",
+    "submitted_unix_ms",
+];
+
+#[test]
+fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
+    let _watchdog = common::watchdog("json_integers_are_strings");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+
+    let (code, submitted, err) = operator(&c.url, &["submit", "12", "--tasks", "30"]);
+    assert_eq!(code, 0, "{err}");
+    let id = submitted[0]["job"].as_str().expect("the id as a string");
+    let _w = common::worker(&c.url, "json-worker", 2);
+    let (code, watched, err) = operator(&c.url, &["watch", id, "--interval", "0.1"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, status, err) = operator(&c.url, &["status", id]);
+    assert_eq!(code, 0, "{err}");
+    let (_, jobs, _) = operator(&c.url, &["jobs"]);
+    let state = dir.path().join("state");
+    let (code, solved, err) = run(&["solve", "10", "--state", state.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let solved: serde_json::Value = serde_json::from_str(solved.trim()).unwrap();
+
+    // One job object, the same keys from every command.
+    let want = keys(&status[0]);
+    for (what, v) in [
+        ("submit", &submitted[0]),
+        ("watch", watched.last().unwrap()),
+        ("jobs", &jobs[0]),
+        ("solve --state", &solved),
+    ] {
+        assert_eq!(keys(v), want, "{what} prints another job object: {v}");
+    }
+    for v in [&status[0], &solved] {
+        for key in JOB_INTEGERS {
+            int(&v[key]);
+        }
+    }
+    // A finished job: exactly 100%, no ETA, the counts exact.
+    let done = &status[0];
+    assert_eq!(done["state"], "done");
+    assert_eq!(done["progress"].as_f64(), Some(1.0), "{done}");
+    assert!(done["eta_seconds"].is_null(), "{done}");
+    assert_eq!((int(&done["total"]), int(&done["unique"])), (14_200, 1_787));
+    assert_eq!(done["run"], serde_json::Value::Null);
+    assert_eq!(solved["progress"].as_f64(), Some(1.0));
+    assert_eq!(int(&solved["total"]), 724);
+    let this_run = &solved["run"];
+    assert_eq!(
+        int(&this_run["tasks_before"]) + int(&this_run["tasks_counted"]),
+        int(&solved["tasks"])
+    );
+
+    let (_, workers, _) = operator(&c.url, &["workers"]);
+    let w = &workers[0];
+    for key in [
+        "tasks_done",
+        "subproblems_done",
+        "errors",
+        "conflicts",
+        "last_seen_unix_ms",
+    ] {
+        int(&w[key]);
+    }
+    assert_eq!(int(&w["tasks_done"]), int(&done["tasks"]));
+    let (code, audit, err) = operator(&c.url, &["audit", id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(int(&audit[0]["total"]), 14_200);
+
+    // Subproblem ids pass 2^53: as numbers, jq would round them.
+    let (_, listed, _) = run(&["plan", "10", "--strategy", "frame", "--list", "--json"]);
+    let ids: Vec<u128> = listed
+        .lines()
+        .map(|l| int(&serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]))
+        .collect();
+    assert!(ids.iter().any(|&i| i > 1 << 53), "no id above 2^53");
+    assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
+}
+
+/// `2026-11-23T18:40:05Z` at the start of a line.
+fn timestamped(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 21
+        && b[..20].iter().enumerate().all(|(i, &c)| match i {
+            4 | 7 => c == b'-',
+            10 => c == b'T',
+            13 | 16 => c == b':',
+            19 => c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
+        && b[20] == b' '
+}
+
+#[test]
+fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
+    let _watchdog = common::watchdog("watch_lines_carry_time_state_and_rate");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    let (_, lines, _) = operator(&c.url, &["submit", "17", "--tasks", "400"]);
+    let id = lines[0]["job"].as_str().unwrap().to_string();
+    let (code, _, err) = operator(&c.url, &["pause", &id]);
+    assert_eq!(code, 0, "{err}");
+
+    let mut watch = nqueens(&["watch", &id, "--interval", "0.05", "--coordinator", &c.url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("a line").unwrap();
+    let paused = next();
+    assert!(timestamped(&paused), "{paused}");
+    assert!(paused.contains(&format!(" job {id} ")), "{paused}");
+    assert!(paused.contains(": paused "), "{paused}");
+    assert!(paused.contains("ETA paused"), "{paused}");
+
+    // Resumed with a worker: lines until one shows a measured rate.
+    let (code, _, err) = operator(&c.url, &["resume", &id]);
+    assert_eq!(code, 0, "{err}");
+    let _w = common::worker(&c.url, "rate-worker", 1);
+    let running = loop {
+        let line = next();
+        assert!(timestamped(&line), "{line}");
+        if line.contains(": running ") && line.contains(" tasks/s,") {
+            break line;
+        }
+    };
+    let rate: f64 = running
+        .split(" tasks/s,")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|e| panic!("no rate ({e}) in {running}"));
+    assert!(rate > 0.0, "{running}");
+
+    // Cancelled: the last line says so, and watch fails.
+    let (code, _, err) = operator(&c.url, &["cancel", &id]);
+    assert_eq!(code, 0, "{err}");
+    let last = loop {
+        let line = next();
+        if line.contains(": cancelled ") {
+            break line;
+        }
+    };
+    assert!(timestamped(&last) && last.contains("ETA -"), "{last}");
+    assert_eq!(watch.wait().unwrap().code(), Some(1));
+
+    // A finished job: exactly 100.0%, no ETA but "done".
+    let (_, lines, _) = operator(&c.url, &["submit", "10", "--tasks", "5"]);
+    let small = lines[0]["job"].as_str().unwrap().to_string();
+    let (code, out, err) = run(&["watch", &small, "--coordinator", &c.url]);
+    assert_eq!(code, 0, "{err}");
+    let last = out.lines().last().unwrap();
+    assert!(timestamped(last), "{last}");
+    assert!(last.contains(": done 100.0% ("), "{last}");
+    assert!(last.contains("ETA done"), "{last}");
+    let (_, status, _) = operator(&c.url, &["status", &small]);
+    assert_eq!(status[0]["progress"].as_f64(), Some(1.0));
+    assert!(status[0]["eta_seconds"].is_null());
+}
+
+fn widest(text: &str) -> usize {
+    text.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+#[test]
+fn tables_fit_an_80_column_terminal() {
+    let _watchdog = common::watchdog("tables_fit_an_80_column_terminal");
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    // A paused job (an unfinished row), then one counted to its end.
+    let (_, lines, _) = operator(&c.url, &["submit", "18", "--strategy", "prefix"]);
+    let paused = lines[0]["job"].as_str().unwrap().to_string();
+    let (code, _, err) = operator(&c.url, &["pause", &paused]);
+    assert_eq!(code, 0, "{err}");
+    let (_, lines, _) = operator(&c.url, &["submit", "13", "--tasks", "20"]);
+    let id = lines[0]["job"].as_str().unwrap().to_string();
+    let _w = common::worker(&c.url, "a-worker-with-a-rather-long-name", 1);
+    let (code, _, err) = operator(&c.url, &["watch", &id]);
+    assert_eq!(code, 0, "{err}");
+
+    let mut shown = Vec::new();
+    for args in [
+        vec!["jobs"],
+        vec!["workers"],
+        vec!["status"],
+        vec!["status", &id],
+        vec!["status", &paused],
+    ] {
+        let mut full = args.clone();
+        full.extend(["--coordinator", &c.url]);
+        let (code, out, err) = run(&full);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        shown.push((args.join(" "), out));
+    }
+    let (code, out, err) = run(&["table", "4..12"]);
+    assert_eq!(code, 0, "{err}");
+    shown.push(("table".into(), out));
+    let (code, out, err) = run(&["bench", "9..10", "--threads", "2"]);
+    assert_eq!(code, 0, "{err}");
+    shown.push(("bench".into(), out));
+    for (what, out) in &shown {
+        assert!(out.lines().count() >= 2, "{what}: {out}");
+        assert!(
+            widest(out) <= 80,
+            "{what} is {} columns wide:\n{out}",
+            widest(out)
+        );
+    }
+    let workers = &shown[1].1;
+    assert!(
+        workers.contains("a-worker-with~"),
+        "a long name is cut: {workers}"
+    );
+    assert!(
+        workers.lines().nth(1).unwrap().ends_with("idle"),
+        "{workers}"
+    );
+    let jobs = &shown[0].1;
+    assert!(
+        jobs.contains("paused") && jobs.contains("done") && jobs.contains("100.0%"),
+        "{jobs}"
+    );
+    assert!(jobs.contains("73,712"), "{jobs}");
+}
+
+#[test]
+fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_solve() {
+    let _watchdog = common::watchdog("slips");
+    // health --json when nothing answers: an object saying so, exit 3.
+    let dead = format!("http://{}", common::free_addr());
+    let (code, lines, err) = operator(&dead, &["health"]);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(lines.len(), 1, "one JSON object: {lines:?}");
+    assert_eq!(lines[0]["serving"], false);
+    assert!(
+        lines[0]["error"].as_str().unwrap().contains("cannot reach"),
+        "{}",
+        lines[0]
+    );
+
+    // https:// against a plain-text coordinator says so.
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::start(&dir.path().join("data"));
+    let https = c.url.replace("http://", "https://");
+    let (code, _, err) = run(&["jobs", "--coordinator", &https]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("answers without TLS"), "{err}");
+    assert!(err.contains(&format!("use {}", c.url)), "{err}");
+
+    // http:// against a TLS coordinator says so too.
+    let (cert, key) = self_signed(dir.path());
+    let tls = common::start_with(
+        &dir.path().join("tls-data"),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let (code, _, err) = run(&["jobs", "--coordinator", &tls.url]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("probably speaks TLS"), "{err}");
+    assert!(
+        err.contains(&tls.url.replace("http://", "https://")),
+        "{err}"
+    );
+
+    // --depth alone does nothing without a plan: refused, with the fix.
+    let (code, _, err) = run(&["solve", "10", "--depth", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("add --strategy frame"), "{err}");
+
+    // A long count says what it is and what Ctrl-C loses.
+    let mut solve = nqueens(&["solve", "23", "--threads", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut errs = BufReader::new(solve.stderr.take().unwrap());
+    let mut first = String::new();
+    errs.read_line(&mut first).unwrap();
+    assert!(
+        first.contains("counting N=23") && first.contains("--state DIR"),
+        "{first}"
+    );
+    common::terminate(&solve);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut errs, &mut rest).unwrap();
+    assert_eq!(solve.wait().unwrap().code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("`nqueens solve 23 --state DIR` would have kept"),
+        "{rest}"
+    );
+}
+
+/// A self-signed certificate for 127.0.0.1 and localhost, as PEM files.
+fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+#[test]
+fn completion_lists_the_values_of_enumerated_flags() {
+    let (code, script, err) = run(&["completions", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    for (flag, values) in [
+        ("--strategy", "frame prefix"),
+        ("--core", "auto scalar avx2 avx512"),
+        ("--format", "rows board"),
+        ("--log-format", "text json"),
+        ("--log-level", "error warn info debug trace"),
+        ("--role", "operator worker"),
+    ] {
+        let case = format!("{flag})\n                    COMPREPLY=($(compgen -W \"{values}\"");
+        assert!(
+            script.contains(&case),
+            "{flag} does not complete to {values}"
+        );
+    }
+}
+
+/// The long options of a `--help` text, each with its description.
+fn options(help: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let section = help
+        .split_once("\nOptions:\n")
+        .expect("an Options section")
+        .1;
+    // The section ends at the next heading (Examples:, ...).
+    let section = section
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with(' '));
+    for line in section {
+        let t = line.trim_start();
+        let long = t.strip_prefix("-h, ").unwrap_or(t);
+        if line.starts_with("  ") && long.starts_with("--") && line.len() - t.len() <= 6 {
+            let name = long.split([' ', '<']).next().unwrap().to_string();
+            found.push((name, String::new()));
+        } else if let Some((_, text)) = found.last_mut() {
+            *text += " ";
+            *text += t;
+        }
+    }
+    found
+}
+
+#[test]
+fn every_flag_of_the_coordinator_and_the_worker_reads_an_environment_variable() {
+    for sub in ["coordinator", "worker"] {
+        let (code, help, err) = run(&[sub, "--help"]);
+        assert_eq!(code, 0, "{err}");
+        let opts = options(&help);
+        assert!(opts.len() >= 10, "{sub}: {opts:?}");
+        for (name, text) in opts {
+            if name == "--help" {
+                continue;
+            }
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(
+                text.contains("[env: NQUEENS_"),
+                "{sub} {name} has no variable: {text}"
+            );
+        }
+    }
+    // And they are read: a coordinator configured by variables alone.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = nqueens(&["coordinator"])
+        .env("NQUEENS_LISTEN", "127.0.0.1:0")
+        .env("NQUEENS_DATA_DIR", dir.path().join("data"))
+        .env("NQUEENS_LOG_FORMAT", "json")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = common::url_once_ready(&mut child);
+    let (code, lines, err) = operator(&url, &["health"]);
+    assert_eq!(
+        (code, &lines[0]["serving"]),
+        (0, &serde_json::Value::Bool(true)),
+        "{err}"
+    );
+    common::terminate(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    // --log-format json (from NQUEENS_LOG_FORMAT): every log line is an object.
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.lines().count() >= 2, "{log}");
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(log.contains("\"message\":\"shutting down\""), "{log}");
+}
+
+#[test]
+fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
+    let _watchdog = common::watchdog("doctor_checks_a_live_coordinator");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("operator.token");
+    std::fs::write(&token, "doctor-operator-token-0123456789\n").unwrap();
+    let worker_token = dir.path().join("worker.token");
+    std::fs::write(&worker_token, "doctor-worker-token-0123456789ab\n").unwrap();
+    let c = common::start_with(
+        &dir.path().join("data"),
+        &[
+            "--operator-token-file",
+            token.to_str().unwrap(),
+            "--worker-token-file",
+            worker_token.to_str().unwrap(),
+        ],
+    );
+    let doctor = |args: &[&str]| {
+        let mut all = vec!["doctor", "--seconds", "0.1", "--coordinator", &c.url];
+        all.extend(args);
+        run(&all)
+    };
+    let (code, out, err) = doctor(&["--token-file", token.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    for (i, check) in ["coordinator", "health", "token", "version", "cpu", "speed"]
+        .iter()
+        .enumerate()
+    {
+        assert!(lines[i].contains(check), "line {i} is not {check}: {out}");
+        assert!(!lines[i].starts_with("FAIL"), "{out}");
+    }
+    assert!(lines[0].contains("plain text"), "{out}");
+    assert!(lines[1].contains("SERVING"), "{out}");
+    assert!(lines[2].contains("accepted for operator calls"), "{out}");
+    assert!(lines[5].contains("nodes/s on one thread"), "{out}");
+
+    // The worker token, checked as a worker's; an operator token is not one.
+    let (code, out, err) = doctor(&[
+        "--role",
+        "worker",
+        "--token-file",
+        worker_token.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("accepted for worker calls"), "{out}");
+    let (code, out, _) = doctor(&["--role", "worker", "--token-file", token.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("FAIL  token")), "{out}");
+
+    // JSON: one object, the speed sample as a number and a string.
+    let (code, out, err) = doctor(&["--token-file", token.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["passed"], true);
+    let speed = v["checks"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(speed["check"], "speed");
+    assert!(speed["nodes_per_second"].as_f64().unwrap() > 0.0);
+    assert!(int(&speed["nodes"]) > 0);
+
+    // Nothing listening: the coordinator check fails, the rest is skipped
+    // or about this machine, and the exit code says so.
+    let dead = format!("http://{}", common::free_addr());
+    let (code, out, err) = run(&[
+        "doctor",
+        "--seconds",
+        "0.1",
+        "--coordinator",
+        &dead,
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["passed"], false);
+    let outcome = |name: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name} check: {v}"))["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("coordinator"), "fail");
+    assert_eq!(outcome("token"), "skip");
+    assert_eq!(outcome("speed"), "ok");
+    assert!(err.contains("checks failed: coordinator"), "{err}");
+}
