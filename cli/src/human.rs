@@ -166,11 +166,12 @@ impl JobInfo {
         }
     }
 
-    /// The rate as people read it: `12.3 tasks/s` (or `0.05 tasks/s`), or
-    /// `-` while unknown.
+    /// The rate as people read it: `12.3 tasks/s` (or `0.050 tasks/s`),
+    /// `unknown` before the first results, `-` when not running.
     pub fn rate(&self) -> String {
         match self.tasks_per_second {
-            r if r <= 0.0 => "-".into(),
+            _ if self.state != "running" => "-".into(),
+            r if r <= 0.0 => "unknown".into(),
             r if r >= 100.0 => format!("{} tasks/s", thousands(r.round() as u128)),
             r if r >= 1.0 => format!("{r:.1} tasks/s"),
             r => format!("{r:.3} tasks/s"),
@@ -200,7 +201,7 @@ impl JobInfo {
     /// state, progress, rate, counts so far and ETA.
     pub fn line(&self) -> String {
         format!(
-            "{} job {} {}: {} {:.1}% ({}/{} tasks), {}, total{} {}, unique {}, {} workers, ETA {}{}",
+            "{} job {} {}: {} {:.1}% ({}/{} tasks), rate {}, total{} {}, unique {}, {} workers, ETA {}{}",
             utc(now_unix_ms()),
             self.job,
             self.plan(),

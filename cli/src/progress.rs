@@ -130,9 +130,11 @@ fn new_bar() -> ProgressBar {
 fn draw(bar: &ProgressBar, j: &JobInfo) {
     bar.set_position((j.progress * BAR_LEN as f64) as u64);
     bar.set_message(format!(
-        "{}/{} tasks · total {} · {} workers · ETA {}{}",
+        "{} · {}/{} tasks · {} · total {} · {} workers · ETA {}{}",
+        j.state,
         thousands(j.done.into()),
         thousands(j.tasks.into()),
+        j.rate(),
         thousands(j.total),
         j.active_workers,
         j.eta(),
