@@ -183,7 +183,16 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
     let state = dir.path().join("run17");
     let state = state.to_str().unwrap();
     let solve = |extra: &[&str]| {
-        let mut c = nqueens(&["solve", "17", "--state", state, "--threads", "2"]);
+        let mut c = nqueens(&[
+            "solve",
+            "17",
+            "--state",
+            state,
+            "--threads",
+            "2",
+            "--tasks",
+            "1000",
+        ]);
         c.args(extra);
         c
     };

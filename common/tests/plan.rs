@@ -267,3 +267,20 @@ fn rings_are_exact_for_19_and_20() {
         exact_on(n, Strategy::Frame, 1, Path::fastest());
     }
 }
+
+/// Default task counts give tasks of about 2^(N-18) core-seconds: a few
+/// dozen at N=18 (each about a second on one core, so a task's round trip
+/// is a small share of it), growing with N up to the cap.
+#[test]
+fn default_task_counts_grow_with_n_between_their_bounds() {
+    use nqueens_common::plan::{default_tasks, MAX_DEFAULT_TASKS};
+    let tasks = |n: u32| default_tasks(Size::new(n).unwrap());
+    assert_eq!(tasks(18), 40);
+    assert_eq!(tasks(4), 16, "small jobs still spread over workers");
+    assert_eq!(tasks(32), MAX_DEFAULT_TASKS);
+    for n in 4..32 {
+        assert!(tasks(n) <= tasks(n + 1), "N={n}");
+    }
+    // Per task, the model's work doubles per N until the cap, then grows 7.5×.
+    assert!(tasks(22) > 20 * tasks(18));
+}

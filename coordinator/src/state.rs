@@ -79,7 +79,7 @@ impl Default for Limits {
             retry_budget: 5,
             backoff_base_ms: 1_000,
             backoff_max_ms: 300_000,
-            max_tasks: 1_000_000,
+            max_tasks: nqueens_common::plan::MAX_DEFAULT_TASKS,
         }
     }
 }
