@@ -128,6 +128,38 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         .collect();
     assert!(ids.iter().any(|&i| i > 1 << 53), "no id above 2^53");
     assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
+
+    // Redundancy 2 with one credential among the workers: the job says
+    // what it waits for, in JSON, in `status` and in `watch` lines.
+    let (_, lines, _) = operator(&c.url, &["submit", "12", "--redundancy", "2"]);
+    let stalled = lines[0]["job"].as_str().unwrap().to_string();
+    let mut watch = nqueens(&["watch", &stalled, "--json", "--interval", "0.05"])
+        .args(["--coordinator", &c.url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut snapshots = BufReader::new(watch.stdout.take().unwrap())
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap());
+    let waiting = snapshots
+        .find(|j| j["state"] == "running")
+        .expect("a running snapshot");
+    let why = waiting["waiting_for"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{waiting}"));
+    assert!(why.contains("redundancy 2 needs 2 distinct"), "{why}");
+    let (_, text, _) = run(&["status", &stalled, "--coordinator", &c.url]);
+    assert!(
+        text.contains("state     running, waiting for workers: redundancy 2"),
+        "{text}"
+    );
+    operator(&c.url, &["cancel", &stalled]);
+    let last = snapshots.last().expect("a last snapshot");
+    assert_eq!(
+        (&last["state"], &last["waiting_for"]),
+        (&"cancelled".into(), &serde_json::Value::Null)
+    );
+    assert_eq!(watch.wait().unwrap().code(), Some(1));
 }
 
 /// `2026-11-23T18:40:05Z` at the start of a line.

@@ -76,6 +76,9 @@ pub struct JobInfo {
     /// Tasks whose result waits for another worker's agreement.
     #[serde(serialize_with = "dec")]
     pub checking: u64,
+    /// Why the job cannot make progress now (planning, or too few distinct
+    /// worker credentials for its redundancy); null when it can.
+    pub waiting_for: Option<String>,
     #[serde(serialize_with = "dec")]
     pub active_workers: u64,
     #[serde(serialize_with = "dec")]
@@ -149,6 +152,7 @@ impl JobInfo {
                 1.0
             },
             checking: j.checking,
+            waiting_for: (!ended && !j.waiting_for.is_empty()).then(|| j.waiting_for.clone()),
             active_workers: j.active_workers,
             submitted_unix_ms: j.submitted_unix_ms,
             tasks_per_second: if moving && j.work_per_second > 0.0 {
@@ -222,6 +226,9 @@ impl JobInfo {
     /// What needs an operator, if anything.
     pub fn warnings(&self) -> String {
         let mut w = String::new();
+        if let Some(why) = &self.waiting_for {
+            w += &format!("; waiting for {why}");
+        }
         if self.dead > 0 {
             w += &format!(
                 "; {} tasks out of retries (the job cannot finish; see the coordinator log)",
@@ -255,13 +262,17 @@ impl JobInfo {
             None => String::new(),
             m => format!("\nknown     {}", verdict(m)),
         };
+        let state = match &self.waiting_for {
+            Some(why) => format!("{}, waiting for {why}", self.state),
+            None => self.state.to_string(),
+        };
         format!(
             "job       {}\nplan      {}\nstate     {}\nprogress  {:.1}% of the expected work\ntasks     {} of {} done, {} leased, {} pending\n\
              retries   {} waiting to retry, {} out of retries\nrate      {}\n\
              total     {}{}\nunique    {}{known}{check}\nworkers   {} active\nsubmitted {} ago ({})\neta       {}\n",
             self.job,
             self.plan(),
-            self.state,
+            state,
             self.progress * 100.0,
             thousands(self.done.into()),
             thousands(self.tasks.into()),
