@@ -166,7 +166,7 @@ pub enum Command {
         #[arg(long, value_name = "F", env = "NQUEENS_OPERATOR_TOKEN_FILE")]
         operator_token_file: Option<PathBuf>,
         /// Allow a non-loopback address without tokens.
-        #[arg(long, env = "NQUEENS_INSECURE")]
+        #[arg(long, env = "NQUEENS_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
         insecure: bool,
         /// Seconds a lease lives without a heartbeat.
         #[arg(
@@ -181,7 +181,12 @@ pub enum Command {
         metrics: Option<std::net::SocketAddr>,
         /// Allow --metrics on a non-loopback address: the page carries no
         /// authentication, so guard it with a firewall or network policy.
-        #[arg(long, requires = "metrics", env = "NQUEENS_METRICS_PUBLIC")]
+        #[arg(
+            long,
+            requires = "metrics",
+            env = "NQUEENS_METRICS_PUBLIC",
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
         metrics_public: bool,
         /// Refuse a job whose plan has more tasks than this (its memory and
         /// planning time grow with its tasks).
