@@ -117,8 +117,10 @@ fn print_line(info: &JobInfo, json: bool) -> Result<(), Failure> {
 fn new_bar() -> ProgressBar {
     let bar = ProgressBar::new(BAR_LEN);
     bar.set_style(
+        // Two lines, so the bar keeps its width on an 80-column terminal
+        // and the counts line is cut to the terminal's width, not wrapped.
         ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{wide_bar}] {percent:>3}% {msg}",
+            "{spinner} {elapsed_precise} [{wide_bar}] {percent:>3}%\n  {wide_msg}",
         )
         .expect("the template is valid")
         .progress_chars("=> "),
@@ -130,14 +132,15 @@ fn new_bar() -> ProgressBar {
 fn draw(bar: &ProgressBar, j: &JobInfo) {
     bar.set_position((j.progress * BAR_LEN as f64) as u64);
     bar.set_message(format!(
-        "{} · {}/{} tasks · {} · total {} · {} workers · ETA {}{}",
+        // What matters first: a narrow terminal cuts the end of the line.
+        "{} · ETA {} · {}/{} tasks · {} · total {} · {} workers{}",
         j.state,
+        j.eta(),
         thousands(j.done.into()),
         thousands(j.tasks.into()),
         j.rate(),
         thousands(j.total),
         j.active_workers,
-        j.eta(),
         j.warnings(),
     ));
 }
