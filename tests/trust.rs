@@ -642,6 +642,20 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
             (v1::JobState::Done as i32, 92)
         );
     });
+    // Both voters' agreeing results count as checked (a1's vote was
+    // refused as alice's second, so a1 has none).
+    let (code, workers, err) = operator(
+        &c.url,
+        &["workers", "--token-file", op_token.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let checked = |id: &str| {
+        workers
+            .iter()
+            .find(|w| w["worker"] == id)
+            .map(|w| w["checked"].as_str().unwrap().to_string())
+    };
+    assert_eq!(checked("b1").as_deref(), Some("1"), "{workers:?}");
     // Revoked: refused within a few seconds (polled, no fixed sleep).
     let (code, err) = run(&["token", "revoke", "bob", "--data-dir", d]);
     assert_eq!(code, 0, "{err}");

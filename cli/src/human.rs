@@ -334,6 +334,10 @@ pub struct WorkerRow {
     /// Results others contradicted; any puts the worker in quarantine.
     #[serde(serialize_with = "dec")]
     pub conflicts: u64,
+    /// Results another credential agreed with (redundancy); 0: this
+    /// worker's results were never cross-checked.
+    #[serde(serialize_with = "dec")]
+    pub checked: u64,
     pub quarantined: bool,
     #[serde(serialize_with = "dec")]
     pub last_seen_unix_ms: u64,
@@ -351,6 +355,7 @@ impl WorkerRow {
             subproblems_done: w.subproblems_done,
             errors: w.errors,
             conflicts: w.conflicts,
+            checked: w.checked,
             quarantined: w.quarantined,
             last_seen_unix_ms: w.last_seen_unix_ms,
             solver_version: w.solver_version.clone(),

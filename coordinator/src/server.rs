@@ -186,7 +186,12 @@ fn bearer(
                 "the {role} token is wrong"
             ))),
             None => Err(Status::unauthenticated(format!(
-                "a {role} token is required: send 'authorization: Bearer <token>'"
+                "{} {role} token is required: send 'authorization: Bearer <token>'",
+                if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                }
             ))),
         }
     }
