@@ -582,3 +582,39 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     assert_eq!(outcome("speed"), "ok");
     assert!(err.contains("checks failed: coordinator"), "{err}");
 }
+
+/// The coordinator's log tells an operator a job's life (submitted,
+/// planned, done with its totals), who joined, and what a restart
+/// recovered, at INFO.
+#[test]
+fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
+    let _watchdog = common::watchdog("the_coordinator_logs_each_jobs_life");
+    let dir = tempfile::tempdir().unwrap();
+    let (data, log) = (dir.path().join("data"), dir.path().join("log"));
+    let addr = common::free_addr();
+    let mut c = common::coordinator_logged(&data, &addr, &log);
+    let w = common::worker(&c.url, "w-log", 1);
+    let (code, _, err) = common::operator(&c.url, &["submit", "12", "--watch"]);
+    assert_eq!(code, 0, "{err}");
+    common::wait_for_log(&log, "job done", 1);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for event in ["job submitted", "job planned", "worker registered"] {
+        assert!(text.contains(event), "no {event:?} in:\n{text}");
+    }
+    let done = text.lines().find(|l| l.contains("job done")).unwrap();
+    assert!(
+        done.contains("total=14200") && done.contains("unique=1787"),
+        "{done}"
+    );
+    drop(w);
+    common::kill9(&mut c.child);
+    let _c = common::coordinator_logged(&data, &addr, &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let restored = text
+        .lines()
+        .filter(|l| l.contains("coordinator state restored"))
+        .last()
+        .unwrap();
+    assert!(restored.contains("jobs=1"), "{restored}");
+    assert_eq!(text.matches("job done").count(), 1, "logged once");
+}

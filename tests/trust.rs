@@ -719,42 +719,6 @@ fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() 
     }
 }
 
-/// A coordinator on `addr` logging at INFO into `log`, once it is ready.
-fn coordinator_logged(
-    data: &std::path::Path,
-    addr: &str,
-    log: &std::path::Path,
-) -> common::Coordinator {
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", addr, "--data-dir"])
-        .arg(data)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let url = common::url_once_ready(&mut child);
-    common::Coordinator { child, url }
-}
-
-/// Waits (bounded) until `log` holds `line` `times` times.
-fn wait_for_log(log: &std::path::Path, line: &str, times: usize) {
-    let start = Instant::now();
-    while std::fs::read_to_string(log).unwrap().matches(line).count() < times {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "never logged {line:?}: {}",
-            std::fs::read_to_string(log).unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A plan that takes many minutes to enumerate (N=32 in 8-line frames:
 /// 1.3·10^10 subproblems, within the size limit; about ten minutes) keeps neither a restarted coordinator from
 /// serving nor a signal from stopping it, and cancelling its job stops the
@@ -802,20 +766,20 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
             .code()
     };
 
-    let mut c = coordinator_logged(&data, &addr, &log);
+    let mut c = common::coordinator_logged(&data, &addr, &log);
     let first = submit_long(&c.url).job_id;
     assert_eq!(get(&c.url, first).tasks, 0, "still planning");
     common::kill9(&mut c.child);
 
     // Restarted while the job was planning: it serves at once (the first
     // "ready" line) and plans in the background.
-    let mut c = coordinator_logged(&data, &addr, &log);
+    let mut c = common::coordinator_logged(&data, &addr, &log);
     assert_eq!(health(&c.url), Some(0), "SERVING while the job plans");
     let job = get(&c.url, first);
     assert_eq!((job.tasks, job.state), (0, v1::JobState::Running as i32));
     let (code, _, err) = operator(&c.url, &["cancel", &first.to_string()]);
     assert_eq!(code, 0, "{err}");
-    wait_for_log(&log, "planning stopped", 1);
+    common::wait_for_log(&log, "planning stopped", 1);
     assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
 
     // SIGTERM while another long plan is being computed: a clean exit.
@@ -823,10 +787,10 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
     common::terminate(&c.child);
     let status = c.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    wait_for_log(&log, "planning stopped", 2);
+    common::wait_for_log(&log, "planning stopped", 2);
 
     // Started again: the cancelled job is not planned again, the other is.
-    let c = coordinator_logged(&data, &addr, &log);
+    let c = common::coordinator_logged(&data, &addr, &log);
     assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
     assert_eq!(
         get(&c.url, second).tasks,
@@ -835,7 +799,7 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
     );
     let (code, _, err) = operator(&c.url, &["cancel", &second.to_string()]);
     assert_eq!(code, 0, "{err}");
-    wait_for_log(&log, "planning stopped", 3);
+    common::wait_for_log(&log, "planning stopped", 3);
 }
 
 /// A connection that never starts its handshake (a TLS ClientHello or the

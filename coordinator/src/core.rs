@@ -142,6 +142,7 @@ impl Coordinator {
         limits: Limits,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Coordinator>, CoordError> {
+        let started = std::time::Instant::now();
         let dir_err = |why: String| CoordError::DataDir {
             path: data_dir.to_path_buf(),
             why,
@@ -210,7 +211,7 @@ impl Coordinator {
             unix_ms: core.clock.now_ms(),
         })))
         .await?;
-        tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, "coordinator state restored");
+        tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, jobs = core.lock().jobs().count(), ms = started.elapsed().as_millis() as u64, "coordinator state restored");
         for (id, spec) in unplanned {
             core.plan_in_background(id, spec);
         }
@@ -268,7 +269,22 @@ impl Coordinator {
     /// Journals a record (waiting for its fsync), then applies it.
     async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
         self.journal.append(&r).await?;
-        let v = self.lock().apply(&r)?;
+        // The result that finishes a job (seen under one lock, so it is
+        // logged once).
+        let (v, finished) = {
+            let mut s = self.lock();
+            let job = match &r.record {
+                Some(Record::TaskDone(d)) => Some(d.job_id),
+                _ => None,
+            };
+            let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
+            let before = job.is_some_and(|id| done(&s, id));
+            let v = s.apply(&r)?;
+            (v, job.filter(|&id| !before && done(&s, id)))
+        };
+        if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
+            tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
+        }
         // The store's result row is the counted result, nothing else.
         let counted = matches!(v, None | Some(Verdict::New));
         if let (true, Some(Record::TaskDone(d))) = (counted, &r.record) {
@@ -436,6 +452,7 @@ impl Coordinator {
             verify_fraction,
         })))
         .await?;
+        tracing::info!(job = id, n = spec.n.get(), strategy = ?spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy, "job submitted");
         self.plan_in_background(id, spec);
         self.job(id)
     }
@@ -445,7 +462,10 @@ impl Coordinator {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             match me.plan_job(id, spec, None).await {
-                Ok(()) => tracing::info!(job = id, "planned"),
+                Ok(()) => {
+                    let tasks = me.job(id).map_or(0, |j| j.tasks);
+                    tracing::info!(job = id, tasks, "job planned")
+                }
                 Err(CoordError::Plan(PlanError::Stopped)) => {
                     tracing::info!(
                         job = id,
@@ -532,6 +552,7 @@ impl Coordinator {
             state: wire as i32,
         })))
         .await?;
+        tracing::info!(job = id, "job {action}");
         if to == JobState::Cancelled {
             if let Some(flag) = self.planning_flags().get(&id) {
                 flag.store(true, Ordering::Relaxed);
@@ -556,6 +577,7 @@ impl Coordinator {
         w.host = host.to_string();
         w.cores = cores;
         w.solver_version = version.to_string();
+        tracing::info!(worker, host, cores, version, "worker registered");
         Ok(())
     }
 
@@ -627,6 +649,17 @@ impl Coordinator {
             )
         };
         let now = self.now_ms();
+        let done = || {
+            rec(Record::TaskDone(v1::TaskDone {
+                job_id: r.job,
+                task_index: r.task,
+                result: Some(result.clone()),
+                worker_id: worker.to_string(),
+                lease_id: r.lease_id,
+                unix_ms: now,
+                credential: credential.clone(),
+            }))
+        };
         match verdict {
             Verdict::Duplicate | Verdict::AwaitingCheck => Ok(verdict),
             Verdict::NotCounted if self.lock().quarantined(worker) => {
@@ -637,33 +670,15 @@ impl Coordinator {
                     worker,
                     "result of a quarantined worker: journaled, not counted"
                 );
-                self.write(rec(Record::TaskDone(v1::TaskDone {
-                    job_id: r.job,
-                    task_index: r.task,
-                    result: Some(result),
-                    worker_id: worker.to_string(),
-                    lease_id: r.lease_id,
-                    unix_ms: now,
-                    credential: credential.clone(),
-                })))
-                .await?;
+                self.write(done()).await?;
                 Ok(Verdict::NotCounted)
             }
             Verdict::NotCounted => Ok(verdict),
             Verdict::New => {
                 // A concurrent report may have won meanwhile: `apply` then
                 // answers Duplicate or Conflict, and never adds twice.
-                let applied = self
-                    .write(rec(Record::TaskDone(v1::TaskDone {
-                        job_id: r.job,
-                        task_index: r.task,
-                        result: Some(result),
-                        worker_id: worker.to_string(),
-                        lease_id: r.lease_id,
-                        unix_ms: now,
-                        credential: credential.clone(),
-                    })))
-                    .await?;
+                let applied = self.write(done()).await?;
+                tracing::debug!(job = r.job, task = r.task, worker, "result counted");
                 Ok(applied.unwrap_or(Verdict::New))
             }
             Verdict::Conflict => {

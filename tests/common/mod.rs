@@ -168,6 +168,42 @@ pub fn url_once_ready(child: &mut Child) -> String {
     format!("http://{addr}")
 }
 
+/// A coordinator on `addr` logging at INFO into `log`, once it is ready.
+pub fn coordinator_logged(
+    data: &std::path::Path,
+    addr: &str,
+    log: &std::path::Path,
+) -> Coordinator {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
+        .args(["coordinator", "--listen", addr, "--data-dir"])
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let url = url_once_ready(&mut child);
+    Coordinator { child, url }
+}
+
+/// Waits (bounded) until `log` holds `line` `times` times.
+pub fn wait_for_log(log: &std::path::Path, line: &str, times: usize) {
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(log).unwrap().matches(line).count() < times {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never logged {line:?}: {}",
+            std::fs::read_to_string(log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A loopback address with a port free at the moment.
 pub fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
