@@ -612,8 +612,7 @@ fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
     let text = std::fs::read_to_string(&log).unwrap();
     let restored = text
         .lines()
-        .filter(|l| l.contains("coordinator state restored"))
-        .last()
+        .rfind(|l| l.contains("coordinator state restored"))
         .unwrap();
     assert!(restored.contains("jobs=1"), "{restored}");
     assert_eq!(text.matches("job done").count(), 1, "logged once");
