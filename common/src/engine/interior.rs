@@ -158,6 +158,20 @@ impl Interior {
         let (mut i, mut ld, mut col, mut rd) =
             (i0, u64::from(start.l), start.d, u64::from(start.r));
         let mut bm = self.allowed[i & 31] & !(start.l | start.d | start.r);
+        // Both candidates of the second-to-last row (either may be absent),
+        // each with the last row's square if it is open: the completions
+        // and the queens placed.
+        let tail = |nl: u64, nr: u64, nc: u32, next: u32| {
+            let b1 = next & next.wrapping_neg();
+            let b2 = next ^ b1;
+            // The last row's open squares before this row's queen; a
+            // queen at b closes b and one diagonal step either side.
+            let open = last & !seen(nl.rotate_left(last_shift), nr.rotate_right(last_shift), nc);
+            let fits =
+                |b: u32| u64::from(b != 0 && open & !(b | b << last_shift | b >> last_shift) != 0);
+            let found = fits(b1) + fits(b2);
+            (found, u64::from(next.count_ones()) + found)
+        };
         loop {
             if bm == 0 {
                 if i == i0 {
@@ -181,20 +195,9 @@ impl Interior {
             let nc = col | bit;
             let next = self.allowed[(i + 1) & 31] & !seen(nl, nr, nc);
             if i + 1 == pen {
-                // Both candidates of the second-to-last row (either may be
-                // absent), each with the last row's square if it is open.
-                let b1 = next & next.wrapping_neg();
-                let b2 = next ^ b1;
-                let fits = |b: u32| {
-                    let (l, r) = (
-                        (nl | u64::from(b)).rotate_left(last_shift),
-                        (nr | u64::from(b)).rotate_right(last_shift),
-                    );
-                    u64::from(b != 0 && last & !seen(l, r, nc | b) != 0)
-                };
-                let found = fits(b1) + fits(b2);
+                let (found, placed) = tail(nl, nr, nc, next);
                 solutions += found;
-                nodes += u64::from(next.count_ones()) + found;
+                nodes += placed;
                 bm ^= bit;
                 continue;
             }
@@ -205,6 +208,25 @@ impl Interior {
                 self.allowed[(i + 2) & 31] & !seen(nl.rotate_left(sh1), nr.rotate_right(sh1), nc);
             if next == 0 || ahead == 0 {
                 nodes += u64::from(next.count_ones());
+                bm ^= bit;
+                continue;
+            }
+            if i + 2 == pen {
+                // Row i + 1 is the third-to-last: its candidates are
+                // counted here, each with the two rows below, not pushed.
+                let mut m = next;
+                while m != 0 {
+                    let b = m & m.wrapping_neg();
+                    m ^= b;
+                    let (l2, r2, c2) = (
+                        (nl | u64::from(b)).rotate_left(sh1),
+                        (nr | u64::from(b)).rotate_right(sh1),
+                        nc | b,
+                    );
+                    let (found, placed) = tail(l2, r2, c2, ahead & !(b | b << sh1 | b >> sh1));
+                    solutions += found;
+                    nodes += 1 + placed;
+                }
                 bm ^= bit;
                 continue;
             }
