@@ -10,6 +10,7 @@
 //! it is on; for a lane that does not descend that row is dead, so the
 //! write is harmless and needs no mask.
 
+use super::avx2_ops::{bits, load, pick, store};
 use super::{CountOverflow, Counted, Job, WideTables, PACKED_COLUMNS};
 use core::arch::x86_64::*;
 
@@ -66,30 +67,6 @@ struct Spill {
     pen: [u32; LANES],
     last: [u32; LANES],
     active: [u32; LANES],
-}
-
-#[target_feature(enable = "avx2")]
-fn load(a: &[u32; LANES]) -> __m256i {
-    // SAFETY: reads exactly 32 bytes from a 32-byte array.
-    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
-}
-
-#[target_feature(enable = "avx2")]
-fn store(a: &mut [u32; LANES], v: __m256i) {
-    // SAFETY: writes exactly 32 bytes into a 32-byte array.
-    unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
-}
-
-/// Lanes set in a mask vector, as bits.
-#[target_feature(enable = "avx2")]
-fn bits(m: __m256i) -> u32 {
-    _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
-}
-
-/// `if m { a } else { b }` per lane.
-#[target_feature(enable = "avx2")]
-fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    _mm256_blendv_epi8(b, a, m)
 }
 
 /// Each lane's record at `slot`, as u32 offsets into the group's stacks.

@@ -15,6 +15,7 @@
 //! bit 31 set on the second-to-last free row, whose next row (the last) is
 //! counted inline.
 
+use super::avx2_ops::{bits, load, pick, store};
 use super::{CountOverflow, Counted, Job, Tables};
 use core::arch::x86_64::*;
 
@@ -70,30 +71,6 @@ struct Spill {
     ld: [u32; LANES],
     rd: [u32; LANES],
     col: [u32; LANES],
-}
-
-#[target_feature(enable = "avx2")]
-fn load(a: &[u32; LANES]) -> __m256i {
-    // SAFETY: reads exactly 32 bytes from a 32-byte array.
-    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
-}
-
-#[target_feature(enable = "avx2")]
-fn store(a: &mut [u32; LANES], v: __m256i) {
-    // SAFETY: writes exactly 32 bytes into a 32-byte array.
-    unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
-}
-
-/// Lanes set in a mask vector, as bits.
-#[target_feature(enable = "avx2")]
-fn bits(m: __m256i) -> u32 {
-    _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
-}
-
-/// `if m { a } else { b }` per lane.
-#[target_feature(enable = "avx2")]
-fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    _mm256_blendv_epi8(b, a, m)
 }
 
 /// The other half of a rotation by `s` (0..=3): `-s mod 32`. Masked, so

@@ -1,0 +1,33 @@
+//! The small AVX2 helpers both AVX2 kernels use (8 lanes of 32 bits).
+
+use core::arch::x86_64::*;
+
+const LANES: usize = 8;
+
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn load(a: &[u32; LANES]) -> __m256i {
+    // SAFETY: reads exactly 32 bytes from a 32-byte array.
+    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn store(a: &mut [u32; LANES], v: __m256i) {
+    // SAFETY: writes exactly 32 bytes into a 32-byte array.
+    unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
+}
+
+/// Lanes set in a mask vector, as bits.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn bits(m: __m256i) -> u32 {
+    _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
+}
+
+/// `if m { a } else { b }` per lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_blendv_epi8(b, a, m)
+}
