@@ -429,9 +429,9 @@ impl Tables {
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx2_ops;
-#[cfg(target_arch = "x86_64")]
 mod avx2_narrow;
+#[cfg(target_arch = "x86_64")]
+mod avx2_ops;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
