@@ -252,12 +252,6 @@ fn worker_to_wire((w, leases): &(WorkerInfo, usize)) -> v1::Worker {
 pub struct Ready(Arc<std::sync::OnceLock<Arc<Coordinator>>>);
 
 impl Ready {
-    pub fn new(core: Arc<Coordinator>) -> Ready {
-        let ready = Ready::default();
-        ready.set(core);
-        ready
-    }
-
     /// Called once, when start-up is over.
     pub fn set(&self, core: Arc<Coordinator>) {
         let _ = self.0.set(core);
