@@ -436,6 +436,9 @@ impl Rng {
     }
 }
 
+/// The lease time of the simulated workers' coordinator.
+const LEASE_TTL: Duration = Duration::from_secs(2);
+
 /// What a simulated worker did with one lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Act {
@@ -458,6 +461,11 @@ async fn simulated(url: String, name: String, seed: u64, until: Instant) -> Vec<
             worker_id: name.clone(),
             max_tasks: 1 + rng.below(3) as u32,
         };
+        // The coordinator granted these leases after this instant, so a
+        // report answered later than one lease time after it may find
+        // its lease expired (a late report in the same batch, or a slow
+        // machine) and be refused; an earlier report must be accepted.
+        let asked = Instant::now();
         let leases = w.lease(req).await.unwrap().into_inner().leases;
         if leases.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -487,7 +495,7 @@ async fn simulated(url: String, name: String, seed: u64, until: Instant) -> Vec<
                     w.release(req).await.unwrap();
                     continue;
                 }
-                Act::ReportLate => tokio::time::sleep(Duration::from_millis(2_500)).await,
+                Act::ReportLate => tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await,
                 Act::Report | Act::ReportTwice => {}
             }
             let me = name.clone();
@@ -502,7 +510,7 @@ async fn simulated(url: String, name: String, seed: u64, until: Instant) -> Vec<
                     // A late result for a task that another worker holds
                     // by now is refused, and nothing is counted.
                     Err(s)
-                        if act == Act::ReportLate
+                        if asked.elapsed() >= LEASE_TTL
                             && s.code() == tonic::Code::FailedPrecondition =>
                     {
                         continue
@@ -534,7 +542,8 @@ async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
-    let c = start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
+    let ttl = LEASE_TTL.as_secs().to_string();
+    let c = start_with(&dir.path().join("data"), &["--lease-ttl", &ttl]);
     let mut ops = operator(&c.url).await;
     let until = Instant::now() + Duration::from_secs(seconds);
 
