@@ -3,7 +3,7 @@
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::{default_depth, default_tasks, Plan, PlanSpec, Strategy};
+use nqueens_common::plan::{default_depth, default_tasks, Plan, PlanError, PlanSpec, Strategy};
 use nqueens_common::Size;
 use std::path::PathBuf;
 
@@ -469,12 +469,14 @@ pub enum Command {
 }
 
 /// `--strategy`: its values named, so `--help` and shell completion list
-/// them (prefix, frame).
+/// them (prefix, frame, synthetic).
 fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     PossibleValuesParser::new([
         PossibleValue::new("frame").help("one queen on each border line (rings or frames)"),
         PossibleValue::new("prefix").help("the first K rows of the symmetry-pruned search"),
+        PossibleValue::new("synthetic")
+            .help("load tests (submit only): no queens; task i answers a fixed function of i"),
     ])
     .map(|s| s.parse::<Strategy>().expect("a listed strategy parses"))
 }
@@ -517,6 +519,15 @@ impl PlanShape {
         plan.check_size()
             .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
         Ok(plan)
+    }
+
+    /// [`PlanShape::plan`] for counting on this machine: a synthetic plan
+    /// (which counts no queens) is bad input here.
+    pub fn local_plan(&self, n: Size, strategy: Strategy) -> Result<Plan, Failure> {
+        if strategy == Strategy::Synthetic {
+            return Err(Failure::BadInput(PlanError::Synthetic.to_string()));
+        }
+        self.plan(n, strategy)
     }
 }
 

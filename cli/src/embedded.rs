@@ -52,7 +52,7 @@ pub fn solve(
     progress: Progress,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.plan(n, strategy.unwrap_or(Strategy::Frame))?;
+    let plan = shape.local_plan(n, strategy.unwrap_or(Strategy::Frame))?;
     init_logs("warn", crate::args::LogFormat::Text);
     // One async thread serves the coordinator, the worker and the progress
     // display: a few calls a second, and the cores are left to counting.

@@ -23,6 +23,7 @@ fn state_name(state: i32, tasks: u64) -> &'static str {
 fn strategy_name(spec: &v1::PlanSpec) -> &'static str {
     match v1::Strategy::try_from(spec.strategy) {
         Ok(v1::Strategy::Frame) => "frame",
+        Ok(v1::Strategy::Synthetic) => "synthetic",
         _ => "prefix",
     }
 }

@@ -41,7 +41,7 @@ pub fn solve(
     let report = match strategy {
         None => count(n, threads, core)?,
         Some(strategy) => {
-            let plan = shape.plan(n, strategy)?.with_path(core);
+            let plan = shape.local_plan(n, strategy)?.with_path(core);
             let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
             let solution =
                 solve_plan(&plan, &plan.schedule(), threads).map_err(|e| failed(e.to_string()))?;
@@ -124,7 +124,7 @@ pub fn estimate(
     core: Option<Path>,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.plan(n, strategy)?.with_path(core);
+    let plan = shape.local_plan(n, strategy)?.with_path(core);
     let e = plan
         .estimate(seed, std::time::Duration::from_secs(seconds.max(1)))
         .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
@@ -185,7 +185,7 @@ pub fn plan(
     json: bool,
 ) -> Result<(), Failure> {
     let start = std::time::Instant::now();
-    let plan = shape.plan(n, strategy)?;
+    let plan = shape.local_plan(n, strategy)?;
     let schedule = plan.schedule();
     let mut out = stdout();
     let tasks = match task {

@@ -284,3 +284,36 @@ fn default_task_counts_grow_with_n_between_their_bounds() {
     // Per task, the model's work doubles per N until the cap, then grows 7.5×.
     assert!(tasks(22) > 20 * tasks(18));
 }
+
+#[test]
+fn a_synthetic_plan_derives_its_tasks_and_answers_a_fixed_function_of_the_index() {
+    use nqueens_common::plan::{synthetic_answer, synthetic_sum, MAX_SYNTHETIC_TASKS};
+    let plan = Plan::new(spec(8, Strategy::Synthetic, 0, 1_000)).unwrap();
+    assert_eq!(plan.derived_tasks(), Some(1_000));
+    let listed = plan.schedule().tasks;
+    assert_eq!(listed.len(), 1_000);
+    let mut sum = Tally::default();
+    for (i, t) in listed.iter().enumerate() {
+        assert_eq!(*t, plan.derived_task(i as u64), "listed = derived");
+        let (tally, _) = plan.count_task_checked(t).unwrap();
+        assert_eq!(tally.weighted, synthetic_answer(i as u64));
+        assert!((1..=1 << 20).contains(&tally.weighted));
+        sum.merge(&tally).unwrap();
+    }
+    let totals = plan.finish(&sum).unwrap();
+    assert_eq!(totals.total().unwrap(), synthetic_sum(1_000));
+    assert_ne!(
+        synthetic_answer(0),
+        synthetic_answer(1),
+        "the index matters"
+    );
+    assert_eq!(
+        plan.estimate(1, std::time::Duration::from_secs(1)).err(),
+        Some(PlanError::Synthetic)
+    );
+    assert_eq!(
+        Plan::new(spec(8, Strategy::Synthetic, 0, MAX_SYNTHETIC_TASKS + 1)).err(),
+        Some(PlanError::TooManySynthetic(MAX_SYNTHETIC_TASKS + 1))
+    );
+    assert_eq!("synthetic".parse::<Strategy>(), Ok(Strategy::Synthetic));
+}

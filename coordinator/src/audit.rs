@@ -12,12 +12,13 @@
 //! solver version can compare digests.
 
 use crate::journal::{self, JournalError};
-use crate::state::{plausible, JobState, Limits, State, StateError};
+use crate::state::{plausible, JobState, Limits, State, StateError, TaskList};
 use nqueens_common::known;
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
 use nqueens_proto::v1::journal_record::Record;
 use sha2::{Digest, Sha256};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 /// Why an audit could not be made at all (findings go in [`Audit::problems`]).
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +91,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
     j.planned().ok_or(AuditError::NotPlanned(job))?;
     let plan = Plan::new(j.spec)?;
-    let tasks = plan.schedule().tasks;
+    let tasks = TaskList::of(&plan, &AtomicBool::new(false))?;
     let mut problems = Problems::default();
     // Checks the plan against the digest journaled when it was made.
     if let Err(e) = state.attach_tasks(job, tasks.clone()) {
@@ -107,16 +108,16 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         j.spec.n.get(),
         j.spec.strategy,
         j.spec.depth,
-        tasks.len()
+        tasks.count()
     ));
     for (&task, r) in j.results() {
-        if task >= tasks.len() as u64 {
+        let Some(t) = tasks.get(task) else {
             problems.note(format!(
                 "a result for task {task}, which the plan does not have"
             ));
             continue;
-        }
-        if let Err(e) = plausible(j, task, &r.tally) {
+        };
+        if let Err(e) = plausible(j, &t, &r.tally) {
             problems.note(e.to_string());
         }
         if let Err(e) = sum.merge(&r.tally) {
@@ -136,7 +137,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     }
 
     let counted = j.results().count() as u64;
-    let (total, unique) = if counted == tasks.len() as u64 {
+    let (total, unique) = if counted == tasks.count() {
         match plan.finish(&sum) {
             Ok(t) => (t.total().ok(), t.unique().ok()),
             Err(e) => {
@@ -157,7 +158,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         journal_records: replay.records.len() as u64,
         journal_bytes,
         torn_bytes: replay.truncated,
-        tasks: tasks.len() as u64,
+        tasks: tasks.count(),
         result_records,
         counted,
         total,

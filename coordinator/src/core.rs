@@ -4,7 +4,8 @@
 
 use crate::journal::{Journal, JournalError};
 use crate::state::{
-    digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, Verdict, WorkerInfo,
+    digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict,
+    WorkerInfo,
 };
 use crate::store::{Opened, Store, StoreError, StoreWriter};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
@@ -303,13 +304,14 @@ impl Coordinator {
         spec: PlanSpec,
         planned: Option<(u64, u64)>,
     ) -> Result<(), CoordError> {
-        if let Some((count, want)) = planned {
+        let derived = Plan::new(spec)?.derived_tasks().is_some();
+        if let (Some((count, want)), false) = (planned, derived) {
             if let Some(tasks) = self
                 .store
                 .tasks(id)
                 .filter(|t| t.len() as u64 == count && digest(t) == want)
             {
-                self.lock().attach_tasks(id, tasks)?;
+                self.lock().attach_tasks(id, TaskList::Listed(tasks))?;
                 self.bump();
                 return Ok(());
             }
@@ -318,21 +320,24 @@ impl Coordinator {
         let stop = Arc::new(AtomicBool::new(self.stopping.load(Ordering::Relaxed)));
         self.planning_flags().insert(id, Arc::clone(&stop));
         let scheduled = tokio::task::spawn_blocking(move || {
-            Plan::new(spec).and_then(|p| p.schedule_until(&stop).map(|s| s.tasks))
+            Plan::new(spec).and_then(|p| TaskList::of(&p, &stop))
         })
         .await;
         self.planning_flags().remove(&id);
         let tasks = scheduled.expect("planning thread panicked")?;
-        match self.writes.get() {
-            Some(w) => w.tasks(id, tasks.clone()),
-            // Start-up: nothing else uses the store yet.
-            None => self.store.put_tasks(id, &tasks)?,
+        // A listed plan is kept in the store (a derived one needs nothing).
+        if let TaskList::Listed(list) = &tasks {
+            match self.writes.get() {
+                Some(w) => w.tasks(id, list.clone()),
+                // Start-up: nothing else uses the store yet.
+                None => self.store.put_tasks(id, list)?,
+            }
         }
         if planned.is_none() {
             self.write(rec(Record::JobPlanned(v1::JobPlanned {
                 job_id: id,
-                tasks: tasks.len() as u64,
-                digest: digest(&tasks),
+                tasks: tasks.count(),
+                digest: tasks.digest(),
             })))
             .await?;
         }
@@ -379,7 +384,7 @@ impl Coordinator {
                     repaired += 1;
                 }
             }
-            if sum != job.tally {
+            if sum != *job.tally() {
                 return Err(CoordError::Verify {
                     job: job.id,
                     why: "the job's running totals differ from the sum of its results".into(),
@@ -432,11 +437,12 @@ impl Coordinator {
         // A plan too large to schedule is refused now, with its size,
         // rather than planned without bound.
         let plan = Plan::new(spec)?;
+        let plan_listed = plan.derived_tasks().is_none();
         tokio::task::spawn_blocking(move || plan.check_size())
             .await
             .expect("size check panicked")?;
         let max = self.limits().max_tasks;
-        if spec.tasks > max {
+        if spec.tasks > max && plan_listed {
             return Err(CoordError::TooManyTasks {
                 asked: spec.tasks,
                 max,

@@ -29,7 +29,7 @@ pub enum WireError {
     Decode(#[from] prost::DecodeError),
     #[error("field '{0}' is missing")]
     Missing(&'static str),
-    #[error("unknown strategy value {0}: expected STRATEGY_PREFIX or STRATEGY_FRAME")]
+    #[error("unknown strategy value {0}: expected STRATEGY_PREFIX, STRATEGY_FRAME or STRATEGY_SYNTHETIC")]
     Strategy(i32),
     #[error(transparent)]
     Size(#[from] SizeError),
@@ -48,6 +48,7 @@ impl From<&PlanSpec> for v1::PlanSpec {
             strategy: match s.strategy {
                 Strategy::Prefix => v1::Strategy::Prefix,
                 Strategy::Frame => v1::Strategy::Frame,
+                Strategy::Synthetic => v1::Strategy::Synthetic,
             } as i32,
             depth: s.depth,
             tasks: s.tasks,
@@ -61,6 +62,7 @@ impl TryFrom<&v1::PlanSpec> for PlanSpec {
         let strategy = match v1::Strategy::try_from(w.strategy) {
             Ok(v1::Strategy::Prefix) => Strategy::Prefix,
             Ok(v1::Strategy::Frame) => Strategy::Frame,
+            Ok(v1::Strategy::Synthetic) => Strategy::Synthetic,
             _ => return Err(WireError::Strategy(w.strategy)),
         };
         let spec = PlanSpec {

@@ -82,7 +82,7 @@ impl Plan {
     /// its subproblems, and for a prefix plan its groups (the prefixes one
     /// row shorter), are counted or sampled first (well under a second).
     pub fn check_size(&self) -> Result<(), PlanError> {
-        if self.whole() {
+        if self.whole() || self.derived_tasks().is_some() {
             return Ok(());
         }
         let mut rng = Rng(1);
@@ -117,6 +117,9 @@ impl Plan {
     pub fn estimate(&self, seed: u64, budget: Duration) -> Result<Estimate, PlanError> {
         let started = Instant::now();
         let mut rng = Rng(seed | 1);
+        if self.derived_tasks().is_some() {
+            return Err(PlanError::Synthetic);
+        }
         if self.whole() {
             return Err(PlanError::Inconsistent(
                 "this plan is one whole-board search: count it instead",
@@ -174,6 +177,7 @@ impl Plan {
         let lines = match self.spec.strategy {
             Strategy::Prefix => self.spec.depth as usize,
             Strategy::Frame => self.frames.as_ref().expect("frame plan").lines(),
+            Strategy::Synthetic => 0,
         };
         (lines, crate::engine::border::POS_BITS)
     }
@@ -185,6 +189,7 @@ impl Plan {
         let kind = match self.spec.strategy {
             Strategy::Prefix => Kind::Prefix,
             Strategy::Frame => Kind::Frame,
+            Strategy::Synthetic => Kind::Whole,
         };
         let payload = (0..lines).fold(0u64, |k, _| k << bits | rng.below(n));
         (kind as u64) << KIND_SHIFT | payload

@@ -38,6 +38,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub enum Strategy {
     Prefix,
     Frame,
+    /// Counts no queens: task `i` answers [`synthetic_answer`]`(i)`, so a
+    /// load test can run millions of tasks through a coordinator and check
+    /// the exact sum. Its tasks are derived from their index, never listed.
+    Synthetic,
 }
 
 impl std::str::FromStr for Strategy {
@@ -46,7 +50,10 @@ impl std::str::FromStr for Strategy {
         match s {
             "prefix" => Ok(Strategy::Prefix),
             "frame" => Ok(Strategy::Frame),
-            _ => Err(format!("unknown strategy '{s}': use 'prefix' or 'frame'")),
+            "synthetic" => Ok(Strategy::Synthetic),
+            _ => Err(format!(
+                "unknown strategy '{s}': use 'prefix', 'frame' or (load tests) 'synthetic'"
+            )),
         }
     }
 }
@@ -56,6 +63,7 @@ impl std::fmt::Display for Strategy {
         f.write_str(match self {
             Strategy::Prefix => "prefix",
             Strategy::Frame => "frame",
+            Strategy::Synthetic => "synthetic",
         })
     }
 }
@@ -86,7 +94,29 @@ pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
         Strategy::Prefix => DEFAULT_DEPTH,
         Strategy::Frame if n.get() <= RING_DEFAULT_MAX_N => 1,
         Strategy::Frame => 2,
+        Strategy::Synthetic => 0,
     }
+}
+
+/// The most tasks a synthetic plan may have: a coordinator keeps one bit
+/// per task (125 MB at this size).
+pub const MAX_SYNTHETIC_TASKS: u64 = 1_000_000_000;
+
+/// The answer of task `index` of a synthetic plan: between 1 and 2^20,
+/// a mix of the index so that a lost, doubled or misplaced task changes
+/// the sum.
+pub fn synthetic_answer(index: u64) -> u128 {
+    let mut x = index.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    u128::from(x % (1 << 20)) + 1
+}
+
+/// The sum of the answers of tasks `0..tasks` of a synthetic plan,
+/// added up one by one: the reference a load test compares with.
+pub fn synthetic_sum(tasks: u64) -> u128 {
+    (0..tasks).map(synthetic_answer).sum()
 }
 /// The most tasks a default plan has (and a coordinator accepts by
 /// default): beyond about N=25 default tasks grow longer instead.
@@ -212,6 +242,10 @@ pub enum PlanError {
     },
     #[error("planning was stopped before it finished")]
     Stopped,
+    #[error("a synthetic plan counts no queens (it is for load tests: submit it to a coordinator, or run `nqueens loadgen`)")]
+    Synthetic,
+    #[error("a synthetic plan has at most {max} tasks, got {0}", max = MAX_SYNTHETIC_TASKS)]
+    TooManySynthetic(u64),
 }
 
 /// A contiguous part of the enumeration: the subproblems with ids in
@@ -273,6 +307,9 @@ impl Plan {
         if spec.strategy == Strategy::Frame && spec.depth > MAX_DEPTH {
             return Err(PlanError::BadDepth(spec.depth));
         }
+        if spec.strategy == Strategy::Synthetic && spec.tasks > MAX_SYNTHETIC_TASKS {
+            return Err(PlanError::TooManySynthetic(spec.tasks));
+        }
         let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
             .then(|| Frames::new(spec.n, border_depth(spec.depth)).expect("N and depth checked"));
         Ok(Plan {
@@ -300,6 +337,16 @@ impl Plan {
     /// `stop` is set (a cancelled job, a coordinator shutting down): a
     /// large plan takes minutes to enumerate.
     pub fn schedule_until(&self, stop: &AtomicBool) -> Result<Schedule, PlanError> {
+        if let Some(tasks) = self.derived_tasks() {
+            // Listed only when asked (a coordinator never lists them).
+            let tasks: Vec<Task> = (0..tasks).map(|i| self.derived_task(i)).collect();
+            return Ok(Schedule {
+                subproblems: tasks.len() as u64,
+                work: tasks.len() as f64,
+                classes: vec![("synthetic tasks".into(), tasks.len() as u64)],
+                tasks,
+            });
+        }
         let (groups, classes) = self.groups(stop)?;
         let work: f64 = groups.iter().map(|g| g.work).sum();
         Ok(Schedule {
@@ -316,7 +363,37 @@ impl Plan {
         match self.spec.strategy {
             Strategy::Prefix => n < 4 || self.spec.depth as usize >= self.spec.n.n() - 1,
             Strategy::Frame => self.frames.is_none(),
+            Strategy::Synthetic => false,
         }
+    }
+
+    /// For a plan whose tasks follow from their index alone (synthetic),
+    /// how many it has: it is never enumerated, so any size is planned at
+    /// once.
+    pub fn derived_tasks(&self) -> Option<u64> {
+        (self.spec.strategy == Strategy::Synthetic).then_some(self.spec.tasks)
+    }
+
+    /// Task `index` of a plan with [`Plan::derived_tasks`]: one unit of
+    /// work each.
+    pub fn derived_task(&self, index: u64) -> Task {
+        Task {
+            index,
+            lo: index,
+            hi: index + 1,
+            skip: 0,
+            take: 1,
+            subproblems: 1,
+            work: 1.0,
+        }
+    }
+
+    /// The exact tally a synthetic task must report.
+    pub fn synthetic_tally(&self, task: &Task) -> Option<Tally> {
+        (self.spec.strategy == Strategy::Synthetic).then(|| Tally {
+            weighted: synthetic_answer(task.index),
+            ..Tally::default()
+        })
     }
 
     fn groups(&self, stop: &AtomicBool) -> Result<GroupsAndClasses, PlanError> {
@@ -376,6 +453,7 @@ impl Plan {
                 ];
             }
             (Strategy::Frame, None) => unreachable!("whole() covers frame plans without frames"),
+            (Strategy::Synthetic, _) => unreachable!("synthetic plans are never enumerated"),
         }
         let mut classes = classes;
         // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
@@ -664,6 +742,10 @@ impl Plan {
         task: &Task,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Option<(Tally, u64, Path)>, PlanError> {
+        if let Some(tally) = self.synthetic_tally(task) {
+            let checksum = (tally.weighted as u64).wrapping_mul(0x0100_0000_01b3);
+            return Ok(Some((tally, checksum, Path::Scalar)));
+        }
         // Subproblems are counted a chunk at a time, so a task of millions
         // of frames never holds them (or their jobs) all at once.
         let mut run = TaskRun {
@@ -696,6 +778,13 @@ impl Plan {
     pub fn finish(&self, t: &Tally) -> Result<Totals, PlanError> {
         if self.whole() {
             return Ok(t.classes);
+        }
+        if self.spec.strategy == Strategy::Synthetic {
+            // No symmetry: the sum is both the total and the unique count.
+            return Ok(Totals {
+                c1: t.weighted,
+                ..Totals::default()
+            });
         }
         Totals::from_turns(t.weighted, t.half, t.quarter, t.classes.nodes)
             .map_err(|e| PlanError::Inconsistent(e.0))

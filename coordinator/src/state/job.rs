@@ -1,0 +1,254 @@
+//! One job: its plan, the operator's control, and its parts (schedule,
+//! votes, ledger, rate).
+
+use super::ledger::{Conflict, Ledger, StoredResult};
+use super::rate::Rate;
+use super::schedule::Schedule;
+use super::votes::Votes;
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Task};
+use std::sync::atomic::AtomicBool;
+
+/// What a job is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Submitted; its tasks are being computed.
+    Planning,
+    Running,
+    Paused,
+    Cancelled,
+    Done,
+}
+
+/// A planned job's tasks: listed (computed once, kept), or derived from
+/// their index on demand (a synthetic plan of any size).
+#[derive(Clone, Debug)]
+pub enum TaskList {
+    Listed(Vec<Task>),
+    Derived(Box<Plan>, u64),
+}
+
+impl TaskList {
+    /// The plan's tasks: derived at once, or listed by enumerating the
+    /// plan (minutes for a large one; stops when `stop` is set).
+    pub fn of(plan: &Plan, stop: &AtomicBool) -> Result<TaskList, PlanError> {
+        Ok(match plan.derived_tasks() {
+            Some(n) => TaskList::Derived(Box::new(plan.clone()), n),
+            None => TaskList::Listed(plan.schedule_until(stop)?.tasks),
+        })
+    }
+
+    /// The digest journaled when the job was planned.
+    pub fn digest(&self) -> u64 {
+        match self {
+            TaskList::Listed(t) => super::digest(t),
+            TaskList::Derived(p, n) => super::derived_digest(&p.spec, *n),
+        }
+    }
+
+    /// How many tasks the plan has.
+    pub fn count(&self) -> u64 {
+        match self {
+            TaskList::Listed(t) => t.len() as u64,
+            TaskList::Derived(_, n) => *n,
+        }
+    }
+
+    pub fn get(&self, index: u64) -> Option<Task> {
+        match self {
+            TaskList::Listed(t) => t.get(usize::try_from(index).ok()?).copied(),
+            TaskList::Derived(p, n) => (index < *n).then(|| p.derived_task(index)),
+        }
+    }
+}
+
+/// One job.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: u64,
+    pub spec: PlanSpec,
+    pub submitted_ms: u64,
+    /// The operator's choice: Running, Paused or Cancelled.
+    pub(super) control: JobState,
+    pub(super) tasks: Option<TaskList>,
+    /// (tasks, digest) as journaled when first planned.
+    pub(super) planned: Option<(u64, u64)>,
+    pub work_total: f64,
+    pub work_done: f64,
+    pub(super) schedule: Schedule,
+    pub(super) votes: Votes,
+    pub(super) ledger: Ledger,
+    pub(super) rate: Rate,
+}
+
+/// A snapshot of a job's progress.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub id: u64,
+    pub spec: PlanSpec,
+    pub state: JobState,
+    pub tasks: u64,
+    pub pending: u64,
+    pub leased: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub dead: u64,
+    pub work_total: f64,
+    pub work_done: f64,
+    pub total: u128,
+    pub unique: u128,
+    pub conflicts: u64,
+    pub submitted_ms: u64,
+    /// Distinct workers holding a lease on this job now.
+    pub workers: u64,
+    pub redundancy: u32,
+    pub verify_fraction: f64,
+    /// Tasks with a result that waits for another worker's agreement.
+    pub checking: u64,
+    /// Estimated work done per second over the latest results.
+    pub work_per_second: f64,
+    /// Seconds left at that rate, when it is known.
+    pub eta_seconds: Option<f64>,
+    /// Why it cannot progress now, when it cannot (see [`super::State::waiting_for`]).
+    pub waiting_for: Option<String>,
+}
+
+impl Job {
+    pub(super) fn new(
+        id: u64,
+        spec: PlanSpec,
+        submitted_ms: u64,
+        redundancy: u32,
+        fraction: f64,
+    ) -> Job {
+        Job {
+            id,
+            spec,
+            submitted_ms,
+            control: JobState::Running,
+            tasks: None,
+            planned: None,
+            work_total: 0.0,
+            work_done: 0.0,
+            schedule: Schedule::default(),
+            votes: Votes::new(id, redundancy, fraction),
+            ledger: Ledger::default(),
+            rate: Rate::default(),
+        }
+    }
+
+    pub fn state(&self) -> JobState {
+        match (self.control, &self.tasks) {
+            (JobState::Cancelled, _) => JobState::Cancelled,
+            (_, Some(t)) if self.ledger.done() == t.count() => JobState::Done,
+            // A pause holds from the moment it is asked, planning or not.
+            (JobState::Paused, _) => JobState::Paused,
+            (_, None) => JobState::Planning,
+            (c, _) => c,
+        }
+    }
+
+    /// The plan's task count, once planned.
+    pub fn task_count(&self) -> Option<u64> {
+        self.tasks.as_ref().map(TaskList::count)
+    }
+
+    /// Task `index` of the plan, once planned.
+    pub fn task(&self, index: u64) -> Option<Task> {
+        self.tasks.as_ref()?.get(index)
+    }
+
+    pub fn result(&self, task: u64) -> Option<&StoredResult> {
+        self.ledger.result(task)
+    }
+
+    pub fn results(&self) -> impl Iterator<Item = (&u64, &StoredResult)> {
+        self.ledger.results()
+    }
+
+    /// Results kept for the audit but never counted.
+    pub fn ignored(&self) -> &[(u64, StoredResult)] {
+        &self.ledger.ignored
+    }
+
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.ledger.conflicts
+    }
+
+    pub fn planned(&self) -> Option<(u64, u64)> {
+        self.planned
+    }
+
+    pub fn redundancy(&self) -> u32 {
+        self.votes.redundancy
+    }
+
+    /// Agreeing credentials this task needs.
+    pub fn needs(&self, task: u64) -> u32 {
+        self.votes.needs(task)
+    }
+
+    /// The running totals of the counted results.
+    pub fn tally(&self) -> &nqueens_common::plan::Tally {
+        self.ledger.tally()
+    }
+
+    /// Total and unique of the results so far: exact once the job is done
+    /// (the unique count of a frame plan needs every task, so it stays 0
+    /// until then).
+    pub fn counts(&self) -> (u128, u128) {
+        let plan = Plan::new(self.spec).expect("stored specs are valid");
+        let tally = self.ledger.tally();
+        if self.state() == JobState::Done {
+            if let Ok(t) = plan.finish(tally) {
+                return (t.total().unwrap_or(0), t.unique().unwrap_or(0));
+            }
+        }
+        let c = &tally.classes;
+        let total = c.total().unwrap_or(0).saturating_add(tally.weighted);
+        let unique = if plan.whole() {
+            c.unique().unwrap_or(0)
+        } else {
+            0
+        };
+        (total, unique)
+    }
+
+    pub fn view(&self) -> JobView {
+        let (total, unique) = self.counts();
+        let rate = self.rate.per_second();
+        JobView {
+            id: self.id,
+            spec: self.spec,
+            state: self.state(),
+            tasks: self.task_count().unwrap_or(0),
+            pending: self.schedule.pending(),
+            leased: self.schedule.leases().count() as u64,
+            done: self.ledger.done(),
+            failed: self.schedule.backing_off(),
+            dead: self.ledger.dead(),
+            work_total: self.work_total,
+            work_done: self.work_done,
+            total,
+            unique,
+            conflicts: self.ledger.conflicts.len() as u64,
+            submitted_ms: self.submitted_ms,
+            workers: self
+                .schedule
+                .leases()
+                .map(|(_, l)| l.worker.as_str())
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64,
+            redundancy: self.votes.redundancy,
+            verify_fraction: self.votes.fraction,
+            checking: self.votes.checking() as u64,
+            work_per_second: rate,
+            eta_seconds: (rate > 0.0).then(|| (self.work_total - self.work_done).max(0.0) / rate),
+            waiting_for: None,
+        }
+    }
+
+    /// Neither counted nor given up on.
+    pub(super) fn unfinished(&self, task: u64) -> bool {
+        !self.schedule.finished(task)
+    }
+}

@@ -1,0 +1,756 @@
+//! Everything the coordinator knows, in memory: jobs, their tasks and
+//! results, leases and workers. Pure and deterministic (the clock is passed
+//! in), so the same code replays the journal at start-up and serves live
+//! calls, and tests drive it without sleeping.
+//!
+//! Durable facts enter only through [`State::apply`] with a journal record
+//! that is already on disk. Leases are not durable: after a restart every
+//! unfinished task is pending again, and a lease of an earlier boot (see
+//! [`lease_id`]) can still be recognised: its holder may adopt it (by a
+//! heartbeat) or report it while no other worker holds the task.
+//!
+//! Each part owns one concern: [`schedule`] (what goes out next, who holds
+//! what), [`votes`] (agreement under redundancy), [`ledger`] (counted
+//! results and their sum), [`rate`], [`workers`]; [`job`] puts a job's
+//! parts together and this module applies records and calls to them.
+
+mod job;
+mod lease_id;
+mod ledger;
+mod rate;
+mod schedule;
+#[cfg(test)]
+mod tests;
+mod votes;
+mod workers;
+
+pub use job::{Job, JobState, JobView, TaskList};
+pub use lease_id::{lease_id, random_key, LeaseKey};
+pub use ledger::{Conflict, StoredResult};
+pub use workers::{WorkerInfo, MAX_WORKERS};
+
+use ledger::StoredResult as Stored;
+use nqueens_common::known::known;
+use nqueens_common::plan::{Plan, PlanSpec, Tally, Task};
+use nqueens_proto::tally_from_wire;
+use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
+use schedule::Lease;
+use std::collections::BTreeMap;
+use votes::Ballot;
+use workers::Workers;
+
+/// Timing and retry rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A lease not renewed within this returns its task to pending.
+    pub lease_ttl_ms: u64,
+    /// Expired leases a task may have before it is dead.
+    pub retry_budget: u32,
+    /// Wait before retrying a task: base × 2^(attempts-1), at most max.
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+    /// The most tasks a submitted plan may list (a synthetic plan's tasks
+    /// are derived, never listed, and are not bound by this).
+    pub max_tasks: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            lease_ttl_ms: 60_000,
+            retry_budget: 5,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 300_000,
+            max_tasks: nqueens_common::plan::MAX_DEFAULT_TASKS,
+        }
+    }
+}
+
+/// A task lent to a worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Granted {
+    pub job: u64,
+    pub spec: PlanSpec,
+    pub task: Task,
+    pub lease_id: u64,
+    pub deadline: u64,
+}
+
+/// A worker's reference to one of its leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    pub job: u64,
+    pub task: u64,
+    pub lease_id: u64,
+}
+
+/// How a report compares with what is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The task's first result: journal it, then apply it. (With
+    /// redundancy, the result that completes the agreement.)
+    New,
+    /// Stored, and waiting for another worker to compute the same task
+    /// (redundancy): nothing counted yet.
+    AwaitingCheck,
+    /// Equal to the stored result: nothing to do.
+    Duplicate,
+    /// Different from the stored result: journal the conflict.
+    Conflict,
+    /// Journaled for the audit but never counted: the worker is
+    /// quarantined (or the job was cancelled meanwhile).
+    NotCounted,
+}
+
+/// A request that cannot be served, with what was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateError {
+    #[error("job {0} does not exist")]
+    UnknownJob(u64),
+    #[error("job {job} has no task {task} (it has {tasks})")]
+    UnknownTask { job: u64, task: u64, tasks: u64 },
+    #[error("job {0} is still being planned; try again shortly")]
+    NotPlanned(u64),
+    #[error("task {task} of job {job} is not leased to worker '{worker}' under lease {lease_id} (expired and reassigned, or never granted)")]
+    NotLeased {
+        job: u64,
+        task: u64,
+        lease_id: u64,
+        worker: String,
+    },
+    #[error("result for task {task} of job {job} is impossible: {why}")]
+    Implausible { job: u64, task: u64, why: String },
+    #[error("job {job} is {state:?}; it cannot be {action}")]
+    Finished {
+        job: u64,
+        state: JobState,
+        action: &'static str,
+    },
+    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken (restart it to forget idle workers)")]
+    TooManyWorkers(usize),
+    #[error(
+        "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
+    )]
+    WrongCredential { worker: String, bound: String },
+    #[error("journal record does not fit the state: {0}")]
+    BadRecord(String),
+    #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
+    PlanChanged { job: u64, got: u64, want: u64 },
+}
+
+/// Event counts since start-up (replayed records included), for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub accepted: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub leases_granted: u64,
+    pub lease_expiries: u64,
+    pub releases: u64,
+}
+
+/// The whole in-memory state.
+#[derive(Debug)]
+pub struct State {
+    pub counters: Counters,
+    limits: Limits,
+    jobs: BTreeMap<u64, Job>,
+    workers: Workers,
+    epoch: u64,
+    /// The secret lease ids are derived with.
+    lease_key: LeaseKey,
+}
+
+/// An order-sensitive digest of a task list (FNV-1a over the ranges), so a
+/// re-plan can be checked against the journal.
+pub fn digest(tasks: &[Task]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in tasks {
+        for x in [t.lo, t.hi, t.skip, t.take] {
+            for b in x.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
+/// The digest journaled for a plan whose tasks are derived from their
+/// index: of its spec (the tasks follow from it).
+pub fn derived_digest(spec: &PlanSpec, tasks: u64) -> u64 {
+    digest(&[Task {
+        index: 0,
+        lo: u64::from(spec.n.get()),
+        hi: tasks,
+        skip: u64::MAX,
+        take: u64::MAX,
+        subproblems: 0,
+        work: 0.0,
+    }])
+}
+
+impl State {
+    pub fn new(limits: Limits) -> State {
+        State {
+            counters: Counters::default(),
+            limits,
+            jobs: BTreeMap::new(),
+            workers: Workers::default(),
+            epoch: 0,
+            lease_key: random_key(),
+        }
+    }
+
+    /// Ties a worker id to the credential it authenticated with (empty:
+    /// the shared worker token, or none); another credential may not use
+    /// that id.
+    pub fn bind(&mut self, worker: &str, credential: &str) -> Result<(), StateError> {
+        self.workers.bind(worker, credential)
+    }
+
+    /// The credential a worker id is bound to (empty if none).
+    pub fn credential_of(&self, worker: &str) -> String {
+        self.workers.credential_of(worker)
+    }
+
+    /// Who vouches for a worker's results: its credential, else its id.
+    pub fn voter(&self, worker: &str) -> String {
+        self.workers.voter(worker)
+    }
+
+    /// Uses the data directory's lease key (so leases of earlier boots can
+    /// be recognised).
+    pub fn set_lease_key(&mut self, key: LeaseKey) {
+        self.lease_key = key;
+    }
+
+    /// Whether `r` is a lease this coordinator granted `worker`, in this
+    /// boot or an earlier one (it may have expired, or been handed back).
+    fn granted(&self, worker: &str, r: &LeaseRef) -> bool {
+        lease_id::granted_by_then(
+            &self.lease_key,
+            self.epoch,
+            r.job,
+            r.task,
+            worker,
+            r.lease_id,
+        )
+    }
+
+    /// Refuses a worker id never seen before once `MAX_WORKERS` are known.
+    pub fn admit(&self, worker: &str) -> Result<(), StateError> {
+        self.workers.admit(worker)
+    }
+
+    /// Whether `worker` is quarantined.
+    pub fn quarantined(&self, worker: &str) -> bool {
+        self.workers.quarantined(worker)
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn job(&self, id: u64) -> Result<&Job, StateError> {
+        self.jobs.get(&id).ok_or(StateError::UnknownJob(id))
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &WorkerInfo> {
+        self.workers.iter()
+    }
+
+    /// Why job `id` cannot progress now, if it cannot: it is being planned,
+    /// or its redundancy needs more distinct credentials than the workers
+    /// seen within a lease's lifetime (and not quarantined) have.
+    pub fn waiting_for(&self, id: u64, now_ms: u64) -> Option<String> {
+        let job = self.jobs.get(&id)?;
+        match job.state() {
+            JobState::Planning => return Some("planning: its tasks are being computed".into()),
+            JobState::Running if job.redundancy() > 1 => {}
+            _ => return None,
+        }
+        let voters = self
+            .workers
+            .voters_since(now_ms.saturating_sub(self.limits.lease_ttl_ms));
+        let needed = job.redundancy() as usize;
+        (voters < needed).then(|| {
+            format!(
+                "workers: redundancy {needed} needs {needed} distinct worker credentials, and {voters} \
+                 connected (an issued token counts once, however many workers use it: give each \
+                 machine its own with `nqueens token issue NAME`)"
+            )
+        })
+    }
+
+    /// Leases a worker holds now.
+    pub fn leases_of(&self, worker: &str) -> usize {
+        self.jobs
+            .values()
+            .flat_map(|j| j.schedule.leases())
+            .filter(|(_, l)| l.worker == worker)
+            .count()
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn next_job_id(&self) -> u64 {
+        self.jobs.keys().next_back().map_or(1, |k| k + 1)
+    }
+
+    /// Applies one journal record (replayed or just written). Task results
+    /// are idempotent by task: a second one is compared, never added.
+    pub fn apply(&mut self, record: &JournalRecord) -> Result<Option<Verdict>, StateError> {
+        let bad = |what: &str| StateError::BadRecord(what.to_string());
+        match record.record.as_ref().ok_or_else(|| bad("empty record"))? {
+            Record::Boot(b) => {
+                self.epoch = self.epoch.max(b.epoch);
+            }
+            Record::JobSubmitted(s) => {
+                let spec =
+                    PlanSpec::try_from(s.plan.as_ref().ok_or_else(|| bad("job without plan"))?)
+                        .map_err(|e| bad(&e.to_string()))?;
+                self.jobs.insert(
+                    s.job_id,
+                    Job::new(s.job_id, spec, s.unix_ms, s.redundancy, s.verify_fraction),
+                );
+            }
+            Record::JobPlanned(p) => {
+                self.job_mut(p.job_id)?.planned = Some((p.tasks, p.digest));
+            }
+            Record::JobState(c) => {
+                let job = self.job_mut(c.job_id)?;
+                job.control = match v1::JobState::try_from(c.state) {
+                    Ok(v1::JobState::Running) => JobState::Running,
+                    Ok(v1::JobState::Paused) => JobState::Paused,
+                    Ok(v1::JobState::Cancelled) => JobState::Cancelled,
+                    _ => return Err(bad("unknown job state")),
+                };
+                if job.control == JobState::Cancelled {
+                    job.schedule.drop_leases();
+                }
+            }
+            Record::TaskDone(d) => return self.apply_result(d).map(Some),
+            Record::TaskConflict(c) => {
+                let tally =
+                    tally_from_wire(c.result.as_ref().ok_or_else(|| bad("result missing"))?);
+                self.job_mut(c.job_id)?.ledger.conflicts.push(Conflict {
+                    task: c.task_index,
+                    worker: c.worker_id.clone(),
+                    tally,
+                });
+                self.counters.conflicts += 1;
+                let w = self.workers.entry(&c.worker_id);
+                w.errors += 1;
+                w.conflicts += 1;
+            }
+            Record::TaskDead(d) => {
+                let job = self.job_mut(d.job_id)?;
+                if job.ledger.bury(d.task_index, &d.reason) {
+                    job.schedule.finish(d.task_index);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn job_mut(&mut self, id: u64) -> Result<&mut Job, StateError> {
+        self.jobs.get_mut(&id).ok_or(StateError::UnknownJob(id))
+    }
+
+    /// A `TaskDone` record: counted, compared, put to the vote, or kept
+    /// for the audit only.
+    fn apply_result(&mut self, d: &v1::TaskDone) -> Result<Verdict, StateError> {
+        let bad = |what: &str| StateError::BadRecord(what.to_string());
+        let wire = d.result.as_ref().ok_or_else(|| bad("result missing"))?;
+        let (tally, checksum) = (tally_from_wire(wire), wire.checksum);
+        let this = Stored {
+            tally,
+            checksum,
+            worker: d.worker_id.clone(),
+            credential: if d.credential.is_empty() {
+                d.worker_id.clone()
+            } else {
+                d.credential.clone()
+            },
+            lease_id: d.lease_id,
+            unix_ms: d.unix_ms,
+            elapsed_ms: wire.elapsed_ms,
+            solver_version: wire.solver_version.clone(),
+        };
+        let quarantined = self.workers.quarantined(&d.worker_id);
+        let task = d.task_index;
+        let job = self
+            .jobs
+            .get_mut(&d.job_id)
+            .ok_or(StateError::UnknownJob(d.job_id))?;
+        // A quarantined worker's result, or one that reached the journal
+        // after a cancel, is kept for the audit only.
+        if quarantined || job.control == JobState::Cancelled {
+            job.ledger.ignored.push((task, this));
+            return Ok(Verdict::NotCounted);
+        }
+        if let Some(stored) = job.ledger.result(task) {
+            if stored.same(&tally, checksum) {
+                self.counters.duplicates += 1;
+                return Ok(Verdict::Duplicate);
+            }
+            self.counters.conflicts += 1;
+            job.ledger.conflicts.push(Conflict {
+                task,
+                worker: d.worker_id.clone(),
+                tally,
+            });
+            return Ok(Verdict::Conflict);
+        }
+        if job.votes.needs(task) > 1 {
+            let workers = &self.workers;
+            match job
+                .votes
+                .vote(task, this.clone(), |w| workers.quarantined(w))
+            {
+                Ballot::Waiting => {
+                    // Another worker must compute it: back to the queue.
+                    job.schedule.requeue(task);
+                    return Ok(Verdict::AwaitingCheck);
+                }
+                Ballot::Agreed { same, odd } => {
+                    // The odd ones out are conflicts, their workers
+                    // quarantined; the others were checked.
+                    for s in &same {
+                        self.workers.entry(&s.worker).checked += 1;
+                    }
+                    for o in odd {
+                        self.workers.entry(&o.worker).conflicts += 1;
+                        self.counters.conflicts += 1;
+                        job.ledger.conflicts.push(Conflict {
+                            task,
+                            worker: o.worker,
+                            tally: o.tally,
+                        });
+                    }
+                }
+            }
+        }
+        job.ledger
+            .count(task, this)
+            .map_err(|e| bad(&e.to_string()))?;
+        job.schedule.finish(task);
+        let mut subproblems = 0;
+        if let Some(t) = job.task(task) {
+            subproblems = t.subproblems;
+            job.work_done += t.work;
+            job.rate.add(d.unix_ms, t.work);
+        }
+        if let Some(w) = self.workers.get_mut(&d.worker_id) {
+            w.tasks_done += 1;
+            w.subproblems_done += subproblems;
+        }
+        self.counters.accepted += 1;
+        Ok(Verdict::New)
+    }
+
+    /// Gives a planned job its task list (computed, loaded from the store,
+    /// or derived), checked against the journal's digest.
+    pub fn attach_tasks(&mut self, job_id: u64, tasks: TaskList) -> Result<(), StateError> {
+        let job = self.job_mut(job_id)?;
+        let got = tasks.digest();
+        if let Some((_, want)) = job.planned {
+            if want != got {
+                return Err(StateError::PlanChanged {
+                    job: job_id,
+                    got,
+                    want,
+                });
+            }
+        }
+        job.work_total = match &tasks {
+            TaskList::Listed(t) => t.iter().map(|t| t.work).sum(),
+            TaskList::Derived(_, n) => *n as f64,
+        };
+        job.work_done = job
+            .ledger
+            .results()
+            .filter_map(|(&i, _)| tasks.get(i))
+            .map(|t| t.work)
+            .sum();
+        job.schedule.plan(tasks.count());
+        job.tasks = Some(tasks);
+        Ok(())
+    }
+
+    /// Records a call from a worker (registering it if new).
+    pub fn touch_worker(&mut self, id: &str, now: u64) -> &mut WorkerInfo {
+        self.workers.touch(id, now)
+    }
+
+    /// Lends up to `max` ready tasks to `worker`, oldest job first.
+    pub fn lease(&mut self, worker: &str, max: usize, now: u64) -> Vec<Granted> {
+        if self.workers.touch(worker, now).quarantined() {
+            return Vec::new();
+        }
+        let ttl = self.limits.lease_ttl_ms;
+        let (key, epoch) = (self.lease_key, self.epoch);
+        let me = self.workers.voter(worker);
+        let mut granted = Vec::new();
+        for job in self.jobs.values_mut() {
+            if granted.len() >= max {
+                break;
+            }
+            if job.state() != JobState::Running {
+                continue;
+            }
+            job.schedule.wake(now);
+            while granted.len() < max {
+                // With redundancy, a credential never checks its own result.
+                let votes = &job.votes;
+                let Some(task) = job.schedule.next(|t| votes.voted(t, worker, &me)) else {
+                    break;
+                };
+                let lease_id = lease_id(&key, epoch, job.id, task, worker);
+                self.counters.leases_granted += 1;
+                let deadline = now + ttl;
+                job.schedule.hold(
+                    task,
+                    Lease {
+                        lease_id,
+                        worker: worker.to_string(),
+                        deadline,
+                    },
+                );
+                granted.push(Granted {
+                    job: job.id,
+                    spec: job.spec,
+                    task: job.task(task).expect("running jobs are planned"),
+                    lease_id,
+                    deadline,
+                });
+            }
+        }
+        granted
+    }
+
+    /// Extends the worker's listed leases; returns the extended ones, the
+    /// new deadline, and the ones to stop (cancelled, lost or done).
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        refs: &[LeaseRef],
+        subproblems_done: u64,
+        now: u64,
+    ) -> (Vec<LeaseRef>, u64, Vec<LeaseRef>) {
+        // Accepted results add up too; a heartbeat can only tell of more
+        // (work counted but not yet reported).
+        let w = self.workers.touch(worker, now);
+        w.subproblems_done = w.subproblems_done.max(subproblems_done);
+        let deadline = now + self.limits.lease_ttl_ms;
+        let (mut extended, mut stop) = (Vec::new(), Vec::new());
+        if self.quarantined(worker) {
+            // No more work for a quarantined worker: its leases run out.
+            return (extended, deadline, refs.to_vec());
+        }
+        for r in refs {
+            // This worker's lease that merely expired (a late heartbeat),
+            // or one from before a restart, on a task nobody holds now, is
+            // adopted, so its running count is not thrown away.
+            let was_mine = self.granted(worker, r);
+            let Some(job) = self.jobs.get_mut(&r.job) else {
+                stop.push(*r);
+                continue;
+            };
+            let adoptable = was_mine
+                && job.state() == JobState::Running
+                && job.unfinished(r.task)
+                && job.task_count().is_some_and(|t| r.task < t);
+            match job.schedule.lease_mut(r.task) {
+                Some(l) if l.lease_id == r.lease_id && l.worker == worker => {
+                    l.deadline = deadline;
+                    extended.push(*r);
+                }
+                None if adoptable => {
+                    job.schedule.hold(
+                        r.task,
+                        Lease {
+                            lease_id: r.lease_id,
+                            worker: worker.to_string(),
+                            deadline,
+                        },
+                    );
+                    extended.push(*r);
+                }
+                _ => stop.push(*r),
+            }
+        }
+        (extended, deadline, stop)
+    }
+
+    /// Hands leases back without penalty (a worker going away).
+    pub fn release(&mut self, worker: &str, refs: &[LeaseRef], now: u64) -> u32 {
+        self.workers.touch(worker, now);
+        let mut released = 0;
+        for r in refs {
+            let Some(job) = self.jobs.get_mut(&r.job) else {
+                continue;
+            };
+            let held = job
+                .schedule
+                .lease(r.task)
+                .is_some_and(|l| l.lease_id == r.lease_id && l.worker == worker);
+            if held {
+                job.schedule.give_back(r.task);
+                released += 1;
+                self.counters.releases += 1;
+            }
+        }
+        released
+    }
+
+    /// Returns expired leases' tasks to pending after a backoff; a task out
+    /// of retries is returned in the list (the caller journals it as dead).
+    pub fn expire(&mut self, now: u64) -> Vec<(u64, u64)> {
+        let limits = self.limits;
+        let backoff = |attempts: u32| {
+            limits
+                .backoff_base_ms
+                .saturating_mul(1 << (attempts - 1).min(20))
+                .min(limits.backoff_max_ms)
+        };
+        let mut dying = Vec::new();
+        for job in self.jobs.values_mut() {
+            for e in job.schedule.expire(now, limits.retry_budget, backoff) {
+                self.counters.lease_expiries += 1;
+                if let Some(w) = self.workers.get_mut(&e.lease.worker) {
+                    w.errors += 1;
+                }
+                if e.dying {
+                    dying.push((job.id, e.task));
+                }
+            }
+        }
+        dying
+    }
+
+    /// Checks a reported result before it is journaled.
+    pub fn check_report(
+        &self,
+        worker: &str,
+        r: &LeaseRef,
+        tally: &Tally,
+        checksum: u64,
+    ) -> Result<Verdict, StateError> {
+        let job = self.job(r.job)?;
+        let tasks = job.task_count().ok_or(StateError::NotPlanned(r.job))?;
+        let Some(task) = job.task(r.task) else {
+            return Err(StateError::UnknownTask {
+                job: r.job,
+                task: r.task,
+                tasks,
+            });
+        };
+        plausible(job, &task, tally)?;
+        let compare = |stored: &Stored| {
+            if stored.same(tally, checksum) {
+                Verdict::Duplicate
+            } else {
+                Verdict::Conflict
+            }
+        };
+        // The same report again (an answer lost on the way): judged by
+        // what this very lease stored, with no lease needed any more.
+        let by_this_lease = |c: &Stored| c.worker == worker && c.lease_id == r.lease_id;
+        if let Some(stored) = job
+            .result(r.task)
+            .filter(|c| by_this_lease(c))
+            .or_else(|| job.votes.find(r.task, by_this_lease))
+        {
+            return Ok(compare(stored));
+        }
+        if job
+            .ignored()
+            .iter()
+            .any(|(t, c)| *t == r.task && by_this_lease(c))
+        {
+            return Ok(Verdict::NotCounted);
+        }
+        if job.state() == JobState::Cancelled {
+            return Err(StateError::Finished {
+                job: r.job,
+                state: JobState::Cancelled,
+                action: "given results",
+            });
+        }
+        // Only a lease this worker holds now counts, or one it held (it
+        // lapsed, or was granted before a restart) on a task that no other
+        // worker holds now.
+        let holds = match job.schedule.lease(r.task) {
+            Some(l) => l.lease_id == r.lease_id && l.worker == worker,
+            None => self.granted(worker, r),
+        };
+        if !holds {
+            return Err(StateError::NotLeased {
+                job: r.job,
+                task: r.task,
+                lease_id: r.lease_id,
+                worker: worker.to_string(),
+            });
+        }
+        if self.quarantined(worker) {
+            return Ok(Verdict::NotCounted);
+        }
+        let mine = job.votes.find(r.task, |c| c.worker == worker);
+        if let Some(stored) = job.result(r.task).or(mine) {
+            return Ok(compare(stored));
+        }
+        Ok(Verdict::New)
+    }
+}
+
+/// Rejects results that no task of this plan can produce: counts of the
+/// wrong kind for the strategy, or more solutions than the whole N has; a
+/// synthetic task's answer is known exactly.
+pub fn plausible(job: &Job, task: &Task, t: &Tally) -> Result<(), StateError> {
+    let no = |why: String| {
+        Err(StateError::Implausible {
+            job: job.id,
+            task: task.index,
+            why,
+        })
+    };
+    let plan = Plan::new(job.spec).expect("stored specs are valid");
+    if let Some(want) = plan.synthetic_tally(task) {
+        if *t != want {
+            return no(format!(
+                "a synthetic task {} answers {}, not {}",
+                task.index, want.weighted, t.weighted
+            ));
+        }
+        return Ok(());
+    }
+    let classes = t.classes.c1 | t.classes.c2 | t.classes.c4 | t.classes.c8;
+    if plan.whole() {
+        if t.weighted | t.half | t.quarter != 0 {
+            return no("weighted counts in a task of a whole-board plan".into());
+        }
+    } else if classes != 0 {
+        return no("class counts in a task of prefixes or frames".into());
+    }
+    if let Some(k) = known(job.spec.n.get()) {
+        let total = t
+            .classes
+            .total()
+            .unwrap_or(u128::MAX)
+            .saturating_add(t.weighted);
+        if total > k.total || t.half > k.total || t.quarter > t.half.max(k.total) {
+            return no(format!(
+                "more solutions than N={} has ({})",
+                job.spec.n, k.total
+            ));
+        }
+    }
+    Ok(())
+}

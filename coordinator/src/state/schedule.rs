@@ -1,0 +1,314 @@
+//! Which task of a job goes out next, and who holds which.
+//!
+//! Pending work is a cursor over the plan's task order plus small sets of
+//! exceptions — tasks handed back (released, expired after their backoff,
+//! or needing another worker's check), tasks waiting out a backoff, tasks
+//! leased now — and one bit per task for the finished ones. Memory follows
+//! the active work, not the size of the job: a job of 10^8 tasks costs
+//! 12.5 MB of bits, whatever has been handed out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A task lent to a worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub lease_id: u64,
+    pub worker: String,
+    pub deadline: u64,
+}
+
+/// A lease that ran out, and whether its task is out of retries.
+#[derive(Debug, PartialEq)]
+pub struct Expired {
+    pub task: u64,
+    pub lease: Lease,
+    pub dying: bool,
+}
+
+/// One bit per task, grown on demand.
+#[derive(Clone, Debug, Default)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn get(&self, i: u64) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    /// Sets bit `i`; false if it was set already.
+    fn set(&mut self, i: u64) -> bool {
+        let word = (i / 64) as usize;
+        if word >= self.0.len() {
+            self.0.resize(word + 1, 0);
+        }
+        let was = self.0[word] >> (i % 64) & 1 == 1;
+        self.0[word] |= 1 << (i % 64);
+        !was
+    }
+}
+
+/// A backoff's end that never comes: the task waits to be journaled dead.
+const FOREVER: u64 = u64::MAX;
+
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    /// The plan's task count, once planned.
+    tasks: Option<u64>,
+    /// Tasks from here on have not been handed out (unless an exception
+    /// set below holds them).
+    cursor: u64,
+    /// Tasks ready again, handed out before the cursor's.
+    returned: BTreeSet<u64>,
+    /// Tasks waiting out a retry backoff: (not before, task), and by task.
+    waiting: BTreeSet<(u64, u64)>,
+    backoff: HashMap<u64, u64>,
+    leases: BTreeMap<u64, Lease>,
+    /// Expired leases per task.
+    attempts: HashMap<u64, u32>,
+    finished: Bits,
+    finished_count: u64,
+}
+
+impl Schedule {
+    /// The job's tasks are known: `0..tasks` (tasks finished before, from
+    /// the journal, are skipped).
+    pub fn plan(&mut self, tasks: u64) {
+        self.tasks = Some(tasks);
+    }
+
+    /// Done or dead: never handed out again.
+    pub fn finish(&mut self, task: u64) {
+        if self.finished.set(task) {
+            self.finished_count += 1;
+        }
+        self.returned.remove(&task);
+        self.unwait(task);
+        self.leases.remove(&task);
+        self.attempts.remove(&task);
+    }
+
+    pub fn finished(&self, task: u64) -> bool {
+        self.finished.get(task)
+    }
+
+    #[cfg(test)]
+    pub fn finished_count(&self) -> u64 {
+        self.finished_count
+    }
+
+    /// Tasks ready to be handed out.
+    pub fn pending(&self) -> u64 {
+        self.tasks.map_or(0, |t| {
+            t.saturating_sub(
+                self.finished_count + self.leases.len() as u64 + self.waiting.len() as u64,
+            )
+        })
+    }
+
+    /// Tasks waiting out a retry backoff.
+    pub fn backing_off(&self) -> u64 {
+        self.waiting.len() as u64
+    }
+
+    pub fn lease(&self, task: u64) -> Option<&Lease> {
+        self.leases.get(&task)
+    }
+
+    pub fn lease_mut(&mut self, task: u64) -> Option<&mut Lease> {
+        self.leases.get_mut(&task)
+    }
+
+    pub fn leases(&self) -> impl Iterator<Item = (&u64, &Lease)> {
+        self.leases.iter()
+    }
+
+    /// Tasks whose backoff is over become ready again.
+    pub fn wake(&mut self, now: u64) {
+        while let Some(&(until, task)) = self.waiting.first() {
+            if until > now {
+                break;
+            }
+            self.unwait(task);
+            self.returned.insert(task);
+        }
+    }
+
+    /// Takes the next ready task that `skip` does not refuse (tasks handed
+    /// back first, then the cursor's); the caller leases it with
+    /// [`Schedule::hold`].
+    pub fn next(&mut self, skip: impl Fn(u64) -> bool) -> Option<u64> {
+        if let Some(task) = self.returned.iter().copied().find(|&t| !skip(t)) {
+            self.returned.remove(&task);
+            return Some(task);
+        }
+        let tasks = self.tasks?;
+        while self.cursor < tasks {
+            let task = self.cursor;
+            self.cursor += 1;
+            let elsewhere = self.finished(task)
+                || self.leases.contains_key(&task)
+                || self.backoff.contains_key(&task)
+                || self.returned.contains(&task);
+            if elsewhere {
+                continue;
+            }
+            if skip(task) {
+                // Someone else will take it.
+                self.returned.insert(task);
+                continue;
+            }
+            return Some(task);
+        }
+        None
+    }
+
+    /// Lends an unfinished task (from [`Schedule::next`], or a lease of an
+    /// earlier boot adopted by its holder).
+    pub fn hold(&mut self, task: u64, lease: Lease) {
+        debug_assert!(!self.finished(task));
+        self.returned.remove(&task);
+        self.unwait(task);
+        self.leases.insert(task, lease);
+    }
+
+    /// Ends a lease with no penalty; the task is ready again at once.
+    pub fn give_back(&mut self, task: u64) -> Option<Lease> {
+        let lease = self.leases.remove(&task)?;
+        self.returned.insert(task);
+        Some(lease)
+    }
+
+    /// A task that is not finished and nobody holds is ready again at once
+    /// (a checked task that needs another worker's result).
+    pub fn requeue(&mut self, task: u64) {
+        self.leases.remove(&task);
+        if !self.finished(task) && !self.backoff.contains_key(&task) {
+            self.returned.insert(task);
+        }
+    }
+
+    /// Ends every lease (a cancelled job).
+    pub fn drop_leases(&mut self) -> Vec<Lease> {
+        std::mem::take(&mut self.leases).into_values().collect()
+    }
+
+    /// Ends the leases due by `now`: their tasks wait out a backoff of
+    /// `backoff(attempts)`, or, after `budget` expiries, are dying (the
+    /// caller journals them dead).
+    pub fn expire(&mut self, now: u64, budget: u32, backoff: impl Fn(u32) -> u64) -> Vec<Expired> {
+        let due: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.deadline <= now)
+            .map(|(&t, _)| t)
+            .collect();
+        let mut out = Vec::with_capacity(due.len());
+        for task in due {
+            let lease = self.leases.remove(&task).expect("listed above");
+            let attempts = self.attempts.entry(task).or_insert(0);
+            *attempts += 1;
+            let dying = *attempts >= budget;
+            let until = if dying {
+                FOREVER
+            } else {
+                now.saturating_add(backoff(*attempts))
+            };
+            self.waiting.insert((until, task));
+            self.backoff.insert(task, until);
+            out.push(Expired { task, lease, dying });
+        }
+        out
+    }
+
+    fn unwait(&mut self, task: u64) {
+        if let Some(until) = self.backoff.remove(&task) {
+            self.waiting.remove(&(until, task));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(w: &str, deadline: u64) -> Lease {
+        Lease {
+            lease_id: 1,
+            worker: w.into(),
+            deadline,
+        }
+    }
+
+    fn take(s: &mut Schedule, deadline: u64) -> Option<u64> {
+        let t = s.next(|_| false)?;
+        s.hold(t, lease("w", deadline));
+        Some(t)
+    }
+
+    #[test]
+    fn tasks_go_out_in_order_once_each_and_finished_ones_never() {
+        let mut s = Schedule::default();
+        s.finish(2); // from the journal, before planning
+        assert_eq!(s.next(|_| false), None, "nothing before planning");
+        s.plan(5);
+        assert_eq!(s.pending(), 4);
+        let got: Vec<u64> = std::iter::from_fn(|| take(&mut s, 10)).collect();
+        assert_eq!(got, vec![0, 1, 3, 4]);
+        assert_eq!(s.pending(), 0);
+        s.finish(1);
+        assert!(s.lease(1).is_none());
+        assert_eq!(s.finished_count(), 2);
+    }
+
+    #[test]
+    fn handed_back_tasks_go_first_and_skipped_ones_wait_for_another_taker() {
+        let mut s = Schedule::default();
+        s.plan(4);
+        assert_eq!(s.next(|t| t == 0), Some(1), "0 is not for this taker");
+        s.hold(1, lease("a", 10));
+        assert_eq!(s.give_back(1).map(|l| l.worker), Some("a".into()));
+        assert_eq!(s.pending(), 4);
+        let got: Vec<u64> = std::iter::from_fn(|| take(&mut s, 10)).collect();
+        assert_eq!(got, vec![0, 1, 2, 3], "nothing lost, nothing twice");
+    }
+
+    #[test]
+    fn expired_tasks_back_off_then_return_and_die_after_the_budget() {
+        let mut s = Schedule::default();
+        s.plan(2);
+        take(&mut s, 100);
+        take(&mut s, 200);
+        let gone = s.expire(150, 2, |a| 1_000 * u64::from(a));
+        assert_eq!(gone.len(), 1);
+        assert_eq!((gone[0].task, gone[0].dying), (0, false));
+        assert_eq!(s.backing_off(), 1);
+        assert_eq!(s.next(|_| false), None, "backing off");
+        s.wake(1_149);
+        assert_eq!(s.next(|_| false), None);
+        s.wake(1_150);
+        assert_eq!(take(&mut s, 2_000), Some(0));
+        let gone = s.expire(2_000, 2, |a| 1_000 * u64::from(a));
+        assert_eq!(gone.len(), 2);
+        assert!(gone.iter().any(|e| e.task == 0 && e.dying), "second expiry");
+        s.wake(u64::MAX - 1);
+        assert_eq!(
+            s.next(|_| false),
+            Some(1),
+            "only the task with retries left"
+        );
+        s.finish(0); // journaled dead
+        assert_eq!(s.backing_off(), 0);
+    }
+
+    #[test]
+    fn an_adopted_task_beyond_the_cursor_is_not_handed_out_again() {
+        let mut s = Schedule::default();
+        s.plan(3);
+        s.hold(2, lease("old", 10));
+        let got: Vec<u64> = std::iter::from_fn(|| take(&mut s, 10)).collect();
+        assert_eq!(got, vec![0, 1]);
+        s.requeue(2);
+        assert_eq!(s.next(|_| false), Some(2));
+    }
+}

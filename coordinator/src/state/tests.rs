@@ -1,0 +1,925 @@
+//! Tests of the state as a whole: the records and calls of whole jobs.
+
+mod whole {
+    use super::super::lease_id::EPOCH_SHIFT;
+    use super::super::*;
+    use nqueens_common::plan::Strategy;
+    use nqueens_common::Size;
+    use nqueens_proto::tally_to_wire;
+    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDead, TaskDone};
+    use std::collections::BTreeSet;
+
+    const TTL: u64 = 10_000;
+    const KEY: LeaseKey = [7; 32];
+
+    fn rec(r: Record) -> JournalRecord {
+        JournalRecord { record: Some(r) }
+    }
+
+    fn spec(n: u32, strategy: Strategy, tasks: u64) -> PlanSpec {
+        PlanSpec {
+            n: Size::new(n).unwrap(),
+            strategy,
+            depth: 3,
+            tasks,
+        }
+    }
+
+    /// A state with one planned, running job (id 1), booted in `epoch`.
+    fn running(spec: PlanSpec, epoch: u64) -> (State, Plan, Vec<Task>) {
+        running_checked(spec, epoch, 0, 1.0)
+    }
+
+    /// [`running`] with every task needing `redundancy` agreeing workers.
+    fn running_checked(
+        spec: PlanSpec,
+        epoch: u64,
+        redundancy: u32,
+        verify_fraction: f64,
+    ) -> (State, Plan, Vec<Task>) {
+        let mut s = State::new(Limits {
+            lease_ttl_ms: TTL,
+            retry_budget: 3,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 4_000,
+            ..Limits::default()
+        });
+        s.set_lease_key(KEY);
+        s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 })))
+            .unwrap();
+        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
+            job_id: 1,
+            plan: Some((&spec).into()),
+            unix_ms: 5,
+            redundancy,
+            verify_fraction,
+        })))
+        .unwrap();
+        let plan = Plan::new(spec).unwrap();
+        let tasks = plan.schedule().tasks;
+        s.apply(&rec(Record::JobPlanned(JobPlanned {
+            job_id: 1,
+            tasks: tasks.len() as u64,
+            digest: digest(&tasks),
+        })))
+        .unwrap();
+        s.attach_tasks(1, TaskList::Listed(tasks.clone())).unwrap();
+        (s, plan, tasks)
+    }
+
+    fn done(job: u64, task: u64, t: &Tally, worker: &str, lease_id: u64) -> JournalRecord {
+        rec(Record::TaskDone(TaskDone {
+            job_id: job,
+            task_index: task,
+            result: Some(tally_to_wire(t)),
+            worker_id: worker.into(),
+            lease_id,
+            unix_ms: 1,
+            credential: String::new(),
+        }))
+    }
+
+    fn lref(g: &Granted) -> LeaseRef {
+        LeaseRef {
+            job: g.job,
+            task: g.task.index,
+            lease_id: g.lease_id,
+        }
+    }
+
+    /// Leases, counts and reports every task as one worker would.
+    fn run_all(s: &mut State, plan: &Plan, worker: &str, now: u64) {
+        loop {
+            let g = s.lease(worker, 3, now);
+            if g.is_empty() {
+                break;
+            }
+            for g in g {
+                let t = plan.count_task(&g.task).unwrap();
+                assert_eq!(s.check_report(worker, &lref(&g), &t, 0), Ok(Verdict::New));
+                assert_eq!(
+                    s.apply(&done(g.job, g.task.index, &t, worker, g.lease_id))
+                        .unwrap(),
+                    Some(Verdict::New)
+                );
+            }
+        }
+    }
+
+    /// Leases one task to `worker` and reports `tally` for it.
+    fn report_one(s: &mut State, worker: &str, tally: &Tally) -> (u64, Verdict) {
+        let g = s.lease(worker, 1, 0).remove(0);
+        let v = s.check_report(worker, &lref(&g), tally, 7).unwrap();
+        assert_eq!(v, Verdict::New, "not yet stored");
+        let applied = s.apply(&done(1, g.task.index, tally, worker, g.lease_id));
+        (g.task.index, applied.unwrap().unwrap())
+    }
+
+    #[test]
+    fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0);
+        let right = plan.count_task(&tasks[0]).unwrap();
+        let mut wrong = right;
+        wrong.weighted += 8; // plausible, but not the truth
+                             // The liar goes first: stored, not counted, and back in the queue.
+        let (t, v) = report_one(&mut s, "liar", &wrong);
+        assert_eq!((t, v), (0, Verdict::AwaitingCheck));
+        assert_eq!(s.job(1).unwrap().view().done, 0);
+        assert_eq!(s.job(1).unwrap().view().checking, 1);
+        // An honest worker disagrees: still not counted (one each).
+        assert_eq!(
+            report_one(&mut s, "w1", &right),
+            (0, Verdict::AwaitingCheck)
+        );
+        // A worker never checks its own result: w1 gets task 1, not 0.
+        let g = s.lease("w1", 1, 0);
+        assert_eq!(g[0].task.index, 1);
+        s.release("w1", &[lref(&g[0])], 0);
+        // A third worker agrees with w1: counted once; the liar is the odd
+        // one out, recorded and quarantined.
+        assert_eq!(report_one(&mut s, "w2", &right), (0, Verdict::New));
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.done, v.checking, v.conflicts), (1, 0, 1));
+        let liar = s.workers().find(|w| w.id == "liar").unwrap();
+        assert!(liar.quarantined());
+        assert!(s.lease("liar", 5, 0).is_empty(), "no work for a liar");
+        // The rest, each by two workers, gives the exact counts.
+        loop {
+            let g = s.lease("w1", 1, 0);
+            let Some(g) = g.first() else { break };
+            let t = plan.count_task(&g.task).unwrap();
+            s.apply(&done(1, g.task.index, &t, "w1", g.lease_id))
+                .unwrap();
+            let h = s.lease("w2", 1, 0).remove(0);
+            assert_eq!(h.task.index, g.task.index);
+            let v = s
+                .apply(&done(1, h.task.index, &t, "w2", h.lease_id))
+                .unwrap();
+            assert_eq!(v, Some(Verdict::New));
+        }
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.state, v.total, v.unique), (JobState::Done, 92, 12));
+    }
+
+    #[test]
+    fn a_verify_fraction_checks_a_stable_share_of_the_tasks() {
+        let (mut s, plan, tasks) = running_checked(spec(10, Strategy::Frame, 40), 1, 2, 0.5);
+        let checked: Vec<u64> = (0..tasks.len() as u64)
+            .filter(|&t| s.job(1).unwrap().needs(t) == 2)
+            .collect();
+        let n = tasks.len();
+        assert!(
+            checked.len() > n / 5 && checked.len() < n * 4 / 5,
+            "{checked:?} of {n}"
+        );
+        // Two workers take turns: unchecked tasks count at once, checked
+        // ones when the second worker agrees.
+        for (w, other) in [("w1", "w2"), ("w2", "w1")].into_iter().cycle() {
+            let Some(g) = s.lease(w, 1, 0).pop() else {
+                let Some(g) = s.lease(other, 1, 0).pop() else {
+                    break;
+                };
+                let t = plan.count_task(&g.task).unwrap();
+                s.apply(&done(1, g.task.index, &t, other, g.lease_id))
+                    .unwrap();
+                continue;
+            };
+            let t = plan.count_task(&g.task).unwrap();
+            let v = s.apply(&done(1, g.task.index, &t, w, g.lease_id)).unwrap();
+            let want = if checked.contains(&g.task.index) && s.job(1).unwrap().view().checking > 0 {
+                Verdict::AwaitingCheck
+            } else {
+                Verdict::New
+            };
+            assert_eq!(v, Some(want), "task {}", g.task.index);
+        }
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.state, v.total, v.unique), (JobState::Done, 724, 92));
+    }
+
+    #[test]
+    fn a_job_runs_to_exact_counts() {
+        for strategy in [Strategy::Frame, Strategy::Prefix] {
+            let (mut s, plan, tasks) = running(spec(10, strategy, 7), 1);
+            assert_eq!(s.job(1).unwrap().view().pending, tasks.len() as u64);
+            run_all(&mut s, &plan, "w1", 100);
+            let v = s.job(1).unwrap().view();
+            assert_eq!(v.state, JobState::Done);
+            assert_eq!((v.total, v.unique), (724, 92), "{strategy}");
+            assert_eq!((v.done, v.pending, v.leased), (tasks.len() as u64, 0, 0));
+            assert!((v.work_done - v.work_total).abs() < 1e-6 * v.work_total);
+            let w = s.workers().next().unwrap();
+            assert_eq!(w.tasks_done, tasks.len() as u64);
+            let subproblems: u64 = tasks.iter().map(|t| t.subproblems).sum();
+            assert_eq!(w.subproblems_done, subproblems);
+        }
+    }
+
+    /// A state with one synthetic job (id 1) of `tasks` tasks, planned.
+    fn synthetic(tasks: u64) -> (State, Plan) {
+        let mut s = State::new(Limits {
+            lease_ttl_ms: TTL,
+            retry_budget: 100,
+            ..Limits::default()
+        });
+        let spec = PlanSpec {
+            n: Size::new(8).unwrap(),
+            strategy: Strategy::Synthetic,
+            depth: 0,
+            tasks,
+        };
+        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
+            job_id: 1,
+            plan: Some((&spec).into()),
+            unix_ms: 0,
+            redundancy: 1,
+            verify_fraction: 1.0,
+        })))
+        .unwrap();
+        let plan = Plan::new(spec).unwrap();
+        let list = TaskList::of(&plan, &std::sync::atomic::AtomicBool::new(false)).unwrap();
+        assert!(matches!(list, TaskList::Derived(..)), "never listed");
+        s.apply(&rec(Record::JobPlanned(JobPlanned {
+            job_id: 1,
+            tasks,
+            digest: list.digest(),
+        })))
+        .unwrap();
+        s.attach_tasks(1, list).unwrap();
+        (s, plan)
+    }
+
+    #[test]
+    fn a_synthetic_job_sums_exactly_through_expiries_releases_and_retries() {
+        let (mut s, plan) = synthetic(1_000);
+        let mut now = 0;
+        let mut round = 0u64;
+        while s.job(1).unwrap().state() != JobState::Done {
+            round += 1;
+            for (k, g) in s
+                .lease(&format!("w{}", round % 7), 16, now)
+                .into_iter()
+                .enumerate()
+            {
+                match (k as u64 + round) % 5 {
+                    0 => {} // abandoned: expires
+                    1 => {
+                        s.release(&format!("w{}", round % 7), &[lref(&g)], now);
+                    }
+                    _ => {
+                        let t = plan.count_task(&g.task).unwrap();
+                        let w = format!("w{}", round % 7);
+                        assert_eq!(s.check_report(&w, &lref(&g), &t, 0), Ok(Verdict::New));
+                        s.apply(&done(1, g.task.index, &t, &w, g.lease_id)).unwrap();
+                    }
+                }
+            }
+            now += TTL / 3;
+            assert!(s.expire(now).is_empty(), "no task runs out of retries");
+            assert!(round < 10_000, "the job never ends");
+        }
+        let v = s.job(1).unwrap().view();
+        let sum = nqueens_common::plan::synthetic_sum(1_000);
+        assert_eq!((v.total, v.unique), (sum, sum));
+        assert_eq!((v.done, v.pending, v.leased, v.failed), (1_000, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_synthetic_job_of_a_hundred_million_tasks_is_planned_at_once_and_checked_exactly() {
+        let (mut s, plan) = synthetic(100_000_000);
+        let v = s.job(1).unwrap().view();
+        assert_eq!(
+            (v.tasks, v.pending, v.state),
+            (100_000_000, 100_000_000, JobState::Running)
+        );
+        let g = s.lease("w", 3, 0);
+        assert_eq!(
+            g.iter().map(|g| g.task.index).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        let mut wrong = plan.count_task(&g[0].task).unwrap();
+        wrong.weighted += 1;
+        assert!(matches!(
+            s.check_report("w", &lref(&g[0]), &wrong, 0),
+            Err(StateError::Implausible { .. })
+        ));
+        let right = plan.count_task(&g[1].task).unwrap();
+        assert_eq!(right.weighted, nqueens_common::plan::synthetic_answer(1));
+        s.apply(&done(1, 1, &right, "w", g[1].lease_id)).unwrap();
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.done, v.leased, v.pending), (1, 2, 100_000_000 - 3));
+        assert_eq!(v.total, right.weighted);
+    }
+
+    #[test]
+    fn rate_and_eta_follow_the_results() {
+        let (mut s, plan, _) = running(spec(10, Strategy::Frame, 8), 1);
+        assert_eq!(
+            s.job(1).unwrap().view().eta_seconds,
+            None,
+            "no rate before two results"
+        );
+        let granted = s.lease("w", 2, 0);
+        for (k, g) in granted.iter().enumerate() {
+            let t = plan.count_task(&g.task).unwrap();
+            let mut r = done(1, g.task.index, &t, "w", g.lease_id);
+            if let Some(Record::TaskDone(d)) = r.record.as_mut() {
+                d.unix_ms = 1_000 * k as u64; // one second apart
+            }
+            s.apply(&r).unwrap();
+        }
+        let v = s.job(1).unwrap().view();
+        let second = granted[1].task.work;
+        assert!(
+            (v.work_per_second - second).abs() < 1e-9 * second,
+            "{} vs {second}",
+            v.work_per_second
+        );
+        let eta = v.eta_seconds.unwrap();
+        assert!((eta - (v.work_total - v.work_done) / second).abs() < 1e-6 * eta.max(1.0));
+    }
+
+    #[test]
+    fn duplicates_never_add_and_differences_are_conflicts() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w1", 1, 0).remove(0);
+        let t = plan.count_task(&g.task).unwrap();
+        s.apply(&done(1, g.task.index, &t, "w1", g.lease_id))
+            .unwrap();
+        let before = *s.job(1).unwrap().tally();
+        // The same result again (a lost answer): a duplicate, nothing added.
+        assert_eq!(
+            s.check_report("w1", &lref(&g), &t, 0),
+            Ok(Verdict::Duplicate)
+        );
+        // Anyone else, with that lease: refused.
+        assert!(matches!(
+            s.check_report("w2", &lref(&g), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &t, "w2", 99)).unwrap(),
+            Some(Verdict::Duplicate)
+        );
+        // A different result: a conflict, recorded, nothing added.
+        let mut wrong = t;
+        wrong.weighted += 8;
+        assert_eq!(
+            s.check_report("w1", &lref(&g), &wrong, 0),
+            Ok(Verdict::Conflict)
+        );
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &wrong, "w2", 99)).unwrap(),
+            Some(Verdict::Conflict)
+        );
+        assert_eq!(*s.job(1).unwrap().tally(), before);
+        assert_eq!(s.job(1).unwrap().conflicts().len(), 1);
+    }
+
+    #[test]
+    fn expired_leases_go_back_after_a_backoff_and_late_results_count_only_while_unclaimed() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let first = s.lease("slow", 1, 0).remove(0);
+        // Heartbeats keep it alive past the original deadline.
+        let (ext, deadline, stop) = s.heartbeat("slow", &[lref(&first)], 0, TTL - 1);
+        assert_eq!((ext.len(), deadline, stop.len()), (1, 2 * TTL - 1, 0));
+        assert!(s.expire(TTL + 1).is_empty());
+        assert_eq!(s.job(1).unwrap().view().leased, 1);
+        // Silence past the deadline: the task leaves the lease...
+        assert!(s.expire(2 * TTL).is_empty());
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.leased, v.failed), (0, 1));
+        // ...and waits out its backoff (1 s) before anyone gets it again.
+        let others: Vec<u64> = s
+            .lease("fast", 10, 2 * TTL)
+            .iter()
+            .map(|g| g.task.index)
+            .collect();
+        assert!(!others.contains(&first.task.index));
+        let again = s.lease("fast", 10, 2 * TTL + 1_000);
+        let second = again
+            .iter()
+            .find(|g| g.task.index == first.task.index)
+            .expect("re-leased after backoff")
+            .clone();
+        // The old holder is told to stop at its next heartbeat.
+        let (_, _, stop) = s.heartbeat("slow", &[lref(&first)], 0, 2 * TTL + 1_001);
+        assert_eq!(stop, vec![lref(&first)]);
+        // Its late result is refused now that another worker holds the task...
+        let t = plan.count_task(&first.task).unwrap();
+        assert!(matches!(
+            s.check_report("slow", &lref(&first), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        assert_eq!(
+            s.check_report("fast", &lref(&second), &t, 0),
+            Ok(Verdict::New)
+        );
+        // ...but welcome while nobody holds it (first valid result wins).
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let first = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL);
+        let t = plan.count_task(&first.task).unwrap();
+        assert_eq!(
+            s.check_report("slow", &lref(&first), &t, 0),
+            Ok(Verdict::New)
+        );
+        assert!(matches!(
+            s.check_report("other", &lref(&first), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+    }
+
+    #[test]
+    fn a_task_out_of_retries_is_reported_dying() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 1), 1);
+        let mut now = 0;
+        for attempt in 1..=3 {
+            let g = s.lease("w", 1, now);
+            assert_eq!(g.len(), 1, "attempt {attempt}");
+            now += TTL;
+            let dying = s.expire(now);
+            if attempt < 3 {
+                assert!(dying.is_empty());
+                now += 4_000; // past the longest backoff
+            } else {
+                assert_eq!(dying, vec![(1, g[0].task.index)]);
+            }
+        }
+        s.apply(&rec(Record::TaskDead(TaskDead {
+            job_id: 1,
+            task_index: 0,
+            reason: "out of retries".into(),
+        })))
+        .unwrap();
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.dead, v.pending, v.failed), (1, 0, 0));
+        assert!(s.lease("w", 1, now + 10_000).is_empty());
+    }
+
+    #[test]
+    fn leases_from_before_a_restart_are_adopted_by_their_heartbeat() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 2);
+        let old = LeaseRef {
+            job: 1,
+            task: 1,
+            lease_id: lease_id(&KEY, 1, 1, 1, "w"),
+        };
+        // Another worker cannot adopt it, nor anyone a made-up id.
+        assert_eq!(s.heartbeat("x", &[old], 0, 9).2, vec![old]);
+        for id in [
+            0,
+            1,
+            old.lease_id + 1,
+            old.lease_id ^ 1 << 60,
+            1 << EPOCH_SHIFT,
+        ] {
+            let forged = LeaseRef {
+                lease_id: id,
+                ..old
+            };
+            assert_eq!(s.heartbeat("w", &[forged], 0, 9).2, vec![forged], "{id:#x}");
+        }
+        let (ext, _, stop) = s.heartbeat("w", &[old], 0, 10);
+        assert_eq!((ext, stop), (vec![old], vec![]));
+        let others: Vec<u64> = s.lease("x", 10, 11).iter().map(|g| g.task.index).collect();
+        assert!(!others.contains(&1), "the adopted task is not lent again");
+        // A lease of this boot that is not current is not adopted.
+        let forged = LeaseRef {
+            lease_id: lease_id(&KEY, 2, 1, 2, "w"),
+            task: 2,
+            ..old
+        };
+        assert_eq!(s.heartbeat("w", &[forged], 0, 12).2, vec![forged]);
+    }
+
+    #[test]
+    fn a_late_heartbeat_keeps_an_expired_lease_nobody_else_took() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        let g = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL); // the heartbeat came too late
+        let (ext, _, stop) = s.heartbeat("slow", &[lref(&g)], 0, TTL + 1);
+        assert_eq!((ext, stop), (vec![lref(&g)], vec![]));
+        assert!(s
+            .lease("other", 5, TTL + 10_000)
+            .iter()
+            .all(|o| o.task.index != g.task.index));
+        // Once someone else holds the task, the late holder is told to stop.
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 1), 1);
+        let g = s.lease("slow", 1, 0).remove(0);
+        s.expire(TTL);
+        let taken = s.lease("other", 1, TTL + 1_000);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            s.heartbeat("slow", &[lref(&g)], 0, TTL + 1_001).2,
+            vec![lref(&g)]
+        );
+    }
+
+    #[test]
+    fn release_returns_tasks_at_once_without_penalty() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w1", 2, 0);
+        let refs: Vec<LeaseRef> = g.iter().map(lref).collect();
+        assert_eq!(s.release("w2", &refs, 1), 0, "only the holder can release");
+        assert_eq!(s.release("w1", &refs, 1), 2);
+        let again: BTreeSet<u64> = s.lease("w2", 10, 2).iter().map(|g| g.task.index).collect();
+        assert!(g.iter().all(|g| again.contains(&g.task.index)));
+    }
+
+    #[test]
+    fn pause_stops_new_leases_and_cancel_stops_running_ones() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 5), 1);
+        let held = s.lease("w", 1, 0).remove(0);
+        let state = |st: i32| {
+            rec(Record::JobState(JobStateChanged {
+                job_id: 1,
+                state: st,
+            }))
+        };
+        s.apply(&state(v1::JobState::Paused as i32)).unwrap();
+        assert_eq!(s.job(1).unwrap().state(), JobState::Paused);
+        assert!(s.lease("w", 5, 1).is_empty());
+        assert_eq!(
+            s.heartbeat("w", &[lref(&held)], 0, 2).0.len(),
+            1,
+            "running work may finish"
+        );
+        s.apply(&state(v1::JobState::Running as i32)).unwrap();
+        assert!(!s.lease("w", 1, 3).is_empty());
+        s.apply(&state(v1::JobState::Cancelled as i32)).unwrap();
+        assert_eq!(s.job(1).unwrap().state(), JobState::Cancelled);
+        let (ext, _, stop) = s.heartbeat("w", &[lref(&held)], 0, 4);
+        assert!(ext.is_empty());
+        assert_eq!(stop, vec![lref(&held)]);
+        assert!(s.lease("w", 5, 5).is_empty());
+    }
+
+    #[test]
+    fn reports_without_a_lease_or_with_impossible_counts_are_refused() {
+        let (mut s, plan, tasks) = running(spec(8, Strategy::Frame, 3), 2);
+        let g = s.lease("w1", 1, 0).remove(0);
+        let t = plan.count_task(&g.task).unwrap();
+        // Another worker, or a lease id this boot never granted for it.
+        assert!(matches!(
+            s.check_report("w2", &lref(&g), &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        for id in [0, g.lease_id + 1, g.lease_id - 1, (2 << EPOCH_SHIFT) + 777] {
+            let forged = LeaseRef {
+                lease_id: id,
+                ..lref(&g)
+            };
+            assert!(matches!(
+                s.check_report("w1", &forged, &t, 0),
+                Err(StateError::NotLeased { .. })
+            ));
+        }
+        // This worker's lease from before the restart (epoch 1) is
+        // accepted on a task nobody holds: its result is still valid work.
+        let free = (g.task.index + 1) % tasks.len() as u64;
+        let tf = plan.count_task(&tasks[free as usize]).unwrap();
+        let old = LeaseRef {
+            job: 1,
+            task: free,
+            lease_id: lease_id(&KEY, 1, 1, free, "w3"),
+        };
+        assert_eq!(s.check_report("w3", &old, &tf, 0), Ok(Verdict::New));
+        assert!(matches!(
+            s.check_report("w4", &old, &tf, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        // Not on a task another worker holds.
+        let held = LeaseRef {
+            lease_id: lease_id(&KEY, 1, 1, g.task.index, "w3"),
+            ..lref(&g)
+        };
+        assert!(matches!(
+            s.check_report("w3", &held, &t, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        // Unknown job and task.
+        assert_eq!(
+            s.check_report("w1", &LeaseRef { job: 9, ..lref(&g) }, &t, 0),
+            Err(StateError::UnknownJob(9))
+        );
+        let far = LeaseRef {
+            task: 999,
+            ..lref(&g)
+        };
+        let count = tasks.len() as u64;
+        assert!(
+            matches!(s.check_report("w1", &far, &t, 0), Err(StateError::UnknownTask { tasks, .. }) if tasks == count)
+        );
+        // Class counts in a frame task, or more solutions than N=8 has.
+        let mut bad = t;
+        bad.classes.c8 = 1;
+        assert!(matches!(
+            s.check_report("w1", &lref(&g), &bad, 0),
+            Err(StateError::Implausible { .. })
+        ));
+        let mut big = t;
+        big.weighted = 93;
+        assert!(matches!(
+            s.check_report("w1", &lref(&g), &big, 0),
+            Err(StateError::Implausible { .. })
+        ));
+    }
+
+    #[test]
+    fn redundancy_needs_votes_from_distinct_credentials() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let right = plan.count_task(&tasks[0]).unwrap();
+        s.bind("a1", "alice").unwrap();
+        s.bind("a2", "alice").unwrap();
+        s.bind("b1", "bob").unwrap();
+        assert!(matches!(
+            s.bind("a1", "bob"),
+            Err(StateError::WrongCredential { .. })
+        ));
+        let vote = |s: &mut State, w: &str, task: u64, t: &Tally| {
+            let mut d = done(1, task, t, w, 0);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.credential = s.credential_of(w);
+            }
+            s.apply(&d).unwrap().unwrap()
+        };
+        assert_eq!(vote(&mut s, "a1", 0, &right), Verdict::AwaitingCheck);
+        // The same credential under another worker id is not a second vote,
+        // and is not even offered the task.
+        assert!(s.lease("a2", 5, 0).iter().all(|g| g.task.index != 0));
+        assert_eq!(vote(&mut s, "a2", 0, &right), Verdict::AwaitingCheck);
+        assert_eq!(s.job(1).unwrap().view().done, 0);
+        assert_eq!(vote(&mut s, "b1", 0, &right), Verdict::New);
+        assert_eq!(s.job(1).unwrap().view().done, 1);
+    }
+
+    #[test]
+    fn a_job_says_when_its_redundancy_cannot_be_met_by_the_connected_credentials() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let now = 5 * TTL;
+        for (w, cred) in [("a1", "alice"), ("a2", "alice")] {
+            s.bind(w, cred).unwrap();
+            s.touch_worker(w, now);
+        }
+        let why = s
+            .waiting_for(1, now)
+            .expect("one credential cannot give two votes");
+        assert!(
+            why.contains("needs 2 distinct worker credentials, and 1 connected"),
+            "{why}"
+        );
+        s.bind("b1", "bob").unwrap();
+        s.touch_worker("b1", now);
+        assert_eq!(s.waiting_for(1, now), None);
+        // Bob is not heard from for longer than a lease: waiting again.
+        s.touch_worker("a1", now + TTL + 1);
+        assert!(s.waiting_for(1, now + TTL + 1).is_some());
+        // Agreeing results are "checked" for both voters.
+        let right = plan.count_task(&tasks[0]).unwrap();
+        for w in ["a1", "b1"] {
+            let mut d = done(1, 0, &right, w, 0);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.credential = s.credential_of(w);
+            }
+            s.apply(&d).unwrap();
+        }
+        let checked = |s: &State, id: &str| s.workers().find(|w| w.id == id).unwrap().checked;
+        assert_eq!(
+            (checked(&s, "a1"), checked(&s, "b1"), checked(&s, "a2")),
+            (1, 1, 0)
+        );
+        // Redundancy 1 never waits for credentials.
+        let (s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        assert_eq!(s.waiting_for(1, now), None);
+    }
+
+    #[test]
+    fn a_quarantined_workers_results_are_kept_but_never_counted() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("liar", 2, 0);
+        s.apply(&rec(Record::TaskConflict(v1::TaskConflict {
+            job_id: 1,
+            task_index: 2,
+            result: Some(tally_to_wire(&Tally::default())),
+            worker_id: "liar".into(),
+            unix_ms: 0,
+        })))
+        .unwrap();
+        assert!(s.quarantined("liar"));
+        let t = plan.count_task(&g[0].task).unwrap();
+        assert_eq!(
+            s.check_report("liar", &lref(&g[0]), &t, 0),
+            Ok(Verdict::NotCounted)
+        );
+        assert_eq!(
+            s.apply(&done(1, g[0].task.index, &t, "liar", g[0].lease_id))
+                .unwrap(),
+            Some(Verdict::NotCounted)
+        );
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.done, v.total), (0, 0));
+        assert_eq!(s.job(1).unwrap().ignored().len(), 1);
+        // The same report again is answered without a second record.
+        assert_eq!(
+            s.check_report("liar", &lref(&g[0]), &t, 0),
+            Ok(Verdict::NotCounted)
+        );
+        // Its other lease is not extended.
+        assert_eq!(
+            s.heartbeat("liar", &[lref(&g[1])], 0, 1).2,
+            vec![lref(&g[1])]
+        );
+    }
+
+    #[test]
+    fn nothing_counts_for_a_cancelled_job() {
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let g = s.lease("w", 1, 0).remove(0);
+        s.apply(&rec(Record::JobState(JobStateChanged {
+            job_id: 1,
+            state: v1::JobState::Cancelled as i32,
+        })))
+        .unwrap();
+        let t = plan.count_task(&g.task).unwrap();
+        assert!(matches!(
+            s.check_report("w", &lref(&g), &t, 0),
+            Err(StateError::Finished { .. })
+        ));
+        // A result journaled just after the cancel (a race) is not counted.
+        assert_eq!(
+            s.apply(&done(1, g.task.index, &t, "w", g.lease_id))
+                .unwrap(),
+            Some(Verdict::NotCounted)
+        );
+        assert_eq!(s.job(1).unwrap().view().total, 0);
+    }
+
+    #[test]
+    fn replaying_the_same_records_gives_the_same_state() {
+        let (mut s, plan, tasks) = running(spec(9, Strategy::Frame, 4), 1);
+        let mut log = Vec::new();
+        for g in s.lease("w", 10, 0) {
+            let t = plan.count_task(&g.task).unwrap();
+            let r = done(1, g.task.index, &t, "w", g.lease_id);
+            s.apply(&r).unwrap();
+            log.push(r.clone());
+            log.push(r); // a duplicate in the journal must not double-count
+        }
+        let (mut fresh, _, _) = running(spec(9, Strategy::Frame, 4), 1);
+        for r in &log {
+            fresh.apply(r).unwrap();
+        }
+        let (a, b) = (s.job(1).unwrap().view(), fresh.job(1).unwrap().view());
+        assert_eq!((a.total, a.unique, a.done), (b.total, b.unique, b.done));
+        assert_eq!(a.total, 352);
+        assert_eq!(a.done, tasks.len() as u64);
+    }
+
+    #[test]
+    fn a_re_plan_that_differs_from_the_journal_is_refused() {
+        let (mut s, _, mut tasks) = running(spec(9, Strategy::Frame, 4), 1);
+        tasks[0].hi += 1;
+        assert!(matches!(
+            s.attach_tasks(1, TaskList::Listed(tasks)),
+            Err(StateError::PlanChanged { .. })
+        ));
+    }
+}
+
+/// Hostile reports against the lease rules, with random workers, lease ids
+/// and task indices: nothing but a report under a lease granted to its
+/// worker ever changes a total.
+mod forged {
+    use super::super::*;
+    use nqueens_common::Size;
+    use nqueens_proto::tally_to_wire;
+    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDone};
+    use proptest::prelude::*;
+
+    const WORKERS: [&str; 3] = ["a", "b", "c"];
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Lease(usize, usize),
+        /// A report under a lease once granted (by index), from worker `w`
+        /// (the holder or not), honest only when from the holder.
+        Granted(usize, usize),
+        /// A report with a made-up lease id: random, or a neighbour of a
+        /// granted one.
+        Forged(usize, u64, u64, bool),
+        Heartbeat(usize, usize, u64),
+        Expire(u64),
+        Release(usize),
+        Cancel,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..3usize, 1..4usize).prop_map(|(w, m)| Op::Lease(w, m)),
+            4 => (0..64usize, 0..3usize).prop_map(|(g, w)| Op::Granted(g, w)),
+            4 => (0..3usize, 0..12u64, any::<u64>(), any::<bool>()).prop_map(|(w, t, id, n)| Op::Forged(w, t, id, n)),
+            2 => (0..3usize, 0..64usize, any::<u64>()).prop_map(|(w, g, id)| Op::Heartbeat(w, g, id)),
+            1 => (0..30_000u64).prop_map(Op::Expire),
+            1 => (0..64usize).prop_map(Op::Release),
+            1 => Just(Op::Cancel),
+        ]
+    }
+
+    fn rec(r: Record) -> JournalRecord {
+        JournalRecord { record: Some(r) }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn no_unleased_report_changes_a_total(
+            redundancy in 1..3u32,
+            epoch in 1..4u64,
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8 };
+            let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
+            s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
+            s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();
+            let plan = Plan::new(spec).unwrap();
+            let tasks = plan.schedule().tasks;
+            s.apply(&rec(Record::JobPlanned(JobPlanned { job_id: 1, tasks: tasks.len() as u64, digest: digest(&tasks) }))).unwrap();
+            s.attach_tasks(1, TaskList::Listed(tasks.clone())).unwrap();
+            let truth: Vec<Tally> = tasks.iter().map(|t| plan.count_task(t).unwrap()).collect();
+            let mut grants: Vec<(String, LeaseRef)> = Vec::new();
+            let mut now = 0;
+            // Reports one result as the coordinator would (check, journal, apply).
+            let report = |s: &mut State, w: &str, r: LeaseRef, t: Tally, now: u64| {
+                if let Ok(Verdict::New | Verdict::NotCounted) = s.check_report(w, &r, &t, 0) {
+                    let d = TaskDone { job_id: r.job, task_index: r.task, result: Some(tally_to_wire(&t)), worker_id: w.into(), lease_id: r.lease_id, unix_ms: now, credential: String::new() };
+                    s.apply(&rec(Record::TaskDone(d))).unwrap();
+                }
+            };
+            for op in ops {
+                now += 1;
+                match op {
+                    Op::Lease(w, m) => {
+                        for g in s.lease(WORKERS[w], m, now) {
+                            grants.push((WORKERS[w].into(), LeaseRef { job: g.job, task: g.task.index, lease_id: g.lease_id }));
+                        }
+                    }
+                    Op::Granted(g, w) => {
+                        let Some((holder, r)) = grants.get(g % grants.len().max(1)).cloned() else { continue };
+                        let mut t = truth[r.task as usize];
+                        if holder != WORKERS[w] {
+                            t.weighted += 1; // a thief's lie
+                        }
+                        report(&mut s, WORKERS[w], r, t, now);
+                    }
+                    Op::Forged(w, task, id, near) => {
+                        let id = match (near, grants.last()) {
+                            (true, Some((_, r))) => r.lease_id.wrapping_add(id % 5).wrapping_sub(2),
+                            _ => id,
+                        };
+                        let r = LeaseRef { job: 1, task, lease_id: id };
+                        if grants.iter().any(|(h, g)| h == WORKERS[w] && *g == r) {
+                            continue; // guessed a real one: not a forgery
+                        }
+                        let mut t = truth.get(task as usize).copied().unwrap_or_default();
+                        t.weighted += 1;
+                        report(&mut s, WORKERS[w], r, t, now);
+                    }
+                    Op::Heartbeat(w, g, id) => {
+                        let mut refs = vec![LeaseRef { job: 1, task: id % 12, lease_id: id }];
+                        if let Some((_, r)) = grants.get(g % grants.len().max(1)) {
+                            refs.push(*r);
+                        }
+                        let (extended, _, _) = s.heartbeat(WORKERS[w], &refs, 0, now);
+                        for e in extended {
+                            prop_assert!(grants.iter().any(|(h, g)| h == WORKERS[w] && *g == e), "extended a lease never granted: {e:?}");
+                        }
+                    }
+                    Op::Expire(ms) => {
+                        now += ms;
+                        s.expire(now);
+                    }
+                    Op::Release(g) => {
+                        if let Some((h, r)) = grants.get(g % grants.len().max(1)).cloned() {
+                            s.release(&h, &[r], now);
+                        }
+                    }
+                    Op::Cancel => {
+                        if s.job(1).unwrap().state() != JobState::Done {
+                            s.apply(&rec(Record::JobState(JobStateChanged { job_id: 1, state: v1::JobState::Cancelled as i32 }))).unwrap();
+                        }
+                    }
+                }
+                // Every counted result is the truth, granted to its worker.
+                let job = s.job(1).unwrap();
+                let mut sum = Tally::default();
+                for (&task, r) in job.results() {
+                    prop_assert_eq!(r.tally, truth[task as usize], "task {} counted a lie", task);
+                    prop_assert!(grants.iter().any(|(h, g)| *h == r.worker && g.task == task && g.lease_id == r.lease_id));
+                    sum.merge(&r.tally).unwrap();
+                }
+                prop_assert_eq!(*job.tally(), sum);
+            }
+        }
+    }
+}
