@@ -18,6 +18,7 @@ pub mod embedded;
 pub mod exit;
 pub mod format;
 pub mod human;
+pub mod loadgen;
 pub mod local;
 pub mod operator;
 pub mod progress;
@@ -221,6 +222,31 @@ fn run(command: Command) -> Result<(), Failure> {
             core,
             connect,
         } => doctor::doctor(&connect, role, seconds, core.core.path()?),
+        Command::Loadgen {
+            coordinator,
+            token_file,
+            tls_ca,
+            workers,
+            seconds,
+            batch,
+            task_ms,
+            fail_rate,
+            kill_rate,
+            connections,
+            json,
+        } => loadgen::run(loadgen::Config {
+            coordinator,
+            token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+            tls_ca,
+            workers,
+            seconds,
+            batch,
+            task_ms,
+            fail_rate,
+            kill_rate,
+            connections,
+            json,
+        }),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

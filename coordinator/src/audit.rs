@@ -80,7 +80,11 @@ impl Audit {
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     let (replay, journal_bytes) = journal::read(path)?;
-    let mut state = State::new(Limits::default());
+    // Every result in memory: the audit re-adds them all.
+    let mut state = State::new(Limits {
+        results_in_memory: None,
+        ..Limits::default()
+    });
     let mut result_records = 0;
     for r in &replay.records {
         if let Some(Record::TaskDone(d)) = &r.record {

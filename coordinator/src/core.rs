@@ -384,7 +384,8 @@ impl Coordinator {
                     repaired += 1;
                 }
             }
-            if sum != *job.tally() {
+            // Only a ledger holding every result can be re-added here.
+            if job.results_complete() && sum != *job.tally() {
                 return Err(CoordError::Verify {
                     job: job.id,
                     why: "the job's running totals differ from the sum of its results".into(),
@@ -413,7 +414,7 @@ impl Coordinator {
         // Rows of results the journal has but does not count (a
         // quarantined worker's) go: the journal keeps the result.
         for (job, task) in keys {
-            if state.job(job).ok().and_then(|j| j.result(task)).is_none() {
+            if !state.job(job).is_ok_and(|j| j.counted(task)) {
                 self.store.remove_result(job, task)?;
                 repaired += 1;
             }
@@ -646,13 +647,30 @@ impl Coordinator {
         result: v1::TaskResult,
     ) -> Result<Verdict, CoordError> {
         let tally = nqueens_proto::tally_from_wire(&result);
-        let (verdict, credential) = {
+        let (checked, credential) = {
             let mut s = self.lock();
             s.bind(worker, credential)?;
             (
-                s.check_report(worker, &r, &tally, result.checksum)?,
+                s.check_report(worker, &r, &tally, result.checksum),
                 s.credential_of(worker),
             )
+        };
+        let verdict = match checked {
+            // Counted long ago: compared with the store's row.
+            Err(StateError::ResultNotInMemory { job, task }) => {
+                let row = self.store_writer().lookup(job, task).await;
+                match row.as_ref().and_then(|d| d.result.as_ref()) {
+                    Some(stored)
+                        if nqueens_proto::tally_from_wire(stored) == tally
+                            && stored.checksum == result.checksum =>
+                    {
+                        Verdict::Duplicate
+                    }
+                    Some(_) => Verdict::Conflict,
+                    None => return Err(StateError::ResultNotInMemory { job, task }.into()),
+                }
+            }
+            other => other?,
         };
         let now = self.now_ms();
         let done = || {

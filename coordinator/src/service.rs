@@ -69,7 +69,9 @@ impl From<CoordError> for Status {
                 StateError::UnknownJob(_) | StateError::UnknownTask { .. } => {
                     Status::not_found(msg)
                 }
-                StateError::NotPlanned(_) => Status::unavailable(msg),
+                StateError::NotPlanned(_) | StateError::ResultNotInMemory { .. } => {
+                    Status::unavailable(msg)
+                }
                 StateError::NotLeased { .. } | StateError::Finished { .. } => {
                     Status::failed_precondition(msg)
                 }

@@ -245,10 +245,12 @@ impl Store {
     }
 }
 
-/// A write for the store's thread.
+/// A write for the store's thread (or a read that must see every write
+/// queued before it).
 enum Write {
     Result(Box<TaskDone>),
     Tasks(u64, Vec<Task>),
+    Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
 }
 
 /// How often the store's thread asks sled to write its buffers while busy.
@@ -300,6 +302,15 @@ impl StoreWriter {
         self.send(Write::Tasks(job, tasks));
     }
 
+    /// The result row of a task, read after every write queued before
+    /// (so a result counted earlier is there); `None` if it has none, or
+    /// the store's thread has stopped.
+    pub async fn lookup(&self, job: u64, task: u64) -> Option<TaskDone> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Write::Lookup(job, task, tx));
+        rx.await.ok().flatten()
+    }
+
     /// Stops taking writes and waits (boundedly) until the queued ones are
     /// written and flushed.
     pub fn close(&self) {
@@ -330,6 +341,10 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
                 let written = match w {
                     Write::Result(d) => store.add_result(&d),
                     Write::Tasks(job, tasks) => store.put_tasks(job, &tasks),
+                    Write::Lookup(job, task, answer) => {
+                        let _ = answer.send(store.result(job, task));
+                        Ok(())
+                    }
                 };
                 if let Err(e) = written {
                     tracing::warn!(error = %e, "store update failed; the journal holds the record");

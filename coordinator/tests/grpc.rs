@@ -1111,3 +1111,50 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
         Err(AuditError::UnknownJob(9))
     ));
 }
+
+#[tokio::test]
+async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.limits.results_in_memory = Some(1);
+    let r = start(cfg, Arc::<ManualClock>::default() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Synthetic, 20)).await;
+    let got = lease(&mut w, "w1", 20).await;
+    assert_eq!(got.len(), 20);
+    for l in &got {
+        assert_eq!(
+            count_and_report(&mut w, "w1", l).await,
+            ReportOutcome::Accepted
+        );
+    }
+    // Task 0's result left memory 19 results ago: the same report again is
+    // a duplicate, a different one a conflict, judged by the store's row.
+    assert_eq!(
+        count_and_report(&mut w, "w1", &got[0]).await,
+        ReportOutcome::Duplicate
+    );
+    let mut other = result_of(&got[0]);
+    other.checksum ^= 1;
+    let r2 = v1::ReportRequest {
+        worker_id: "w1".into(),
+        lease: Some(lease_ref(&got[0])),
+        result: Some(other),
+    };
+    let outcome = w.report(r2).await.unwrap().into_inner().outcome;
+    assert_eq!(
+        ReportOutcome::try_from(outcome).unwrap(),
+        ReportOutcome::Conflict
+    );
+    let j = ops
+        .get_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    let sum = nqueens_common::plan::synthetic_sum(20);
+    assert_eq!(counts(&j), (sum, sum), "counted once each");
+    assert_eq!((j.done, j.conflicts), (20, 1));
+    r.shutdown().await.unwrap();
+}

@@ -113,12 +113,14 @@ pub struct JobView {
 }
 
 impl Job {
+    /// A job checked by `(redundancy, fraction)`, keeping `keep` counted
+    /// results in memory (`None`: all).
     pub(super) fn new(
         id: u64,
         spec: PlanSpec,
         submitted_ms: u64,
-        redundancy: u32,
-        fraction: f64,
+        (redundancy, fraction): (u32, f64),
+        keep: Option<usize>,
     ) -> Job {
         Job {
             id,
@@ -131,7 +133,7 @@ impl Job {
             work_done: 0.0,
             schedule: Schedule::default(),
             votes: Votes::new(id, redundancy, fraction),
-            ledger: Ledger::default(),
+            ledger: Ledger::keeping(keep),
             rate: Rate::default(),
         }
     }
@@ -157,10 +159,23 @@ impl Job {
         self.tasks.as_ref()?.get(index)
     }
 
+    /// The counted result of `task`, if it is still in memory.
     pub fn result(&self, task: u64) -> Option<&StoredResult> {
         self.ledger.result(task)
     }
 
+    /// Whether `task` has a counted result (in memory or not).
+    pub fn counted(&self, task: u64) -> bool {
+        self.schedule.finished(task) && !self.ledger.is_dead(task)
+    }
+
+    /// Whether every counted result is in memory (always, in an audit).
+    pub fn results_complete(&self) -> bool {
+        self.ledger.complete()
+    }
+
+    /// Counted results in memory, in task order (all of them in an audit;
+    /// the latest ones in a coordinator).
     pub fn results(&self) -> impl Iterator<Item = (&u64, &StoredResult)> {
         self.ledger.results()
     }

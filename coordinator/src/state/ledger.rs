@@ -1,9 +1,11 @@
-//! A job's accounts: the counted result of each task, their running sum,
-//! the tasks given up on, the disagreements, and the results kept for the
-//! audit but never counted.
+//! A job's accounts: the running sum of the counted results, the tasks
+//! given up on, the disagreements, the results kept for the audit but never
+//! counted, and the counted results themselves — all of them for an audit,
+//! only the latest ones in a coordinator (older ones are in the store), so
+//! that its memory does not grow with the job.
 
 use nqueens_common::plan::{PlanError, Tally};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// A stored task result and who produced it.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,7 +38,13 @@ pub struct Conflict {
 
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
+    /// Counted results in memory: every one when `keep` is `None`, else
+    /// the latest `keep` (in `order`, oldest first).
     results: BTreeMap<u64, StoredResult>,
+    keep: Option<usize>,
+    order: VecDeque<u64>,
+    /// Counted results, in memory or not.
+    done: u64,
     /// Tasks out of retries, with why.
     dead: BTreeMap<u64, String>,
     pub conflicts: Vec<Conflict>,
@@ -48,15 +56,41 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// A ledger that keeps only the latest `keep` counted results in
+    /// memory (`None`: all of them).
+    pub fn keeping(keep: Option<usize>) -> Ledger {
+        Ledger {
+            keep,
+            ..Ledger::default()
+        }
+    }
+
     /// Counts a task's result: added to the sum (checked: an overflow
     /// changes nothing), and no longer dead if it was.
     pub fn count(&mut self, task: u64, result: StoredResult) -> Result<(), PlanError> {
         let mut sum = self.tally;
         sum.merge(&result.tally)?;
         self.tally = sum;
+        self.done += 1;
         self.results.insert(task, result);
         self.dead.remove(&task);
+        if let Some(keep) = self.keep {
+            self.order.push_back(task);
+            while self.order.len() > keep {
+                let old = self.order.pop_front().expect("longer than keep");
+                self.results.remove(&old);
+            }
+        }
         Ok(())
+    }
+
+    /// Whether every counted result is in memory.
+    pub fn complete(&self) -> bool {
+        self.results.len() as u64 == self.done
+    }
+
+    pub fn is_dead(&self, task: u64) -> bool {
+        self.dead.contains_key(&task)
     }
 
     /// Gives up on a task without a result; false if it has one.
@@ -72,13 +106,13 @@ impl Ledger {
         self.results.get(&task)
     }
 
-    /// Counted results in task order.
+    /// Counted results in memory, in task order.
     pub fn results(&self) -> impl Iterator<Item = (&u64, &StoredResult)> {
         self.results.iter()
     }
 
     pub fn done(&self) -> u64 {
-        self.results.len() as u64
+        self.done
     }
 
     pub fn dead(&self) -> u64 {
@@ -125,5 +159,20 @@ mod tests {
             (2, 12),
             "an overflow changes nothing"
         );
+        assert!(l.complete());
+    }
+
+    #[test]
+    fn a_coordinators_ledger_keeps_only_the_latest_results_but_counts_all() {
+        let mut l = Ledger::keeping(Some(3));
+        for t in 0..10 {
+            l.count(t, result(u128::from(t))).unwrap();
+        }
+        assert_eq!((l.done(), l.tally().weighted), (10, 45));
+        assert_eq!(
+            l.results().map(|(&t, _)| t).collect::<Vec<_>>(),
+            vec![7, 8, 9]
+        );
+        assert!(l.result(6).is_none() && !l.complete());
     }
 }

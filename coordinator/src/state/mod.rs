@@ -52,6 +52,9 @@ pub struct Limits {
     /// The most tasks a submitted plan may list (a synthetic plan's tasks
     /// are derived, never listed, and are not bound by this).
     pub max_tasks: u64,
+    /// Counted results each job keeps in memory, the latest ones (older
+    /// ones are read from the store when needed); `None`: all (an audit).
+    pub results_in_memory: Option<usize>,
 }
 
 impl Default for Limits {
@@ -62,9 +65,14 @@ impl Default for Limits {
             backoff_base_ms: 1_000,
             backoff_max_ms: 300_000,
             max_tasks: nqueens_common::plan::MAX_DEFAULT_TASKS,
+            results_in_memory: Some(RESULTS_IN_MEMORY),
         }
     }
 }
+
+/// Counted results a coordinator keeps in memory per job by default: a
+/// few tens of MB, and far more than a store write lags behind.
+pub const RESULTS_IN_MEMORY: usize = 1 << 16;
 
 /// A task lent to a worker.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,6 +144,10 @@ pub enum StateError {
     BadRecord(String),
     #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
     PlanChanged { job: u64, got: u64, want: u64 },
+    /// Task `task` of job `job` is counted and its result is no longer in
+    /// memory: the caller compares with the store's row.
+    #[error("the result of task {task} of job {job} is not in memory")]
+    ResultNotInMemory { job: u64, task: u64 },
 }
 
 /// Event counts since start-up (replayed records included), for metrics.
@@ -317,7 +329,13 @@ impl State {
                         .map_err(|e| bad(&e.to_string()))?;
                 self.jobs.insert(
                     s.job_id,
-                    Job::new(s.job_id, spec, s.unix_ms, s.redundancy, s.verify_fraction),
+                    Job::new(
+                        s.job_id,
+                        spec,
+                        s.unix_ms,
+                        (s.redundancy, s.verify_fraction),
+                        self.limits.results_in_memory,
+                    ),
                 );
             }
             Record::JobPlanned(p) => {
@@ -408,6 +426,12 @@ impl State {
             });
             return Ok(Verdict::Conflict);
         }
+        if job.counted(task) {
+            // Counted already, and its result left memory: a concurrent
+            // report that lost the race. Never added twice.
+            self.counters.duplicates += 1;
+            return Ok(Verdict::Duplicate);
+        }
         if job.votes.needs(task) > 1 {
             let workers = &self.workers;
             match job
@@ -473,12 +497,14 @@ impl State {
             TaskList::Listed(t) => t.iter().map(|t| t.work).sum(),
             TaskList::Derived(_, n) => *n as f64,
         };
-        job.work_done = job
-            .ledger
-            .results()
-            .filter_map(|(&i, _)| tasks.get(i))
-            .map(|t| t.work)
-            .sum();
+        job.work_done = match &tasks {
+            TaskList::Listed(t) => t
+                .iter()
+                .filter(|t| job.counted(t.index))
+                .map(|t| t.work)
+                .sum(),
+            TaskList::Derived(..) => job.ledger.done() as f64,
+        };
         job.schedule.plan(tasks.count());
         job.tasks = Some(tasks);
         Ok(())
@@ -705,6 +731,12 @@ impl State {
         let mine = job.votes.find(r.task, |c| c.worker == worker);
         if let Some(stored) = job.result(r.task).or(mine) {
             return Ok(compare(stored));
+        }
+        if job.counted(r.task) {
+            return Err(StateError::ResultNotInMemory {
+                job: r.job,
+                task: r.task,
+            });
         }
         Ok(Verdict::New)
     }

@@ -217,11 +217,18 @@ mod whole {
 
     /// A state with one synthetic job (id 1) of `tasks` tasks, planned.
     fn synthetic(tasks: u64) -> (State, Plan) {
+        synthetic_keeping(tasks, Limits::default().results_in_memory)
+    }
+
+    /// [`synthetic`], keeping `keep` counted results in memory.
+    fn synthetic_keeping(tasks: u64, keep: Option<usize>) -> (State, Plan) {
         let mut s = State::new(Limits {
             lease_ttl_ms: TTL,
             retry_budget: 100,
+            results_in_memory: keep,
             ..Limits::default()
         });
+        s.set_lease_key(KEY);
         let spec = PlanSpec {
             n: Size::new(8).unwrap(),
             strategy: Strategy::Synthetic,
@@ -309,6 +316,45 @@ mod whole {
         let v = s.job(1).unwrap().view();
         assert_eq!((v.done, v.leased, v.pending), (1, 2, 100_000_000 - 3));
         assert_eq!(v.total, right.weighted);
+    }
+
+    #[test]
+    fn old_results_leave_memory_but_are_never_counted_twice() {
+        let (mut s, plan) = synthetic_keeping(10, Some(2));
+        let g = s.lease("w", 10, 0);
+        for g in &g {
+            let t = plan.count_task(&g.task).unwrap();
+            s.apply(&done(1, g.task.index, &t, "w", g.lease_id))
+                .unwrap();
+        }
+        let job = s.job(1).unwrap();
+        assert_eq!(job.results().count(), 2, "only the latest in memory");
+        assert!(job.counted(0) && job.result(0).is_none());
+        let t0 = plan.count_task(&g[0].task).unwrap();
+        // The same report again: the store must be asked.
+        assert_eq!(
+            s.check_report("w", &lref(&g[0]), &t0, 0),
+            Err(StateError::ResultNotInMemory { job: 1, task: 0 })
+        );
+        // A forged one is still refused outright.
+        let forged = LeaseRef {
+            lease_id: g[0].lease_id ^ 1,
+            ..lref(&g[0])
+        };
+        assert!(matches!(
+            s.check_report("w", &forged, &t0, 0),
+            Err(StateError::NotLeased { .. })
+        ));
+        // A record that lost a race adds nothing.
+        let before = *s.job(1).unwrap().tally();
+        assert_eq!(
+            s.apply(&done(1, 0, &t0, "w", g[0].lease_id)).unwrap(),
+            Some(Verdict::Duplicate)
+        );
+        let v = s.job(1).unwrap().view();
+        assert_eq!(*s.job(1).unwrap().tally(), before);
+        let sum = nqueens_common::plan::synthetic_sum(10);
+        assert_eq!((v.done, v.total, v.state), (10, sum, JobState::Done));
     }
 
     #[test]

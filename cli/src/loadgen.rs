@@ -1,0 +1,397 @@
+//! `nqueens loadgen`: many simulated workers against a real coordinator,
+//! over real gRPC, to measure what it sustains (acknowledged reports per
+//! second, lease and report latency) and to shake it with abandoned
+//! leases and dying workers.
+//!
+//! Simulated workers count nothing: they serve only synthetic jobs
+//! (`submit --strategy synthetic`), whose answers follow from the task
+//! index. A lease of any other job is handed back at once and the run
+//! stops with an error, so a load test can never put made-up counts into
+//! a real job.
+
+use crate::exit::Failure;
+use nqueens_common::plan::{Plan, Strategy};
+use nqueens_proto::client::{connect_tls, Authed};
+use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
+use nqueens_proto::{tally_to_wire, task_from_wire};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub coordinator: String,
+    pub token: Option<String>,
+    pub tls_ca: Option<PathBuf>,
+    pub workers: u32,
+    pub seconds: f64,
+    /// Tasks asked for per lease call.
+    pub batch: u32,
+    /// Simulated counting time per task.
+    pub task_ms: u64,
+    /// Share of leases abandoned (never reported: they expire).
+    pub fail_rate: f64,
+    /// Chance per lease that its worker dies with every lease it holds
+    /// and comes back under a new id.
+    pub kill_rate: f64,
+    /// gRPC connections the simulated workers share.
+    pub connections: u32,
+    pub json: bool,
+}
+
+/// Latencies in microseconds.
+#[derive(Default)]
+struct Samples(Vec<u32>);
+
+impl Samples {
+    fn add(&mut self, d: Duration) {
+        self.0.push(d.as_micros().min(u128::from(u32::MAX)) as u32);
+    }
+
+    /// The q-quantile in milliseconds (nearest rank).
+    fn quantile_ms(&mut self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.sort_unstable();
+        let i = ((self.0.len() as f64 * q).ceil() as usize).clamp(1, self.0.len()) - 1;
+        f64::from(self.0[i]) / 1000.0
+    }
+}
+
+/// Counts shared by every simulated worker.
+#[derive(Default)]
+struct Counts {
+    leased: AtomicU64,
+    accepted: AtomicU64,
+    duplicate: AtomicU64,
+    refused: AtomicU64,
+    abandoned: AtomicU64,
+    killed: AtomicU64,
+    errors: AtomicU64,
+    /// Milliseconds since the start when a task was last granted.
+    last_grant_ms: AtomicU64,
+}
+
+/// What a run measured.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub workers: u32,
+    pub seconds: f64,
+    pub leased: u64,
+    pub accepted: u64,
+    pub accepted_per_second: f64,
+    pub duplicate: u64,
+    /// Reports refused (a lease that had expired and was taken by another).
+    pub refused: u64,
+    pub abandoned: u64,
+    pub killed: u64,
+    pub errors: u64,
+    pub lease_calls: u64,
+    pub lease_p50_ms: f64,
+    pub lease_p99_ms: f64,
+    pub lease_max_ms: f64,
+    pub report_p50_ms: f64,
+    pub report_p99_ms: f64,
+    pub report_max_ms: f64,
+}
+
+/// Runs the simulation and prints its summary.
+pub fn run(cfg: Config) -> Result<(), Failure> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let summary = runtime.block_on(simulate(cfg.clone()))?;
+    let mut out = std::io::stdout();
+    if cfg.json {
+        crate::local::json_line(&mut out, &summary)?;
+    } else {
+        writeln!(
+            out,
+            "{} simulated workers for {:.1} s: {} reports acknowledged ({:.0}/s), {} leased, \
+             {} duplicate, {} refused, {} abandoned, {} workers killed, {} errors",
+            summary.workers,
+            summary.seconds,
+            summary.accepted,
+            summary.accepted_per_second,
+            summary.leased,
+            summary.duplicate,
+            summary.refused,
+            summary.abandoned,
+            summary.killed,
+            summary.errors
+        )?;
+        writeln!(
+            out,
+            "lease latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} calls; \
+             report latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            summary.lease_p50_ms,
+            summary.lease_p99_ms,
+            summary.lease_max_ms,
+            summary.lease_calls,
+            summary.report_p50_ms,
+            summary.report_p99_ms,
+            summary.report_max_ms
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs `cfg.workers` simulated workers until `cfg.seconds` have passed,
+/// or until no task has been granted for two seconds after some were.
+pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
+    let mut clients = Vec::new();
+    for _ in 0..cfg.connections.max(1) {
+        let channel = connect_tls(
+            &cfg.coordinator,
+            cfg.token.as_deref(),
+            cfg.tls_ca.as_deref(),
+            None,
+        )
+        .map_err(|e| Failure::BadInput(e.to_string()))?;
+        clients.push(WorkerServiceClient::new(channel));
+    }
+    let counts = Arc::new(Counts::default());
+    let lease_ms = Arc::new(Mutex::new(Samples::default()));
+    let report_ms = Arc::new(Mutex::new(Samples::default()));
+    let foreign: Arc<Mutex<Option<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut sims = Vec::new();
+    for k in 0..cfg.workers {
+        let sim = Sim {
+            client: clients[k as usize % clients.len()].clone(),
+            cfg: cfg.clone(),
+            counts: Arc::clone(&counts),
+            lease_ms: Arc::clone(&lease_ms),
+            report_ms: Arc::clone(&report_ms),
+            foreign: Arc::clone(&foreign),
+            stop: Arc::clone(&stop),
+            started,
+            rng: Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(k).wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1),
+            name: format!("loadgen-{k}"),
+        };
+        sims.push(tokio::spawn(sim.run(k)));
+    }
+    let limit = Duration::from_secs_f64(cfg.seconds);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let since_grant = started.elapsed().as_millis() as u64
+            - counts
+                .last_grant_ms
+                .load(Ordering::Relaxed)
+                .min(started.elapsed().as_millis() as u64);
+        let idle = counts.leased.load(Ordering::Relaxed) > 0 && since_grant > 2_000;
+        if started.elapsed() >= limit || idle || foreign.lock().expect("lock").is_some() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in sims {
+        s.await.expect("a simulated worker panicked");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(why) = foreign.lock().expect("lock").take() {
+        return Err(Failure::BadInput(why));
+    }
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut lease = std::mem::take(&mut *lease_ms.lock().expect("lock"));
+    let mut report = std::mem::take(&mut *report_ms.lock().expect("lock"));
+    let accepted = get(&counts.accepted);
+    Ok(Summary {
+        workers: cfg.workers,
+        seconds,
+        leased: get(&counts.leased),
+        accepted,
+        accepted_per_second: accepted as f64 / seconds,
+        duplicate: get(&counts.duplicate),
+        refused: get(&counts.refused),
+        abandoned: get(&counts.abandoned),
+        killed: get(&counts.killed),
+        errors: get(&counts.errors),
+        lease_calls: lease.0.len() as u64,
+        lease_p50_ms: lease.quantile_ms(0.5),
+        lease_p99_ms: lease.quantile_ms(0.99),
+        lease_max_ms: lease.quantile_ms(1.0),
+        report_p50_ms: report.quantile_ms(0.5),
+        report_p99_ms: report.quantile_ms(0.99),
+        report_max_ms: report.quantile_ms(1.0),
+    })
+}
+
+/// xorshift64: each simulated worker's own stream of choices.
+struct Rng(u64);
+
+impl Rng {
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One simulated worker.
+struct Sim {
+    client: WorkerServiceClient<Authed>,
+    cfg: Config,
+    counts: Arc<Counts>,
+    lease_ms: Arc<Mutex<Samples>>,
+    report_ms: Arc<Mutex<Samples>>,
+    foreign: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+    rng: Rng,
+    name: String,
+}
+
+impl Sim {
+    async fn register(&mut self) {
+        let req = v1::RegisterRequest {
+            worker_id: self.name.clone(),
+            host: "loadgen".into(),
+            cores: 1,
+            solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        };
+        if self.client.register(req).await.is_err() {
+            self.counts.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    async fn run(mut self, k: u32) {
+        let mut generation = 0;
+        let (mut leases, mut reports) = (Samples::default(), Samples::default());
+        self.register().await;
+        'work: while !self.stop.load(Ordering::Relaxed) {
+            let req = v1::LeaseRequest {
+                worker_id: self.name.clone(),
+                max_tasks: self.cfg.batch,
+            };
+            let t0 = Instant::now();
+            let answer = self.client.lease(req).await;
+            leases.add(t0.elapsed());
+            let granted = match answer {
+                Ok(r) => r.into_inner().leases,
+                Err(_) => {
+                    self.counts.errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if granted.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            let c = &self.counts;
+            c.leased.fetch_add(granted.len() as u64, Ordering::Relaxed);
+            c.last_grant_ms
+                .fetch_max(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            for l in &granted {
+                let Some(report) = self.report_of(l) else {
+                    // Not a synthetic job: hand everything back and stop.
+                    let refs = granted.iter().map(lease_ref).collect();
+                    let req = v1::ReleaseRequest {
+                        worker_id: self.name.clone(),
+                        leases: refs,
+                    };
+                    let _ = self.client.release(req).await;
+                    break 'work;
+                };
+                if self.rng.unit() < self.cfg.kill_rate {
+                    // Dies with every lease it holds; a new worker starts.
+                    c.killed.fetch_add(1, Ordering::Relaxed);
+                    generation += 1;
+                    self.name = format!("loadgen-{k}-{generation}");
+                    self.register().await;
+                    continue 'work;
+                }
+                if self.rng.unit() < self.cfg.fail_rate {
+                    c.abandoned.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if self.cfg.task_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(self.cfg.task_ms)).await;
+                }
+                let t0 = Instant::now();
+                let outcome = self.client.report(report).await;
+                reports.add(t0.elapsed());
+                match outcome.map(|r| v1::ReportOutcome::try_from(r.into_inner().outcome)) {
+                    Ok(Ok(v1::ReportOutcome::Accepted)) => {
+                        c.accepted.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Ok(Ok(v1::ReportOutcome::Duplicate)) => {
+                        c.duplicate.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                        c.refused.fetch_add(1, Ordering::Relaxed)
+                    }
+                    _ => c.errors.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }
+        self.lease_ms.lock().expect("lock").0.append(&mut leases.0);
+        self.report_ms
+            .lock()
+            .expect("lock")
+            .0
+            .append(&mut reports.0);
+    }
+
+    /// The report of a synthetic task; `None` (and the run's error set)
+    /// for a task of any other job.
+    fn report_of(&self, l: &v1::Lease) -> Option<v1::ReportRequest> {
+        let task = l.task.as_ref()?;
+        let counted = task_from_wire(task).ok().and_then(|(spec, t)| {
+            (spec.strategy == Strategy::Synthetic)
+                .then(|| Plan::new(spec).ok()?.count_task_checked(&t).ok())
+                .flatten()
+        });
+        let Some((tally, checksum)) = counted else {
+            *self.foreign.lock().expect("lock") = Some(format!(
+                "job {} is not synthetic: loadgen counts nothing, so it serves only synthetic jobs \
+                 (submit one with `nqueens submit 8 --strategy synthetic --tasks 1000000`); its \
+                 leases were handed back",
+                l.job_id
+            ));
+            return None;
+        };
+        Some(v1::ReportRequest {
+            worker_id: self.name.clone(),
+            lease: Some(lease_ref(l)),
+            result: Some(v1::TaskResult {
+                checksum,
+                solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
+                ..tally_to_wire(&tally)
+            }),
+        })
+    }
+}
+
+fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
+    v1::LeaseRef {
+        job_id: l.job_id,
+        task_index: l.task.as_ref().map_or(0, |t| t.index),
+        lease_id: l.lease_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let mut s = Samples::default();
+        assert_eq!(s.quantile_ms(0.99), 0.0);
+        for us in 1..=100 {
+            s.add(Duration::from_micros(us * 1000));
+        }
+        assert_eq!(s.quantile_ms(0.5), 50.0);
+        assert_eq!(s.quantile_ms(0.99), 99.0);
+        assert_eq!(s.quantile_ms(1.0), 100.0);
+    }
+}
