@@ -255,7 +255,6 @@ impl Sim {
             host: "loadgen".into(),
             cores: 1,
             solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
         };
         if self.client.register(req).await.is_err() {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);
