@@ -425,7 +425,8 @@ pub enum Command {
     /// (submit one with `--strategy synthetic`), whose answers follow from
     /// the task index, and stop with an error, handing the lease back, at
     /// the first task of any other job. The run ends after --seconds, or
-    /// two seconds after the last task was handed out; it prints reports
+    /// --idle seconds after the last task was handed out, or on Ctrl-C or
+    /// SIGTERM; it prints reports
     /// acknowledged per second and lease and report latencies.
     #[command(
         after_help = "Examples:\n  nqueens submit 8 --strategy synthetic --tasks 1000000\n  \
@@ -453,6 +454,10 @@ pub enum Command {
         /// Longest run, in seconds.
         #[arg(long, value_name = "S", default_value_t = 30.0, value_parser = positive_seconds)]
         seconds: f64,
+        /// Stop once no task was handed out for this many seconds (longer
+        /// than the coordinator's retry backoff, to finish a job's tail).
+        #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = positive_seconds)]
+        idle: f64,
         /// Tasks each lease call asks for.
         #[arg(long, value_name = "B", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
         batch: u32,

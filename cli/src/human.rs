@@ -165,7 +165,15 @@ impl JobInfo {
             // rounding residue such as 5.6e-17 seconds).
             eta_seconds: (!ended && j.eta_seconds >= 0.5).then_some(j.eta_seconds),
             matches_known: (state == "done")
-                .then(|| matches(spec.n, total, unique))
+                .then(|| {
+                    if strategy == "synthetic" {
+                        // Known exactly: the sum of its tasks' answers.
+                        let want = nqueens_common::plan::synthetic_sum(spec.tasks);
+                        Some(total == want && unique == want)
+                    } else {
+                        matches(spec.n, total, unique)
+                    }
+                })
                 .flatten(),
             run: None,
         }
@@ -261,6 +269,10 @@ impl JobInfo {
         };
         let known = match self.matches_known {
             None => String::new(),
+            Some(m) if self.strategy == "synthetic" => format!(
+                "\nknown     {} the sum of its tasks' answers",
+                if m { "matches" } else { "DIFFERS from" }
+            ),
             m => format!("\nknown     {}", verdict(m)),
         };
         let state = match &self.waiting_for {

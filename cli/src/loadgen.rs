@@ -29,6 +29,9 @@ pub struct Config {
     pub tls_ca: Option<PathBuf>,
     pub workers: u32,
     pub seconds: f64,
+    /// Stop once no task has been handed out for this long (after some
+    /// were): longer than a retry backoff, so a job's last tasks are done.
+    pub idle: f64,
     /// Tasks asked for per lease call.
     pub batch: u32,
     /// Simulated counting time per task.
@@ -140,7 +143,8 @@ pub fn run(cfg: Config) -> Result<(), Failure> {
 }
 
 /// Runs `cfg.workers` simulated workers until `cfg.seconds` have passed,
-/// or until no task has been granted for two seconds after some were.
+/// or until no task has been granted for `cfg.idle` seconds after some
+/// were.
 pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
     let mut clients = Vec::new();
     for _ in 0..cfg.connections.max(1) {
@@ -176,6 +180,12 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
         sims.push(tokio::spawn(sim.run(k)));
     }
     let limit = Duration::from_secs_f64(cfg.seconds);
+    // Ctrl-C or SIGTERM ends the run early, with its summary.
+    let signalled = Arc::clone(&stop);
+    tokio::spawn(async move {
+        crate::serve::signal().await;
+        signalled.store(true, Ordering::Relaxed);
+    });
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let since_grant = started.elapsed().as_millis() as u64
@@ -183,8 +193,14 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
                 .last_grant_ms
                 .load(Ordering::Relaxed)
                 .min(started.elapsed().as_millis() as u64);
-        let idle = counts.leased.load(Ordering::Relaxed) > 0 && since_grant > 2_000;
-        if started.elapsed() >= limit || idle || foreign.lock().expect("lock").is_some() {
+        let idle =
+            counts.leased.load(Ordering::Relaxed) > 0 && since_grant as f64 > cfg.idle * 1000.0;
+        let signalled = stop.load(Ordering::Relaxed);
+        if started.elapsed() >= limit
+            || idle
+            || signalled
+            || foreign.lock().expect("lock").is_some()
+        {
             break;
         }
     }

@@ -293,6 +293,15 @@ fn finished(job: &JobInfo) -> Result<(), Failure> {
             job.job, job.done, job.tasks
         )));
     }
+    if job.strategy == "synthetic" {
+        return match job.matches_known {
+            Some(false) => Err(Failure::Failed(format!(
+                "job {}: the synthetic sum {} is not the sum of its tasks' answers",
+                job.job, job.total
+            ))),
+            _ => Ok(()),
+        };
+    }
     crate::local::check_known(job.n, job.total, job.unique)
 }
 
