@@ -171,6 +171,8 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_key,
             name,
             grace,
+            metrics,
+            metrics_public,
             core,
             self_test_fault,
             logs,
@@ -186,6 +188,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 self_test_fault,
                 core: core.core.path()?,
             },
+            metrics.map(|at| serve::Metrics {
+                at,
+                public: metrics_public,
+            }),
             logs,
         ),
         Command::Submit {
