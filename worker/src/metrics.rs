@@ -51,7 +51,7 @@ pub struct Stats {
     tasks_stopped: AtomicU64,
     subproblems: AtomicU64,
     nodes: AtomicU64,
-    counting_ms: AtomicU64,
+    counting_us: AtomicU64,
     results: [AtomicU64; OUTCOMES.len()],
     errors: [AtomicU64; CALLS.len()],
     leases: AtomicU64,
@@ -73,7 +73,7 @@ impl Stats {
             tasks_stopped: AtomicU64::new(0),
             subproblems: AtomicU64::new(0),
             nodes: AtomicU64::new(0),
-            counting_ms: AtomicU64::new(0),
+            counting_us: AtomicU64::new(0),
             results: Default::default(),
             errors: Default::default(),
             leases: AtomicU64::new(0),
@@ -90,7 +90,7 @@ impl Stats {
     }
 
     /// A task counted to its end.
-    pub(crate) fn counted(&self, subproblems: u64, nodes: u128, elapsed_ms: u64) {
+    pub(crate) fn counted(&self, subproblems: u64, nodes: u128, elapsed: std::time::Duration) {
         self.tasks_counted.fetch_add(1, Ordering::Relaxed);
         self.subproblems.fetch_add(subproblems, Ordering::Relaxed);
         let nodes = u64::try_from(nodes).unwrap_or(u64::MAX);
@@ -99,7 +99,8 @@ impl Stats {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_add(nodes))
             });
-        self.counting_ms.fetch_add(elapsed_ms, Ordering::Relaxed);
+        self.counting_us
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// A task that ended without a result (stopped, or not decodable).
@@ -190,7 +191,7 @@ impl Stats {
             "nqueens_worker_process_counting_seconds_total",
             Kind::Counter,
             "Thread-seconds spent counting tasks (rate() over threads is the busy share).",
-            get(&self.counting_ms) / 1000.0,
+            get(&self.counting_us) / 1e6,
         )
         .family(
             "nqueens_worker_process_results_total",

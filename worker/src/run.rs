@@ -235,9 +235,9 @@ pub async fn run_with(
         tokio::select! {
             Some((lease, out)) = finished.recv() => {
                 held.remove(&lease.lease_id);
-                if let Some((result, subproblems)) = out {
+                if let Some((result, subproblems, elapsed)) = out {
                     subproblems_done += subproblems;
-                    stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), result.elapsed_ms);
+                    stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);
                     let req = v1::ReportRequest { worker_id: name.clone(), lease: Some(lease_ref(&lease)), result: Some(result) };
                     results.send(req).expect("the reporter outlives the loop");
                 } else {
