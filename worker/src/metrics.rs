@@ -192,31 +192,29 @@ impl Stats {
             Kind::Counter,
             "Thread-seconds spent counting tasks (rate() over threads is the busy share).",
             get(&self.counting_us) / 1e6,
-        )
-        .family(
+        );
+        // A counter family with one label, a sample per (value, counter).
+        let mut by =
+            |name: &str, help: &str, label: &str, values: &[&str], counts: &[AtomicU64]| {
+                page.family(name, Kind::Counter, help);
+                for (v, n) in values.iter().zip(counts) {
+                    page.sample(name, &[(label, v)], get(n));
+                }
+            };
+        by(
             "nqueens_worker_process_results_total",
-            Kind::Counter,
             "Results reported, by the coordinator's answer (refused: dropped after an error retrying cannot fix).",
+            "outcome",
+            &OUTCOMES,
+            &self.results,
         );
-        for (o, n) in OUTCOMES.iter().zip(&self.results) {
-            page.sample(
-                "nqueens_worker_process_results_total",
-                &[("outcome", o)],
-                get(n),
-            );
-        }
-        page.family(
+        by(
             "nqueens_worker_process_errors_total",
-            Kind::Counter,
             "Failed calls to the coordinator, by call (retries count each time).",
+            "call",
+            &CALLS,
+            &self.errors,
         );
-        for (c, n) in CALLS.iter().zip(&self.errors) {
-            page.sample(
-                "nqueens_worker_process_errors_total",
-                &[("call", c)],
-                get(n),
-            );
-        }
         page.single(
             "nqueens_worker_process_leases",
             Kind::Gauge,
