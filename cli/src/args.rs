@@ -261,6 +261,19 @@ pub enum Command {
         /// Seconds a drain waits for running tasks before handing them back.
         #[arg(long, value_name = "S", env = "NQUEENS_GRACE", default_value_t = 300)]
         grace: u64,
+        /// Serve this worker's Prometheus metrics at http://ADDR/metrics (rate, tasks, errors,
+        /// leases, engine path; loopback only, unless --metrics-public).
+        #[arg(long, value_name = "ADDR", env = "NQUEENS_WORKER_METRICS")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Allow --metrics on a non-loopback address: the page carries no
+        /// authentication, so guard it with a firewall or network policy.
+        #[arg(
+            long,
+            requires = "metrics",
+            env = "NQUEENS_WORKER_METRICS_PUBLIC",
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
+        metrics_public: bool,
         #[command(flatten)]
         core: CoreArg,
         #[command(flatten)]

@@ -172,6 +172,8 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_key,
             name,
             grace,
+            metrics,
+            metrics_public,
             core,
             self_test_fault,
             logs,
@@ -187,6 +189,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 self_test_fault,
                 core: core.core.path()?,
             },
+            metrics.map(|at| serve::Metrics {
+                at,
+                public: metrics_public,
+            }),
             logs,
         ),
         Command::Submit {

@@ -93,9 +93,54 @@ pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
     rx
 }
 
+/// Where a worker serves its metrics (`--metrics`, `--metrics-public`).
+#[derive(Clone, Copy, Debug)]
+pub struct Metrics {
+    pub at: std::net::SocketAddr,
+    /// Allowed beyond loopback.
+    pub public: bool,
+}
+
+/// Binds the worker's metrics endpoint by the coordinator's rule: the
+/// page has no authentication, so a non-loopback address needs
+/// `--metrics-public`. A refused or busy address is bad input (exit 2),
+/// found before the self-test and any work.
+async fn worker_metrics(
+    m: Metrics,
+    stats: std::sync::Arc<nqueens_worker::metrics::Stats>,
+) -> Result<(), Failure> {
+    if nqueens_metrics::http::beyond_loopback(m.at) {
+        if !m.public {
+            return Err(Failure::BadInput(format!(
+                "refusing to serve metrics on {} without --metrics-public: the page has no \
+                 authentication, so anyone who can reach it reads this worker's name and rate. Bind \
+                 --metrics to 127.0.0.1:PORT, or add --metrics-public if a firewall or network policy \
+                 guards it",
+                m.at
+            )));
+        }
+        tracing::warn!(at = %m.at, "--metrics-public: metrics are served without authentication beyond loopback");
+    }
+    let listener = nqueens_metrics::http::bind(m.at)
+        .await
+        .map_err(|e| Failure::BadInput(format!("cannot serve metrics on {}: {e}", m.at)))?;
+    let at = listener.local_addr()?;
+    // Scripts using port 0 read the address here, as from the coordinator.
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "metrics at http://{at}/metrics").and_then(|()| out.flush());
+    tokio::spawn(nqueens_metrics::http::serve(listener, move || {
+        Ok(stats.render())
+    }));
+    Ok(())
+}
+
 /// Runs a worker until it has drained after SIGTERM or Ctrl-C; a second
 /// signal exits at once.
-pub fn worker(config: nqueens_worker::run::Config, logs: Logs) -> Result<(), Failure> {
+pub fn worker(
+    config: nqueens_worker::run::Config,
+    metrics: Option<Metrics>,
+    logs: Logs,
+) -> Result<(), Failure> {
     init_logs(logs.log_level.directive(), logs.log_format);
     // One async thread is plenty for a few calls a second, and fewer
     // threads to wake means fewer interruptions of the counting threads.
@@ -103,7 +148,11 @@ pub fn worker(config: nqueens_worker::run::Config, logs: Logs) -> Result<(), Fai
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        nqueens_worker::run::run(config, forward_signals())
+        let stats = nqueens_worker::metrics::Stats::new();
+        if let Some(m) = metrics {
+            worker_metrics(m, std::sync::Arc::clone(&stats)).await?;
+        }
+        nqueens_worker::run::run_with(config, forward_signals(), stats)
             .await
             .map(|_| ())
             .map_err(|e| match e {

@@ -23,13 +23,24 @@
 //! later append fails at once, so nothing is acknowledged that may not be
 //! on disk (the caller reports the error; the data on disk stays intact).
 
+use nqueens_metrics::Histogram;
 use nqueens_proto::v1::JournalRecord;
 use prost::Message;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
+
+/// The time of each fsync of the writer thread (seconds). Process-wide:
+/// the coordinator opens its journal itself, and a process serves one
+/// coordinator (tests, which start several, see their sum).
+pub static FSYNC_SECONDS: Histogram = Histogram::new(nqueens_metrics::FSYNC_SECONDS);
+/// Records committed by each fsync (the group commit's group size).
+pub static GROUP_RECORDS: Histogram = Histogram::new(nqueens_metrics::SIZES);
+/// Writes and fsyncs that failed.
+pub static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// The first bytes of a journal in the current format.
 pub const MAGIC: &[u8; 8] = b"NQJRNL\x00\x02";
@@ -379,6 +390,7 @@ fn writer(
             }
             match file.write_all(&buf) {
                 Err(e) => {
+                    WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(path = %path.display(), error = %e, "journal write failed; nothing of it acknowledged, later writes will try again");
                     let undone = file
                         .set_len(good_len)
@@ -389,12 +401,14 @@ fn writer(
                     }
                     failed = Some(e.to_string());
                 }
-                Ok(()) => match file.sync_data() {
+                Ok(()) => match timed_sync(&file) {
                     Ok(()) => {
                         next = seq;
                         good_len += buf.len() as u64;
+                        GROUP_RECORDS.observe(group.len() as f64);
                     }
                     Err(e) => {
+                        WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(path = %path.display(), error = %e, "journal fsync failed; refusing further writes");
                         poisoned = Some(e.to_string());
                     }
@@ -414,6 +428,14 @@ fn writer(
             let _ = a.done.send(result);
         }
     }
+}
+
+/// `fsync` (data only), its time observed in [`FSYNC_SECONDS`].
+fn timed_sync(file: &File) -> io::Result<()> {
+    let started = std::time::Instant::now();
+    let synced = file.sync_data();
+    FSYNC_SECONDS.observe_duration(started.elapsed());
+    synced
 }
 
 /// Makes a new file's directory entry durable.

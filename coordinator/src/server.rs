@@ -476,7 +476,7 @@ pub async fn start_announced(
     })?;
     let metrics_listener = match config.metrics {
         Some(at) => {
-            if !at.ip().is_loopback() {
+            if nqueens_metrics::http::beyond_loopback(at) {
                 if !config.metrics_public {
                     return Err(StartError::PublicMetrics(at));
                 }
@@ -487,7 +487,7 @@ pub async fn start_announced(
                 );
             }
             Some(
-                crate::metrics::bind(at)
+                nqueens_metrics::http::bind(at)
                     .await
                     .map_err(|source| StartError::Bind { addr: at, source })?,
             )
@@ -519,9 +519,12 @@ pub async fn start_announced(
         Operators(ready.clone()),
         bearer(config.operator_token.map(Arc::from), "operator"),
     );
+    // Every call counted by method and status, refused ones included.
+    let grpc = nqueens_metrics::grpc::GrpcMetrics::new(&crate::metrics::SERVICES);
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(
         builder
+            .layer(grpc.layer())
             .add_service(health_service)
             .add_service(reflection)
             .add_service(workers)
@@ -539,7 +542,13 @@ pub async fn start_announced(
                 },
             ),
     );
-    let metrics = metrics_listener.map(|l| tokio::spawn(crate::metrics::serve(l, ready.clone())));
+    let metrics = metrics_listener.map(|l| {
+        let ready = ready.clone();
+        tokio::spawn(nqueens_metrics::http::serve(l, move || match ready.get() {
+            Some(core) => Ok(crate::metrics::render(core, &grpc)),
+            None => Err("the coordinator is starting".into()),
+        }))
+    });
     announce(Listening { addr, metrics_addr });
     tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
 

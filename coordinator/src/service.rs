@@ -9,7 +9,7 @@ use nqueens_common::plan::PlanSpec;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
-use nqueens_proto::{task_to_wire, u128_to_wire};
+use nqueens_proto::{task_to_wire, u128_from_wire, u128_to_wire};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -359,7 +359,11 @@ impl WorkerService for Workers {
             .result
             .ok_or_else(|| Status::invalid_argument("result is missing"))?;
         result_fields(&result)?;
-        let verdict = self.0.core()?.report(worker, &cred, lease, result).await?;
+        let (core, nodes) = (self.0.core()?, u128_from_wire(result.nodes.as_ref()));
+        let verdict = core.report(worker, &cred, lease, result).await?;
+        if verdict == Verdict::New {
+            crate::metrics::counted(core, lease.job, nodes);
+        }
         let outcome = match verdict {
             Verdict::New => v1::ReportOutcome::Accepted,
             Verdict::Duplicate => v1::ReportOutcome::Duplicate,

@@ -2,11 +2,13 @@
 //! core, and reports each result until it is acknowledged.
 //!
 //! - [`run`]: the worker loop (lease, count, heartbeat, report, drain).
+//! - [`metrics`]: what the worker did, for its Prometheus page.
 //! - [`pool`]: the counting threads, fed from a queue.
 //! - [`selftest`]: the known-answer test run before any work.
 //! - [`backoff`]: exponential backoff with jitter.
 
 pub mod backoff;
+pub mod metrics;
 pub mod pool;
 pub mod run;
 pub mod selftest;

@@ -9,11 +9,12 @@ use nqueens_proto::{tally_to_wire, task_from_wire};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A counted task: its lease and, unless it was stopped or did not
-/// decode, its result and number of subproblems.
-pub type Counted = (v1::Lease, Option<(v1::TaskResult, u64)>);
+/// decode, its result, number of subproblems and counting time.
+pub type Counted = (v1::Lease, Option<(v1::TaskResult, u64, Duration)>);
 
 /// The threads and the tasks waiting for them.
 pub struct Pool {
@@ -115,7 +116,7 @@ fn count(
     lease: &v1::Lease,
     core: Option<Path>,
     stop: &AtomicBool,
-) -> Option<(v1::TaskResult, u64)> {
+) -> Option<(v1::TaskResult, u64, Duration)> {
     if stop.load(Ordering::Relaxed) {
         return None;
     }
@@ -129,11 +130,12 @@ fn count(
     };
     let plan = Plan::new(spec).ok()?.with_path(core);
     let (tally, checksum) = plan.count_task_until(&task, stop).ok()??;
+    let elapsed = started.elapsed();
     let result = v1::TaskResult {
         checksum,
-        elapsed_ms: started.elapsed().as_millis() as u64,
+        elapsed_ms: elapsed.as_millis() as u64,
         solver_version: env!("CARGO_PKG_VERSION").to_string(),
         ..tally_to_wire(&tally)
     };
-    Some((result, task.subproblems))
+    Some((result, task.subproblems, elapsed))
 }

@@ -5,10 +5,12 @@
 //! its running work, whose leases then expire.
 
 use crate::backoff::Backoff;
+use crate::metrics::{Call, Stats};
 use crate::pool::Pool;
 use crate::selftest::self_test;
 use nqueens_common::engine::lanes::Path;
 use nqueens_proto::client::{connect_tls, Authed, ClientError};
+use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -87,7 +89,16 @@ fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
 /// (A second signal is the caller's to act on: it should exit at once.)
 pub async fn run(
     config: Config,
+    signals: mpsc::UnboundedReceiver<()>,
+) -> Result<Summary, WorkerError> {
+    run_with(config, signals, Stats::new()).await
+}
+
+/// [`run`], counting what it does in `stats` (the worker's metrics).
+pub async fn run_with(
+    config: Config,
     mut signals: mpsc::UnboundedReceiver<()>,
+    stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
     let fault = config.self_test_fault;
     tokio::task::spawn_blocking(move || self_test(fault))
@@ -120,6 +131,7 @@ pub async fn run(
     // worker list which inner loop each machine counts with.
     let core = config.core.unwrap_or_else(Path::fastest);
     let version = format!("{} {core}", env!("CARGO_PKG_VERSION"));
+    stats.started(&name, &core.to_string(), threads);
     // Register, retrying until the coordinator answers.
     let heartbeat_every = loop {
         let req = v1::RegisterRequest {
@@ -134,6 +146,7 @@ pub async fn run(
                 return Err(WorkerError::Refused(s.message().to_string()))
             }
             Err(s) => {
+                stats.failed(Call::Register);
                 let wait = backoff.next_delay();
                 tracing::warn!(
                     "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
@@ -155,7 +168,7 @@ pub async fn run(
     let pool = Pool::new(threads, config.core, counted);
     // Results go to a reporter task, so no thread waits for an fsync.
     let (results, to_report) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(report_all(client.clone(), to_report));
+    let reporter = tokio::spawn(report_all(client.clone(), to_report, Arc::clone(&stats)));
     let mut drain_deadline: Option<Instant> = None;
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -163,6 +176,7 @@ pub async fn run(
     let mut subproblems_done = 0u64;
 
     loop {
+        stats.set_leases(held.len());
         // Keep a batch queued behind the running tasks, and lease in
         // batches (once fewer than a thread's worth are queued), so there is
         // about one lease call per `threads` tasks.
@@ -189,6 +203,7 @@ pub async fn run(
                     }
                 }
                 Err(s) if transient(&s) => {
+                    stats.failed(Call::Lease);
                     let wait = backoff.next_delay();
                     tracing::warn!(
                         "coordinator unreachable ({}); reconnecting in {wait:.1?}",
@@ -197,6 +212,7 @@ pub async fn run(
                     next_lease_at = Instant::now() + wait;
                 }
                 Err(s) => {
+                    stats.failed(Call::Lease);
                     tracing::error!("lease refused: {}", s.message());
                     next_lease_at = Instant::now() + backoff.next_delay();
                 }
@@ -212,17 +228,20 @@ pub async fn run(
                 for (_, stop) in held.values() {
                     stop.store(true, Ordering::Relaxed);
                 }
-                summary.released += release(&mut client, &name, refs).await;
+                summary.released += release(&mut client, &name, refs, &stats).await;
                 break;
             }
         }
         tokio::select! {
             Some((lease, out)) = finished.recv() => {
                 held.remove(&lease.lease_id);
-                if let Some((result, subproblems)) = out {
+                if let Some((result, subproblems, elapsed)) = out {
                     subproblems_done += subproblems;
+                    stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);
                     let req = v1::ReportRequest { worker_id: name.clone(), lease: Some(lease_ref(&lease)), result: Some(result) };
                     results.send(req).expect("the reporter outlives the loop");
+                } else {
+                    stats.stopped();
                 }
             }
             _ = heartbeat.tick() => {
@@ -240,7 +259,10 @@ pub async fn run(
                             }
                         }
                     }
-                    Err(s) => tracing::warn!("heartbeat failed: {}", s.message()),
+                    Err(s) => {
+                        stats.failed(Call::Heartbeat);
+                        tracing::warn!("heartbeat failed: {}", s.message());
+                    }
                 }
             }
             Some(()) = signals.recv(), if drain_deadline.is_none() => {
@@ -250,7 +272,7 @@ pub async fn run(
                     held.remove(&l.lease_id);
                 }
                 let refs: Vec<v1::LeaseRef> = unstarted.iter().map(lease_ref).collect();
-                summary.released += release(&mut client, &name, refs).await;
+                summary.released += release(&mut client, &name, refs, &stats).await;
                 tracing::info!("draining: released {} unstarted tasks; finishing {} running (up to {:?})", summary.released, held.len(), config.grace);
             }
             () = tokio::time::sleep_until(next_lease_at), if held.is_empty() && drain_deadline.is_none() => {}
@@ -284,6 +306,7 @@ const REPORTS_IN_FLIGHT: usize = 64;
 async fn report_all(
     client: Client,
     mut results: mpsc::UnboundedReceiver<v1::ReportRequest>,
+    stats: Arc<Stats>,
 ) -> u64 {
     let mut in_flight = JoinSet::new();
     let mut reported = 0;
@@ -291,7 +314,7 @@ async fn report_all(
         tokio::select! {
             req = results.recv(), if in_flight.len() < REPORTS_IN_FLIGHT => match req {
                 Some(req) => {
-                    in_flight.spawn(report(client.clone(), req));
+                    in_flight.spawn(report(client.clone(), req, Arc::clone(&stats)));
                 }
                 None => break,
             },
@@ -308,17 +331,26 @@ async fn report_all(
 
 /// Reports one result, retrying while the coordinator is away; whether it
 /// was acknowledged.
-async fn report(mut client: Client, req: v1::ReportRequest) -> bool {
+async fn report(mut client: Client, req: v1::ReportRequest, stats: Arc<Stats>) -> bool {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     loop {
         match client.report(req.clone()).await {
             Ok(r) => {
-                let outcome = v1::ReportOutcome::try_from(r.into_inner().outcome)
-                    .map_or("?".into(), |o| format!("{o:?}").to_lowercase());
+                use v1::ReportOutcome as O;
+                let outcome = match O::try_from(r.into_inner().outcome) {
+                    Ok(O::Accepted) => "accepted",
+                    Ok(O::Duplicate) => "duplicate",
+                    Ok(O::Conflict) => "conflict",
+                    Ok(O::AwaitingCheck) => "awaiting_check",
+                    Ok(O::NotCounted) => "not_counted",
+                    _ => "?",
+                };
+                stats.reported(outcome);
                 tracing::info!("reported a task ({outcome})");
                 return true;
             }
             Err(s) if transient(&s) => {
+                stats.failed(Call::Report);
                 let wait = backoff.next_delay();
                 tracing::warn!(
                     "result not stored yet ({}); retrying in {wait:.1?}",
@@ -327,6 +359,8 @@ async fn report(mut client: Client, req: v1::ReportRequest) -> bool {
                 tokio::time::sleep(wait).await;
             }
             Err(s) => {
+                stats.failed(Call::Report);
+                stats.reported("refused");
                 tracing::error!("result refused, dropping it: {}", s.message());
                 return false;
             }
@@ -335,7 +369,7 @@ async fn report(mut client: Client, req: v1::ReportRequest) -> bool {
 }
 
 /// Hands leases back; returns how many the coordinator took.
-async fn release(client: &mut Client, name: &str, refs: Vec<v1::LeaseRef>) -> u64 {
+async fn release(client: &mut Client, name: &str, refs: Vec<v1::LeaseRef>, stats: &Stats) -> u64 {
     if refs.is_empty() {
         return 0;
     }
@@ -346,6 +380,7 @@ async fn release(client: &mut Client, name: &str, refs: Vec<v1::LeaseRef>) -> u6
     match client.release(req).await {
         Ok(r) => r.into_inner().released.into(),
         Err(s) => {
+            stats.failed(Call::Release);
             tracing::warn!(
                 "release failed ({}); the leases will expire instead",
                 s.message()

@@ -8,7 +8,7 @@ use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
 use nqueens_coordinator::state::{JobView, Limits};
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
-use nqueens_worker::run::{run, Config, Summary, WorkerError};
+use nqueens_worker::run::{run, run_with, Config, Summary, WorkerError};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -139,6 +139,41 @@ async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
     stop.send(()).unwrap();
     let summary = worker.await.unwrap().unwrap();
     assert_eq!(summary.reported, j.tasks);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workers_metrics_count_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = on_any_port(dir.path()).await;
+    let id = submit(&r, 12, 40).await;
+    let stats = nqueens_worker::metrics::Stats::new();
+    let (stop, rx) = mpsc::unbounded_channel();
+    let worker = tokio::spawn(run_with(worker_config(&r, 2), rx, Arc::clone(&stats)));
+    let j = watch_until(&r, id, done).await;
+    stop.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    let page = stats.render();
+    let value = |series: &str| -> f64 {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{page}"))
+    };
+    assert_eq!(stats.tasks_counted(), j.tasks);
+    assert_eq!(
+        value("nqueens_worker_process_tasks_counted_total"),
+        j.tasks as f64
+    );
+    assert_eq!(
+        value("nqueens_worker_process_results_total{outcome=\"accepted\"}"),
+        j.tasks as f64
+    );
+    assert!(value("nqueens_worker_process_subproblems_total") > 0.0);
+    assert!(value("nqueens_worker_process_nodes_total") > 0.0);
+    assert_eq!(value("nqueens_worker_process_leases"), 0.0);
+    assert_eq!(value("nqueens_worker_process_threads"), 2.0);
+    assert!(page.contains("nqueens_build_info{version="), "{page}");
+    assert!(page.contains(",path=\""), "{page}");
     r.shutdown().await.unwrap();
 }
 
