@@ -735,10 +735,10 @@ async fn metrics_count_tasks_results_and_workers() {
     assert!(status.contains("200"), "{status}");
     for line in [
         "nqueens_results_total{outcome=\"accepted\"} 3".to_string(),
-        format!("nqueens_tasks{{job=\"{}\",state=\"done\"}} 3", job.job_id),
-        format!("nqueens_tasks{{job=\"{}\",state=\"leased\"}} 1", job.job_id),
+        format!("nqueens_tasks{{job_id=\"{}\",state=\"done\"}} 3", job.job_id),
+        format!("nqueens_tasks{{job_id=\"{}\",state=\"leased\"}} 1", job.job_id),
         format!(
-            "nqueens_tasks{{job=\"{}\",state=\"pending\"}} {}",
+            "nqueens_tasks{{job_id=\"{}\",state=\"pending\"}} {}",
             job.job_id,
             job.tasks - 4
         ),
