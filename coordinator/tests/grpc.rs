@@ -1059,7 +1059,7 @@ async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
     }
     // Offline, from the journal alone, the same answer.
     let offline = nqueens_coordinator::audit::audit(&a.path().join("journal"), 1).unwrap();
-    assert_eq!(nqueens_coordinator::service::audit_to_wire(&offline), here);
+    assert_eq!(nqueens_coordinator::wire::audit_to_wire(&offline), here);
 }
 
 #[tokio::test]
