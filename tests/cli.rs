@@ -1,5 +1,6 @@
 //! The `nqueens` binary, run as a user runs it.
 
+use nqueens_testkit as kit;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -8,7 +9,7 @@ fn nqueens(args: &[&str]) -> Output {
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
+    let mut child = Command::new(kit::binary())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -33,15 +34,6 @@ fn json(line: &str) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
 
-/// A 64- or 128-bit integer of the JSON output, which must come as a
-/// decimal string (a JSON number loses precision past 2^53 in jq).
-fn int(v: &serde_json::Value) -> u128 {
-    v.as_str()
-        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("not a decimal string ({e}): {v}"))
-}
-
 #[test]
 fn solve_prints_counts_and_verifies_them() {
     let o = nqueens(&["solve", "12", "--threads", "2"]);
@@ -59,13 +51,13 @@ fn solve_json_has_every_field() {
     assert!(o.status.success());
     let v = json(stdout(&o).trim());
     assert_eq!(v["n"], 10);
-    assert_eq!(int(&v["total"]), 724);
-    assert_eq!(int(&v["unique"]), 92);
+    assert_eq!(kit::dec(&v["total"]), 724);
+    assert_eq!(kit::dec(&v["unique"]), 92);
     assert_eq!(v["threads"], 1);
     assert_eq!(v["matches_known"], true);
-    assert!(int(&v["nodes"]) > 0);
+    assert!(kit::dec(&v["nodes"]) > 0);
     assert_eq!(
-        int(&v["c8"]) * 8 + int(&v["c4"]) * 4 + int(&v["c2"]) * 2,
+        kit::dec(&v["c8"]) * 8 + kit::dec(&v["c4"]) * 4 + kit::dec(&v["c2"]) * 2,
         724
     );
     assert!(v["seconds"].as_f64().is_some());
@@ -141,7 +133,7 @@ fn boards_lists_every_solution_of_twelve() {
 #[test]
 fn boards_stops_quietly_when_the_reader_leaves() {
     // A reader that closes the pipe early (like `head`) is not an error.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
+    let mut child = Command::new(kit::binary())
         .args(["boards", "14"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -244,7 +236,7 @@ fn solve_through_either_plan_is_exact() {
         assert!(o.status.success(), "{strategy}: {}", stderr(&o));
         let v = json(stdout(&o).trim());
         assert_eq!(
-            (int(&v["total"]), int(&v["unique"])),
+            (kit::dec(&v["total"]), kit::dec(&v["unique"])),
             (73_712, 9_233),
             "{strategy}"
         );
@@ -264,10 +256,10 @@ fn plan_summary_and_listing_agree() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let summary = json(stdout(&o).trim());
-    let subproblems = int(&summary["subproblems"]) as u64;
-    let tasks = int(&summary["tasks"]) as u64;
+    let subproblems = kit::dec(&summary["subproblems"]) as u64;
+    let tasks = kit::dec(&summary["tasks"]) as u64;
     let classes = summary["classes"].as_array().unwrap();
-    let in_classes: u128 = classes.iter().map(|c| int(&c[1])).sum();
+    let in_classes: u128 = classes.iter().map(|c| kit::dec(&c[1])).sum();
     assert_eq!(in_classes, u128::from(subproblems), "{summary}");
     assert!(subproblems > 100 && tasks >= 10, "{summary}");
 
@@ -283,9 +275,10 @@ fn plan_summary_and_listing_agree() {
     ]);
     let lines: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
     assert_eq!(lines.len() as u64, subproblems);
-    let ids: std::collections::BTreeSet<u64> = lines.iter().map(|l| int(&l["id"]) as u64).collect();
+    let ids: std::collections::BTreeSet<u64> =
+        lines.iter().map(|l| kit::dec(&l["id"]) as u64).collect();
     assert_eq!(ids.len() as u64, subproblems, "ids are distinct");
-    let last_task = int(&lines.last().unwrap()["task"]) as u64;
+    let last_task = kit::dec(&lines.last().unwrap()["task"]) as u64;
     assert_eq!(last_task + 1, tasks);
 
     // One task alone lists exactly its part of the full listing.
@@ -367,7 +360,7 @@ fn bench_reports_both_cores_and_the_ratio() {
     for (row, n) in rows.iter().zip([8, 9]) {
         assert_eq!(row["n"], n);
         assert_eq!(row["threads"], 2);
-        assert!(int(&row["nodes"]) > 0);
+        assert!(kit::dec(&row["nodes"]) > 0);
         assert!(row["speedup_vs_baseline"].as_f64().unwrap() > 0.0);
     }
     let o = nqueens(&["bench", "8", "--no-baseline"]);
@@ -463,7 +456,7 @@ fn plan_estimate_projects_the_whole_plan() {
         "1",
         "--json",
     ]);
-    let real = int(&json(stdout(&solved).trim())["nodes"]) as f64;
+    let real = kit::dec(&json(stdout(&solved).trim())["nodes"]) as f64;
     assert!(
         (nodes / real - 1.0).abs() < 0.1,
         "estimated {nodes} nodes, counted {real}"

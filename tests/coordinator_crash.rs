@@ -2,18 +2,14 @@
 //! then a restart on the same data directory: every acknowledged result is
 //! still there and the final count is exact.
 
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
-use nqueens_common::Size;
-use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_common::plan::{Plan, Strategy};
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use nqueens_proto::{tally_to_wire, task_from_wire};
+use nqueens_testkit::{self as kit, start};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-
-mod common;
-use common::start;
 
 /// A result waiting to be acknowledged (kept across crashes, like a worker).
 #[derive(Clone)]
@@ -60,21 +56,15 @@ async fn client(
                 .unwrap();
                 Pending {
                     worker: name.clone(),
-                    lease: v1::LeaseRef {
-                        job_id: l.job_id,
-                        task_index: l.task.unwrap().index,
-                        lease_id: l.lease_id,
-                    },
+                    lease: l.lease_ref(),
                     result: tally_to_wire(&result),
                 }
             }
         };
-        let req = v1::ReportRequest {
-            worker_id: p.worker.clone(),
-            lease: Some(p.lease),
-            result: Some(p.result.clone()),
-        };
-        match w.report(req).await {
+        match w
+            .report(kit::report_request(&p.worker, p.lease, p.result.clone()))
+            .await
+        {
             Ok(r) => {
                 let outcome = ReportOutcome::try_from(r.into_inner().outcome).unwrap();
                 let _ = acks.send((p.lease.task_index, outcome));
@@ -115,51 +105,20 @@ fn clients(
 }
 
 async fn job(url: &str, id: u64) -> v1::Job {
-    let mut ops = OperatorServiceClient::connect(url.to_string())
-        .await
-        .unwrap();
-    ops.get_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner()
+    kit::job(&mut kit::operators(url).await, id).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
-    let _watchdog = common::watchdog("kill_9_at_random_moments_loses_and_doubles_nothing");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("kill_9_at_random_moments_loses_and_doubles_nothing");
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let mut c = start(&data);
-    let spec = PlanSpec {
-        n: Size::new(14).unwrap(),
-        strategy: Strategy::Frame,
-        depth: 0,
-        tasks: 150,
-    };
-    let mut ops = OperatorServiceClient::connect(c.url.clone()).await.unwrap();
-    let submitted = ops
-        .submit_job(v1::SubmitJobRequest {
-            plan: Some((&spec).into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let id = submitted.job_id;
+    let mut ops = kit::operators(&c.url).await;
     // Planning takes milliseconds; the watch stream says when it is done.
-    let mut watch = ops
-        .watch_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut tasks = 0;
-    while let Some(j) = watch.message().await.unwrap() {
-        if j.tasks > 0 {
-            tasks = j.tasks;
-            break;
-        }
-    }
-    drop(watch);
+    let plan = kit::plan_spec(14, Strategy::Frame, 0, 150);
+    let planned = kit::submit_planned(&mut ops, kit::job_request(plan)).await;
+    let (id, tasks) = (planned.job_id, planned.tasks);
 
     let held = Arc::new(Mutex::new(Vec::new()));
     // Tasks whose report was ACCEPTED: each at most once, ever.
@@ -228,11 +187,5 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
     assert_eq!(j.done, tasks);
     assert_eq!(confirmed.len() as u64, tasks, "every task confirmed");
     assert!(acked.len() as u64 <= tasks);
-    assert_eq!(
-        (
-            u128_from_wire(j.total.as_ref()),
-            u128_from_wire(j.unique.as_ref())
-        ),
-        (365_596, 45_752)
-    );
+    assert_eq!(kit::counts(&j), (365_596, 45_752));
 }

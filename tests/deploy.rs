@@ -5,13 +5,11 @@
 //! pass `systemd-analyze verify`; the quick start and the Slurm script run
 //! for real on loopback and count exactly.
 
+use nqueens_testkit::{self as kit, nqueens, operator, watchdog};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use yaml_rust2::{Yaml, YamlLoader};
-
-mod common;
-use common::{nqueens, operator, watchdog};
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -297,19 +295,19 @@ fn the_image_builds_in_stages_runs_unprivileged_and_checks_grpc_health() {
 #[test]
 fn health_answers_for_a_running_coordinator_and_exits_3_without_one() {
     let _watchdog = watchdog("health_answers_for_a_running_coordinator_and_exits_3_without_one");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     let (code, lines, err) = operator(&c.url, &["health"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines[0]["serving"], true);
-    let (code, _, err) = operator(&format!("http://{}", common::free_addr()), &["health"]);
+    let (code, _, err) = operator(&format!("http://{}", kit::free_addr()), &["health"]);
     assert_eq!(code, 3, "{err}");
 }
 
 #[test]
 fn the_systemd_units_verify_and_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_nqueens");
+    let dir = kit::tempdir();
+    let bin = kit::binary().to_str().expect("a UTF-8 path");
     let env_file = dir.path().join("worker.env");
     std::fs::write(&env_file, "NQUEENS_COORDINATOR=http://127.0.0.1:7700\n").unwrap();
     let mut units = Vec::new();
@@ -364,7 +362,7 @@ fn the_quick_start_counts_on_loopback() {
     let out = Command::new("bash")
         .arg(deploy("quickstart.sh"))
         .arg("13")
-        .env("NQUEENS", env!("CARGO_BIN_EXE_nqueens"))
+        .env("NQUEENS", kit::binary())
         .env("RUST_LOG", "warn")
         .env_remove("NQUEENS_COORDINATOR")
         .stdin(Stdio::null())
@@ -395,10 +393,10 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
         .expect("#SBATCH --signal=TERM@S")
         .parse()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let token = dir.path().join("worker.token");
     std::fs::write(&token, "slurm-test-token\n").unwrap();
-    let c = common::start_with(
+    let c = kit::start_with(
         &dir.path().join("data"),
         &["--worker-token-file", token.to_str().unwrap()],
     );
@@ -421,7 +419,7 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
         .arg(deploy("slurm/nqueens-workers.sbatch"))
         .env("PATH", path)
         .env("SLURM_CPUS_PER_TASK", "1")
-        .env("NQUEENS_BIN", env!("CARGO_BIN_EXE_nqueens"))
+        .env("NQUEENS_BIN", kit::binary())
         .env("NQUEENS_COORDINATOR", &c.url)
         .env("NQUEENS_WORKER_TOKEN_FILE", &token)
         .env("RUST_LOG", "info")
@@ -429,7 +427,7 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let mut worker = common::Worker(child);
+    let mut worker = kit::Worker(child);
     let (code, lines, err) = operator(&c.url, &["submit", "12", "--watch", "--interval", "0.2"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines.last().unwrap()["total"], "14200");
@@ -438,7 +436,7 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
     assert_eq!(workers[0]["cores"], 1, "threads from SLURM_CPUS_PER_TASK");
     // Slurm's SIGTERM before the time limit: the worker drains and exits 0,
     // within the grace, which fits in the signal's lead.
-    common::terminate(&worker);
+    kit::terminate(&worker);
     assert!(worker.wait().unwrap().success());
     let grace: u64 = script
         .rsplit("--grace ")

@@ -6,79 +6,38 @@
 //! (A worker killed mid-task and a lying worker are in `cluster.rs`.)
 
 use nqueens_common::known::known;
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
-use nqueens_common::Size;
-use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
+use nqueens_common::plan::Strategy;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use nqueens_testkit::{
+    self as kit, done, free_addr, job, kill9, start_at, start_with, terminate, watchdog, worker,
+    worker_logged, Coordinator, Worker,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 
-mod common;
-use common::{
-    free_addr, kill9, start_at, start_with, terminate, watchdog, worker, worker_logged,
-    Coordinator, Worker,
-};
-
-type Ops = OperatorServiceClient<Channel>;
-
-/// How long a condition a test waits for may take (a bound, never a pause).
-const PATIENCE: Duration = Duration::from_secs(120);
-
-async fn operator(url: &str) -> Ops {
-    OperatorServiceClient::connect(url.to_string())
-        .await
-        .expect("connect to the coordinator")
-}
+type Ops = kit::Operators;
 
 fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
-    (&PlanSpec {
-        n: Size::new(n).unwrap(),
-        strategy,
-        depth: 4,
-        tasks,
-    })
-        .into()
+    kit::plan_spec(n, strategy, 4, tasks)
 }
 
 async fn submit(ops: &mut Ops, n: u32, strategy: Strategy, tasks: u64) -> u64 {
-    ops.submit_job(v1::SubmitJobRequest {
-        plan: Some(spec(n, strategy, tasks)),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .job_id
+    let req = kit::job_request(spec(n, strategy, tasks));
+    kit::submit(ops, req).await.job_id
 }
 
-async fn job(ops: &mut Ops, id: u64) -> v1::Job {
-    ops.get_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-/// Polls the job until `until` holds (bounded by [`PATIENCE`]).
+/// Polls the job until `until` holds (bounded by [`kit::PATIENCE`]).
 async fn wait_for(ops: &mut Ops, id: u64, what: &str, until: impl Fn(&v1::Job) -> bool) -> v1::Job {
-    let start = Instant::now();
-    loop {
+    kit::eventually(what, async || {
         let j = job(ops, id).await;
         if until(&j) {
-            return j;
+            Ok(j)
+        } else {
+            Err(format!("job now: {j:?}"))
         }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "waited {PATIENCE:?} for {what}; job now: {j:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn done(j: &v1::Job) -> bool {
-    j.state == v1::JobState::Done as i32
+    })
+    .await
 }
 
 /// The job is done with the published counts, and its audit finds every
@@ -87,14 +46,7 @@ async fn exact_and_audited(ops: &mut Ops, id: u64, n: u32) {
     let j = job(ops, id).await;
     let k = known(n).unwrap();
     assert!(done(&j), "{j:?}");
-    assert_eq!(
-        (
-            u128_from_wire(j.total.as_ref()),
-            u128_from_wire(j.unique.as_ref())
-        ),
-        (k.total, k.unique),
-        "job {id} (N={n})"
-    );
+    assert_eq!(kit::counts(&j), (k.total, k.unique), "job {id} (N={n})");
     assert_eq!(j.done, j.tasks);
     let a = ops
         .audit_job(v1::JobRef { job_id: id })
@@ -112,21 +64,7 @@ async fn exact_and_audited(ops: &mut Ops, id: u64, n: u32) {
 
 /// The report a correct worker makes for a lease.
 fn report_of(l: &v1::Lease, worker: &str) -> v1::ReportRequest {
-    let task = l.task.as_ref().unwrap();
-    let (spec, t) = task_from_wire(task).unwrap();
-    let (tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&t).unwrap();
-    v1::ReportRequest {
-        worker_id: worker.into(),
-        lease: Some(v1::LeaseRef {
-            job_id: l.job_id,
-            task_index: task.index,
-            lease_id: l.lease_id,
-        }),
-        result: Some(v1::TaskResult {
-            checksum,
-            ..tally_to_wire(&tally)
-        }),
-    }
+    kit::report_request(worker, l.lease_ref(), kit::result_of(l))
 }
 
 /// SIGTERM to each worker: each drains and exits 0.
@@ -146,7 +84,7 @@ async fn n16_with_three_workers(
 ) -> (Coordinator, String, Ops, u64, Vec<Worker>) {
     let addr = free_addr();
     let c = start_at(data, &addr, &[], log);
-    let mut ops = operator(&c.url).await;
+    let mut ops = kit::operators(&c.url).await;
     let id = submit(&mut ops, 16, Strategy::Frame, 300).await;
     let workers = (1..=3)
         .map(|k| worker(&c.url, &format!("w{k}"), 1))
@@ -167,7 +105,7 @@ async fn mid_run(ops: &mut Ops, id: u64, part: u64) -> v1::Job {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
     let _watchdog = watchdog("the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let (mut c, addr, mut ops, id, workers) = n16_with_three_workers(&data, None).await;
     // Mid-run: results stream in from three workers when the kill comes.
@@ -175,7 +113,7 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
     kill9(&mut c.child);
 
     let c = start_at(&data, &addr, &[], None);
-    let mut ops = operator(&c.url).await;
+    let mut ops = kit::operators(&c.url).await;
     let after = job(&mut ops, id).await;
     assert!(
         after.done >= before.done,
@@ -257,9 +195,9 @@ mod proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
     let _watchdog = watchdog("a_worker_cut_off_longer_than_its_lease_is_not_counted_twice");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let c = start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
-    let mut ops = operator(&c.url).await;
+    let mut ops = kit::operators(&c.url).await;
     let id = submit(&mut ops, 16, Strategy::Frame, 100).await;
     wait_for(&mut ops, id, "the plan", |j| j.tasks > 0).await;
 
@@ -267,21 +205,11 @@ async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
     let proxy = proxy::Proxy::start(c.url.trim_start_matches("http://").to_string()).await;
     let far_log = dir.path().join("far.log");
     let far = worker_logged(&proxy.url, "far", 1, &far_log);
-    let holds = |ops: &mut Ops| {
-        let mut ops = ops.clone();
-        async move {
-            let w = ops.list_workers(v1::ListWorkersRequest {}).await.unwrap();
-            w.into_inner()
-                .workers
-                .iter()
-                .any(|w| w.worker_id == "far" && w.leases > 0)
-        }
-    };
-    let start = Instant::now();
-    while !holds(&mut ops).await {
-        assert!(start.elapsed() < PATIENCE, "the far worker never leased");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    kit::eventually("the far worker to lease", async || {
+        let workers = kit::workers(&mut ops).await;
+        workers.iter().any(|w| w.worker_id == "far" && w.leases > 0)
+    })
+    .await;
     proxy.cut();
 
     // Two near workers finish everything, the far worker's expired
@@ -319,7 +247,7 @@ async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
 async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothing() {
     let _watchdog =
         watchdog("a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothing");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let log = dir.path().join("coordinator.log");
     let (mut c, addr, mut ops, id, workers) = n16_with_three_workers(&data, Some(&log)).await;
@@ -338,17 +266,12 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
 
     // The next write fails; the coordinator says so, stays up, and
     // acknowledges nothing more.
-    let start = Instant::now();
-    while !std::fs::read_to_string(&log)
-        .unwrap()
-        .contains("journal write failed")
-    {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "the coordinator never reported the failed write"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    kit::eventually("the coordinator to report the failed write", async || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("journal write failed")
+    })
+    .await;
     let stuck = job(&mut ops, id).await;
     assert!(!done(&stuck));
     let refused = ops
@@ -365,16 +288,9 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     assert_eq!(code, 1, "health must fail while the disk is full");
     // A correct result is refused too ("not stored, retry"), so the
     // worker keeps it.
-    let mut w = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
-    let lease = w
-        .lease(v1::LeaseRequest {
-            worker_id: "probe".into(),
-            max_tasks: 1,
-        })
+    let (mut w, _) = kit::clients(&c.url).await;
+    let lease = kit::lease(&mut w, "probe", 1)
         .await
-        .unwrap()
-        .into_inner()
-        .leases
         .pop()
         .expect("a task to lease");
     let report = w.report(report_of(&lease, "probe")).await.unwrap_err();
@@ -409,13 +325,13 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     // And after a restart nothing is missing.
     kill9(&mut c.child);
     let c = start_at(&data, &addr, &[], Some(&log));
-    let mut ops = operator(&c.url).await;
+    let mut ops = kit::operators(&c.url).await;
     exact_and_audited(&mut ops, id, 16).await;
 }
 
 /// `nqueens health` against `url`: its exit code and output.
 fn health(url: &str) -> (i32, String) {
-    let out = common::nqueens(&["health", "--coordinator", url])
+    let out = kit::nqueens(&["health", "--coordinator", url])
         .output()
         .unwrap();
     (
@@ -472,12 +388,7 @@ async fn simulated(url: String, name: String, seed: u64, until: Instant) -> Vec<
             continue;
         }
         for l in leases {
-            let task = l.task.as_ref().unwrap();
-            let lease = v1::LeaseRef {
-                job_id: l.job_id,
-                task_index: task.index,
-                lease_id: l.lease_id,
-            };
+            let lease = l.lease_ref();
             let act = match rng.below(100) {
                 0..=79 => Act::Report,
                 80..=84 => Act::ReportTwice,
@@ -541,10 +452,10 @@ async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let ttl = LEASE_TTL.as_secs().to_string();
     let c = start_with(&dir.path().join("data"), &["--lease-ttl", &ttl]);
-    let mut ops = operator(&c.url).await;
+    let mut ops = kit::operators(&c.url).await;
     let until = Instant::now() + Duration::from_secs(seconds);
 
     // Jobs keep coming while the workers run: two waiting at any time.

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{free_addr, nqueens, operator, watchdog};
+use nqueens_testkit::{self as kit, free_addr, nqueens, operator, watchdog};
 
 /// One sample: its name, labels and value.
 #[derive(Clone, Debug)]
@@ -184,8 +183,8 @@ struct Run {
 /// worker has heard every answer.
 fn run(dir: &Path) -> Run {
     let (c_metrics, w_metrics) = (free_addr(), free_addr());
-    let c = common::start_with(&dir.join("data"), &["--metrics", &c_metrics]);
-    let _w = common::Worker(
+    let c = kit::start_with(&dir.join("data"), &["--metrics", &c_metrics]);
+    let _w = kit::Worker(
         nqueens(&[
             "worker",
             "--coordinator",

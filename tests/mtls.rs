@@ -2,12 +2,10 @@
 //! a worker and the operator's commands presenting theirs
 //! (`--tls-cert/--tls-key`), and the same commands refused without one.
 
+use nqueens_testkit::{self as kit, nqueens};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-
-mod common;
-use common::nqueens;
 
 /// A CA and leaf certificates signed by it, written as PEM files in `dir`.
 fn certificates(dir: &Path) -> impl Fn(&str) -> (PathBuf, PathBuf) + '_ {
@@ -34,15 +32,15 @@ fn certificates(dir: &Path) -> impl Fn(&str) -> (PathBuf, PathBuf) + '_ {
 
 #[test]
 fn a_worker_and_the_cli_work_over_mutual_tls() {
-    let _watchdog = common::watchdog("a_worker_and_the_cli_work_over_mutual_tls");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("a_worker_and_the_cli_work_over_mutual_tls");
+    let dir = kit::tempdir();
     let leaf = certificates(dir.path());
     let (server_cert, server_key) = leaf("localhost");
     let (worker_cert, worker_key) = leaf("worker-1");
     let (op_cert, op_key) = leaf("operator");
     let ca = dir.path().join("ca.pem");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let c = common::start_with(
+    let c = kit::start_with(
         &dir.path().join("data"),
         &[
             "--tls-cert",
@@ -96,7 +94,7 @@ fn a_worker_and_the_cli_work_over_mutual_tls() {
     let (code, out, err) = op(&["submit", "10", "--strategy", "frame", "--tasks", "8"], me);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"job\":\"1\""), "{out}");
-    let mut worker = common::Worker(
+    let mut worker = kit::Worker(
         nqueens(&["worker", "--name", "mtls-worker", "--threads", "1"])
             .args(tls(&worker_cert, &worker_key))
             .stderr(Stdio::inherit())
@@ -115,6 +113,6 @@ fn a_worker_and_the_cli_work_over_mutual_tls() {
     assert!(out.contains("mtls-worker"), "{out}");
     let (code, _, err) = op(&["health"], me);
     assert_eq!(code, 0, "{err}");
-    common::terminate(&worker);
+    kit::terminate(&worker);
     assert!(worker.0.wait().unwrap().success());
 }

@@ -4,21 +4,11 @@
 //! to fix, completion of enumerated flags, environment variables of the
 //! long-lived processes, JSON logs, and `nqueens doctor`.
 
+use nqueens_testkit::{self as kit, nqueens, operator};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
-
-mod common;
-use common::{nqueens, operator};
-
-/// A 64- or 128-bit integer of the JSON output: a decimal string.
-fn int(v: &serde_json::Value) -> u128 {
-    v.as_str()
-        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("not a decimal string ({e}): {v}"))
-}
 
 fn keys(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object()
@@ -56,14 +46,14 @@ const JOB_INTEGERS: [&str; 12] = [
 
 #[test]
 fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
-    let _watchdog = common::watchdog("json_integers_are_strings");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("json_integers_are_strings");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
 
     let (code, submitted, err) = operator(&c.url, &["submit", "12", "--tasks", "30"]);
     assert_eq!(code, 0, "{err}");
     let id = submitted[0]["job"].as_str().expect("the id as a string");
-    let _w = common::worker(&c.url, "json-worker", 2);
+    let _w = kit::worker(&c.url, "json-worker", 2);
     let (code, watched, err) = operator(&c.url, &["watch", id, "--interval", "0.1"]);
     assert_eq!(code, 0, "{err}");
     let (code, status, err) = operator(&c.url, &["status", id]);
@@ -86,7 +76,7 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
     }
     for v in [&status[0], &solved] {
         for key in JOB_INTEGERS {
-            int(&v[key]);
+            kit::dec(&v[key]);
         }
     }
     // A finished job: exactly 100%, no ETA, the counts exact.
@@ -94,14 +84,17 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
     assert_eq!(done["state"], "done");
     assert_eq!(done["progress"].as_f64(), Some(1.0), "{done}");
     assert!(done["eta_seconds"].is_null(), "{done}");
-    assert_eq!((int(&done["total"]), int(&done["unique"])), (14_200, 1_787));
+    assert_eq!(
+        (kit::dec(&done["total"]), kit::dec(&done["unique"])),
+        (14_200, 1_787)
+    );
     assert_eq!(done["run"], serde_json::Value::Null);
     assert_eq!(solved["progress"].as_f64(), Some(1.0));
-    assert_eq!(int(&solved["total"]), 724);
+    assert_eq!(kit::dec(&solved["total"]), 724);
     let this_run = &solved["run"];
     assert_eq!(
-        int(&this_run["tasks_before"]) + int(&this_run["tasks_counted"]),
-        int(&solved["tasks"])
+        kit::dec(&this_run["tasks_before"]) + kit::dec(&this_run["tasks_counted"]),
+        kit::dec(&solved["tasks"])
     );
 
     let (_, workers, _) = operator(&c.url, &["workers"]);
@@ -113,18 +106,18 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         "conflicts",
         "last_seen_unix_ms",
     ] {
-        int(&w[key]);
+        kit::dec(&w[key]);
     }
-    assert_eq!(int(&w["tasks_done"]), int(&done["tasks"]));
+    assert_eq!(kit::dec(&w["tasks_done"]), kit::dec(&done["tasks"]));
     let (code, audit, err) = operator(&c.url, &["audit", id]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(int(&audit[0]["total"]), 14_200);
+    assert_eq!(kit::dec(&audit[0]["total"]), 14_200);
 
     // Subproblem ids pass 2^53: as numbers, jq would round them.
     let (_, listed, _) = run(&["plan", "10", "--strategy", "frame", "--list", "--json"]);
     let ids: Vec<u128> = listed
         .lines()
-        .map(|l| int(&serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]))
+        .map(|l| kit::dec(&serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]))
         .collect();
     assert!(ids.iter().any(|&i| i > 1 << 53), "no id above 2^53");
     assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
@@ -178,9 +171,9 @@ fn timestamped(line: &str) -> bool {
 
 #[test]
 fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
-    let _watchdog = common::watchdog("watch_lines_carry_time_state_and_rate");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("watch_lines_carry_time_state_and_rate");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     let (_, lines, _) = operator(&c.url, &["submit", "17", "--tasks", "400"]);
     let id = lines[0]["job"].as_str().unwrap().to_string();
     let (code, _, err) = operator(&c.url, &["pause", &id]);
@@ -201,7 +194,7 @@ fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
     // Resumed with a worker: lines until one shows a measured rate.
     let (code, _, err) = operator(&c.url, &["resume", &id]);
     assert_eq!(code, 0, "{err}");
-    let _w = common::worker(&c.url, "rate-worker", 1);
+    let _w = kit::worker(&c.url, "rate-worker", 1);
     let running = loop {
         let line = next();
         assert!(timestamped(&line), "{line}");
@@ -253,9 +246,9 @@ fn widest(text: &str) -> usize {
 
 #[test]
 fn tables_fit_an_80_column_terminal() {
-    let _watchdog = common::watchdog("tables_fit_an_80_column_terminal");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("tables_fit_an_80_column_terminal");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     // A paused job (an unfinished row), then one counted to its end.
     let (_, lines, _) = operator(&c.url, &["submit", "18", "--strategy", "prefix"]);
     let paused = lines[0]["job"].as_str().unwrap().to_string();
@@ -263,7 +256,7 @@ fn tables_fit_an_80_column_terminal() {
     assert_eq!(code, 0, "{err}");
     let (_, lines, _) = operator(&c.url, &["submit", "13", "--tasks", "20"]);
     let id = lines[0]["job"].as_str().unwrap().to_string();
-    let _w = common::worker(&c.url, "a-worker-with-a-rather-long-name", 1);
+    let _w = kit::worker(&c.url, "a-worker-with-a-rather-long-name", 1);
     let (code, _, err) = operator(&c.url, &["watch", &id]);
     assert_eq!(code, 0, "{err}");
 
@@ -314,9 +307,9 @@ fn tables_fit_an_80_column_terminal() {
 
 #[test]
 fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_solve() {
-    let _watchdog = common::watchdog("slips");
+    let _watchdog = kit::watchdog("slips");
     // health --json when nothing answers: an object saying so, exit 3.
-    let dead = format!("http://{}", common::free_addr());
+    let dead = format!("http://{}", kit::free_addr());
     let (code, lines, err) = operator(&dead, &["health"]);
     assert_eq!(code, 3, "{err}");
     assert_eq!(lines.len(), 1, "one JSON object: {lines:?}");
@@ -328,8 +321,8 @@ fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_so
     );
 
     // https:// against a plain-text coordinator says so.
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     let https = c.url.replace("http://", "https://");
     let (code, _, err) = run(&["jobs", "--coordinator", &https]);
     assert_eq!(code, 3, "{err}");
@@ -338,7 +331,7 @@ fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_so
 
     // http:// against a TLS coordinator says so too.
     let (cert, key) = self_signed(dir.path());
-    let tls = common::start_with(
+    let tls = kit::start_with(
         &dir.path().join("tls-data"),
         &[
             "--tls-cert",
@@ -373,7 +366,7 @@ fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_so
         first.contains("counting N=23") && first.contains("--state DIR"),
         "{first}"
     );
-    common::terminate(&solve);
+    kit::terminate(&solve);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut errs, &mut rest).unwrap();
     assert_eq!(solve.wait().unwrap().code(), Some(130), "{rest}");
@@ -460,7 +453,7 @@ fn every_flag_of_the_coordinator_and_the_worker_reads_an_environment_variable() 
         }
     }
     // And they are read: a coordinator configured by variables alone.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut child = nqueens(&["coordinator"])
         .env("NQUEENS_LISTEN", "127.0.0.1:0")
         .env("NQUEENS_DATA_DIR", dir.path().join("data"))
@@ -470,14 +463,14 @@ fn every_flag_of_the_coordinator_and_the_worker_reads_an_environment_variable() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let url = common::url_once_ready(&mut child);
+    let url = kit::url_once_ready(&mut child);
     let (code, lines, err) = operator(&url, &["health"]);
     assert_eq!(
         (code, &lines[0]["serving"]),
         (0, &serde_json::Value::Bool(true)),
         "{err}"
     );
-    common::terminate(&child);
+    kit::terminate(&child);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     // --log-format json (from NQUEENS_LOG_FORMAT): every log line is an object.
@@ -496,13 +489,13 @@ fn every_flag_of_the_coordinator_and_the_worker_reads_an_environment_variable() 
 
 #[test]
 fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
-    let _watchdog = common::watchdog("doctor_checks_a_live_coordinator");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("doctor_checks_a_live_coordinator");
+    let dir = kit::tempdir();
     let token = dir.path().join("operator.token");
     std::fs::write(&token, "doctor-operator-token-0123456789\n").unwrap();
     let worker_token = dir.path().join("worker.token");
     std::fs::write(&worker_token, "doctor-worker-token-0123456789ab\n").unwrap();
-    let c = common::start_with(
+    let c = kit::start_with(
         &dir.path().join("data"),
         &[
             "--operator-token-file",
@@ -552,11 +545,11 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     let speed = v["checks"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(speed["check"], "speed");
     assert!(speed["nodes_per_second"].as_f64().unwrap() > 0.0);
-    assert!(int(&speed["nodes"]) > 0);
+    assert!(kit::dec(&speed["nodes"]) > 0);
 
     // Nothing listening: the coordinator check fails, the rest is skipped
     // or about this machine, and the exit code says so.
-    let dead = format!("http://{}", common::free_addr());
+    let dead = format!("http://{}", kit::free_addr());
     let (code, out, err) = run(&[
         "doctor",
         "--seconds",
@@ -588,15 +581,15 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
 /// recovered, at INFO.
 #[test]
 fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
-    let _watchdog = common::watchdog("the_coordinator_logs_each_jobs_life");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("the_coordinator_logs_each_jobs_life");
+    let dir = kit::tempdir();
     let (data, log) = (dir.path().join("data"), dir.path().join("log"));
-    let addr = common::free_addr();
-    let mut c = common::coordinator_logged(&data, &addr, &log);
-    let w = common::worker(&c.url, "w-log", 1);
-    let (code, _, err) = common::operator(&c.url, &["submit", "12", "--watch"]);
+    let addr = kit::free_addr();
+    let mut c = kit::coordinator_logged(&data, &addr, &log);
+    let w = kit::worker(&c.url, "w-log", 1);
+    let (code, _, err) = kit::operator(&c.url, &["submit", "12", "--watch"]);
     assert_eq!(code, 0, "{err}");
-    common::wait_for_log(&log, "job done", 1);
+    kit::wait_for_log(&log, "job done", 1);
     let text = std::fs::read_to_string(&log).unwrap();
     for event in ["job submitted", "job planned", "worker registered"] {
         assert!(text.contains(event), "no {event:?} in:\n{text}");
@@ -607,8 +600,8 @@ fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
         "{done}"
     );
     drop(w);
-    common::kill9(&mut c.child);
-    let _c = common::coordinator_logged(&data, &addr, &log);
+    kit::kill9(&mut c.child);
+    let _c = kit::coordinator_logged(&data, &addr, &log);
     let text = std::fs::read_to_string(&log).unwrap();
     let restored = text
         .lines()

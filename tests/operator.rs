@@ -2,25 +2,15 @@
 //! lines), status, jobs, workers, pause, resume, cancel; the exit code of
 //! each failure; and the resumable embedded solve surviving `kill -9`.
 
+use nqueens_testkit::{self as kit, nqueens, operator};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-mod common;
-use common::{nqueens, operator};
-
-/// A 64- or 128-bit integer of the JSON output: a decimal string, so jq
-/// and JavaScript do not round it.
-fn u(v: &serde_json::Value) -> u64 {
-    v.as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
-}
-
 #[test]
 fn submit_watch_status_jobs_workers_pause_resume_cancel() {
-    let _watchdog = common::watchdog("submit_watch_status_jobs_workers_pause_resume_cancel");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("submit_watch_status_jobs_workers_pause_resume_cancel");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
 
     let (code, _, err) = operator(&c.url, &["status", "7"]);
     assert_eq!(code, 4, "unknown job: {err}");
@@ -31,20 +21,23 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
         &["submit", "12", "--strategy", "frame", "--tasks", "30"],
     );
     assert_eq!(code, 0, "{err}");
-    let id = u(&lines[0]["job"]).to_string();
-    let mut w = common::worker(&c.url, "w1", 2);
+    let id = kit::dec(&lines[0]["job"]).to_string();
+    let mut w = kit::worker(&c.url, "w1", 2);
 
     let (code, lines, err) = operator(&c.url, &["watch", &id, "--interval", "0.1"]);
     assert_eq!(code, 0, "{err}");
     let last = lines.last().unwrap();
     assert_eq!(last["state"], "done");
-    assert_eq!((u(&last["total"]), u(&last["unique"])), (14_200, 1_787));
+    assert_eq!(
+        (kit::dec(&last["total"]), kit::dec(&last["unique"])),
+        (14_200, 1_787)
+    );
     assert_eq!(last["done"], last["tasks"]);
     assert_eq!(last["matches_known"], true);
 
     let (_, lines, _) = operator(&c.url, &["status", &id]);
     assert_eq!(
-        (lines[0]["state"].as_str(), u(&lines[0]["total"])),
+        (lines[0]["state"].as_str(), kit::dec(&lines[0]["total"])),
         (Some("done"), 14_200)
     );
     let (_, jobs, _) = operator(&c.url, &["jobs"]);
@@ -64,7 +57,10 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
         (audit["passed"].as_bool(), audit["matches_known"].as_bool()),
         (Some(true), Some(true))
     );
-    assert_eq!((u(&audit["total"]), u(&audit["unique"])), (14_200, 1_787));
+    assert_eq!(
+        (kit::dec(&audit["total"]), kit::dec(&audit["unique"])),
+        (14_200, 1_787)
+    );
     assert_eq!(audit["counted"], last["tasks"]);
     let data = dir.path().join("data");
     let (code, offline, err) = operator(
@@ -81,7 +77,7 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
 
     // A second job, paused at once, resumed, then cancelled: watch fails.
     let (_, lines, _) = operator(&c.url, &["submit", "17"]);
-    let id2 = u(&lines[0]["job"]).to_string();
+    let id2 = kit::dec(&lines[0]["job"]).to_string();
     let (code, lines, err) = operator(&c.url, &["pause", &id2]);
     assert_eq!(
         (code, lines[0]["state"].as_str()),
@@ -125,13 +121,13 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     assert_eq!(code, 2, "a share without redundancy checks nothing: {err}");
     assert!(err.contains("--redundancy 2"), "{err}");
 
-    common::terminate(&w);
+    kit::terminate(&w);
     assert!(w.wait().unwrap().success());
 }
 
 #[test]
 fn failures_have_their_own_exit_codes_and_say_what_to_do() {
-    let _watchdog = common::watchdog("failures_have_their_own_exit_codes_and_say_what_to_do");
+    let _watchdog = kit::watchdog("failures_have_their_own_exit_codes_and_say_what_to_do");
     // Nothing listens on port 1.
     let (code, _, err) = operator("http://127.0.0.1:1", &["jobs"]);
     assert_eq!(code, 3, "{err}");
@@ -142,11 +138,11 @@ fn failures_have_their_own_exit_codes_and_say_what_to_do() {
     let (code, _, err) = operator("not a url", &["jobs"]);
     assert_eq!(code, 2, "{err}");
 
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let token = dir.path().join("operator.token");
     std::fs::write(&token, "s3cret-operator-token\n").unwrap();
     let token = token.to_str().unwrap();
-    let c = common::start_with(&dir.path().join("data"), &["--operator-token-file", token]);
+    let c = kit::start_with(&dir.path().join("data"), &["--operator-token-file", token]);
     let (code, _, err) = operator(&c.url, &["jobs"]);
     assert_eq!(code, 5, "no token: {err}");
     assert!(err.contains("token is required"), "{err}");
@@ -177,9 +173,8 @@ fn tasks_done(line: &str) -> Option<u64> {
 
 #[test]
 fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
-    let _watchdog =
-        common::watchdog("a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored");
+    let dir = kit::tempdir();
     let state = dir.path().join("run17");
     let state = state.to_str().unwrap();
     let solve = |extra: &[&str]| {
@@ -212,7 +207,7 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
         }
     }
     assert!(seen >= 100, "no progress line with 100 tasks done");
-    common::kill9(&mut first);
+    kit::kill9(&mut first);
 
     // SIGTERM on the second run: it stops and says how to continue.
     let mut second = solve(&["--interval", "0.1"])
@@ -228,7 +223,7 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
         }
     };
     assert!(resumed_at >= seen, "resumed at {resumed_at}, had {seen}");
-    common::terminate(&second);
+    kit::terminate(&second);
     let out = second.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
@@ -244,20 +239,23 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((u(&r["total"]), u(&r["unique"])), (95_815_104, 11_977_939));
-    let (tasks, before, counted) = (
-        u(&r["tasks"]),
-        u(&r["run"]["tasks_before"]),
-        u(&r["run"]["tasks_counted"]),
+    assert_eq!(
+        (kit::dec(&r["total"]), kit::dec(&r["unique"])),
+        (95_815_104, 11_977_939)
     );
-    assert!(before >= seen && before < tasks, "{r}");
+    let (tasks, before, counted) = (
+        kit::dec(&r["tasks"]),
+        kit::dec(&r["run"]["tasks_before"]),
+        kit::dec(&r["run"]["tasks_counted"]),
+    );
+    assert!(before >= u128::from(seen) && before < tasks, "{r}");
     assert_eq!(before + counted, tasks);
 
     // Done: a further run answers from the store, counting nothing.
     let out = solve(&["--json"]).output().unwrap();
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        (u(&r["run"]["tasks_counted"]), u(&r["total"])),
+        (kit::dec(&r["run"]["tasks_counted"]), kit::dec(&r["total"])),
         (0, 95_815_104)
     );
 

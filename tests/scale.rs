@@ -7,26 +7,14 @@
 //! kills, 300 simulated workers) is `#[ignore]`d:
 //! `cargo test --release --test scale -- --ignored`.
 
-mod common;
-
-use common::{kill9, nqueens, operator, start_at, terminate, watchdog, Coordinator};
 use nqueens_common::plan::synthetic_sum;
+use nqueens_testkit::{
+    self as kit, kill9, nqueens, operator, start_at, terminate, watchdog, Coordinator,
+};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// A number from the JSON output (big ones are decimal strings).
-fn num(v: &Value) -> u128 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or_else(|_| panic!("not a number: {s}")),
-        Value::Number(n) => n
-            .as_u64()
-            .unwrap_or_else(|| panic!("not a count: {n}"))
-            .into(),
-        other => panic!("not a number: {other}"),
-    }
-}
 
 /// The job as `status --json` prints it.
 fn status(url: &str, id: &str) -> Value {
@@ -108,8 +96,8 @@ fn audited(url: &str, id: &str, tasks: u64) -> String {
     assert_eq!(a["problems"], Value::Array(vec![]), "{a}");
     assert_eq!(a["passed"], Value::Bool(true), "{a}");
     assert_eq!(a["matches_known"], Value::Bool(true), "{a}");
-    assert_eq!(num(&a["counted"]), u128::from(tasks), "{a}");
-    assert_eq!(num(&a["total"]), synthetic_sum(tasks), "{a}");
+    assert_eq!(kit::dec(&a["counted"]), u128::from(tasks), "{a}");
+    assert_eq!(kit::dec(&a["total"]), synthetic_sum(tasks), "{a}");
     a["digest"].as_str().expect("a digest").to_string()
 }
 
@@ -125,7 +113,7 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("coordinator.log");
-    let addr = common::free_addr();
+    let addr = kit::free_addr();
     let mut c = restart(&data, &addr, &log);
     let url = c.url.clone();
     let id = submit(&url, tasks);
@@ -144,7 +132,7 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
             &id,
             "progress before a kill",
             Duration::from_secs(600),
-            |j| num(&j["done"]) >= at,
+            |j| kit::dec(&j["done"]) >= at,
         );
         kill9(&mut c.child);
         c = restart(&data, &addr, &log);
@@ -156,14 +144,14 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
         Duration::from_secs(900),
         |j| j["state"] == "done",
     );
-    assert_eq!(num(&j["done"]), u128::from(tasks), "{j}");
-    assert_eq!(num(&j["total"]), synthetic_sum(tasks), "{j}");
+    assert_eq!(kit::dec(&j["done"]), u128::from(tasks), "{j}");
+    assert_eq!(kit::dec(&j["total"]), synthetic_sum(tasks), "{j}");
     terminate(&sims);
     let out = sims.wait_with_output().expect("loadgen ends on SIGTERM");
     assert!(out.status.success(), "loadgen failed");
     let summary: Value = serde_json::from_slice(&out.stdout).expect("loadgen's JSON");
     assert!(
-        num(&summary["accepted"]) <= u128::from(tasks),
+        kit::dec(&summary["accepted"]) <= u128::from(tasks),
         "more acknowledgements than tasks: {summary}"
     );
     let digest = audited(&url, &id, tasks);

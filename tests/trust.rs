@@ -2,21 +2,15 @@
 //! leases from a raw gRPC client, oversized fields, blank or shared tokens,
 //! a second coordinator on the same data directory, a liar's count.
 
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
-use nqueens_common::Size;
+use nqueens_common::plan::Strategy;
+use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
-use std::time::{Duration, Instant};
+use nqueens_testkit::{self as kit, nqueens, operator, Operators};
+use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::Code;
-
-mod common;
-use common::{nqueens, operator};
-
-type Workers = WorkerServiceClient<Channel>;
-type Operators = OperatorServiceClient<Channel>;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -25,125 +19,35 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-async fn clients(url: &str) -> (Workers, Operators) {
-    (
-        WorkerServiceClient::connect(url.to_string()).await.unwrap(),
-        OperatorServiceClient::connect(url.to_string())
-            .await
-            .unwrap(),
-    )
-}
-
-/// Submits N=8 in `tasks` frame tasks and polls until it is planned.
+/// Submits N=8 in `tasks` frame tasks and waits until it is planned.
 async fn submit(ops: &mut Operators, tasks: u64, redundancy: u32) -> v1::Job {
-    let plan = PlanSpec {
-        n: Size::new(8).unwrap(),
-        strategy: Strategy::Frame,
-        depth: 3,
-        tasks,
+    let req = v1::SubmitJobRequest {
+        plan: Some(kit::plan_spec(8, Strategy::Frame, 3, tasks)),
+        redundancy,
+        verify_fraction: 0.0,
     };
-    let job = ops
-        .submit_job(v1::SubmitJobRequest {
-            plan: Some((&plan).into()),
-            redundancy,
-            verify_fraction: 0.0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let j = ops
-            .get_job(v1::JobRef { job_id: job.job_id })
-            .await
-            .unwrap()
-            .into_inner();
-        if j.tasks > 0 {
-            return j;
-        }
-        assert!(Instant::now() < deadline, "job never planned");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn register(w: &mut Workers, id: &str) {
-    w.register(v1::RegisterRequest {
-        worker_id: id.into(),
-        host: "h".into(),
-        cores: 1,
-        solver_version: "t".into(),
-    })
-    .await
-    .unwrap();
-}
-
-async fn lease(w: &mut Workers, id: &str, max: u32) -> Vec<v1::Lease> {
-    w.lease(v1::LeaseRequest {
-        worker_id: id.into(),
-        max_tasks: max,
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .leases
-}
-
-fn lref(l: &v1::Lease) -> v1::LeaseRef {
-    v1::LeaseRef {
-        job_id: l.job_id,
-        task_index: l.task.as_ref().unwrap().index,
-        lease_id: l.lease_id,
-    }
-}
-
-/// The true result of a leased task, optionally inflated by `lie`.
-fn result_of(l: &v1::Lease, lie: u128) -> v1::TaskResult {
-    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
-    let (mut tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&task).unwrap();
-    tally.weighted += lie;
-    v1::TaskResult {
-        checksum,
-        ..tally_to_wire(&tally)
-    }
-}
-
-async fn report(
-    w: &mut Workers,
-    id: &str,
-    r: v1::LeaseRef,
-    result: v1::TaskResult,
-) -> Result<ReportOutcome, tonic::Status> {
-    w.report(v1::ReportRequest {
-        worker_id: id.into(),
-        lease: Some(r),
-        result: Some(result),
-    })
-    .await
-    .map(|r| ReportOutcome::try_from(r.into_inner().outcome).unwrap())
+    let planned = kit::submit_planned(ops, req);
+    kit::within(Duration::from_secs(30), "the job planned", planned).await
 }
 
 async fn total(ops: &mut Operators, job: u64) -> (i32, u128) {
-    let j = ops
-        .get_job(v1::JobRef { job_id: job })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(ops, job).await;
     (j.state, u128_from_wire(j.total.as_ref()))
 }
 
 #[test]
 fn forged_leases_are_refused_and_the_count_stays_exact() {
-    let _watchdog = common::watchdog("forged_leases_are_refused_and_the_count_stays_exact");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("forged_leases_are_refused_and_the_count_stays_exact");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     runtime().block_on(async {
-        let (mut w, mut ops) = clients(&c.url).await;
+        let (mut w, mut ops) = kit::clients(&c.url).await;
         let job = submit(&mut ops, 6, 1).await;
-        register(&mut w, "honest").await;
-        register(&mut w, "thief").await;
-        let held = lease(&mut w, "honest", 1).await.remove(0);
+        kit::register(&mut w, "honest").await;
+        kit::register(&mut w, "thief").await;
+        let held = kit::lease(&mut w, "honest", 1).await.remove(0);
         assert_ne!(held.lease_id, 0);
-        let real = lref(&held);
+        let real = held.lease_ref();
         // The thief with the honest worker's lease, a neighbour of it, 0,
         // and on tasks nobody holds: all refused, nothing counted.
         let mut forged = vec![real];
@@ -157,7 +61,7 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
             }
         }
         for r in &forged {
-            let e = report(&mut w, "thief", *r, result_of(&held, 8))
+            let e = kit::report(&mut w, "thief", *r, kit::inflated(&held, 8))
                 .await
                 .unwrap_err();
             assert_eq!(e.code(), Code::FailedPrecondition, "{r:?}: {e:?}");
@@ -177,7 +81,7 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
             lease_id: held.lease_id ^ 1,
             ..real
         };
-        let e = report(&mut w, "honest", wrong, result_of(&held, 0))
+        let e = kit::report(&mut w, "honest", wrong, kit::result_of(&held))
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition);
@@ -186,13 +90,19 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
 
         // The honest worker finishes: the exact count.
         let mut all = vec![held];
-        all.extend(lease(&mut w, "honest", 100).await);
+        all.extend(kit::lease(&mut w, "honest", 100).await);
         for l in &all {
-            let o = report(&mut w, "honest", lref(l), result_of(l, 0)).await;
+            let o = kit::report(&mut w, "honest", l.lease_ref(), kit::result_of(l)).await;
             assert_eq!(o.unwrap(), ReportOutcome::Accepted);
         }
         // A retry of an acknowledged report is a duplicate, not an error.
-        let o = report(&mut w, "honest", lref(&all[0]), result_of(&all[0], 0)).await;
+        let o = kit::report(
+            &mut w,
+            "honest",
+            all[0].lease_ref(),
+            kit::result_of(&all[0]),
+        )
+        .await;
         assert_eq!(o.unwrap(), ReportOutcome::Duplicate);
         assert_eq!(
             total(&mut ops, job.job_id).await,
@@ -201,13 +111,13 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
 
         // Nothing counts for a cancelled job, even under a real lease.
         let job2 = submit(&mut ops, 3, 1).await;
-        let l = lease(&mut w, "honest", 1).await.remove(0);
+        let l = kit::lease(&mut w, "honest", 1).await.remove(0);
         ops.cancel_job(v1::JobRef {
             job_id: job2.job_id,
         })
         .await
         .unwrap();
-        let e = report(&mut w, "honest", lref(&l), result_of(&l, 0))
+        let e = kit::report(&mut w, "honest", l.lease_ref(), kit::result_of(&l))
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
@@ -220,11 +130,11 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
 
 #[test]
 fn oversized_fields_are_refused_and_replies_stay_small() {
-    let _watchdog = common::watchdog("oversized_fields_are_refused_and_replies_stay_small");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("oversized_fields_are_refused_and_replies_stay_small");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     runtime().block_on(async {
-        let (mut w, mut ops) = clients(&c.url).await;
+        let (mut w, mut ops) = kit::clients(&c.url).await;
         let big = "x".repeat(1 << 20);
         let reg = |id: &str, host: &str, version: &str| v1::RegisterRequest {
             worker_id: id.into(),
@@ -264,11 +174,13 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
         let job = submit(&mut ops, 2, 1).await;
-        register(&mut w, "w").await;
-        let l = lease(&mut w, "w", 1).await.remove(0);
-        let mut r = result_of(&l, 0);
+        kit::register(&mut w, "w").await;
+        let l = kit::lease(&mut w, "w", 1).await.remove(0);
+        let mut r = kit::result_of(&l);
         r.solver_version = big.clone();
-        let e = report(&mut w, "w", lref(&l), r).await.unwrap_err();
+        let e = kit::report(&mut w, "w", l.lease_ref(), r)
+            .await
+            .unwrap_err();
         assert!(e.message().starts_with("result.solver_version"), "{e:?}");
         // Many workers at the largest sizes allowed: the listing still fits.
         for i in 0..1_100 {
@@ -300,8 +212,8 @@ fn run(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn blank_short_and_shared_tokens_are_refused_at_start() {
-    let _watchdog = common::watchdog("blank_short_and_shared_tokens_are_refused_at_start");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("blank_short_and_shared_tokens_are_refused_at_start");
+    let dir = kit::tempdir();
     let file = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
@@ -354,11 +266,11 @@ fn blank_short_and_shared_tokens_are_refused_at_start() {
 
 #[test]
 fn a_second_coordinator_on_the_same_directory_exits_even_without_a_lock_file() {
-    let _watchdog = common::watchdog("a_second_coordinator_on_the_same_directory_exits");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("a_second_coordinator_on_the_same_directory_exits");
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let log = dir.path().join("log");
-    let first = common::start_at(&data, "127.0.0.1:0", &["--insecure"], Some(&log));
+    let first = kit::start_at(&data, "127.0.0.1:0", &["--insecure"], Some(&log));
     // --insecure says so at every start.
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("--insecure"), "{logged}");
@@ -383,16 +295,16 @@ fn a_second_coordinator_on_the_same_directory_exits_even_without_a_lock_file() {
 
 #[test]
 fn status_fails_when_a_liar_made_the_count_differ() {
-    let _watchdog = common::watchdog("status_fails_when_a_liar_made_the_count_differ");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("status_fails_when_a_liar_made_the_count_differ");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     runtime().block_on(async {
-        let (mut w, mut ops) = clients(&c.url).await;
+        let (mut w, mut ops) = kit::clients(&c.url).await;
         let job = submit(&mut ops, 3, 1).await;
-        register(&mut w, "liar").await;
-        for (k, l) in lease(&mut w, "liar", 10).await.iter().enumerate() {
+        kit::register(&mut w, "liar").await;
+        for (k, l) in kit::lease(&mut w, "liar", 10).await.iter().enumerate() {
             let lie = u128::from(k == 0) * 8;
-            let o = report(&mut w, "liar", lref(l), result_of(l, lie)).await;
+            let o = kit::report(&mut w, "liar", l.lease_ref(), kit::inflated(l, lie)).await;
             assert_eq!(o.unwrap(), ReportOutcome::Accepted);
         }
         assert_eq!(
@@ -422,22 +334,22 @@ fn frames(bytes: &[u8]) -> Vec<(usize, usize)> {
 
 #[test]
 fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
-    let _watchdog = common::watchdog("a_damaged_journal_is_refused_at_start_and_fails_the_audit");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("a_damaged_journal_is_refused_at_start_and_fails_the_audit");
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
-    let mut c = common::start(&data);
+    let mut c = kit::start(&data);
     runtime().block_on(async {
-        let (mut w, mut ops) = clients(&c.url).await;
+        let (mut w, mut ops) = kit::clients(&c.url).await;
         let job = submit(&mut ops, 6, 1).await;
-        register(&mut w, "w").await;
-        for l in lease(&mut w, "w", 10).await {
-            report(&mut w, "w", lref(&l), result_of(&l, 0))
+        kit::register(&mut w, "w").await;
+        for l in kit::lease(&mut w, "w", 10).await {
+            kit::report(&mut w, "w", l.lease_ref(), kit::result_of(&l))
                 .await
                 .unwrap();
         }
         assert_eq!(total(&mut ops, job.job_id).await.1, 92);
     });
-    common::terminate(&c.child);
+    kit::terminate(&c.child);
     c.child.wait().unwrap();
     let path = data.join("journal");
     let good = std::fs::read(&path).unwrap();
@@ -484,7 +396,7 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
 
     // Restored, it starts and the count is whole.
     std::fs::write(&path, &good).unwrap();
-    let c = common::start(&data);
+    let c = kit::start(&data);
     let (code, lines, err) = operator(&c.url, &["status", "1"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines[0]["total"], "92");
@@ -502,8 +414,8 @@ async fn worker_with(
 
 #[test]
 fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
-    let _watchdog = common::watchdog("issued_worker_tokens_vote_once_each_and_can_be_revoked");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("issued_worker_tokens_vote_once_each_and_can_be_revoked");
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let d = data.to_str().unwrap();
     let issue = |name: &str| {
@@ -522,7 +434,7 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
     assert_eq!(code, 2, "{err}");
     let op_token = dir.path().join("op.token");
     std::fs::write(&op_token, "operator-token-0123456789").unwrap();
-    let c = common::start_with(
+    let c = kit::start_with(
         &data,
         &["--operator-token-file", op_token.to_str().unwrap()],
     );
@@ -531,15 +443,9 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
             nqueens_proto::client::connect(&c.url, Some("operator-token-0123456789"), None)
                 .unwrap(),
         );
-        let plan = PlanSpec {
-            n: Size::new(8).unwrap(),
-            strategy: Strategy::Frame,
-            depth: 3,
-            tasks: 1,
-        };
         let job = ops
             .submit_job(v1::SubmitJobRequest {
-                plan: Some((&plan).into()),
+                plan: Some(kit::plan_spec(8, Strategy::Frame, 3, 1)),
                 redundancy: 2,
                 verify_fraction: 0.0,
             })
@@ -578,25 +484,16 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
             worker_id: id.into(),
             max_tasks: 1,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let first = loop {
-            if let Some(l) = a
-                .lease(lease_as("a1"))
-                .await
-                .unwrap()
-                .into_inner()
-                .leases
-                .pop()
-            {
-                break l;
-            }
-            assert!(Instant::now() < deadline, "never planned");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let first = kit::Wait::within(Duration::from_secs(30))
+            .until_async("a task to lease (the job planned)", async || {
+                let got = a.lease(lease_as("a1")).await.unwrap();
+                got.into_inner().leases.pop()
+            })
+            .await;
         let rep = |id: &str, l: &v1::Lease| v1::ReportRequest {
             worker_id: id.into(),
-            lease: Some(lref(l)),
-            result: Some(result_of(l, 0)),
+            lease: Some(l.lease_ref()),
+            result: Some(kit::result_of(l)),
         };
         let o = a
             .report(rep("a1", &first))
@@ -665,58 +562,43 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alice\n");
     runtime().block_on(async {
         let mut b = worker_with(&c.url, &bob).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let r = b
-                .lease(v1::LeaseRequest {
-                    worker_id: "b1".into(),
-                    max_tasks: 1,
-                })
-                .await;
-            if r.as_ref().is_err_and(|e| e.code() == Code::Unauthenticated) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "a revoked token still works: {r:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        kit::Wait::within(Duration::from_secs(10))
+            .every(Duration::from_millis(50))
+            .until_async("the revoked token refused", async || {
+                let r = b
+                    .lease(v1::LeaseRequest {
+                        worker_id: "b1".into(),
+                        max_tasks: 1,
+                    })
+                    .await;
+                match r {
+                    Err(e) if e.code() == Code::Unauthenticated => Ok(()),
+                    r => Err(format!("a revoked token still works: {r:?}")),
+                }
+            })
+            .await;
     });
 }
 
 #[test]
 fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() {
-    let _watchdog = common::watchdog("idle_connections_beyond_the_limit_are_closed");
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .env("NQUEENS_MAX_CONNECTIONS", "3")
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let url = common::url_once_ready(&mut child);
-    let c = common::Coordinator { child, url };
+    let _watchdog = kit::watchdog("idle_connections_beyond_the_limit_are_closed");
+    let dir = kit::tempdir();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
+    cmd.env("NQUEENS_MAX_CONNECTIONS", "3")
+        .env("RUST_LOG", "warn");
+    let c = kit::spawn_coordinator(cmd);
     let addr = c.url.trim_start_matches("http://").to_string();
     // Three idle connections take every place.
     let idle: Vec<_> = (0..3)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
         .collect();
     let call = || operator(&c.url, &["jobs"]).0;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while call() == 0 {
-        assert!(Instant::now() < deadline, "a fourth connection was served");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let wait = kit::Wait::within(Duration::from_secs(20)).every(Duration::from_millis(50));
+    wait.until("a fourth connection refused", || call() != 0);
     // They go: calls are served again.
     drop(idle);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while call() != 0 {
-        assert!(Instant::now() < deadline, "places were not given back");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait.until("the places given back", || call() == 0);
 }
 
 /// A plan that takes many minutes to enumerate (N=32 in 8-line frames:
@@ -726,37 +608,20 @@ fn idle_connections_beyond_the_limit_are_closed_and_calls_resume_when_they_go() 
 /// SIGTERM waited for the planning thread.)
 #[test]
 fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
-    let _watchdog = common::watchdog("a_long_plan_blocks_neither_start_nor_shutdown");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("a_long_plan_blocks_neither_start_nor_shutdown");
+    let dir = kit::tempdir();
     let (data, log) = (dir.path().join("data"), dir.path().join("log"));
-    let addr = common::free_addr();
+    let addr = kit::free_addr();
     let rt = runtime();
-    let long = PlanSpec {
-        n: Size::new(32).unwrap(),
-        strategy: Strategy::Frame,
-        depth: 2,
-        tasks: 1_000,
-    };
+    let long = kit::plan_spec(32, Strategy::Frame, 2, 1_000);
     let submit_long = |url: &str| {
         rt.block_on(async {
-            let (_, mut ops) = clients(url).await;
-            ops.submit_job(v1::SubmitJobRequest {
-                plan: Some((&long).into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
+            let mut ops = kit::operators(url).await;
+            kit::submit(&mut ops, kit::job_request(long)).await
         })
     };
     let get = |url: &str, id: u64| {
-        rt.block_on(async {
-            let (_, mut ops) = clients(url).await;
-            ops.get_job(v1::JobRef { job_id: id })
-                .await
-                .unwrap()
-                .into_inner()
-        })
+        rt.block_on(async { kit::job(&mut kit::operators(url).await, id).await })
     };
     let health = |url: &str| {
         nqueens(&["health", "--coordinator", url])
@@ -766,31 +631,31 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
             .code()
     };
 
-    let mut c = common::coordinator_logged(&data, &addr, &log);
+    let mut c = kit::coordinator_logged(&data, &addr, &log);
     let first = submit_long(&c.url).job_id;
     assert_eq!(get(&c.url, first).tasks, 0, "still planning");
-    common::kill9(&mut c.child);
+    kit::kill9(&mut c.child);
 
     // Restarted while the job was planning: it serves at once (the first
     // "ready" line) and plans in the background.
-    let mut c = common::coordinator_logged(&data, &addr, &log);
+    let mut c = kit::coordinator_logged(&data, &addr, &log);
     assert_eq!(health(&c.url), Some(0), "SERVING while the job plans");
     let job = get(&c.url, first);
     assert_eq!((job.tasks, job.state), (0, v1::JobState::Running as i32));
     let (code, _, err) = operator(&c.url, &["cancel", &first.to_string()]);
     assert_eq!(code, 0, "{err}");
-    common::wait_for_log(&log, "planning stopped", 1);
+    kit::wait_for_log(&log, "planning stopped", 1);
     assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
 
     // SIGTERM while another long plan is being computed: a clean exit.
     let second = submit_long(&c.url).job_id;
-    common::terminate(&c.child);
+    kit::terminate(&c.child);
     let status = c.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    common::wait_for_log(&log, "planning stopped", 2);
+    kit::wait_for_log(&log, "planning stopped", 2);
 
     // Started again: the cancelled job is not planned again, the other is.
-    let c = common::coordinator_logged(&data, &addr, &log);
+    let c = kit::coordinator_logged(&data, &addr, &log);
     assert_eq!(get(&c.url, first).state, v1::JobState::Cancelled as i32);
     assert_eq!(
         get(&c.url, second).tasks,
@@ -799,7 +664,7 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
     );
     let (code, _, err) = operator(&c.url, &["cancel", &second.to_string()]);
     assert_eq!(code, 0, "{err}");
-    common::wait_for_log(&log, "planning stopped", 3);
+    kit::wait_for_log(&log, "planning stopped", 3);
 }
 
 /// A connection that never starts its handshake (a TLS ClientHello or the
@@ -808,9 +673,9 @@ fn a_long_plan_blocks_neither_start_nor_shutdown_and_cancel_stops_it() {
 #[test]
 fn a_connection_that_never_starts_its_handshake_is_closed() {
     use std::io::Read;
-    let _watchdog = common::watchdog("a_connection_that_never_starts_its_handshake_is_closed");
-    let dir = tempfile::tempdir().unwrap();
-    let c = common::start(&dir.path().join("data"));
+    let _watchdog = kit::watchdog("a_connection_that_never_starts_its_handshake_is_closed");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
     let mut silent = std::net::TcpStream::connect(c.url.trim_start_matches("http://")).unwrap();
     // A bound, not a measurement: the coordinator closes it after 10 s.
     silent
@@ -840,8 +705,8 @@ fn a_connection_that_never_starts_its_handshake_is_closed() {
 /// --metrics-public, else the start is refused as a configuration error.
 #[test]
 fn metrics_beyond_loopback_need_an_explicit_flag() {
-    let _watchdog = common::watchdog("metrics_beyond_loopback_need_an_explicit_flag");
-    let dir = tempfile::tempdir().unwrap();
+    let _watchdog = kit::watchdog("metrics_beyond_loopback_need_an_explicit_flag");
+    let dir = kit::tempdir();
     let data = dir.path().join("data");
     let (code, err) = run(&[
         "coordinator",
@@ -858,6 +723,6 @@ fn metrics_beyond_loopback_need_an_explicit_flag() {
         !data.join("journal").exists(),
         "refused before anything was opened"
     );
-    let c = common::start_with(&data, &["--metrics", "0.0.0.0:0", "--metrics-public"]);
+    let c = kit::start_with(&data, &["--metrics", "0.0.0.0:0", "--metrics-public"]);
     assert_eq!(operator(&c.url, &["jobs"]).0, 0);
 }

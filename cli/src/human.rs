@@ -3,8 +3,9 @@
 
 use crate::format::{dec, dec_opt, human_duration, now_unix_ms, thousands, utc};
 use nqueens_common::known::{matches, verdict};
-use nqueens_proto::u128_from_wire;
+use nqueens_common::plan::Strategy;
 use nqueens_proto::v1;
+use nqueens_proto::{known_from_wire, strategy_from_wire, u128_from_wire};
 use serde::Serialize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,9 +22,9 @@ fn state_name(state: i32, tasks: u64) -> &'static str {
 }
 
 fn strategy_name(spec: &v1::PlanSpec) -> &'static str {
-    match v1::Strategy::try_from(spec.strategy) {
-        Ok(v1::Strategy::Frame) => "frame",
-        Ok(v1::Strategy::Synthetic) => "synthetic",
+    match strategy_from_wire(spec.strategy) {
+        Ok(Strategy::Frame) => "frame",
+        Ok(Strategy::Synthetic) => "synthetic",
         _ => "prefix",
     }
 }
@@ -462,11 +463,7 @@ pub struct AuditView {
 impl AuditView {
     pub fn new(a: &v1::AuditReport) -> AuditView {
         let spec = a.plan.unwrap_or_default();
-        let matches_known = match v1::KnownCheck::try_from(a.known) {
-            Ok(v1::KnownCheck::Matches) => Some(true),
-            Ok(v1::KnownCheck::Differs) => Some(false),
-            _ => None,
-        };
+        let matches_known = known_from_wire(a.known);
         AuditView {
             job: a.job_id,
             n: spec.n,
@@ -479,8 +476,8 @@ impl AuditView {
             tasks: a.tasks,
             result_records: a.result_records,
             counted: a.counted,
-            total: a.total.as_ref().map(|t| u128_from_wire(Some(t))),
-            unique: a.unique.as_ref().map(|u| u128_from_wire(Some(u))),
+            total: a.total.as_ref().map(u128::from),
+            unique: a.unique.as_ref().map(u128::from),
             matches_known,
             digest: a.digest.clone(),
             problems: a.problems.clone(),

@@ -7,15 +7,13 @@
 //! Reports carry all-zero counts (valid for any frame task), so the figure
 //! is the coordinator's, not the solver's.
 
-use nqueens_common::plan::{PlanSpec, Strategy, Tally};
-use nqueens_common::Size;
+use nqueens_common::plan::{Strategy, Tally};
 use nqueens_coordinator::core::SystemClock;
-use nqueens_coordinator::server::{start, Config};
-use nqueens_coordinator::state::Limits;
+use nqueens_coordinator::server::start;
 use nqueens_proto::tally_to_wire;
-use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
-use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::v1::ReportOutcome;
+use nqueens_testkit as kit;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,48 +25,16 @@ async fn main() {
         .collect();
     let clients: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(64);
     let tasks: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_path_buf(),
-        worker_token: None,
-        operator_token: None,
-        insecure: false,
-        metrics: None,
-        metrics_public: false,
-        tls: None,
-        limits: Limits::default(),
-    };
-    let server = start(config, Arc::new(SystemClock)).await.unwrap();
-    let url = format!("http://{}", server.addr);
-    let mut ops = OperatorServiceClient::connect(url.clone()).await.unwrap();
-    let spec = PlanSpec {
-        n: Size::new(18).unwrap(),
-        strategy: Strategy::Frame,
-        depth: 0,
-        tasks,
-    };
-    let job = ops
-        .submit_job(v1::SubmitJobRequest {
-            plan: Some((&spec).into()),
-            ..Default::default()
-        })
+    let dir = kit::tempdir();
+    let server = start(kit::config(dir.path()), Arc::new(SystemClock))
         .await
-        .unwrap()
-        .into_inner();
-    let mut watch = ops
-        .watch_job(v1::JobRef { job_id: job.job_id })
+        .unwrap();
+    let url = kit::url(&server);
+    let mut ops = kit::operators(&url).await;
+    let plan = kit::plan_spec(18, Strategy::Frame, 0, tasks);
+    let total_tasks = kit::submit_planned(&mut ops, kit::job_request(plan))
         .await
-        .unwrap()
-        .into_inner();
-    let mut total_tasks = 0;
-    while let Some(j) = watch.message().await.unwrap() {
-        if j.tasks > 0 {
-            total_tasks = j.tasks;
-            break;
-        }
-    }
-    drop(watch);
+        .tasks;
     let zero = tally_to_wire(&Tally::default());
     let start_at = Instant::now();
     let handles: Vec<_> = (0..clients)
@@ -79,25 +45,11 @@ async fn main() {
                 let name = format!("bench-{k}");
                 let mut reported = 0u64;
                 loop {
-                    let req = v1::LeaseRequest {
-                        worker_id: name.clone(),
-                        max_tasks: 1,
-                    };
-                    let Some(l) = w.lease(req).await.unwrap().into_inner().leases.pop() else {
+                    let Some(l) = kit::lease(&mut w, &name, 1).await.pop() else {
                         break;
                     };
-                    let lease = v1::LeaseRef {
-                        job_id: l.job_id,
-                        task_index: l.task.unwrap().index,
-                        lease_id: l.lease_id,
-                    };
-                    let req = v1::ReportRequest {
-                        worker_id: name.clone(),
-                        lease: Some(lease),
-                        result: Some(zero.clone()),
-                    };
-                    let outcome = w.report(req).await.unwrap().into_inner().outcome;
-                    assert_eq!(outcome, ReportOutcome::Accepted as i32);
+                    let outcome = kit::report(&mut w, &name, l.lease_ref(), zero.clone());
+                    assert_eq!(outcome.await.unwrap(), ReportOutcome::Accepted);
                     reported += 1;
                 }
                 reported

@@ -7,9 +7,10 @@
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
-//! - [`service`]: the gRPC services, errors mapped to status codes.
+//! - [`service`]: the gRPC services, request checks, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
 //! - [`store`]: the sled store of task lists and result rows, rebuilt from the journal.
+//! - [`wire`]: the coordinator's jobs, workers, leases and audits on the wire.
 
 pub mod audit;
 pub mod core;
@@ -20,3 +21,4 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod wire;

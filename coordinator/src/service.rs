@@ -1,15 +1,16 @@
-//! The gRPC services over [`Coordinator`]: request checks, conversions, and
-//! errors mapped to precise status codes.
+//! The gRPC services over [`Coordinator`]: request checks, and errors
+//! mapped to precise status codes (conversions to the wire: [`crate::wire`]).
 
-use crate::audit::{self, Audit, AuditError};
+use crate::audit::{self, AuditError};
 use crate::core::{CoordError, Coordinator};
 use crate::journal::JournalError;
-use crate::state::{Granted, JobState, JobView, LeaseRef, StateError, Verdict, WorkerInfo};
+use crate::state::{JobState, LeaseRef, StateError, Verdict};
+use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
 use nqueens_common::plan::PlanSpec;
+use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
-use nqueens_proto::{task_to_wire, u128_from_wire, u128_to_wire};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -107,29 +108,6 @@ impl From<AuditError> for Status {
     }
 }
 
-pub fn audit_to_wire(a: &Audit) -> v1::AuditReport {
-    v1::AuditReport {
-        job_id: a.job,
-        plan: Some((&a.spec).into()),
-        state: state_to_wire(a.state) as i32,
-        journal_records: a.journal_records,
-        journal_bytes: a.journal_bytes,
-        torn_bytes: a.torn_bytes,
-        tasks: a.tasks,
-        result_records: a.result_records,
-        counted: a.counted,
-        total: a.total.map(u128_to_wire),
-        unique: a.unique.map(u128_to_wire),
-        known: match a.matches_known {
-            None => v1::KnownCheck::Unspecified,
-            Some(true) => v1::KnownCheck::Matches,
-            Some(false) => v1::KnownCheck::Differs,
-        } as i32,
-        digest: a.digest.clone(),
-        problems: a.problems.clone(),
-    }
-}
-
 /// The name of the issued credential a call authenticated with, if any
 /// (set by the worker token check).
 #[derive(Clone, Debug)]
@@ -158,93 +136,11 @@ fn result_fields(r: &v1::TaskResult) -> Result<(), Status> {
 
 fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
     let r = r.ok_or_else(|| Status::invalid_argument("lease is missing"))?;
-    Ok(LeaseRef {
-        job: r.job_id,
-        task: r.task_index,
-        lease_id: r.lease_id,
-    })
+    Ok(r.into())
 }
 
 fn lease_refs(rs: &[v1::LeaseRef]) -> Vec<LeaseRef> {
-    rs.iter()
-        .map(|r| LeaseRef {
-            job: r.job_id,
-            task: r.task_index,
-            lease_id: r.lease_id,
-        })
-        .collect()
-}
-
-fn to_wire_ref(r: &LeaseRef) -> v1::LeaseRef {
-    v1::LeaseRef {
-        job_id: r.job,
-        task_index: r.task,
-        lease_id: r.lease_id,
-    }
-}
-
-fn lease_to_wire(g: &Granted) -> v1::Lease {
-    v1::Lease {
-        job_id: g.job,
-        task: Some(task_to_wire(&g.spec, &g.task)),
-        lease_id: g.lease_id,
-        deadline_unix_ms: g.deadline,
-    }
-}
-
-/// A job as operators see it.
-fn state_to_wire(s: JobState) -> v1::JobState {
-    match s {
-        JobState::Planning | JobState::Running => v1::JobState::Running,
-        JobState::Paused => v1::JobState::Paused,
-        JobState::Cancelled => v1::JobState::Cancelled,
-        JobState::Done => v1::JobState::Done,
-    }
-}
-
-pub fn job_to_wire(j: &JobView) -> v1::Job {
-    let state = state_to_wire(j.state);
-    v1::Job {
-        job_id: j.id,
-        plan: Some((&j.spec).into()),
-        state: state as i32,
-        tasks: j.tasks,
-        pending: j.pending,
-        leased: j.leased,
-        done: j.done,
-        failed: j.failed,
-        dead: j.dead,
-        work_total: j.work_total,
-        work_done: j.work_done,
-        total: Some(u128_to_wire(j.total)),
-        unique: Some(u128_to_wire(j.unique)),
-        conflicts: j.conflicts,
-        submitted_unix_ms: j.submitted_ms,
-        work_per_second: j.work_per_second,
-        eta_seconds: j.eta_seconds.unwrap_or(0.0),
-        waiting_for: j.waiting_for.clone().unwrap_or_default(),
-        active_workers: j.workers,
-        redundancy: j.redundancy,
-        verify_fraction: j.verify_fraction,
-        checking: j.checking,
-    }
-}
-
-fn worker_to_wire((w, leases): &(WorkerInfo, usize)) -> v1::Worker {
-    v1::Worker {
-        worker_id: w.id.clone(),
-        host: w.host.clone(),
-        cores: w.cores,
-        solver_version: w.solver_version.clone(),
-        last_seen_unix_ms: w.last_seen_ms,
-        leases: *leases as u32,
-        tasks_done: w.tasks_done,
-        subproblems_done: w.subproblems_done,
-        errors: w.errors,
-        conflicts: w.conflicts,
-        quarantined: w.quarantined(),
-        checked: w.checked,
-    }
+    rs.iter().map(LeaseRef::from).collect()
 }
 
 /// The coordinator once it has recovered its state. The server answers
@@ -341,9 +237,9 @@ impl WorkerService for Workers {
             r.subproblems_done,
         )?;
         Ok(Response::new(v1::HeartbeatResponse {
-            extended: extended.iter().map(to_wire_ref).collect(),
+            extended: extended.iter().map(v1::LeaseRef::from).collect(),
             deadline_unix_ms: deadline,
-            stop: stop.iter().map(to_wire_ref).collect(),
+            stop: stop.iter().map(v1::LeaseRef::from).collect(),
         }))
     }
 
@@ -364,15 +260,8 @@ impl WorkerService for Workers {
         if verdict == Verdict::New {
             crate::metrics::counted(core, lease.job, nodes);
         }
-        let outcome = match verdict {
-            Verdict::New => v1::ReportOutcome::Accepted,
-            Verdict::Duplicate => v1::ReportOutcome::Duplicate,
-            Verdict::Conflict => v1::ReportOutcome::Conflict,
-            Verdict::AwaitingCheck => v1::ReportOutcome::AwaitingCheck,
-            Verdict::NotCounted => v1::ReportOutcome::NotCounted,
-        };
         Ok(Response::new(v1::ReportResponse {
-            outcome: outcome as i32,
+            outcome: v1::ReportOutcome::from(verdict) as i32,
         }))
     }
 
@@ -531,7 +420,10 @@ impl OperatorService for Operators {
         workers.sort_by_key(|(w, _)| std::cmp::Reverse(w.last_seen_ms));
         workers.truncate(MAX_LISTED);
         Ok(Response::new(v1::ListWorkersResponse {
-            workers: workers.iter().map(worker_to_wire).collect(),
+            workers: workers
+                .iter()
+                .map(|(w, leases)| worker_to_wire(w, *leases))
+                .collect(),
             total,
         }))
     }

@@ -1,15 +1,15 @@
 //! The coordinator over real gRPC on loopback: a server on port 0 with a
 //! temporary data directory and a clock the test moves.
 
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
-use nqueens_common::Size;
+use nqueens_common::plan::Strategy;
 use nqueens_coordinator::core::{Clock, ManualClock};
 use nqueens_coordinator::server::{start, start_announced, Config, Running, StartError};
 use nqueens_coordinator::state::Limits;
+use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::{tally_to_wire, task_from_wire, u128_from_wire};
+use nqueens_testkit as kit;
 use std::path::Path;
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -29,15 +29,8 @@ fn limits() -> Limits {
 
 fn config(dir: &Path) -> Config {
     Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.to_path_buf(),
-        worker_token: None,
-        operator_token: None,
-        insecure: false,
-        metrics: None,
-        metrics_public: false,
-        tls: None,
         limits: limits(),
+        ..kit::config(dir)
     }
 }
 
@@ -45,116 +38,22 @@ async fn serve(dir: &Path, clock: Arc<ManualClock>) -> Running {
     start(config(dir), clock as Arc<dyn Clock>).await.unwrap()
 }
 
-async fn clients(r: &Running) -> (WorkerServiceClient<Channel>, OperatorServiceClient<Channel>) {
-    let url = format!("http://{}", r.addr);
-    (
-        WorkerServiceClient::connect(url.clone()).await.unwrap(),
-        OperatorServiceClient::connect(url).await.unwrap(),
-    )
+async fn clients(r: &Running) -> (kit::Workers, kit::Operators) {
+    kit::clients(&kit::url(r)).await
 }
 
 fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
-    (&PlanSpec {
-        n: Size::new(n).unwrap(),
-        strategy,
-        depth: 3,
-        tasks,
-    })
-        .into()
+    kit::plan_spec(n, strategy, 3, tasks)
 }
 
 /// Submits a job and waits (on the watch stream) until it is planned.
-async fn submit(ops: &mut OperatorServiceClient<Channel>, plan: v1::PlanSpec) -> v1::Job {
-    let job = ops
-        .submit_job(v1::SubmitJobRequest {
-            plan: Some(plan),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut watch = ops
-        .watch_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    while let Some(j) = watch.message().await.unwrap() {
-        if j.tasks > 0 {
-            return j;
-        }
-    }
-    panic!("watch ended before the job was planned");
-}
-
-fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
-    v1::LeaseRef {
-        job_id: l.job_id,
-        task_index: l.task.as_ref().unwrap().index,
-        lease_id: l.lease_id,
-    }
-}
-
-/// A leased task's result, counted as a worker would.
-fn result_of(l: &v1::Lease) -> v1::TaskResult {
-    let (spec, task) = task_from_wire(l.task.as_ref().unwrap()).unwrap();
-    let (tally, checksum) = Plan::new(spec).unwrap().count_task_checked(&task).unwrap();
-    v1::TaskResult {
-        checksum,
-        ..tally_to_wire(&tally)
-    }
-}
-
-/// Counts a leased task as a worker would, and reports it.
-async fn count_and_report(
-    w: &mut WorkerServiceClient<Channel>,
-    worker: &str,
-    l: &v1::Lease,
-) -> ReportOutcome {
-    let r = v1::ReportRequest {
-        worker_id: worker.into(),
-        lease: Some(lease_ref(l)),
-        result: Some(result_of(l)),
-    };
-    ReportOutcome::try_from(w.report(r).await.unwrap().into_inner().outcome).unwrap()
-}
-
-async fn lease(w: &mut WorkerServiceClient<Channel>, worker: &str, max: u32) -> Vec<v1::Lease> {
-    let r = v1::LeaseRequest {
-        worker_id: worker.into(),
-        max_tasks: max,
-    };
-    w.lease(r).await.unwrap().into_inner().leases
-}
-
-/// Leases and reports until nothing is left (at most `limit` tasks).
-async fn work(w: &mut WorkerServiceClient<Channel>, worker: &str, limit: usize) -> usize {
-    let mut n = 0;
-    while n < limit {
-        let got = lease(w, worker, (limit - n).min(8) as u32).await;
-        if got.is_empty() {
-            break;
-        }
-        for l in &got {
-            assert_eq!(
-                count_and_report(w, worker, l).await,
-                ReportOutcome::Accepted
-            );
-            n += 1;
-        }
-    }
-    n
-}
-
-fn counts(j: &v1::Job) -> (u128, u128) {
-    (
-        u128_from_wire(j.total.as_ref()),
-        u128_from_wire(j.unique.as_ref()),
-    )
+async fn submit(ops: &mut kit::Operators, plan: v1::PlanSpec) -> v1::Job {
+    kit::submit_planned(ops, kit::job_request(plan)).await
 }
 
 #[tokio::test]
 async fn a_job_is_leased_counted_and_finished_exactly() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let (mut w, mut ops) = clients(&r).await;
     for (strategy, n, total, unique) in [
@@ -162,28 +61,19 @@ async fn a_job_is_leased_counted_and_finished_exactly() {
         (Strategy::Prefix, 10, 724, 92),
     ] {
         let job = submit(&mut ops, spec(n, strategy, 40)).await;
-        let mut watch = ops
+        let watch = ops
             .watch_job(v1::JobRef { job_id: job.job_id })
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(work(&mut w, "w1", usize::MAX).await as u64, job.tasks);
+        assert_eq!(kit::work(&mut w, "w1", usize::MAX).await as u64, job.tasks);
         // The watch stream ends with the finished job.
-        let mut last = None;
-        while let Some(j) = watch.message().await.unwrap() {
-            last = Some(j);
-        }
-        let last = last.unwrap();
+        let last = kit::last(watch).await;
         assert_eq!(last.state, v1::JobState::Done as i32);
-        assert_eq!(counts(&last), (total, unique), "{strategy}");
+        assert_eq!(kit::counts(&last), (total, unique), "{strategy}");
         assert_eq!((last.done, last.pending, last.leased), (job.tasks, 0, 0));
     }
-    let workers = ops
-        .list_workers(v1::ListWorkersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .workers;
+    let workers = kit::workers(&mut ops).await;
     assert_eq!(workers.len(), 1);
     assert!(workers[0].tasks_done > 0);
     r.shutdown().await.unwrap();
@@ -191,104 +81,92 @@ async fn a_job_is_leased_counted_and_finished_exactly() {
 
 #[tokio::test]
 async fn a_restart_keeps_every_acknowledged_result_and_takes_old_leases() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = serve(dir.path(), clock.clone()).await;
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(12, Strategy::Frame, 30)).await;
-    let done_before = work(&mut w, "w1", 10).await as u64;
-    let in_flight = lease(&mut w, "w1", 2).await;
+    let done_before = kit::work(&mut w, "w1", 10).await as u64;
+    let in_flight = kit::lease(&mut w, "w1", 2).await;
     r.shutdown().await.unwrap();
 
     let r = serve(dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.done, done_before, "acknowledged results survive");
     assert_eq!(j.tasks, job.tasks, "the re-plan matches");
     // Results of leases granted before the restart still count, once.
     for l in &in_flight {
         assert_eq!(
-            count_and_report(&mut w, "w1", l).await,
+            kit::count_and_report(&mut w, "w1", l).await,
             ReportOutcome::Accepted
         );
         assert_eq!(
-            count_and_report(&mut w, "w1", l).await,
+            kit::count_and_report(&mut w, "w1", l).await,
             ReportOutcome::Duplicate
         );
     }
-    work(&mut w, "w2", usize::MAX).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    kit::work(&mut w, "w2", usize::MAX).await;
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.state, v1::JobState::Done as i32);
-    assert_eq!(counts(&j), (14_200, 1_787));
+    assert_eq!(kit::counts(&j), (14_200, 1_787));
     r.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn an_expired_lease_is_reassigned_and_its_holder_told_to_stop() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = serve(dir.path(), clock.clone()).await;
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(8, Strategy::Frame, 1)).await;
     assert_eq!(job.tasks, 1);
-    let first = lease(&mut w, "gone", 1).await.remove(0);
+    let first = kit::lease(&mut w, "gone", 1).await.remove(0);
     assert!(
-        lease(&mut w, "other", 1).await.is_empty(),
+        kit::lease(&mut w, "other", 1).await.is_empty(),
         "the only task is leased"
     );
     clock.advance(TTL + 1);
     r.core.sweep().await.unwrap();
     clock.advance(1_000); // the retry backoff
-    let second = lease(&mut w, "other", 1).await.remove(0);
+    let second = kit::lease(&mut w, "other", 1).await.remove(0);
     assert_eq!(
         second.task.as_ref().unwrap().index,
         first.task.as_ref().unwrap().index
     );
     let hb = v1::HeartbeatRequest {
         worker_id: "gone".into(),
-        leases: vec![lease_ref(&first)],
+        leases: vec![first.lease_ref()],
         subproblems_done: 0,
     };
     let hb = w.heartbeat(hb).await.unwrap().into_inner();
-    assert_eq!(hb.stop, vec![lease_ref(&first)]);
+    assert_eq!(hb.stop, vec![first.lease_ref()]);
     assert_eq!(
-        count_and_report(&mut w, "other", &second).await,
+        kit::count_and_report(&mut w, "other", &second).await,
         ReportOutcome::Accepted
     );
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(counts(&j), (92, 12));
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(kit::counts(&j), (92, 12));
     r.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn pause_resume_and_cancel() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(9, Strategy::Frame, 10)).await;
     let id = v1::JobRef { job_id: job.job_id };
     let paused = ops.pause_job(id).await.unwrap().into_inner();
     assert_eq!(paused.state, v1::JobState::Paused as i32);
-    assert!(lease(&mut w, "w", 5).await.is_empty());
+    assert!(kit::lease(&mut w, "w", 5).await.is_empty());
     ops.resume_job(id).await.unwrap();
-    let held = lease(&mut w, "w", 1).await.remove(0);
+    let held = kit::lease(&mut w, "w", 1).await.remove(0);
     let cancelled = ops.cancel_job(id).await.unwrap().into_inner();
     assert_eq!(cancelled.state, v1::JobState::Cancelled as i32);
     let hb = v1::HeartbeatRequest {
         worker_id: "w".into(),
-        leases: vec![lease_ref(&held)],
+        leases: vec![held.lease_ref()],
         subproblems_done: 3,
     };
     assert_eq!(w.heartbeat(hb).await.unwrap().into_inner().stop.len(), 1);
@@ -299,7 +177,7 @@ async fn pause_resume_and_cancel() {
 
 #[tokio::test]
 async fn every_invalid_input_gets_its_status() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let (mut w, mut ops) = clients(&r).await;
     let mut bad_n = spec(8, Strategy::Frame, 5);
@@ -344,7 +222,7 @@ async fn every_invalid_input_gets_its_status() {
     assert_eq!(e.code(), Code::NotFound);
 
     let job = submit(&mut ops, spec(8, Strategy::Frame, 3)).await;
-    let l = lease(&mut w, "w1", 1).await.remove(0);
+    let l = kit::lease(&mut w, "w1", 1).await.remove(0);
     let e = w
         .lease(v1::LeaseRequest {
             worker_id: "w1".into(),
@@ -362,7 +240,7 @@ async fn every_invalid_input_gets_its_status() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     // A result from a worker that does not hold the lease.
-    let good = result_of(&l);
+    let good = kit::result_of(&l);
     let report = |worker: &str, lease: Option<v1::LeaseRef>, result: Option<v1::TaskResult>| {
         v1::ReportRequest {
             worker_id: worker.into(),
@@ -371,12 +249,12 @@ async fn every_invalid_input_gets_its_status() {
         }
     };
     let e = w
-        .report(report("intruder", Some(lease_ref(&l)), Some(good.clone())))
+        .report(report("intruder", Some(l.lease_ref()), Some(good.clone())))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     // Unknown task, missing fields, impossible counts.
-    let mut far = lease_ref(&l);
+    let mut far = l.lease_ref();
     far.task_index = 10_000;
     assert_eq!(
         w.report(report("w1", Some(far), Some(good.clone())))
@@ -393,7 +271,7 @@ async fn every_invalid_input_gets_its_status() {
         Code::InvalidArgument
     );
     assert_eq!(
-        w.report(report("w1", Some(lease_ref(&l)), None))
+        w.report(report("w1", Some(l.lease_ref()), None))
             .await
             .unwrap_err()
             .code(),
@@ -402,28 +280,24 @@ async fn every_invalid_input_gets_its_status() {
     let mut huge = good.clone();
     huge.weighted = Some(nqueens_proto::u128_to_wire(1_000));
     let e = w
-        .report(report("w1", Some(lease_ref(&l)), Some(huge)))
+        .report(report("w1", Some(l.lease_ref()), Some(huge)))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     // Nothing invalid was stored.
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.done, 0);
     r.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn tokens_are_checked_per_role() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut c = config(dir.path());
     c.worker_token = Some("w-secret-0123456789".into());
     c.operator_token = Some("o-secret-0123456789".into());
     let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
-    let channel = Channel::from_shared(format!("http://{}", r.addr))
+    let channel = Channel::from_shared(kit::url(&r))
         .unwrap()
         .connect()
         .await
@@ -482,7 +356,7 @@ async fn health_of(url: &str, service: &str) -> i32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_serving_until_the_state_is_recovered_then_serving() {
     use tonic_health::pb::health_check_response::ServingStatus;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut before = None;
     let r = start_announced(config(dir.path()), Arc::new(ManualClock::default()), |at| {
         // Start-up waits here, before the journal is opened, while another
@@ -516,7 +390,7 @@ async fn health_is_not_serving_until_the_state_is_recovered_then_serving() {
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("starting"), "{refused:?}");
 
-    let url = format!("http://{}", r.addr);
+    let url = kit::url(&r);
     for service in ["", "nqueens.v1.WorkerService", "nqueens.v1.OperatorService"] {
         assert_eq!(
             health_of(&url, service).await,
@@ -530,7 +404,7 @@ async fn health_is_not_serving_until_the_state_is_recovered_then_serving() {
 
 #[tokio::test]
 async fn a_plan_with_more_tasks_than_the_limit_is_refused_with_both_numbers() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut c = config(dir.path());
     c.limits.max_tasks = 50;
     let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
@@ -554,7 +428,7 @@ async fn a_plan_with_more_tasks_than_the_limit_is_refused_with_both_numbers() {
 
 #[tokio::test]
 async fn refuses_open_addresses_without_tokens_and_a_second_coordinator() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut c = config(dir.path());
     c.listen = "0.0.0.0:0".parse().unwrap();
     let e = start(c.clone(), Arc::new(ManualClock::default()))
@@ -579,34 +453,26 @@ async fn refuses_open_addresses_without_tokens_and_a_second_coordinator() {
 /// `lost` results are expected gone after the damage (0 unless it removed
 /// journal records).
 async fn survive_losing(lost: u64, damage: impl FnOnce(&Path)) -> (Running, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = serve(dir.path(), clock.clone()).await;
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
-    let done = work(&mut w, "w1", 15).await as u64;
+    let done = kit::work(&mut w, "w1", 15).await as u64;
     r.shutdown().await.unwrap();
     damage(dir.path());
     let r = serve(dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.done, done - lost, "the journal kept every result");
     assert_eq!(
         r.core.store().0.result_rows() as u64,
         done - lost,
         "the store has the journal's rows, no more"
     );
-    work(&mut w, "w2", usize::MAX).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(counts(&j), (14_200, 1_787));
+    kit::work(&mut w, "w2", usize::MAX).await;
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(kit::counts(&j), (14_200, 1_787));
     (r, dir)
 }
 
@@ -680,11 +546,11 @@ async fn wrong_store_rows_and_task_lists_are_replaced_from_the_journal() {
 
 #[tokio::test]
 async fn a_journal_damaged_in_the_middle_is_refused_with_a_way_out() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let (mut w, mut ops) = clients(&r).await;
     submit(&mut ops, spec(10, Strategy::Frame, 20)).await;
-    work(&mut w, "w1", 5).await;
+    kit::work(&mut w, "w1", 5).await;
     r.shutdown().await.unwrap();
     let path = dir.path().join("journal");
     let mut bytes = std::fs::read(&path).unwrap();
@@ -722,21 +588,27 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 
 #[tokio::test]
 async fn metrics_count_tasks_results_and_workers() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut c = config(dir.path());
     c.metrics = Some("127.0.0.1:0".parse().unwrap());
     let r = start(c, Arc::new(ManualClock::default())).await.unwrap();
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(9, Strategy::Frame, 10)).await;
-    assert_eq!(work(&mut w, "w\"1", 3).await, 3);
-    let held = lease(&mut w, "w\"1", 1).await;
+    assert_eq!(kit::work(&mut w, "w\"1", 3).await, 3);
+    let held = kit::lease(&mut w, "w\"1", 1).await;
     assert_eq!(held.len(), 1);
     let (status, body) = http_get(r.metrics_addr.unwrap(), "/metrics").await;
     assert!(status.contains("200"), "{status}");
     for line in [
         "nqueens_results_total{outcome=\"accepted\"} 3".to_string(),
-        format!("nqueens_tasks{{job_id=\"{}\",state=\"done\"}} 3", job.job_id),
-        format!("nqueens_tasks{{job_id=\"{}\",state=\"leased\"}} 1", job.job_id),
+        format!(
+            "nqueens_tasks{{job_id=\"{}\",state=\"done\"}} 3",
+            job.job_id
+        ),
+        format!(
+            "nqueens_tasks{{job_id=\"{}\",state=\"leased\"}} 1",
+            job.job_id
+        ),
         format!(
             "nqueens_tasks{{job_id=\"{}\",state=\"pending\"}} {}",
             job.job_id,
@@ -761,7 +633,7 @@ async fn metrics_count_tasks_results_and_workers() {
 async fn tls_with_client_certificates() {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -836,22 +708,22 @@ async fn tls_with_client_certificates() {
 
 #[tokio::test]
 async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(9, Strategy::Frame, 4)).await;
-    let l = lease(&mut w, "w1", 1).await.remove(0);
+    let l = kit::lease(&mut w, "w1", 1).await.remove(0);
     assert_eq!(
-        count_and_report(&mut w, "w1", &l).await,
+        kit::count_and_report(&mut w, "w1", &l).await,
         ReportOutcome::Accepted
     );
     // The holder's own report again (a lost answer), with other counts.
     let report = |result: v1::TaskResult| v1::ReportRequest {
         worker_id: "w1".into(),
-        lease: Some(lease_ref(&l)),
+        lease: Some(l.lease_ref()),
         result: Some(result),
     };
-    let good = result_of(&l);
+    let good = kit::result_of(&l);
     let outcome = |r: tonic::Response<v1::ReportResponse>| {
         ReportOutcome::try_from(r.into_inner().outcome).unwrap()
     };
@@ -875,21 +747,13 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         outcome(w.report(report(same_counts_other_checksum)).await.unwrap()),
         ReportOutcome::Conflict
     );
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!((j.done, j.conflicts), (1, 2));
     // Conflicts are journaled: they survive a restart.
     r.shutdown().await.unwrap();
     let r = serve(dir.path(), Arc::default()).await;
     let (_, mut ops) = clients(&r).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!((j.done, j.conflicts), (1, 2));
     r.shutdown().await.unwrap();
 }
@@ -901,9 +765,9 @@ async fn reflection_lists_the_services() {
     use tonic_reflection::pb::v1::{
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
-    let channel = Channel::from_shared(format!("http://{}", r.addr))
+    let channel = Channel::from_shared(kit::url(&r))
         .unwrap()
         .connect()
         .await
@@ -952,12 +816,12 @@ async fn a_torn_last_journal_record_is_cut_and_the_run_continues() {
 
 #[tokio::test]
 async fn store_rows_the_journal_lacks_stop_the_start_and_nothing_is_deleted() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = serve(dir.path(), clock.clone()).await;
     let (mut w, mut ops) = clients(&r).await;
     submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
-    let done = work(&mut w, "w1", 15).await as u64;
+    let done = kit::work(&mut w, "w1", 15).await as u64;
     r.shutdown().await.unwrap();
     // The journal's last result gone (as if the disk lost it): the store
     // still has its row, so an acknowledged result is missing.
@@ -984,13 +848,9 @@ async fn store_rows_the_journal_lacks_stop_the_start_and_nothing_is_deleted() {
     std::fs::rename(dir.path().join("store"), dir.path().join("store.old")).unwrap();
     let r = serve(dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
-    work(&mut w, "w2", usize::MAX).await;
-    let j = ops
-        .get_job(v1::JobRef { job_id: 1 })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(counts(&j), (14_200, 1_787));
+    kit::work(&mut w, "w2", usize::MAX).await;
+    let j = kit::job(&mut ops, 1).await;
+    assert_eq!(kit::counts(&j), (14_200, 1_787));
     r.shutdown().await.unwrap();
 }
 
@@ -1002,21 +862,21 @@ async fn site(dir: &Path, tasks: u64, shuffled: bool) -> (Running, v1::AuditRepo
     let job = submit(&mut ops, spec(11, Strategy::Frame, tasks)).await;
     if shuffled {
         loop {
-            let mut got = lease(&mut w, "w2", 7).await;
+            let mut got = kit::lease(&mut w, "w2", 7).await;
             if got.is_empty() {
                 break;
             }
             got.reverse();
             for l in &got {
-                count_and_report(&mut w, "w2", l).await;
+                kit::count_and_report(&mut w, "w2", l).await;
                 assert_eq!(
-                    count_and_report(&mut w, "w2", l).await,
+                    kit::count_and_report(&mut w, "w2", l).await,
                     ReportOutcome::Duplicate
                 );
             }
         }
     } else {
-        work(&mut w, "w1", usize::MAX).await;
+        kit::work(&mut w, "w1", usize::MAX).await;
     }
     let audit = ops
         .audit_job(v1::JobRef { job_id: job.job_id })
@@ -1028,11 +888,7 @@ async fn site(dir: &Path, tasks: u64, shuffled: bool) -> (Running, v1::AuditRepo
 
 #[tokio::test]
 async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
-    let (a, b, c) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
+    let (a, b, c) = (kit::tempdir(), kit::tempdir(), kit::tempdir());
     let (ra, here) = site(a.path(), 40, false).await;
     assert_eq!(here.problems, Vec::<String>::new());
     assert_eq!(here.known, v1::KnownCheck::Matches as i32);
@@ -1059,7 +915,7 @@ async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
     }
     // Offline, from the journal alone, the same answer.
     let offline = nqueens_coordinator::audit::audit(&a.path().join("journal"), 1).unwrap();
-    assert_eq!(nqueens_coordinator::service::audit_to_wire(&offline), here);
+    assert_eq!(nqueens_coordinator::wire::audit_to_wire(&offline), here);
 }
 
 #[tokio::test]
@@ -1067,7 +923,7 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     use nqueens_coordinator::audit::{audit, AuditError};
     use nqueens_coordinator::journal::{self, Journal, JournalError};
     use nqueens_proto::v1::journal_record::Record;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let (r, clean) = site(dir.path(), 40, false).await;
     assert!(clean.problems.is_empty());
     r.shutdown().await.unwrap();
@@ -1114,7 +970,7 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
 
 #[tokio::test]
 async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let mut cfg = config(dir.path());
     cfg.limits.results_in_memory = Some(1);
     let r = start(cfg, Arc::<ManualClock>::default() as Arc<dyn Clock>)
@@ -1122,25 +978,25 @@ async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
         .unwrap();
     let (mut w, mut ops) = clients(&r).await;
     let job = submit(&mut ops, spec(8, Strategy::Synthetic, 20)).await;
-    let got = lease(&mut w, "w1", 20).await;
+    let got = kit::lease(&mut w, "w1", 20).await;
     assert_eq!(got.len(), 20);
     for l in &got {
         assert_eq!(
-            count_and_report(&mut w, "w1", l).await,
+            kit::count_and_report(&mut w, "w1", l).await,
             ReportOutcome::Accepted
         );
     }
     // Task 0's result left memory 19 results ago: the same report again is
     // a duplicate, a different one a conflict, judged by the store's row.
     assert_eq!(
-        count_and_report(&mut w, "w1", &got[0]).await,
+        kit::count_and_report(&mut w, "w1", &got[0]).await,
         ReportOutcome::Duplicate
     );
-    let mut other = result_of(&got[0]);
+    let mut other = kit::result_of(&got[0]);
     other.checksum ^= 1;
     let r2 = v1::ReportRequest {
         worker_id: "w1".into(),
-        lease: Some(lease_ref(&got[0])),
+        lease: Some(got[0].lease_ref()),
         result: Some(other),
     };
     let outcome = w.report(r2).await.unwrap().into_inner().outcome;
@@ -1154,7 +1010,7 @@ async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
         .unwrap()
         .into_inner();
     let sum = nqueens_common::plan::synthetic_sum(20);
-    assert_eq!(counts(&j), (sum, sum), "counted once each");
+    assert_eq!(kit::counts(&j), (sum, sum), "counted once each");
     assert_eq!((j.done, j.conflicts), (20, 1));
     r.shutdown().await.unwrap();
 }

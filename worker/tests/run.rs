@@ -1,13 +1,12 @@
 //! The worker against a coordinator started by the test (in-process, real
 //! gRPC on loopback).
 
-use nqueens_common::plan::{PlanSpec, Strategy};
-use nqueens_common::Size;
+use nqueens_common::plan::Strategy;
 use nqueens_coordinator::core::{Clock, ManualClock, SystemClock};
 use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
-use nqueens_coordinator::state::{JobView, Limits};
-use nqueens_proto::u128_from_wire;
-use nqueens_proto::v1::{self, operator_service_client::OperatorServiceClient};
+use nqueens_coordinator::state::Limits;
+use nqueens_proto::v1;
+use nqueens_testkit as kit;
 use nqueens_worker::run::{run, run_with, Config, Summary, WorkerError};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,13 +17,6 @@ use tokio::sync::mpsc;
 async fn coordinator(dir: &Path, listen: SocketAddr, clock: Arc<dyn Clock>) -> Running {
     let config = ServerConfig {
         listen,
-        data_dir: dir.to_path_buf(),
-        worker_token: None,
-        operator_token: None,
-        insecure: false,
-        metrics: None,
-        metrics_public: false,
-        tls: None,
         // Long leases: expiry is tested with the manual clock only, so a
         // loaded machine's late heartbeats cannot change the outcome.
         limits: Limits {
@@ -33,13 +25,14 @@ async fn coordinator(dir: &Path, listen: SocketAddr, clock: Arc<dyn Clock>) -> R
             backoff_max_ms: 1,
             ..Limits::default()
         },
+        ..kit::config(dir)
     };
     start(config, clock).await.unwrap()
 }
 
 fn worker_config(r: &Running, threads: usize) -> Config {
     Config {
-        coordinator: format!("http://{}", r.addr),
+        coordinator: kit::url(r),
         threads,
         token: None,
         tls_ca: None,
@@ -63,41 +56,15 @@ fn spawn_worker(
 }
 
 async fn submit(r: &Running, n: u32, tasks: u64) -> u64 {
-    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
-        .await
-        .unwrap();
-    let spec = PlanSpec {
-        n: Size::new(n).unwrap(),
-        strategy: Strategy::Frame,
-        depth: 0,
-        tasks,
-    };
-    ops.submit_job(v1::SubmitJobRequest {
-        plan: Some((&spec).into()),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .job_id
+    let mut ops = kit::operators(&kit::url(r)).await;
+    let plan = kit::plan_spec(n, Strategy::Frame, 0, tasks);
+    kit::submit(&mut ops, kit::job_request(plan)).await.job_id
 }
 
 /// Follows the job's watch stream until `until` holds for a snapshot.
 async fn watch_until(r: &Running, id: u64, until: impl Fn(&v1::Job) -> bool) -> v1::Job {
-    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
-        .await
-        .unwrap();
-    let mut stream = ops
-        .watch_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner();
-    while let Some(j) = stream.message().await.unwrap() {
-        if until(&j) {
-            return j;
-        }
-    }
-    panic!("the watch stream ended first");
+    let mut ops = kit::operators(&kit::url(r)).await;
+    kit::watch_until(&mut ops, id, until).await
 }
 
 /// A coordinator on a free loopback port with the real clock.
@@ -105,37 +72,14 @@ async fn on_any_port(dir: &Path) -> Running {
     coordinator(dir, "127.0.0.1:0".parse().unwrap(), Arc::new(SystemClock)).await
 }
 
-/// Polls the coordinator's core until `until` holds for the job (a watch
-/// stream coalesces snapshots and could skip the moment looked for).
-async fn poll_until(r: &Running, id: u64, until: impl Fn(&JobView) -> bool) -> JobView {
-    loop {
-        let j = r.core.job(id).unwrap();
-        if until(&j) {
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-fn done(j: &v1::Job) -> bool {
-    j.state == v1::JobState::Done as i32
-}
-
-fn counts(j: &v1::Job) -> (u128, u128) {
-    (
-        u128_from_wire(j.total.as_ref()),
-        u128_from_wire(j.unique.as_ref()),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = on_any_port(dir.path()).await;
     let id = submit(&r, 12, 60).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
-    let j = watch_until(&r, id, done).await;
-    assert_eq!(counts(&j), (14_200, 1_787));
+    let j = watch_until(&r, id, kit::done).await;
+    assert_eq!(kit::counts(&j), (14_200, 1_787));
     stop.send(()).unwrap();
     let summary = worker.await.unwrap().unwrap();
     assert_eq!(summary.reported, j.tasks);
@@ -144,13 +88,13 @@ async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workers_metrics_count_what_it_did() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = on_any_port(dir.path()).await;
     let id = submit(&r, 12, 40).await;
     let stats = nqueens_worker::metrics::Stats::new();
     let (stop, rx) = mpsc::unbounded_channel();
     let worker = tokio::spawn(run_with(worker_config(&r, 2), rx, Arc::clone(&stats)));
-    let j = watch_until(&r, id, done).await;
+    let j = watch_until(&r, id, kit::done).await;
     stop.send(()).unwrap();
     worker.await.unwrap().unwrap();
     let page = stats.render();
@@ -179,7 +123,7 @@ async fn a_workers_metrics_count_what_it_did() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_carries_on_across_a_coordinator_restart() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     // A port below the ephemeral range, so no parallel test binding port 0
     // can take it while the coordinator is down.
     let addr: SocketAddr = format!("127.0.0.1:{}", 20_000 + std::process::id() % 10_000)
@@ -188,7 +132,7 @@ async fn a_worker_carries_on_across_a_coordinator_restart() {
     let r = coordinator(dir.path(), addr, Arc::new(SystemClock)).await;
     let id = submit(&r, 16, 300).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
-    poll_until(&r, id, |j| j.done >= 20).await;
+    kit::poll_until(&r, id, |j| j.done >= 20).await;
     r.shutdown().await.unwrap();
     // The same address again: the worker reconnects by itself.
     let r = coordinator(dir.path(), addr, Arc::new(SystemClock)).await;
@@ -197,8 +141,8 @@ async fn a_worker_carries_on_across_a_coordinator_restart() {
         at_restart.done < at_restart.tasks && at_restart.done >= 20,
         "the restart must come mid-run: {at_restart:?}"
     );
-    let j = watch_until(&r, id, done).await;
-    assert_eq!(counts(&j), (14_772_512, 1_846_955));
+    let j = watch_until(&r, id, kit::done).await;
+    assert_eq!(kit::counts(&j), (14_772_512, 1_846_955));
     stop.send(()).unwrap();
     worker.await.unwrap().unwrap();
     r.shutdown().await.unwrap();
@@ -206,23 +150,16 @@ async fn a_worker_carries_on_across_a_coordinator_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_hands_back_unstarted_work_at_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let r = on_any_port(dir.path()).await;
     let id = submit(&r, 16, 300).await;
     let (stop, worker) = spawn_worker(worker_config(&r, 1));
     // One running, more in hand (the prefetched batch).
-    poll_until(&r, id, |j| j.leased >= 2).await;
+    kit::poll_until(&r, id, |j| j.leased >= 2).await;
     stop.send(()).unwrap();
     let summary = worker.await.unwrap().unwrap();
     assert!(summary.released >= 1, "{summary:?}");
-    let mut ops = OperatorServiceClient::connect(format!("http://{}", r.addr))
-        .await
-        .unwrap();
-    let j = ops
-        .get_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner();
+    let j = kit::job(&mut kit::operators(&kit::url(&r)).await, id).await;
     assert_eq!(j.leased, 0, "nothing left leased to the drained worker");
     assert_eq!(j.done + j.pending, j.tasks);
     r.shutdown().await.unwrap();
@@ -230,13 +167,13 @@ async fn a_drain_hands_back_unstarted_work_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_workers_task_runs_elsewhere() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = coordinator(dir.path(), "127.0.0.1:0".parse().unwrap(), clock.clone()).await;
     // Big enough that one thread cannot finish it before the kill.
     let id = submit(&r, 16, 40).await;
     let (_, doomed) = spawn_worker(worker_config(&r, 1));
-    poll_until(&r, id, |j| j.leased >= 1).await;
+    kit::poll_until(&r, id, |j| j.leased >= 1).await;
     doomed.abort(); // no release, no more heartbeats: as if killed
     let _ = doomed.await;
     // Its leases expire on the coordinator's clock.
@@ -244,8 +181,8 @@ async fn a_killed_workers_task_runs_elsewhere() {
     r.core.sweep().await.unwrap();
     clock.advance(2);
     let (stop, worker) = spawn_worker(worker_config(&r, 2));
-    let j = watch_until(&r, id, done).await;
-    assert_eq!(counts(&j), (14_772_512, 1_846_955));
+    let j = watch_until(&r, id, kit::done).await;
+    assert_eq!(kit::counts(&j), (14_772_512, 1_846_955));
     stop.send(()).unwrap();
     worker.await.unwrap().unwrap();
     r.shutdown().await.unwrap();

@@ -1,88 +1,34 @@
-//! Helpers shared by the whole-system tests: real processes of the binary.
+//! The real `nqueens` binary as processes: coordinators, workers, CLI runs.
 
-// Each test file uses only some of these.
-#![allow(dead_code)]
-
+use crate::wait::wait_until;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::OnceLock;
 
-/// How long any one whole-system test may take before the watchdog fails
-/// it (seconds; `NQUEENS_TEST_LIMIT` overrides). Each takes seconds here;
-/// the margin is for slow machines.
-fn test_limit() -> Duration {
-    let secs = std::env::var("NQUEENS_TEST_LIMIT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(240);
-    Duration::from_secs(secs)
-}
-
-/// Disarms the watchdog when the test ends (passing or panicking).
-pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-/// Turns a hang into a failure with a reason: if the test is still running
-/// after [`test_limit`], prints the stacks of every process this test binary
-/// started (and its own) with gdb where the machine has it, kills them, and
-/// exits the test binary with an error. A hang must never become a CI
-/// timeout with nothing to read.
-pub fn watchdog(test: &'static str) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    let limit = test_limit();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(limit) != Err(mpsc::RecvTimeoutError::Timeout) {
-            return;
+/// The `nqueens` binary under test. Cargo builds it for the root
+/// package's tests and names it in `CARGO_BIN_EXE_nqueens` at run time
+/// (recent Cargo); otherwise it is next to the test executable's own
+/// directory (`target/<profile>/deps/<test>` → `target/<profile>/nqueens`).
+pub fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CARGO_BIN_EXE_nqueens") {
+            return p.into();
         }
-        eprintln!("WATCHDOG: {test} still running after {limit:?}; stacks follow");
-        let me = std::process::id();
-        let children = descendants(me);
-        for pid in children.iter().copied().chain([me]) {
-            eprintln!("--- process {pid}");
-            let _ = Command::new("timeout")
-                .args(["60", "gdb", "-nx", "-batch", "-p", &pid.to_string()])
-                .args(["-ex", "thread apply all bt 30"])
-                .stdin(Stdio::null())
-                .status();
-        }
-        for pid in children {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-        std::process::exit(101);
-    });
-    Watchdog(tx)
-}
-
-/// Every live process below `pid` (from /proc).
-fn descendants(pid: u32) -> Vec<u32> {
-    let parent_of = |p: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-        // The command name is in parentheses and may hold spaces.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let all: Vec<u32> = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut found = vec![pid];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(all.iter().filter(|&&c| parent_of(c) == Some(p)));
-        i += 1;
-    }
-    found.remove(0);
-    found
+        let exe = std::env::current_exe().expect("the test's own path");
+        let bin = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test runs from target/<profile>/deps")
+            .join(format!("nqueens{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            bin.is_file(),
+            "no nqueens binary at {}: only the root package's tests get it built",
+            bin.display()
+        );
+        bin
+    })
 }
 
 /// A coordinator process and the address it printed.
@@ -99,6 +45,7 @@ impl Drop for Coordinator {
     }
 }
 
+/// A coordinator on a free loopback port with its data in `dir`.
 pub fn start(dir: &Path) -> Coordinator {
     start_with(dir, &[])
 }
@@ -112,27 +59,48 @@ pub fn start_with(dir: &Path, extra: &[&str]) -> Coordinator {
 /// it again after a restart), its log in `log` when given.
 pub fn start_at(dir: &Path, listen: &str, extra: &[&str], log: Option<&Path>) -> Coordinator {
     let stderr = match log {
-        Some(path) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .expect("open the coordinator's log"),
-        ),
+        Some(path) => Stdio::from(append(path)),
         None => Stdio::inherit(),
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", listen, "--data-dir"])
+    let mut cmd = coordinator_cmd(dir, listen);
+    cmd.args(extra).stderr(stderr);
+    spawn_coordinator(cmd)
+}
+
+/// A coordinator on `addr` logging at INFO into `log`, once it is ready.
+pub fn coordinator_logged(data: &Path, addr: &str, log: &Path) -> Coordinator {
+    let mut cmd = coordinator_cmd(data, addr);
+    cmd.env("RUST_LOG", "info").stderr(append(log));
+    spawn_coordinator(cmd)
+}
+
+fn append(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the coordinator's log")
+}
+
+/// `nqueens coordinator --listen LISTEN --data-dir DIR`, logging at WARN
+/// (or `RUST_LOG`), its stdout piped for [`spawn_coordinator`]; add
+/// options, variables and where its stderr goes.
+pub fn coordinator_cmd(dir: &Path, listen: &str) -> Command {
+    let mut c = Command::new(binary());
+    c.args(["coordinator", "--listen", listen, "--data-dir"])
         .arg(dir)
-        .args(extra)
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         )
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("start the coordinator");
+        .stdout(Stdio::piped());
+    c
+}
+
+/// Starts `cmd` (a coordinator with its stdout piped) and returns once it
+/// is ready.
+pub fn spawn_coordinator(mut cmd: Command) -> Coordinator {
+    let mut child = cmd.spawn().expect("start the coordinator");
     let url = url_once_ready(&mut child);
     Coordinator { child, url }
 }
@@ -168,40 +136,16 @@ pub fn url_once_ready(child: &mut Child) -> String {
     format!("http://{addr}")
 }
 
-/// A coordinator on `addr` logging at INFO into `log`, once it is ready.
-pub fn coordinator_logged(
-    data: &std::path::Path,
-    addr: &str,
-    log: &std::path::Path,
-) -> Coordinator {
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nqueens"))
-        .args(["coordinator", "--listen", addr, "--data-dir"])
-        .arg(data)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let url = url_once_ready(&mut child);
-    Coordinator { child, url }
-}
-
 /// Waits (bounded) until `log` holds `line` `times` times.
-pub fn wait_for_log(log: &std::path::Path, line: &str, times: usize) {
-    let start = std::time::Instant::now();
-    while std::fs::read_to_string(log).unwrap().matches(line).count() < times {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "never logged {line:?}: {}",
-            std::fs::read_to_string(log).unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for_log(log: &Path, line: &str, times: usize) {
+    wait_until(&format!("{line:?} logged {times} times"), || {
+        let text = std::fs::read_to_string(log).unwrap();
+        if text.matches(line).count() >= times {
+            Ok(())
+        } else {
+            Err(format!("the log:\n{text}"))
+        }
+    })
 }
 
 /// A loopback address with a port free at the moment.
@@ -220,9 +164,16 @@ pub fn terminate(child: &Child) {
     assert!(ok, "kill -TERM failed");
 }
 
-/// The binary with these arguments, its output captured.
+/// Sends SIGKILL: no drain, no goodbye.
+pub fn kill9(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The binary with these arguments, its output captured; no coordinator
+/// or token from the environment, stdin empty.
 pub fn nqueens(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nqueens"));
+    let mut c = Command::new(binary());
     c.args(args)
         .env_remove("NQUEENS_COORDINATOR")
         .env_remove("NQUEENS_OPERATOR_TOKEN")
@@ -231,8 +182,8 @@ pub fn nqueens(args: &[&str]) -> Command {
     c
 }
 
-/// Runs an operator command with `--json` against `url`; its exit code and
-/// every JSON line it printed.
+/// Runs an operator command with `--json` against `url`; its exit code,
+/// every JSON line it printed, and its stderr.
 pub fn operator(url: &str, args: &[&str]) -> (i32, Vec<serde_json::Value>, String) {
     let out = nqueens(args)
         .args(["--coordinator", url, "--json"])
@@ -248,6 +199,15 @@ pub fn operator(url: &str, args: &[&str]) -> (i32, Vec<serde_json::Value>, Strin
         lines,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A 64- or 128-bit integer of the JSON output, which must come as a
+/// decimal string (a JSON number loses precision past 2^53 in jq).
+pub fn dec(v: &serde_json::Value) -> u128 {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("not a decimal string ({e}): {v}"))
 }
 
 /// A worker process, killed when dropped: a worker outliving its test
@@ -296,14 +256,10 @@ pub fn worker_logged(url: &str, name: &str, threads: u32, log: &Path) -> Worker 
     Worker(child)
 }
 
-fn worker_cmd(url: &str, name: &str, threads: u32) -> Command {
+/// `nqueens worker --coordinator URL --name NAME --threads T`, to spawn
+/// (wrapped in [`Worker`]) with its own log settings.
+pub fn worker_cmd(url: &str, name: &str, threads: u32) -> Command {
     let mut c = nqueens(&["worker", "--coordinator", url, "--name", name]);
     c.args(["--threads", &threads.to_string()]);
     c
-}
-
-/// Sends SIGKILL: no drain, no goodbye.
-pub fn kill9(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
