@@ -313,10 +313,14 @@ fn plan_text_names_the_classes() {
 
 #[test]
 fn bad_plan_options_exit_2() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["plan", "10", "--strategy", "spiral"],
-            "[possible values: frame, prefix]",
+            "[possible values: frame, prefix, synthetic]",
+        ),
+        (
+            &["solve", "10", "--strategy", "synthetic"],
+            "a synthetic plan counts no queens",
         ),
         (
             &["plan", "10", "--strategy", "frame", "--depth", "9"],

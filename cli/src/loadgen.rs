@@ -10,6 +10,7 @@
 //! a real job.
 
 use crate::exit::Failure;
+use crate::format::dec;
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_proto::client::{connect_tls, Authed};
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
@@ -80,20 +81,28 @@ struct Counts {
     last_grant_ms: AtomicU64,
 }
 
-/// What a run measured.
+/// What a run measured (counts as decimal strings, like all JSON output).
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub workers: u32,
     pub seconds: f64,
+    #[serde(serialize_with = "dec")]
     pub leased: u64,
+    #[serde(serialize_with = "dec")]
     pub accepted: u64,
     pub accepted_per_second: f64,
+    #[serde(serialize_with = "dec")]
     pub duplicate: u64,
     /// Reports refused (a lease that had expired and was taken by another).
+    #[serde(serialize_with = "dec")]
     pub refused: u64,
+    #[serde(serialize_with = "dec")]
     pub abandoned: u64,
+    #[serde(serialize_with = "dec")]
     pub killed: u64,
+    #[serde(serialize_with = "dec")]
     pub errors: u64,
+    #[serde(serialize_with = "dec")]
     pub lease_calls: u64,
     pub lease_p50_ms: f64,
     pub lease_p99_ms: f64,
