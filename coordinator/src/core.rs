@@ -166,16 +166,21 @@ impl Coordinator {
         state.set_lease_key(key);
         // Every task with a result record, counted or not.
         let mut journaled = std::collections::HashSet::new();
+        let mut rows = Vec::new();
         for r in &replay.records {
             state.apply(r)?;
-            store.apply(r)?; // catch the store up (idempotent)
             if let Some(Record::TaskDone(d)) = &r.record {
                 journaled.insert((d.job_id, d.task_index));
+                rows.push(d.clone());
+                if rows.len() == 1 << 16 {
+                    store.add_results(std::mem::take(&mut rows))?;
+                }
             }
         }
-        // Jobs planned before (their size was accepted then) get their
-        // tasks now; jobs never planned are planned once serving, as at
-        // submit, so that a long plan cannot keep the coordinator down.
+        store.add_results(rows)?; // catch the store up (idempotent)
+                                  // Jobs planned before (their size was accepted then) get their
+                                  // tasks now; jobs never planned are planned once serving, as at
+                                  // submit, so that a long plan cannot keep the coordinator down.
         let mut planned = Vec::new();
         let mut unplanned = Vec::new();
         for j in state.jobs() {

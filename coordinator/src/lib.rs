@@ -6,6 +6,7 @@
 //! - [`credentials`]: per-worker tokens issued by the operator, stored hashed.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
+//! - [`rows`]: the store's compact result rows, many tasks to a block.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
 //! - [`service`]: the gRPC services, request checks, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
@@ -17,6 +18,7 @@ pub mod core;
 pub mod credentials;
 pub mod journal;
 pub mod metrics;
+pub mod rows;
 pub mod server;
 pub mod service;
 pub mod state;

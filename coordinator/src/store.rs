@@ -13,12 +13,13 @@
 //! a time, and a slow or stuck sled (0.34 has known deadlocks under
 //! concurrent use) can never hold up an acknowledgement.
 
+use crate::rows::{self, Edit, Reporter};
 use nqueens_common::plan::Task;
-use nqueens_proto::v1::{journal_record::Record, JournalRecord, TaskDone};
-use prost::Message;
+use nqueens_proto::v1::TaskDone;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A store problem (reported, never fatal to counting).
@@ -49,7 +50,42 @@ pub struct Store {
     path: PathBuf,
     db: sled::Db,
     tasks: sled::Tree,
+    /// Result rows, [`rows::BLOCK`] tasks to a value (see [`crate::rows`]).
     results: sled::Tree,
+    /// Who reported results: number → [`Reporter`], and in memory both ways.
+    reporters: sled::Tree,
+    known: Arc<Mutex<Reporters>>,
+}
+
+#[derive(Default)]
+struct Reporters {
+    by_id: Vec<Reporter>,
+    ids: HashMap<Reporter, u32>,
+}
+
+/// The layout of the result rows; a store of another one has its rows
+/// dropped at open (the journal's catch-up rewrites them).
+const ROWS_FORMAT: &[u8] = b"blocks-v1";
+
+/// The key of a task's block.
+fn block_key(job: u64, task: u64) -> [u8; 16] {
+    key(job, task / rows::BLOCK)
+}
+
+/// A result row's change: set (first result wins, or replace) or remove.
+enum Change {
+    Add(TaskDone),
+    Put(TaskDone),
+    Remove(u64, u64),
+}
+
+impl Change {
+    fn at(&self) -> (u64, u64) {
+        match self {
+            Change::Add(d) | Change::Put(d) => (d.job_id, d.task_index),
+            Change::Remove(job, task) => (*job, *task),
+        }
+    }
 }
 
 fn key(job: u64, index: u64) -> [u8; 16] {
@@ -84,9 +120,17 @@ fn decode_task(b: &[u8]) -> Option<Task> {
     })
 }
 
+/// sled's page cache: bounded, so the coordinator's memory does not grow
+/// with the store (sled's default is 1 GiB).
+const CACHE_BYTES: u64 = 64 << 20;
+
 /// sled without its background flusher: [`StoreWriter`] flushes.
 fn open_sled(path: &Path) -> sled::Result<sled::Db> {
-    sled::Config::new().path(path).flush_every_ms(None).open()
+    sled::Config::new()
+        .path(path)
+        .flush_every_ms(None)
+        .cache_capacity(CACHE_BYTES)
+        .open()
 }
 
 /// How long sled may take to open (recover) a store before it counts as
@@ -140,15 +184,100 @@ impl Store {
         };
         let tasks = db.open_tree("tasks").map_err(sled_err)?;
         let results = db.open_tree("results").map_err(sled_err)?;
+        let reporters = db.open_tree("reporters").map_err(sled_err)?;
+        if db.get("rows").map_err(sled_err)?.as_deref() != Some(ROWS_FORMAT) {
+            results.clear().map_err(sled_err)?;
+            reporters.clear().map_err(sled_err)?;
+            db.insert("rows", ROWS_FORMAT).map_err(sled_err)?;
+        }
+        let mut known = Reporters::default();
+        for kv in reporters.iter() {
+            let (k, v) = kv.map_err(sled_err)?;
+            let who = Reporter::decode(&v);
+            let id = k.as_ref().try_into().ok().map(u32::from_be_bytes);
+            match (who, id) {
+                (Some(who), Some(id)) if id as usize == known.by_id.len() => {
+                    known.ids.insert(who.clone(), id);
+                    known.by_id.push(who);
+                }
+                // A damaged table: drop rows and table, the catch-up
+                // rewrites them.
+                _ => {
+                    results.clear().map_err(sled_err)?;
+                    reporters.clear().map_err(sled_err)?;
+                    known = Reporters::default();
+                    break;
+                }
+            }
+        }
         Ok((
             Store {
                 path: path.to_path_buf(),
                 db,
                 tasks,
                 results,
+                reporters,
+                known: Arc::new(Mutex::new(known)),
             },
             opened,
         ))
+    }
+
+    /// The number of a reporter, given one if new.
+    fn reporter_id(&self, who: Reporter) -> Result<u32, StoreError> {
+        let mut known = self.known.lock().expect("reporters lock");
+        if let Some(&id) = known.ids.get(&who) {
+            return Ok(id);
+        }
+        let id = known.by_id.len() as u32;
+        self.reporters
+            .insert(id.to_be_bytes(), who.encode())
+            .map_err(|e| self.err(e))?;
+        known.ids.insert(who.clone(), id);
+        known.by_id.push(who);
+        Ok(id)
+    }
+
+    fn reporter(&self, id: u32) -> Option<Reporter> {
+        self.known
+            .lock()
+            .expect("reporters lock")
+            .by_id
+            .get(id as usize)
+            .cloned()
+    }
+
+    /// Applies row changes, each block read and written once.
+    fn change(&self, changes: Vec<Change>) -> Result<(), StoreError> {
+        let mut by_block: BTreeMap<[u8; 16], Vec<(u16, Edit)>> = BTreeMap::new();
+        for c in changes {
+            let (job, task) = c.at();
+            let edit = match c {
+                Change::Add(d) => Edit::Add(rows::encode(&d, self.reporter_id(Reporter::of(&d))?)),
+                Change::Put(d) => Edit::Put(rows::encode(&d, self.reporter_id(Reporter::of(&d))?)),
+                Change::Remove(..) => Edit::Remove,
+            };
+            let low = (task % rows::BLOCK) as u16;
+            by_block
+                .entry(block_key(job, task))
+                .or_default()
+                .push((low, edit));
+        }
+        let mut batch = sled::Batch::default();
+        for (k, edits) in by_block {
+            let block = self.results.get(k).map_err(|e| self.err(e))?;
+            batch.insert(&k, rows::merge(block.as_deref().unwrap_or_default(), edits));
+        }
+        self.results.apply_batch(batch).map_err(|e| self.err(e))
+    }
+
+    /// Records the rows of many results at once (the first result of a
+    /// task wins, as in the journal): the start-up catch-up.
+    pub fn add_results(&self, done: Vec<TaskDone>) -> Result<(), StoreError> {
+        for chunk in done.chunks(1 << 16) {
+            self.change(chunk.iter().cloned().map(Change::Add).collect())?;
+        }
+        Ok(())
     }
 
     fn err(&self, source: sled::Error) -> StoreError {
@@ -180,61 +309,49 @@ impl Store {
         self.tasks.apply_batch(batch).map_err(|e| self.err(e))
     }
 
-    /// Records a journal record's row (the first result of a task wins,
-    /// as in the journal).
-    pub fn apply(&self, r: &JournalRecord) -> Result<(), StoreError> {
-        match &r.record {
-            Some(Record::TaskDone(d)) => self.add_result(d),
-            _ => Ok(()),
-        }
-    }
-
-    fn add_result(&self, d: &TaskDone) -> Result<(), StoreError> {
-        let k = key(d.job_id, d.task_index);
-        let _ = self
-            .results
-            .compare_and_swap(k, None as Option<&[u8]>, Some(d.encode_to_vec()))
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
     /// A stored result row.
     pub fn result(&self, job: u64, task: u64) -> Option<TaskDone> {
-        let v = self.results.get(key(job, task)).ok()??;
-        TaskDone::decode(v.as_ref()).ok()
+        let block = self.results.get(block_key(job, task)).ok()??;
+        let low = (task % rows::BLOCK) as u16;
+        let (_, payload) = rows::entries(&block).into_iter().find(|&(t, _)| t == low)?;
+        rows::decode(job, task, payload, |id| self.reporter(id))
     }
 
     /// Replaces a row that disagrees with the journal.
     pub fn put_result(&self, d: &TaskDone) -> Result<(), StoreError> {
-        self.results
-            .insert(key(d.job_id, d.task_index), d.encode_to_vec())
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+        self.change(vec![Change::Put(d.clone())])
     }
 
     /// The (job, task) of every result row.
     pub fn result_keys(&self) -> Vec<(u64, u64)> {
         let word = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
-        self.results
-            .iter()
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.len() == 16)
-            .map(|k| (word(&k[..8]), word(&k[8..])))
-            .collect()
+        let mut out = Vec::new();
+        for (k, v) in self.results.iter().filter_map(Result::ok) {
+            if k.len() == 16 {
+                let (job, first) = (word(&k[..8]), word(&k[8..]) * rows::BLOCK);
+                out.extend(
+                    rows::entries(&v)
+                        .into_iter()
+                        .map(|(t, _)| (job, first + u64::from(t))),
+                );
+            }
+        }
+        out
     }
 
     /// Drops a row the journal does not have.
     pub fn remove_result(&self, job: u64, task: u64) -> Result<(), StoreError> {
-        self.results
-            .remove(key(job, task))
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+        self.change(vec![Change::Remove(job, task)])
     }
 
     /// Rows in the store: for checks and tests.
     pub fn result_rows(&self) -> usize {
-        self.results.len()
+        self.result_keys().len()
+    }
+
+    /// Bytes of the store's directory on disk (for the operator).
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
     }
 
     /// Asks sled to write its buffers (not a durability point: see above).
@@ -331,35 +448,48 @@ impl Drop for StoreWriter {
     }
 }
 
+/// Results the store's thread gathers before it writes their blocks.
+const GATHER: usize = 1 << 14;
+
 fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
-    let mut dirty = false;
+    // Results wait here, so that each block is rewritten once per batch
+    // rather than once per result; a lookup sees them.
+    let mut gathered: Vec<TaskDone> = Vec::new();
     let mut flushed = Instant::now();
+    let warn = |e: StoreError| tracing::warn!(error = %e, "store update failed; the journal holds the record");
     loop {
-        match rx.recv_timeout(FLUSH_EVERY) {
-            Ok(w) => {
-                dirty = true;
-                let written = match w {
-                    Write::Result(d) => store.add_result(&d),
-                    Write::Tasks(job, tasks) => store.put_tasks(job, &tasks),
-                    Write::Lookup(job, task, answer) => {
-                        let _ = answer.send(store.result(job, task));
-                        Ok(())
-                    }
-                };
-                if let Err(e) = written {
-                    tracing::warn!(error = %e, "store update failed; the journal holds the record");
-                }
+        let closing = match rx.recv_timeout(FLUSH_EVERY) {
+            Ok(Write::Result(d)) => {
+                gathered.push(*d);
+                false
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Ok(Write::Tasks(job, tasks)) => {
+                store.put_tasks(job, &tasks).unwrap_or_else(warn);
+                false
+            }
+            Ok(Write::Lookup(job, task, answer)) => {
+                let waiting = gathered
+                    .iter()
+                    .find(|d| d.job_id == job && d.task_index == task)
+                    .cloned();
+                let _ = answer.send(waiting.or_else(|| store.result(job, task)));
+                false
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
+        };
+        if closing || gathered.len() >= GATHER || flushed.elapsed() >= FLUSH_EVERY {
+            if !gathered.is_empty() {
+                store
+                    .add_results(std::mem::take(&mut gathered))
+                    .unwrap_or_else(warn);
+                store.flush();
+            }
+            flushed = Instant::now();
         }
-        if dirty && flushed.elapsed() >= FLUSH_EVERY {
-            store.flush();
-            (dirty, flushed) = (false, Instant::now());
+        if closing {
+            break;
         }
-    }
-    if dirty {
-        store.flush();
     }
 }
 

@@ -1,0 +1,291 @@
+//! The store's compact result rows: the counted results of up to
+//! [`BLOCK`] consecutive tasks of a job in one sled value, each result
+//! about 30 bytes (who reported it as a small number into a table of
+//! reporters, counts as variable-length integers), so that a job of 10^8
+//! tasks costs a few GB on disk and its store only 2·10^5 keys.
+//!
+//! A block is a run of entries sorted by task:
+//! `[task mod BLOCK: u16][payload length: u8][payload]`, the payload being
+//! `[reporter: varint][lease id: u64][unix ms: varint][elapsed ms: varint]
+//! [checksum: u64][mask of non-zero counts: u8][each non-zero count: varint]`
+//! (integers little endian; counts in the order of `TaskResult`: c1, c2,
+//! c4, c8, nodes, weighted, half, quarter).
+
+use nqueens_proto::v1::{TaskDone, TaskResult, U128};
+use nqueens_proto::{u128_from_wire, u128_to_wire};
+
+/// Tasks per block.
+pub const BLOCK: u64 = 512;
+
+/// Who reported a result: a row of the reporters' table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Reporter {
+    pub worker: String,
+    pub credential: String,
+    pub solver_version: String,
+}
+
+impl Reporter {
+    pub fn of(d: &TaskDone) -> Reporter {
+        Reporter {
+            worker: d.worker_id.clone(),
+            credential: d.credential.clone(),
+            solver_version: d
+                .result
+                .as_ref()
+                .map_or(String::new(), |r| r.solver_version.clone()),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        for s in [&self.worker, &self.credential, &self.solver_version] {
+            varint(&mut v, s.len() as u128);
+            v.extend_from_slice(s.as_bytes());
+        }
+        v
+    }
+
+    pub fn decode(mut b: &[u8]) -> Option<Reporter> {
+        let mut text = || -> Option<String> {
+            let n = usize::try_from(read_varint(&mut b)?).ok()?;
+            let s = String::from_utf8(b.get(..n)?.to_vec()).ok()?;
+            b = &b[n..];
+            Some(s)
+        };
+        Some(Reporter {
+            worker: text()?,
+            credential: text()?,
+            solver_version: text()?,
+        })
+    }
+}
+
+fn varint(v: &mut Vec<u8>, mut x: u128) {
+    loop {
+        let byte = (x & 0x7f) as u8;
+        x >>= 7;
+        if x == 0 {
+            v.push(byte);
+            return;
+        }
+        v.push(byte | 0x80);
+    }
+}
+
+fn read_varint(b: &mut &[u8]) -> Option<u128> {
+    let mut x = 0u128;
+    for shift in (0..128).step_by(7) {
+        let (&byte, rest) = b.split_first()?;
+        *b = rest;
+        x |= u128::from(byte & 0x7f).checked_shl(shift)?;
+        if byte & 0x80 == 0 {
+            return Some(x);
+        }
+    }
+    None
+}
+
+fn read_u64(b: &mut &[u8]) -> Option<u64> {
+    let (head, rest) = b.split_at_checked(8)?;
+    *b = rest;
+    Some(u64::from_le_bytes(head.try_into().ok()?))
+}
+
+fn counts(r: &TaskResult) -> [Option<&U128>; 8] {
+    [
+        r.c1.as_ref(),
+        r.c2.as_ref(),
+        r.c4.as_ref(),
+        r.c8.as_ref(),
+        r.nodes.as_ref(),
+        r.weighted.as_ref(),
+        r.half.as_ref(),
+        r.quarter.as_ref(),
+    ]
+}
+
+/// One result's payload, its reporter given as `who`.
+pub fn encode(d: &TaskDone, who: u32) -> Vec<u8> {
+    let r = d.result.clone().unwrap_or_default();
+    let mut v = Vec::with_capacity(40);
+    varint(&mut v, who.into());
+    v.extend_from_slice(&d.lease_id.to_le_bytes());
+    varint(&mut v, d.unix_ms.into());
+    varint(&mut v, r.elapsed_ms.into());
+    v.extend_from_slice(&r.checksum.to_le_bytes());
+    let values = counts(&r).map(|c| u128_from_wire(c));
+    let mask = values
+        .iter()
+        .enumerate()
+        .fold(0u8, |m, (i, &x)| m | u8::from(x != 0) << i);
+    v.push(mask);
+    for x in values.into_iter().filter(|&x| x != 0) {
+        varint(&mut v, x);
+    }
+    v
+}
+
+/// A payload back into the row of task `task` of job `job`, with its
+/// reporter looked up by `reporter`.
+pub fn decode(
+    job: u64,
+    task: u64,
+    mut b: &[u8],
+    reporter: impl Fn(u32) -> Option<Reporter>,
+) -> Option<TaskDone> {
+    let who = u32::try_from(read_varint(&mut b)?).ok()?;
+    let lease_id = read_u64(&mut b)?;
+    let unix_ms = u64::try_from(read_varint(&mut b)?).ok()?;
+    let elapsed_ms = u64::try_from(read_varint(&mut b)?).ok()?;
+    let checksum = read_u64(&mut b)?;
+    let (&mask, mut rest) = b.split_first()?;
+    // Zeros come back present, as `tally_to_wire` writes them.
+    let mut values = [Some(u128_to_wire(0)); 8];
+    for (i, slot) in values.iter_mut().enumerate() {
+        if mask >> i & 1 == 1 {
+            *slot = Some(u128_to_wire(read_varint(&mut rest)?));
+        }
+    }
+    let [c1, c2, c4, c8, nodes, weighted, half, quarter] = values;
+    let who = reporter(who)?;
+    Some(TaskDone {
+        job_id: job,
+        task_index: task,
+        result: Some(TaskResult {
+            c1,
+            c2,
+            c4,
+            c8,
+            nodes,
+            weighted,
+            half,
+            quarter,
+            elapsed_ms,
+            solver_version: who.solver_version,
+            checksum,
+        }),
+        worker_id: who.worker,
+        lease_id,
+        unix_ms,
+        credential: who.credential,
+    })
+}
+
+/// The entries of a block: (task mod BLOCK, payload), sorted by task.
+pub fn entries(block: &[u8]) -> Vec<(u16, &[u8])> {
+    let mut out = Vec::new();
+    let mut b = block;
+    while let [lo, hi, len, rest @ ..] = b {
+        let len = usize::from(*len);
+        let Some(payload) = rest.get(..len) else {
+            break; // a damaged tail: the journal rebuilds what is missing
+        };
+        out.push((u16::from_le_bytes([*lo, *hi]), payload));
+        b = &rest[len..];
+    }
+    out
+}
+
+/// A change to one task's entry in a block.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Edit {
+    /// Sets the entry unless it has one (the first result of a task wins).
+    Add(Vec<u8>),
+    /// Sets the entry, replacing any.
+    Put(Vec<u8>),
+    Remove,
+}
+
+/// A block with `edits` applied in order (task mod BLOCK, edit).
+pub fn merge(block: &[u8], edits: Vec<(u16, Edit)>) -> Vec<u8> {
+    let mut all: std::collections::BTreeMap<u16, Vec<u8>> = entries(block)
+        .into_iter()
+        .map(|(t, p)| (t, p.to_vec()))
+        .collect();
+    for (task, edit) in edits {
+        match edit {
+            Edit::Add(p) => {
+                all.entry(task).or_insert(p);
+            }
+            Edit::Put(p) => {
+                all.insert(task, p);
+            }
+            Edit::Remove => {
+                all.remove(&task);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(all.values().map(|p| p.len() + 3).sum());
+    for (task, p) in all {
+        out.extend_from_slice(&task.to_le_bytes());
+        out.push(u8::try_from(p.len()).expect("a row payload is under 256 bytes"));
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nqueens_common::plan::Tally;
+    use nqueens_proto::tally_to_wire;
+
+    fn done(task: u64, weighted: u128, nodes: u128) -> TaskDone {
+        let t = Tally {
+            weighted,
+            classes: nqueens_common::engine::counts::Totals {
+                nodes,
+                ..Default::default()
+            },
+            ..Tally::default()
+        };
+        TaskDone {
+            job_id: 3,
+            task_index: task,
+            result: Some(TaskResult {
+                elapsed_ms: 1_234,
+                solver_version: "nqueens 0.1.0".into(),
+                checksum: 0xdead_beef_0bad_f00d,
+                ..tally_to_wire(&t)
+            }),
+            worker_id: "rack1-node07".into(),
+            lease_id: 0x0001_2345_6789_abcd,
+            unix_ms: 1_795_000_000_000,
+            credential: "rack1".into(),
+        }
+    }
+
+    #[test]
+    fn a_row_round_trips_in_about_thirty_bytes() {
+        let d = done(7, u128::MAX, 1 << 40);
+        let who = Reporter::of(&d);
+        let p = encode(&d, 5);
+        assert!(p.len() <= 64, "{} bytes", p.len());
+        let back = decode(3, 7, &p, |i| (i == 5).then(|| who.clone())).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(Reporter::decode(&who.encode()), Some(who));
+        let small = encode(&done(7, 400_000, 0), 5);
+        assert!(small.len() <= 32, "{} bytes", small.len());
+    }
+
+    #[test]
+    fn blocks_merge_first_wins_replace_and_remove() {
+        let a = encode(&done(1, 1, 1), 0);
+        let b = encode(&done(2, 2, 2), 0);
+        let block = merge(
+            &[],
+            vec![(9, Edit::Add(b.clone())), (2, Edit::Add(a.clone()))],
+        );
+        assert_eq!(entries(&block), vec![(2, &a[..]), (9, &b[..])]);
+        let same = merge(&block, vec![(2, Edit::Add(b.clone()))]);
+        assert_eq!(same, block, "the first result of a task wins");
+        let replaced = merge(&block, vec![(2, Edit::Put(b.clone())), (9, Edit::Remove)]);
+        assert_eq!(entries(&replaced), vec![(2, &b[..])]);
+        assert_eq!(
+            entries(&replaced[..replaced.len() - 1]),
+            vec![],
+            "a torn entry is dropped"
+        );
+    }
+}
