@@ -63,9 +63,10 @@ struct Reporters {
     ids: HashMap<Reporter, u32>,
 }
 
-/// The layout of the result rows; a store of another one has its rows
-/// dropped at open (the journal's catch-up rewrites them).
-const ROWS_FORMAT: &[u8] = b"blocks-v1";
+/// The layout of task lists and result rows; a store of another one has
+/// them dropped at open (the journal's catch-up rewrites the rows, the
+/// task lists are planned again).
+const ROWS_FORMAT: &[u8] = b"blocks-v2";
 
 /// The key of a task's block.
 fn block_key(job: u64, task: u64) -> [u8; 16] {
@@ -95,8 +96,12 @@ fn key(job: u64, index: u64) -> [u8; 16] {
     k
 }
 
+/// Bytes of an encoded task, and tasks per stored value.
+const TASK_BYTES: usize = 56;
+const TASKS_PER_VALUE: usize = 4096;
+
 fn encode_task(t: &Task) -> Vec<u8> {
-    let mut v = Vec::with_capacity(48);
+    let mut v = Vec::with_capacity(TASK_BYTES);
     for x in [t.index, t.lo, t.hi, t.skip, t.take, t.subproblems] {
         v.extend_from_slice(&x.to_le_bytes());
     }
@@ -186,6 +191,8 @@ impl Store {
         let results = db.open_tree("results").map_err(sled_err)?;
         let reporters = db.open_tree("reporters").map_err(sled_err)?;
         if db.get("rows").map_err(sled_err)?.as_deref() != Some(ROWS_FORMAT) {
+            // Task lists are re-planned when missing.
+            tasks.clear().map_err(sled_err)?;
             results.clear().map_err(sled_err)?;
             reporters.clear().map_err(sled_err)?;
             db.insert("rows", ROWS_FORMAT).map_err(sled_err)?;
@@ -290,21 +297,26 @@ impl Store {
     /// A job's stored task list, if complete and readable.
     pub fn tasks(&self, job: u64) -> Option<Vec<Task>> {
         let mut out = Vec::new();
-        for (i, kv) in self.tasks.scan_prefix(job.to_be_bytes()).enumerate() {
+        for kv in self.tasks.scan_prefix(job.to_be_bytes()) {
             let (_, v) = kv.ok()?;
-            let t = decode_task(&v)?;
-            if t.index != i as u64 {
-                return None;
+            for t in v.chunks(TASK_BYTES) {
+                let t = decode_task(t)?;
+                if t.index != out.len() as u64 {
+                    return None;
+                }
+                out.push(t);
             }
-            out.push(t);
         }
         (!out.is_empty()).then_some(out)
     }
 
+    /// Stores a job's task list, [`TASKS_PER_VALUE`] tasks to a value (a
+    /// key per task costs sled gigabytes of memory at a million tasks).
     pub fn put_tasks(&self, job: u64, tasks: &[Task]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for t in tasks {
-            batch.insert(&key(job, t.index), encode_task(t));
+        for (i, chunk) in tasks.chunks(TASKS_PER_VALUE).enumerate() {
+            let value: Vec<u8> = chunk.iter().flat_map(encode_task).collect();
+            batch.insert(&key(job, i as u64), value);
         }
         self.tasks.apply_batch(batch).map_err(|e| self.err(e))
     }
