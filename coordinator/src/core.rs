@@ -161,26 +161,34 @@ impl Coordinator {
         })?;
         let key = lease_key(data_dir).map_err(dir_err)?;
         let (journal, replay) = Journal::open(&data_dir.join("journal"))?;
+        let read = started.elapsed();
         let (store, store_opened) = Store::open(&data_dir.join("store"))?;
         let mut state = State::new(limits);
         state.set_lease_key(key);
         // Every task with a result record, counted or not.
         let mut journaled = std::collections::HashSet::new();
+        // The store is caught up from the first record it lacks (a row
+        // written twice is harmless: the first result of a task wins).
+        let caught_up = store.caught_up();
         let mut rows = Vec::new();
-        for r in &replay.records {
+        for (seq, r) in (1u64..).zip(&replay.records) {
             state.apply(r)?;
             if let Some(Record::TaskDone(d)) = &r.record {
                 journaled.insert((d.job_id, d.task_index));
-                rows.push(d.clone());
+                if seq > caught_up {
+                    rows.push(d.clone());
+                }
                 if rows.len() == 1 << 16 {
-                    store.add_results(std::mem::take(&mut rows))?;
+                    store.add_results(std::mem::take(&mut rows), None)?;
                 }
             }
         }
-        store.add_results(rows)?; // catch the store up (idempotent)
-                                  // Jobs planned before (their size was accepted then) get their
-                                  // tasks now; jobs never planned are planned once serving, as at
-                                  // submit, so that a long plan cannot keep the coordinator down.
+        let records = replay.records.len() as u64;
+        store.add_results(rows, Some(records))?;
+        let replayed = started.elapsed();
+        // Jobs planned before (their size was accepted then) get their
+        // tasks now; jobs never planned are planned once serving, as at
+        // submit, so that a long plan cannot keep the coordinator down.
         let mut planned = Vec::new();
         let mut unplanned = Vec::new();
         for j in state.jobs() {
@@ -208,16 +216,34 @@ impl Coordinator {
         for (id, spec, p) in planned {
             core.plan_job(id, spec, Some(p)).await?;
         }
+        let verifying = std::time::Instant::now();
         core.verify(&journaled)?;
+        let verified = verifying.elapsed();
         core.store.flush();
-        let _ = core.writes.set(StoreWriter::spawn(core.store.clone()));
+        let _ = core
+            .writes
+            .set(StoreWriter::spawn(core.store.clone(), records));
         let epoch = core.lock().epoch() + 1;
         core.write(rec(Record::Boot(v1::Boot {
             epoch,
             unix_ms: core.clock.now_ms(),
         })))
         .await?;
-        tracing::info!(dir = %data_dir.display(), records = replay.records.len(), torn_bytes = replay.truncated, epoch, jobs = core.lock().jobs().count(), ms = started.elapsed().as_millis() as u64, "coordinator state restored");
+        // Where a restart's time goes: reading the journal, replaying it
+        // (state and store rows), checking the store against it.
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        tracing::info!(
+            dir = %data_dir.display(),
+            records = replay.records.len(),
+            torn_bytes = replay.truncated,
+            epoch,
+            jobs = core.lock().jobs().count(),
+            read_ms = ms(read),
+            replay_ms = ms(replayed - read),
+            verify_ms = ms(verified),
+            ms = ms(started.elapsed()),
+            "coordinator state restored"
+        );
         for (id, spec) in unplanned {
             core.plan_in_background(id, spec);
         }
@@ -274,7 +300,7 @@ impl Coordinator {
 
     /// Journals a record (waiting for its fsync), then applies it.
     async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
-        self.journal.append(&r).await?;
+        let seq = self.journal.append(&r).await?;
         // The result that finishes a job (seen under one lock, so it is
         // logged once).
         let (v, finished) = {
@@ -285,16 +311,24 @@ impl Coordinator {
             };
             let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
             let before = job.is_some_and(|id| done(&s, id));
-            let v = s.apply(&r)?;
-            (v, job.filter(|&id| !before && done(&s, id)))
+            let applied = s.apply(&r);
+            if let (Err(_), Some(w)) = (&applied, self.writes.get()) {
+                w.seen(seq); // no row, but no gap in the store's count
+            }
+            (applied?, job.filter(|&id| !before && done(&s, id)))
         };
         if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
             tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
         }
         // The store's result row is the counted result, nothing else.
         let counted = matches!(v, None | Some(Verdict::New));
-        if let (true, Some(Record::TaskDone(d))) = (counted, &r.record) {
-            self.store_writer().result(d.clone());
+        // Every record is told to the store's thread (its count of records
+        // caught up must have no gap); none before it starts.
+        if let Some(w) = self.writes.get() {
+            match (counted, &r.record) {
+                (true, Some(Record::TaskDone(d))) => w.result(d.clone(), seq),
+                _ => w.seen(seq),
+            }
         }
         self.bump();
         Ok(v)

@@ -100,7 +100,8 @@ pub struct Journal {
 
 struct Append {
     payload: Vec<u8>,
-    done: oneshot::Sender<Result<(), JournalError>>,
+    /// The record's sequence number once it is on disk.
+    done: oneshot::Sender<Result<u64, JournalError>>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
@@ -222,8 +223,9 @@ impl Journal {
         self.healthy.clone()
     }
 
-    /// Appends a record and returns once it is on disk.
-    pub async fn append(&self, record: &JournalRecord) -> Result<(), JournalError> {
+    /// Appends a record and returns once it is on disk, with its sequence
+    /// number (records count from 1).
+    pub async fn append(&self, record: &JournalRecord) -> Result<u64, JournalError> {
         let payload = record.encode_to_vec();
         if payload.len() > MAX_RECORD {
             return Err(JournalError::TooLarge(payload.len()));
@@ -381,6 +383,7 @@ fn writer(
             }
         }
         let mut failed: Option<String> = None;
+        let first = next;
         if poisoned.is_none() {
             let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
             let mut seq = next;
@@ -419,11 +422,11 @@ fn writer(
             let now = poisoned.is_none() && failed.is_none();
             std::mem::replace(h, now) != now
         });
-        for a in group {
+        for (seq, a) in (first..).zip(group) {
             let result = match (&poisoned, &failed) {
                 (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
                 (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
-                (None, None) => Ok(()),
+                (None, None) => Ok(seq),
             };
             let _ = a.done.send(result);
         }

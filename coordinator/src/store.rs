@@ -68,6 +68,11 @@ struct Reporters {
 /// task lists are planned again).
 const ROWS_FORMAT: &[u8] = b"blocks-v2";
 
+/// The key, in the results tree, of the number of journal records whose
+/// rows are all in the store (written in the same batch as those rows, so
+/// sled's crash recovery keeps the two consistent).
+const CAUGHT_UP: &[u8; 8] = b"caughtup";
+
 /// The key of a task's block.
 fn block_key(job: u64, task: u64) -> [u8; 16] {
     key(job, task / rows::BLOCK)
@@ -254,8 +259,17 @@ impl Store {
             .cloned()
     }
 
-    /// Applies row changes, each block read and written once.
-    fn change(&self, changes: Vec<Change>) -> Result<(), StoreError> {
+    /// Journal records (from the first) whose rows are all in the store:
+    /// a start-up catches up only the ones after.
+    pub fn caught_up(&self) -> u64 {
+        let v = self.results.get(CAUGHT_UP).ok().flatten();
+        v.and_then(|v| Some(u64::from_le_bytes(v.as_ref().try_into().ok()?)))
+            .unwrap_or(0)
+    }
+
+    /// Applies row changes, each block read and written once; with
+    /// `caught_up`, records that number in the same batch.
+    fn change(&self, changes: Vec<Change>, caught_up: Option<u64>) -> Result<(), StoreError> {
         let mut by_block: BTreeMap<[u8; 16], Vec<(u16, Edit)>> = BTreeMap::new();
         for c in changes {
             let (job, task) = c.at();
@@ -271,6 +285,9 @@ impl Store {
                 .push((low, edit));
         }
         let mut batch = sled::Batch::default();
+        if let Some(n) = caught_up {
+            batch.insert(CAUGHT_UP, &n.to_le_bytes());
+        }
         for (k, edits) in by_block {
             let block = self.results.get(k).map_err(|e| self.err(e))?;
             batch.insert(&k, rows::merge(block.as_deref().unwrap_or_default(), edits));
@@ -280,11 +297,20 @@ impl Store {
 
     /// Records the rows of many results at once (the first result of a
     /// task wins, as in the journal): the start-up catch-up.
-    pub fn add_results(&self, done: Vec<TaskDone>) -> Result<(), StoreError> {
+    /// Then, with `caught_up`, records that every journal record up to
+    /// that number has its row.
+    pub fn add_results(
+        &self,
+        done: Vec<TaskDone>,
+        caught_up: Option<u64>,
+    ) -> Result<(), StoreError> {
         for chunk in done.chunks(1 << 16) {
-            self.change(chunk.iter().cloned().map(Change::Add).collect())?;
+            self.change(chunk.iter().cloned().map(Change::Add).collect(), None)?;
         }
-        Ok(())
+        match caught_up {
+            Some(n) => self.change(Vec::new(), Some(n)),
+            None => Ok(()),
+        }
     }
 
     fn err(&self, source: sled::Error) -> StoreError {
@@ -331,7 +357,7 @@ impl Store {
 
     /// Replaces a row that disagrees with the journal.
     pub fn put_result(&self, d: &TaskDone) -> Result<(), StoreError> {
-        self.change(vec![Change::Put(d.clone())])
+        self.change(vec![Change::Put(d.clone())], None)
     }
 
     /// The (job, task) of every result row.
@@ -353,7 +379,7 @@ impl Store {
 
     /// Drops a row the journal does not have.
     pub fn remove_result(&self, job: u64, task: u64) -> Result<(), StoreError> {
-        self.change(vec![Change::Remove(job, task)])
+        self.change(vec![Change::Remove(job, task)], None)
     }
 
     /// Rows in the store: for checks and tests.
@@ -377,7 +403,10 @@ impl Store {
 /// A write for the store's thread (or a read that must see every write
 /// queued before it).
 enum Write {
-    Result(Box<TaskDone>),
+    /// A counted result and its journal record's number.
+    Result(Box<TaskDone>, u64),
+    /// A journal record with no row.
+    Seen(u64),
     Tasks(u64, Vec<Task>),
     Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
 }
@@ -396,13 +425,15 @@ pub struct StoreWriter {
 }
 
 impl StoreWriter {
-    pub fn spawn(store: Store) -> StoreWriter {
+    /// The store's thread, the store holding the rows of the first
+    /// `caught_up` journal records.
+    pub fn spawn(store: Store, caught_up: u64) -> StoreWriter {
         let (tx, rx) = mpsc::channel();
         let (done, finished) = mpsc::channel();
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {
-                write_loop(&store, &rx);
+                write_loop(&store, &rx, caught_up);
                 // Closed only once sled is: its directory lock goes with it.
                 drop(store);
                 let _ = done.send(());
@@ -421,9 +452,14 @@ impl StoreWriter {
         }
     }
 
-    /// Queues a counted result's row.
-    pub fn result(&self, d: TaskDone) {
-        self.send(Write::Result(Box::new(d)));
+    /// Queues a counted result's row (journal record `seq`).
+    pub fn result(&self, d: TaskDone, seq: u64) {
+        self.send(Write::Result(Box::new(d), seq));
+    }
+
+    /// Notes journal record `seq`, which has no row.
+    pub fn seen(&self, seq: u64) {
+        self.send(Write::Seen(seq));
     }
 
     /// Queues a job's task list.
@@ -463,16 +499,44 @@ impl Drop for StoreWriter {
 /// Results the store's thread gathers before it writes their blocks.
 const GATHER: usize = 1 << 14;
 
-fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
+/// The journal records seen by the store's thread: all up to `upto`, and
+/// some beyond (records are fsynced in order but reach this thread in any).
+struct Seen {
+    upto: u64,
+    beyond: std::collections::BTreeSet<u64>,
+}
+
+impl Seen {
+    fn add(&mut self, seq: u64) {
+        if seq > self.upto {
+            self.beyond.insert(seq);
+        }
+        while self.beyond.remove(&(self.upto + 1)) {
+            self.upto += 1;
+        }
+    }
+}
+
+fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
     // Results wait here, so that each block is rewritten once per batch
     // rather than once per result; a lookup sees them.
     let mut gathered: Vec<TaskDone> = Vec::new();
+    let mut seen = Seen {
+        upto: caught_up,
+        beyond: Default::default(),
+    };
+    let mut written = caught_up;
     let mut flushed = Instant::now();
     let warn = |e: StoreError| tracing::warn!(error = %e, "store update failed; the journal holds the record");
     loop {
         let closing = match rx.recv_timeout(FLUSH_EVERY) {
-            Ok(Write::Result(d)) => {
+            Ok(Write::Result(d, seq)) => {
                 gathered.push(*d);
+                seen.add(seq);
+                false
+            }
+            Ok(Write::Seen(seq)) => {
+                seen.add(seq);
                 false
             }
             Ok(Write::Tasks(job, tasks)) => {
@@ -491,11 +555,14 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
             Err(RecvTimeoutError::Disconnected) => true,
         };
         if closing || gathered.len() >= GATHER || flushed.elapsed() >= FLUSH_EVERY {
-            if !gathered.is_empty() {
+            // Every record up to `seen.upto` has reached this thread: its
+            // row is written now, or was before.
+            if !gathered.is_empty() || seen.upto > written {
                 store
-                    .add_results(std::mem::take(&mut gathered))
+                    .add_results(std::mem::take(&mut gathered), Some(seen.upto))
                     .unwrap_or_else(warn);
                 store.flush();
+                written = seen.upto;
             }
             flushed = Instant::now();
         }
@@ -508,6 +575,39 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_count_of_records_caught_up_has_no_gap() {
+        let mut seen = Seen {
+            upto: 10,
+            beyond: Default::default(),
+        };
+        for seq in [12, 14, 13, 9] {
+            seen.add(seq);
+        }
+        assert_eq!(seen.upto, 10, "11 has not come yet");
+        seen.add(11);
+        assert_eq!((seen.upto, seen.beyond.len()), (14, 0));
+    }
+
+    #[test]
+    fn rows_and_the_records_caught_up_are_written_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("store")).unwrap();
+        assert_eq!(store.caught_up(), 0);
+        let row = TaskDone {
+            job_id: 1,
+            task_index: 700,
+            worker_id: "w".into(),
+            lease_id: 5,
+            ..TaskDone::default()
+        };
+        store.add_results(vec![row.clone()], Some(42)).unwrap();
+        assert_eq!(store.caught_up(), 42);
+        assert_eq!(store.result_keys(), vec![(1, 700)], "the count is no row");
+        let back = store.result(1, 700).unwrap();
+        assert_eq!((back.worker_id, back.lease_id), (row.worker_id, row.lease_id));
+    }
 
     #[test]
     fn opening_is_given_up_when_it_hangs_or_panics() {
