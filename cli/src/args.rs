@@ -446,51 +446,7 @@ pub enum Command {
         nqueens loadgen --workers 1000 --seconds 30\n  \
         nqueens loadgen --workers 200 --fail-rate 0.05 --kill-rate 0.01 --json"
     )]
-    Loadgen {
-        /// The coordinator's address.
-        #[arg(
-            long,
-            env = "NQUEENS_COORDINATOR",
-            default_value = "http://127.0.0.1:7700"
-        )]
-        coordinator: String,
-        /// File holding the worker token (or the token itself in
-        /// NQUEENS_WORKER_TOKEN).
-        #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
-        token_file: Option<PathBuf>,
-        /// Trust this CA certificate (PEM) for an https:// coordinator.
-        #[arg(long, value_name = "F", env = "NQUEENS_TLS_CA")]
-        tls_ca: Option<PathBuf>,
-        /// Simulated workers.
-        #[arg(long, value_name = "W", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        workers: u32,
-        /// Longest run, in seconds.
-        #[arg(long, value_name = "S", default_value_t = 30.0, value_parser = positive_seconds)]
-        seconds: f64,
-        /// Stop once no task was handed out for this many seconds (longer
-        /// than the coordinator's retry backoff, to finish a job's tail).
-        #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = positive_seconds)]
-        idle: f64,
-        /// Tasks each lease call asks for.
-        #[arg(long, value_name = "B", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        batch: u32,
-        /// Simulated counting time per task, in milliseconds.
-        #[arg(long, value_name = "MS", default_value_t = 0)]
-        task_ms: u64,
-        /// Share of leases abandoned without a word (they expire).
-        #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
-        fail_rate: f64,
-        /// Chance per lease that its worker dies holding all its leases and
-        /// a new one takes its place.
-        #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
-        kill_rate: f64,
-        /// gRPC connections the simulated workers share.
-        #[arg(long, value_name = "C", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        connections: u32,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Loadgen(crate::loadgen::Config),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  nqueens completions bash > ~/.local/share/bash-completion/completions/nqueens\n  \
@@ -831,14 +787,14 @@ fn share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn probability(s: &str) -> Result<f64, String> {
+pub(crate) fn probability(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
         _ => Err(format!("'{s}' is not a probability between 0 and 1")),
     }
 }
 
-fn positive_seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn positive_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
         _ => Err(format!(

@@ -9,6 +9,7 @@
 //! stops with an error, so a load test can never put made-up counts into
 //! a real job.
 
+use crate::args::{positive_seconds, probability};
 use crate::exit::Failure;
 use crate::format::dec;
 use nqueens_common::plan::{Plan, Strategy};
@@ -22,29 +23,55 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What to simulate.
-#[derive(Clone, Debug)]
+/// What to simulate: `nqueens loadgen`'s options.
+#[derive(clap::Args, Clone, Debug)]
 pub struct Config {
+    /// The coordinator's address.
+    #[arg(
+        long,
+        env = "NQUEENS_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
     pub coordinator: String,
-    pub token: Option<String>,
+    /// File holding the worker token (or the token itself in
+    /// NQUEENS_WORKER_TOKEN).
+    #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// coordinator.
+    #[arg(long, value_name = "F", env = "NQUEENS_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// Simulated workers.
+    #[arg(long, value_name = "W", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub workers: u32,
+    /// Longest run, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30.0, value_parser = positive_seconds)]
     pub seconds: f64,
-    /// Stop once no task has been handed out for this long (after some
-    /// were): longer than a retry backoff, so a job's last tasks are done.
+    /// Stop once no task was handed out for this many seconds (longer
+    /// than the coordinator's retry backoff, to finish a job's tail).
+    #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = positive_seconds)]
     pub idle: f64,
-    /// Tasks asked for per lease call.
+    /// Tasks each lease call asks for.
+    #[arg(long, value_name = "B", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub batch: u32,
-    /// Simulated counting time per task.
+    /// Simulated counting time per task, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
     pub task_ms: u64,
-    /// Share of leases abandoned (never reported: they expire).
+    /// Share of leases abandoned without a word (they expire).
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
     pub fail_rate: f64,
-    /// Chance per lease that its worker dies with every lease it holds
-    /// and comes back under a new id.
+    /// Chance per lease that its worker dies holding all its leases and
+    /// a new one takes its place.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
     pub kill_rate: f64,
     /// gRPC connections the simulated workers share.
+    #[arg(long, value_name = "C", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub connections: u32,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
     pub json: bool,
+    /// The worker token (read from --token-file or NQUEENS_WORKER_TOKEN).
+    #[arg(skip)]
+    pub token: Option<String>,
 }
 
 /// Latencies in microseconds.
@@ -113,7 +140,8 @@ pub struct Summary {
 }
 
 /// Runs the simulation and prints its summary.
-pub fn run(cfg: Config) -> Result<(), Failure> {
+pub fn run(mut cfg: Config) -> Result<(), Failure> {
+    cfg.token = crate::serve::read_token(cfg.token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?;
     let runtime = tokio::runtime::Runtime::new()?;
     let summary = runtime.block_on(simulate(cfg.clone()))?;
     let mut out = std::io::stdout();

@@ -606,7 +606,10 @@ mod tests {
         assert_eq!(store.caught_up(), 42);
         assert_eq!(store.result_keys(), vec![(1, 700)], "the count is no row");
         let back = store.result(1, 700).unwrap();
-        assert_eq!((back.worker_id, back.lease_id), (row.worker_id, row.lease_id));
+        assert_eq!(
+            (back.worker_id, back.lease_id),
+            (row.worker_id, row.lease_id)
+        );
     }
 
     #[test]
