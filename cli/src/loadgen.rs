@@ -63,6 +63,10 @@ pub struct Config {
     /// a new one takes its place.
     #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
     pub kill_rate: f64,
+    /// Report each result in its own call instead of one call per lease
+    /// batch (to measure what batching saves).
+    #[arg(long)]
+    pub one_report_per_call: bool,
     /// gRPC connections the simulated workers share.
     #[arg(long, value_name = "C", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub connections: u32,
@@ -338,10 +342,13 @@ impl Sim {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
-            let c = &self.counts;
+            let c = Arc::clone(&self.counts);
             c.leased.fetch_add(granted.len() as u64, Ordering::Relaxed);
             c.last_grant_ms
                 .fetch_max(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            // The results of a lease batch go back in one call (or one
+            // call each, with --one-report-per-call).
+            let mut batch = Vec::new();
             for l in &granted {
                 let Some(report) = self.report_of(l) else {
                     // Not a synthetic job: hand everything back and stop.
@@ -368,21 +375,26 @@ impl Sim {
                 if self.cfg.task_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(self.cfg.task_ms)).await;
                 }
+                batch.push(report);
+            }
+            let calls: Vec<Vec<v1::ReportRequest>> = if self.cfg.one_report_per_call {
+                batch.into_iter().map(|r| vec![r]).collect()
+            } else {
+                vec![batch]
+            };
+            for call in calls.into_iter().filter(|c| !c.is_empty()) {
                 let t0 = Instant::now();
-                let outcome = self.client.report(report).await;
+                let answers = self.send(call).await;
                 reports.add(t0.elapsed());
-                match outcome.map(|r| v1::ReportOutcome::try_from(r.into_inner().outcome)) {
-                    Ok(Ok(v1::ReportOutcome::Accepted)) => {
-                        c.accepted.fetch_add(1, Ordering::Relaxed)
-                    }
-                    Ok(Ok(v1::ReportOutcome::Duplicate)) => {
-                        c.duplicate.fetch_add(1, Ordering::Relaxed)
-                    }
-                    Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                        c.refused.fetch_add(1, Ordering::Relaxed)
-                    }
-                    _ => c.errors.fetch_add(1, Ordering::Relaxed),
-                };
+                for a in answers {
+                    let counter = match a {
+                        Ok(v1::ReportOutcome::Accepted) => &c.accepted,
+                        Ok(v1::ReportOutcome::Duplicate) => &c.duplicate,
+                        Err(tonic::Code::FailedPrecondition) => &c.refused,
+                        _ => &c.errors,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         self.lease_ms.lock().expect("lock").0.append(&mut leases.0);
@@ -391,6 +403,45 @@ impl Sim {
             .expect("lock")
             .0
             .append(&mut reports.0);
+    }
+
+    /// Sends reports (one by `Report`, several by `ReportMany`): each
+    /// one's outcome, or the code it was refused with.
+    async fn send(
+        &mut self,
+        call: Vec<v1::ReportRequest>,
+    ) -> Vec<Result<v1::ReportOutcome, tonic::Code>> {
+        let n = call.len();
+        let outcome = |o: i32| v1::ReportOutcome::try_from(o).map_err(|_| tonic::Code::Unknown);
+        if n == 1 {
+            let req = call.into_iter().next().expect("one report");
+            return vec![match self.client.report(req).await {
+                Ok(r) => outcome(r.into_inner().outcome),
+                Err(s) => Err(s.code()),
+            }];
+        }
+        let req = v1::ReportManyRequest {
+            worker_id: self.name.clone(),
+            reports: call
+                .into_iter()
+                .map(|r| v1::ReportItem {
+                    lease: r.lease,
+                    result: r.result,
+                })
+                .collect(),
+        };
+        match self.client.report_many(req).await {
+            Ok(r) => r
+                .into_inner()
+                .answers
+                .into_iter()
+                .map(|a| match tonic::Code::from(a.code) {
+                    tonic::Code::Ok => outcome(a.outcome),
+                    code => Err(code),
+                })
+                .collect(),
+            Err(s) => vec![Err(s.code()); n],
+        }
     }
 
     /// The report of a synthetic task; `None` (and the run's error set)

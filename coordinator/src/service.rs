@@ -265,6 +265,50 @@ impl WorkerService for Workers {
         }))
     }
 
+    async fn report_many(
+        &self,
+        req: Request<v1::ReportManyRequest>,
+    ) -> Result<Response<v1::ReportManyResponse>, Status> {
+        let cred = credential(&req);
+        let r = req.into_inner();
+        let worker = worker_id(&r.worker_id)?;
+        list("reports", &r.reports, MAX_LEASE_BATCH as usize)?;
+        let core = self.0.core()?;
+        // All at once: their journal records share fsyncs.
+        let judged = r.reports.into_iter().map(|item| {
+            let cred = &cred;
+            async move {
+                let lease = lease_ref(item.lease.as_ref())?;
+                let result = item
+                    .result
+                    .ok_or_else(|| Status::invalid_argument("result is missing"))?;
+                result_fields(&result)?;
+                let nodes = u128_from_wire(result.nodes.as_ref());
+                let verdict = core.report(worker, cred, lease, result).await?;
+                if verdict == Verdict::New {
+                    crate::metrics::counted(core, lease.job, nodes);
+                }
+                Ok::<_, Status>(verdict)
+            }
+        });
+        let answers = futures_util::future::join_all(judged)
+            .await
+            .into_iter()
+            .map(|judged| match judged {
+                Ok(v) => v1::ReportItemAnswer {
+                    outcome: v1::ReportOutcome::from(v) as i32,
+                    ..Default::default()
+                },
+                Err(s) => v1::ReportItemAnswer {
+                    outcome: 0,
+                    code: s.code() as i32,
+                    message: s.message().to_string(),
+                },
+            })
+            .collect();
+        Ok(Response::new(v1::ReportManyResponse { answers }))
+    }
+
     async fn release(
         &self,
         req: Request<v1::ReleaseRequest>,

@@ -1014,3 +1014,67 @@ async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
     assert_eq!((j.done, j.conflicts), (20, 1));
     r.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn report_many_judges_each_result_as_report_would() {
+    let dir = kit::tempdir();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Synthetic, 10)).await;
+    let got = kit::lease(&mut w, "w1", 4).await;
+    let item = |l: &v1::Lease| v1::ReportItem {
+        lease: Some(l.lease_ref()),
+        result: Some(kit::result_of(l)),
+    };
+    let mut forged = item(&got[2]);
+    forged.lease.as_mut().unwrap().lease_id ^= 1;
+    let mut wrong = item(&got[3]);
+    wrong.result.as_mut().unwrap().weighted = Some(nqueens_proto::u128_to_wire(7));
+    let no_result = v1::ReportItem {
+        lease: Some(got[1].lease_ref()),
+        result: None,
+    };
+    let req = v1::ReportManyRequest {
+        worker_id: "w1".into(),
+        reports: vec![
+            item(&got[0]),
+            item(&got[0]),
+            forged,
+            wrong,
+            no_result,
+            item(&got[1]),
+        ],
+    };
+    let answers = w.report_many(req).await.unwrap().into_inner().answers;
+    let seen: Vec<(i32, Code)> = answers
+        .iter()
+        .map(|a| (a.outcome, Code::from(a.code)))
+        .collect();
+    let accepted = ReportOutcome::Accepted as i32;
+    // The same result twice in one call: one counts, the other is a
+    // duplicate (which one depends on the order the journal took them).
+    let mut first_two = vec![seen[0].0, seen[1].0];
+    first_two.sort_unstable();
+    assert_eq!(
+        first_two,
+        vec![accepted, ReportOutcome::Duplicate as i32],
+        "{answers:?}"
+    );
+    assert_eq!(seen[2].1, Code::FailedPrecondition, "{answers:?}");
+    assert_eq!(seen[3].1, Code::InvalidArgument, "{answers:?}");
+    assert_eq!(seen[4].1, Code::InvalidArgument, "{answers:?}");
+    assert_eq!(seen[5], (accepted, Code::Ok), "{answers:?}");
+    let j = kit::job(&mut ops, job.job_id).await;
+    let sum = (0..2)
+        .map(nqueens_common::plan::synthetic_answer)
+        .sum::<u128>();
+    assert_eq!((j.done, kit::counts(&j).0), (2, sum));
+    // Too many at once is refused whole.
+    let many = v1::ReportManyRequest {
+        worker_id: "w1".into(),
+        reports: vec![item(&got[0]); 1025],
+    };
+    let refused = w.report_many(many).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    r.shutdown().await.unwrap();
+}
