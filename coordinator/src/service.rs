@@ -134,6 +134,27 @@ fn result_fields(r: &v1::TaskResult) -> Result<(), Status> {
     text("result.solver_version", &r.solver_version, MAX_VERSION).map(|_| ())
 }
 
+/// Checks one reported result and has the coordinator judge it (stored
+/// on disk before `New` is answered); a counted one's nodes go to the
+/// metrics.
+async fn judge(
+    core: &Coordinator,
+    worker: &str,
+    credential: &str,
+    lease: Option<v1::LeaseRef>,
+    result: Option<v1::TaskResult>,
+) -> Result<Verdict, Status> {
+    let lease = lease_ref(lease.as_ref())?;
+    let result = result.ok_or_else(|| Status::invalid_argument("result is missing"))?;
+    result_fields(&result)?;
+    let nodes = u128_from_wire(result.nodes.as_ref());
+    let verdict = core.report(worker, credential, lease, result).await?;
+    if verdict == Verdict::New {
+        crate::metrics::counted(core, lease.job, nodes);
+    }
+    Ok(verdict)
+}
+
 fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
     let r = r.ok_or_else(|| Status::invalid_argument("lease is missing"))?;
     Ok(r.into())
@@ -250,16 +271,7 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         let worker = worker_id(&r.worker_id)?;
-        let lease = lease_ref(r.lease.as_ref())?;
-        let result = r
-            .result
-            .ok_or_else(|| Status::invalid_argument("result is missing"))?;
-        result_fields(&result)?;
-        let (core, nodes) = (self.0.core()?, u128_from_wire(result.nodes.as_ref()));
-        let verdict = core.report(worker, &cred, lease, result).await?;
-        if verdict == Verdict::New {
-            crate::metrics::counted(core, lease.job, nodes);
-        }
+        let verdict = judge(self.0.core()?, worker, &cred, r.lease, r.result).await?;
         Ok(Response::new(v1::ReportResponse {
             outcome: v1::ReportOutcome::from(verdict) as i32,
         }))
@@ -275,22 +287,10 @@ impl WorkerService for Workers {
         list("reports", &r.reports, MAX_LEASE_BATCH as usize)?;
         let core = self.0.core()?;
         // All at once: their journal records share fsyncs.
-        let judged = r.reports.into_iter().map(|item| {
-            let cred = &cred;
-            async move {
-                let lease = lease_ref(item.lease.as_ref())?;
-                let result = item
-                    .result
-                    .ok_or_else(|| Status::invalid_argument("result is missing"))?;
-                result_fields(&result)?;
-                let nodes = u128_from_wire(result.nodes.as_ref());
-                let verdict = core.report(worker, cred, lease, result).await?;
-                if verdict == Verdict::New {
-                    crate::metrics::counted(core, lease.job, nodes);
-                }
-                Ok::<_, Status>(verdict)
-            }
-        });
+        let judged = r
+            .reports
+            .into_iter()
+            .map(|item| judge(core, worker, &cred, item.lease, item.result));
         let answers = futures_util::future::join_all(judged)
             .await
             .into_iter()
