@@ -79,18 +79,7 @@ async fn run(
     json: bool,
 ) -> Result<JobInfo, Failure> {
     let started = Instant::now();
-    let config = Config {
-        listen: ([127, 0, 0, 1], 0).into(),
-        data_dir: dir.clone(),
-        worker_token: None,
-        operator_token: None,
-        insecure: false,
-        metrics: None,
-        metrics_public: false,
-        tls: None,
-        limits: Default::default(),
-    };
-    let running = server::start(config, Arc::new(SystemClock))
+    let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
         .map_err(|e| Failure::Failed(format!("state directory {}: {e}", dir.display())))?;
     let job = match find_job(&running.core.jobs(), &plan, &dir)? {

@@ -10,7 +10,7 @@ use nqueens_proto::v1::{
     worker_service_server::WorkerServiceServer,
 };
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -35,6 +35,24 @@ pub struct Config {
     /// Serve over TLS with these PEM files.
     pub tls: Option<Tls>,
     pub limits: Limits,
+}
+
+impl Config {
+    /// A coordinator on a free loopback port with its data in `dir`:
+    /// default limits, no tokens, TLS or metrics (an embedded run, a test).
+    pub fn local(dir: &Path) -> Config {
+        Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            data_dir: dir.to_path_buf(),
+            worker_token: None,
+            operator_token: None,
+            insecure: false,
+            metrics: None,
+            metrics_public: false,
+            tls: None,
+            limits: Limits::default(),
+        }
+    }
 }
 
 /// TLS files (PEM).

@@ -3,24 +3,14 @@
 
 use crate::wait::Wait;
 use nqueens_coordinator::server::{Config, Running};
-use nqueens_coordinator::state::{JobView, Limits};
+use nqueens_coordinator::state::JobView;
 use std::path::Path;
 use std::time::Duration;
 
 /// A coordinator's configuration: loopback on a free port, data in `dir`,
 /// default limits, no tokens, TLS or metrics. Change what a test needs.
 pub fn config(dir: &Path) -> Config {
-    Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.to_path_buf(),
-        worker_token: None,
-        operator_token: None,
-        insecure: false,
-        metrics: None,
-        metrics_public: false,
-        tls: None,
-        limits: Limits::default(),
-    }
+    Config::local(dir)
 }
 
 /// The URL of a coordinator started in-process.
