@@ -270,6 +270,35 @@ mod tests {
     }
 
     #[test]
+    fn damaged_bytes_never_panic_and_never_make_a_row_up() {
+        let good = merge(&[], vec![(3, Edit::Add(encode(&done(3, 9, 9), 0)))]);
+        let who = |_| Some(Reporter::default());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut bytes = good.clone();
+            // A flipped byte, or a cut, anywhere.
+            let at = (x as usize) % bytes.len();
+            if round % 2 == 0 {
+                bytes[at] ^= (x >> 32) as u8 | 1;
+            } else {
+                bytes.truncate(at);
+            }
+            for (t, payload) in entries(&bytes) {
+                let _ = decode(1, u64::from(t), payload, who);
+            }
+        }
+        assert!(entries(&[0xff; 2]).is_empty(), "a header cut short");
+        assert_eq!(
+            decode(1, 3, &[0x80; 40], who),
+            None,
+            "a varint that never ends"
+        );
+    }
+
+    #[test]
     fn blocks_merge_first_wins_replace_and_remove() {
         let a = encode(&done(1, 1, 1), 0);
         let b = encode(&done(2, 2, 2), 0);

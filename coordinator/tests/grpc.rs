@@ -1076,5 +1076,14 @@ async fn report_many_judges_each_result_as_report_would() {
     };
     let refused = w.report_many(many).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
+    // So is an oversized worker id, and nothing is counted by either.
+    let long = v1::ReportManyRequest {
+        worker_id: "w".repeat(10_000),
+        reports: vec![item(&got[2])],
+    };
+    let refused = w.report_many(long).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!((j.done, kit::counts(&j).0), (2, sum));
     r.shutdown().await.unwrap();
 }
