@@ -101,8 +101,13 @@ fn audited(url: &str, id: &str, tasks: u64) -> String {
     a["digest"].as_str().expect("a digest").to_string()
 }
 
-fn restart(data: &Path, addr: &str, log: &Path) -> Coordinator {
-    start_at(data, addr, &["--lease-ttl", "2"], Some(log))
+/// A coordinator that checkpoints after every `every` journal records
+/// (and seals a journal segment), so kills fall before, between and
+/// after checkpoints.
+fn restart(data: &Path, addr: &str, log: &Path, every: u64) -> Coordinator {
+    let every = every.to_string();
+    let extra = ["--lease-ttl", "2", "--checkpoint-every", &every];
+    start_at(data, addr, &extra, Some(log))
 }
 
 /// Runs a synthetic job of `tasks` tasks with `workers` simulated workers,
@@ -114,7 +119,8 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
     let data = dir.path().join("data");
     let log = dir.path().join("coordinator.log");
     let addr = kit::free_addr();
-    let mut c = restart(&data, &addr, &log);
+    let every = tasks / (3 * kills + 1);
+    let mut c = restart(&data, &addr, &log, every);
     let url = c.url.clone();
     let id = submit(&url, tasks);
     let sims = loadgen(&url, workers, "0.002");
@@ -135,7 +141,7 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
             |j| kit::dec(&j["done"]) >= at,
         );
         kill9(&mut c.child);
-        c = restart(&data, &addr, &log);
+        c = restart(&data, &addr, &log, every);
     }
     let j = wait(
         &url,
@@ -155,6 +161,11 @@ fn killed_repeatedly_the_sum_stays_exact(tasks: u64, kills: u64, workers: u32, s
         "more acknowledgements than tasks: {summary}"
     );
     let digest = audited(&url, &id, tasks);
+    // It ran through checkpoints and sealed segments, the audit reading
+    // them all.
+    assert!(data.join("checkpoint").is_file());
+    let sealed = std::fs::read_dir(data.join("journal.d")).unwrap().count();
+    assert!(sealed >= 2, "{sealed} sealed segments");
 
     // The same job again, without kills or dying workers: same evidence.
     let again = submit(&url, tasks);

@@ -192,6 +192,11 @@ pub enum Command {
         /// planning time grow with its tasks).
         #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
         max_tasks: u64,
+        /// Checkpoint the state after this many journal records (and every
+        /// 5 minutes if anything changed): a restart reads the checkpoint
+        /// and replays only the records after it.
+        #[arg(long, value_name = "RECORDS", env = "NQUEENS_CHECKPOINT_EVERY", default_value_t = nqueens_coordinator::server::Checkpoints::default().records)]
+        checkpoint_every: u64,
         /// Serve TLS with this certificate chain (PEM).
         #[arg(long, value_name = "F", requires = "tls_key", env = "NQUEENS_TLS_CERT")]
         tls_cert: Option<PathBuf>,

@@ -137,6 +137,7 @@ fn run(command: Command) -> Result<(), Failure> {
             metrics,
             metrics_public,
             max_tasks,
+            checkpoint_every,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -158,6 +159,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 limits: nqueens_coordinator::state::Limits {
                     lease_ttl_ms: lease_ttl.max(1) * 1000,
                     max_tasks,
+                    ..Default::default()
+                },
+                checkpoints: nqueens_coordinator::server::Checkpoints {
+                    records: checkpoint_every,
                     ..Default::default()
                 },
             },

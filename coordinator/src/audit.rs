@@ -41,7 +41,8 @@ pub struct Audit {
     pub job: u64,
     pub spec: PlanSpec,
     pub state: JobState,
-    /// Records in the journal (each CRC-checked) and its size.
+    /// Records in the journal (each CRC-checked) and the bytes of their
+    /// frames, uncompressed, over every segment.
     pub journal_records: u64,
     pub journal_bytes: u64,
     /// Bytes of a half-written last record (normal while a coordinator writes).

@@ -2,7 +2,9 @@
 //! every durable change. The rule everywhere: write the journal record, wait
 //! for its fsync, apply it to the state, then answer.
 
+use crate::checkpoint;
 use crate::journal::{Journal, JournalError};
+use crate::seen::Seen;
 use crate::state::{
     digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict,
     WorkerInfo,
@@ -65,6 +67,19 @@ pub enum CoordError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(
+        "the journal {path} ends at record {last}, but checkpoint {checkpoint} holds records up to \
+         {covered}: the journal lost acknowledged results (was it cut, or restored from an older \
+         copy?). Nothing was changed. Restore the data directory from a backup; or, accepting the \
+         loss, move the checkpoint files (checkpoint, checkpoint.prev) aside: the next start replays \
+         the journal alone and says what else to do"
+    )]
+    JournalBehind {
+        path: PathBuf,
+        last: u64,
+        checkpoint: PathBuf,
+        covered: u64,
+    },
+    #[error(
         "the plan asks for {asked} tasks; this coordinator accepts at most {max} (--max-tasks): \
          ask for fewer with --tasks, or raise --max-tasks if the coordinator has the memory \
          (a few KB per task)"
@@ -72,9 +87,41 @@ pub enum CoordError {
     TooManyTasks { asked: u64, max: u64 },
 }
 
+/// What a checkpoint did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointMade {
+    /// Every journal record up to here is in it (and perhaps a few after).
+    pub upto: u64,
+    pub bytes: u64,
+    /// Time the state's lock was held to encode it.
+    pub encode_ms: u64,
+    pub ms: u64,
+    /// The journal segment sealed after it (first and last record).
+    pub sealed: Option<(u64, u64)>,
+    /// Sealed segments compressed.
+    pub compressed: usize,
+}
+
+/// How the state was recovered at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// Journal records at start-up.
+    pub records: u64,
+    /// Records applied from the journal (the rest came with the checkpoint).
+    pub replayed: u64,
+    /// The checkpoint used: every record up to here was in it.
+    pub checkpoint_upto: Option<u64>,
+    pub ms: u64,
+}
+
 /// The coordinator.
 pub struct Coordinator {
+    recovery: std::sync::OnceLock<Recovery>,
     state: Mutex<State>,
+    /// The journal records the state holds (updated under its lock).
+    applied: Mutex<Seen>,
+    /// The last record of the latest checkpoint (0: none this run).
+    checkpointed: AtomicU64,
     journal: Journal,
     /// Read and repaired at start-up only; written afterwards by `writes`.
     store: Store,
@@ -160,22 +207,58 @@ impl Coordinator {
             ))
         })?;
         let key = lease_key(data_dir).map_err(dir_err)?;
-        let (journal, replay) = Journal::open(&data_dir.join("journal"))?;
-        let read = started.elapsed();
         let (store, store_opened) = Store::open(&data_dir.join("store"))?;
-        let mut state = State::new(limits);
-        state.set_lease_key(key);
-        // Every task with a result record, counted or not.
-        let mut journaled = std::collections::HashSet::new();
         // The store is caught up from the first record it lacks (a row
         // written twice is harmless: the first result of a task wins).
         let caught_up = store.caught_up();
+        // A checkpoint is used only if the store holds the rows of every
+        // record it covers (it was written after they were synced; a
+        // store rebuilt since is not): the records before it are not read.
+        let checkpoint = checkpoint::load(data_dir).filter(|c| {
+            let covered = c.seen.last();
+            if caught_up < covered {
+                tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = caught_up, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
+            }
+            caught_up >= covered
+        });
+        let journal_path = data_dir.join("journal");
+        let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
+        let (journal, replay) = Journal::open(&journal_path, after)?;
+        if let Some(c) = checkpoint.as_ref().filter(|c| replay.last < c.seen.last()) {
+            return Err(CoordError::JournalBehind {
+                path: journal_path,
+                last: replay.last,
+                checkpoint: c.path.clone(),
+                covered: c.seen.last(),
+            });
+        }
+        let read = started.elapsed();
+        let from_checkpoint = checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
+        let (mut state, applied) = match checkpoint {
+            Some(c) => (c.state.with_limits(limits), Some(c.seen)),
+            None => (State::new(limits), None),
+        };
+        state.set_lease_key(key);
+        // Without a checkpoint: every task with a result record, counted
+        // or not, for the store check.
+        let mut journaled = applied.is_none().then(std::collections::HashSet::new);
         let mut rows = Vec::new();
-        for (seq, r) in (1u64..).zip(&replay.records) {
-            state.apply(r)?;
+        let mut replayed = 0;
+        for (seq, r) in (replay.first..).zip(&replay.records) {
+            // Applied before the checkpoint was taken: its effect is in it.
+            if applied.as_ref().is_some_and(|a| a.contains(seq)) {
+                continue;
+            }
+            replayed += 1;
+            let verdict = state.apply(r)?;
             if let Some(Record::TaskDone(d)) = &r.record {
-                journaled.insert((d.job_id, d.task_index));
-                if seq > caught_up {
+                if let Some(j) = journaled.as_mut() {
+                    j.insert((d.job_id, d.task_index));
+                }
+                // From a checkpoint, only counted results get a row (the
+                // store check that removes the others needs every record).
+                let row = journaled.is_some() || matches!(verdict, Some(Verdict::New));
+                if seq > caught_up && row {
                     rows.push(d.clone());
                 }
                 if rows.len() == 1 << 16 {
@@ -183,9 +266,9 @@ impl Coordinator {
                 }
             }
         }
-        let records = replay.records.len() as u64;
+        let records = replay.last;
         store.add_results(rows, Some(records))?;
-        let replayed = started.elapsed();
+        let replay_done = started.elapsed();
         // Jobs planned before (their size was accepted then) get their
         // tasks now; jobs never planned are planned once serving, as at
         // submit, so that a long plan cannot keep the coordinator down.
@@ -200,7 +283,10 @@ impl Coordinator {
         }
         let (changed, _) = tokio::sync::watch::channel(0);
         let core = Arc::new(Coordinator {
+            recovery: std::sync::OnceLock::new(),
             state: Mutex::new(state),
+            applied: Mutex::new(Seen::upto(records)),
+            checkpointed: AtomicU64::new(from_checkpoint.map_or(0, |c| c.0)),
             journal,
             store,
             store_opened,
@@ -217,7 +303,7 @@ impl Coordinator {
             core.plan_job(id, spec, Some(p)).await?;
         }
         let verifying = std::time::Instant::now();
-        core.verify(&journaled)?;
+        core.verify(journaled.as_ref())?;
         let verified = verifying.elapsed();
         core.store.flush();
         let _ = core
@@ -234,16 +320,25 @@ impl Coordinator {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             dir = %data_dir.display(),
-            records = replay.records.len(),
+            records,
+            replayed,
+            checkpoint_upto = from_checkpoint.map(|c| c.0),
+            checkpoint_bytes = from_checkpoint.map(|c| c.1),
             torn_bytes = replay.truncated,
             epoch,
             jobs = core.lock().jobs().count(),
             read_ms = ms(read),
-            replay_ms = ms(replayed - read),
+            replay_ms = ms(replay_done - read),
             verify_ms = ms(verified),
             ms = ms(started.elapsed()),
             "coordinator state restored"
         );
+        let _ = core.recovery.set(Recovery {
+            records,
+            replayed,
+            checkpoint_upto: from_checkpoint.map(|c| c.0),
+            ms: ms(started.elapsed()),
+        });
         for (id, spec) in unplanned {
             core.plan_in_background(id, spec);
         }
@@ -253,6 +348,11 @@ impl Coordinator {
     /// True while the journal can be written; changes when that does.
     pub fn journal_healthy(&self) -> tokio::sync::watch::Receiver<bool> {
         self.journal.healthy()
+    }
+
+    /// How the state was recovered at start-up.
+    pub fn recovery(&self) -> Recovery {
+        *self.recovery.get().expect("set at start-up")
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -312,26 +412,92 @@ impl Coordinator {
             let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
             let before = job.is_some_and(|id| done(&s, id));
             let applied = s.apply(&r);
-            if let (Err(_), Some(w)) = (&applied, self.writes.get()) {
-                w.seen(seq); // no row, but no gap in the store's count
+            // Under the state's lock, so that a checkpoint of the state
+            // knows which records it holds, and finds each of them sent to
+            // the store's thread: every record is told to it (its count of
+            // records caught up must have no gap), none before it starts.
+            // The store's result row is the counted result, nothing else.
+            self.applied.lock().expect("applied lock").add(seq);
+            if let Some(w) = self.writes.get() {
+                match (&applied, &r.record) {
+                    (Ok(None | Some(Verdict::New)), Some(Record::TaskDone(d))) => {
+                        w.result(d.clone(), seq)
+                    }
+                    _ => w.seen(seq),
+                }
             }
             (applied?, job.filter(|&id| !before && done(&s, id)))
         };
         if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
             tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
         }
-        // The store's result row is the counted result, nothing else.
-        let counted = matches!(v, None | Some(Verdict::New));
-        // Every record is told to the store's thread (its count of records
-        // caught up must have no gap); none before it starts.
-        if let Some(w) = self.writes.get() {
-            match (counted, &r.record) {
-                (true, Some(Record::TaskDone(d))) => w.result(d.clone(), seq),
-                _ => w.seen(seq),
-            }
-        }
         self.bump();
         Ok(v)
+    }
+
+    /// Writes a checkpoint of the state, if anything was journaled since
+    /// the last one: the state is encoded under its lock, the store is
+    /// synced up to every record the state holds, the checkpoint is
+    /// written durably; then, with `seal`, the journal's current file is
+    /// sealed and the sealed segments compressed (at shutdown the file is
+    /// left as it is: the next start reads it anyway). A failure changes
+    /// nothing on disk that a start-up relies on (the journal keeps every
+    /// record).
+    pub async fn checkpoint(&self, seal: bool) -> Result<Option<CheckpointMade>, CoordError> {
+        let started = std::time::Instant::now();
+        let (bytes, seen) = {
+            let s = self.lock();
+            let seen = self.applied.lock().expect("applied lock").clone();
+            if seen.last() <= self.checkpointed.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            (checkpoint::encode(&seen, &s, self.now_ms()), seen)
+        };
+        let encode_ms = started.elapsed().as_millis() as u64;
+        // Every record the state holds was sent to the store's thread
+        // before the lock was released: a sync now covers them all.
+        let synced = self.store_writer().sync().await;
+        if synced < seen.last() {
+            return Err(CoordError::Store(crate::store::StoreError::Behind {
+                synced,
+                needed: seen.last(),
+            }));
+        }
+        let dir = self.data_dir.clone();
+        let len = bytes.len() as u64;
+        tokio::task::spawn_blocking(move || checkpoint::save(&dir, &bytes))
+            .await
+            .expect("checkpoint thread panicked")
+            .map_err(|e| CoordError::DataDir {
+                path: self.data_dir.clone(),
+                why: format!("cannot write the checkpoint: {e}"),
+            })?;
+        self.checkpointed.store(seen.last(), Ordering::SeqCst);
+        let (mut sealed, mut compressed) = (None, 0);
+        if seal {
+            sealed = self.journal.rotate().await?;
+            let journal = self.data_dir.join("journal");
+            compressed =
+                tokio::task::spawn_blocking(move || crate::journal::segments::compress(&journal))
+                    .await
+                    .expect("compression thread panicked")?;
+        }
+        let made = CheckpointMade {
+            upto: seen.upto,
+            bytes: len,
+            encode_ms,
+            ms: started.elapsed().as_millis() as u64,
+            sealed,
+            compressed,
+        };
+        tracing::info!(upto = made.upto, bytes = made.bytes, encode_ms, ms = made.ms, sealed = ?made.sealed, compressed, "checkpoint written");
+        Ok(Some(made))
+    }
+
+    /// Journal records since the last checkpoint.
+    pub fn records_since_checkpoint(&self) -> u64 {
+        let last = self.applied.lock().expect("applied lock").last();
+        last.saturating_sub(self.checkpointed.load(Ordering::SeqCst))
     }
 
     /// Attaches a job's tasks: from the store when they match the journal's
@@ -386,8 +552,14 @@ impl Coordinator {
     }
 
     /// Re-derives every job's totals from its result rows, and rewrites
-    /// store rows that disagree with the journal.
-    fn verify(&self, journaled: &std::collections::HashSet<(u64, u64)>) -> Result<(), CoordError> {
+    /// store rows that disagree with the journal. With `journaled` (every
+    /// task with a result record: the whole journal was replayed), also
+    /// checks every row of the store against it; after a checkpoint that
+    /// full scan is left to the audit, so that a start-up stays short.
+    fn verify(
+        &self,
+        journaled: Option<&std::collections::HashSet<(u64, u64)>>,
+    ) -> Result<(), CoordError> {
         let state = self.lock();
         let mut repaired = 0;
         for job in state.jobs() {
@@ -435,6 +607,15 @@ impl Coordinator {
         // fsynced: a row whose record is missing means the journal lost
         // acknowledged results (cut, or restored from an older copy).
         // Nothing is deleted; the operator decides.
+        let Some(journaled) = journaled else {
+            if repaired > 0 {
+                tracing::warn!(
+                    rows = repaired,
+                    "store rows different from the journal were rewritten"
+                );
+            }
+            return Ok(());
+        };
         let keys = self.store.result_keys();
         let lost: Vec<&(u64, u64)> = keys.iter().filter(|k| !journaled.contains(k)).collect();
         if let Some(&&(job, task)) = lost.first() {

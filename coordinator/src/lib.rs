@@ -2,11 +2,14 @@
 //! workers over gRPC, and aggregates their counts exactly and durably.
 //!
 //! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
+//! - [`checkpoint`]: fsynced, CRC-checked snapshots of the state, so a restart
+//!   replays only the journal after the latest one.
 //! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`credentials`]: per-worker tokens issued by the operator, stored hashed.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`rows`]: the store's compact result rows, many tasks to a block.
+//! - [`seen`]: which journal records a reader has taken in.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
 //! - [`service`]: the gRPC services, request checks, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
@@ -14,11 +17,13 @@
 //! - [`wire`]: the coordinator's jobs, workers, leases and audits on the wire.
 
 pub mod audit;
+pub mod checkpoint;
 pub mod core;
 pub mod credentials;
 pub mod journal;
 pub mod metrics;
 pub mod rows;
+pub mod seen;
 pub mod server;
 pub mod service;
 pub mod state;

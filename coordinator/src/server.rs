@@ -35,6 +35,40 @@ pub struct Config {
     /// Serve over TLS with these PEM files.
     pub tls: Option<Tls>,
     pub limits: Limits,
+    pub checkpoints: Checkpoints,
+}
+
+/// When the coordinator checkpoints its state (and seals the journal's
+/// segment): after `records` journal records, or after `interval` if
+/// anything was journaled; and once at shutdown.
+#[derive(Clone, Copy, Debug)]
+pub struct Checkpoints {
+    pub records: u64,
+    pub interval: Duration,
+    pub at_shutdown: bool,
+}
+
+impl Checkpoints {
+    /// No checkpoint at all: every start-up replays the whole journal (for
+    /// tests of what a start-up finds in the journal alone).
+    pub fn never() -> Checkpoints {
+        Checkpoints {
+            records: u64::MAX,
+            interval: Duration::from_secs(u64::MAX / 4),
+            at_shutdown: false,
+        }
+    }
+}
+
+impl Default for Checkpoints {
+    fn default() -> Self {
+        Checkpoints {
+            // About a second of replay at start-up, whatever the history.
+            records: 500_000,
+            interval: Duration::from_secs(300),
+            at_shutdown: true,
+        }
+    }
 }
 
 impl Config {
@@ -51,6 +85,7 @@ impl Config {
             metrics_public: false,
             tls: None,
             limits: Limits::default(),
+            checkpoints: Checkpoints::default(),
         }
     }
 }
@@ -151,6 +186,8 @@ pub struct Running {
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     sweeper: tokio::task::JoinHandle<()>,
+    checkpointer: tokio::task::JoinHandle<()>,
+    checkpoint_at_shutdown: bool,
     health_watch: tokio::task::JoinHandle<()>,
     refresher: tokio::task::JoinHandle<()>,
     metrics: Option<tokio::task::JoinHandle<()>>,
@@ -166,6 +203,8 @@ impl Running {
         }
         self.sweeper.abort();
         let _ = (&mut self.sweeper).await;
+        self.checkpointer.abort();
+        let _ = (&mut self.checkpointer).await;
         self.health_watch.abort();
         self.refresher.abort();
         if let Some(m) = self.metrics.take() {
@@ -173,6 +212,14 @@ impl Running {
             let _ = m.await;
         }
         let served = self.server.await.expect("server task panicked");
+        // The next start reads this instead of replaying the journal.
+        let checkpoint = match self.checkpoint_at_shutdown {
+            true => self.core.checkpoint(false).await,
+            false => Ok(None),
+        };
+        if let Err(e) = checkpoint {
+            tracing::warn!(error = %e, "no checkpoint at shutdown; the next start replays the journal since the last one");
+        }
         self.core.close_store();
         served
     }
@@ -627,6 +674,25 @@ pub async fn start_announced(
             }
         }
     });
+    let checkpoints = config.checkpoints;
+    let core_c = Arc::clone(&core);
+    let checkpointer = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1).min(checkpoints.interval));
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tick.tick().await;
+            let since = core_c.records_since_checkpoint();
+            let due = since >= checkpoints.records.max(1)
+                || (since > 0 && last.elapsed() >= checkpoints.interval);
+            if !due {
+                continue;
+            }
+            last = tokio::time::Instant::now();
+            if let Err(e) = core_c.checkpoint(true).await {
+                tracing::error!(error = %e, "checkpoint failed; the journal still holds everything (start-up replays more)");
+            }
+        }
+    });
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
     Ok(Running {
         addr,
@@ -636,6 +702,8 @@ pub async fn start_announced(
         stop: Some(stop),
         server,
         sweeper,
+        checkpointer,
+        checkpoint_at_shutdown: config.checkpoints.at_shutdown,
         health_watch,
         refresher,
     })

@@ -87,9 +87,10 @@ impl From<CoordError> for Status {
                 Status::unavailable(format!("not stored, retry later: {msg}"))
             }
             CoordError::Plan(_) | CoordError::TooManyTasks { .. } => Status::invalid_argument(msg),
-            CoordError::DataDir { .. } | CoordError::Verify { .. } | CoordError::Store(_) => {
-                Status::internal(msg)
-            }
+            CoordError::DataDir { .. }
+            | CoordError::Verify { .. }
+            | CoordError::Store(_)
+            | CoordError::JournalBehind { .. } => Status::internal(msg),
         }
     }
 }
@@ -100,7 +101,9 @@ impl From<AuditError> for Status {
         match e {
             AuditError::UnknownJob(_) => Status::not_found(msg),
             AuditError::NotPlanned(_) => Status::failed_precondition(msg),
-            AuditError::Journal(JournalError::Corrupt { .. }) => Status::data_loss(msg),
+            AuditError::Journal(
+                JournalError::Corrupt { .. } | JournalError::MissingSegment { .. },
+            ) => Status::data_loss(msg),
             AuditError::Journal(_) | AuditError::Replay(_) | AuditError::Plan(_) => {
                 Status::internal(msg)
             }

@@ -14,9 +14,11 @@
 //! concurrent use) can never hold up an acknowledgement.
 
 use crate::rows::{self, Edit, Reporter};
+use crate::seen::Seen;
 use nqueens_common::plan::Task;
 use nqueens_proto::v1::TaskDone;
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,13 @@ pub enum StoreError {
     Sled { path: PathBuf, source: sled::Error },
     #[error("store {path}: cannot move the damaged store aside: {source}")]
     Move {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the store's thread has written the rows of records up to {synced} only, and {needed} are needed (an earlier store write failed: see the log)")]
+    Behind { synced: u64, needed: u64 },
+    #[error("store {path}: cannot fsync its files: {source}")]
+    Sync {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -392,6 +401,28 @@ impl Store {
         self.db.size_on_disk().unwrap_or(0)
     }
 
+    /// Flushes sled, then fsyncs every file of its directory and the
+    /// directory itself (sled's flush alone is not a full fsync): what was
+    /// written before is on disk, so a checkpoint may rely on it.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(|e| self.err(e))?;
+        fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    fsync_tree(&entry.path())?;
+                } else {
+                    File::open(entry.path())?.sync_all()?;
+                }
+            }
+            File::open(dir)?.sync_all()
+        }
+        fsync_tree(&self.path).map_err(|source| StoreError::Sync {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     /// Asks sled to write its buffers (not a durability point: see above).
     pub fn flush(&self) {
         if let Err(e) = self.db.flush() {
@@ -409,6 +440,8 @@ enum Write {
     Seen(u64),
     Tasks(u64, Vec<Task>),
     Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
+    /// Write what is gathered, flush, and answer with the records caught up.
+    Sync(tokio::sync::oneshot::Sender<u64>),
 }
 
 /// How often the store's thread asks sled to write its buffers while busy.
@@ -476,6 +509,15 @@ impl StoreWriter {
         rx.await.ok().flatten()
     }
 
+    /// Writes every row gathered so far and flushes sled (then fsyncs its
+    /// files); answers with the journal records whose rows are all in the
+    /// store (0 if the store's thread has stopped).
+    pub async fn sync(&self) -> u64 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Write::Sync(tx));
+        rx.await.unwrap_or(0)
+    }
+
     /// Stops taking writes and waits (boundedly) until the queued ones are
     /// written and flushed.
     pub fn close(&self) {
@@ -499,32 +541,11 @@ impl Drop for StoreWriter {
 /// Results the store's thread gathers before it writes their blocks.
 const GATHER: usize = 1 << 14;
 
-/// The journal records seen by the store's thread: all up to `upto`, and
-/// some beyond (records are fsynced in order but reach this thread in any).
-struct Seen {
-    upto: u64,
-    beyond: std::collections::BTreeSet<u64>,
-}
-
-impl Seen {
-    fn add(&mut self, seq: u64) {
-        if seq > self.upto {
-            self.beyond.insert(seq);
-        }
-        while self.beyond.remove(&(self.upto + 1)) {
-            self.upto += 1;
-        }
-    }
-}
-
 fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
     // Results wait here, so that each block is rewritten once per batch
     // rather than once per result; a lookup sees them.
     let mut gathered: Vec<TaskDone> = Vec::new();
-    let mut seen = Seen {
-        upto: caught_up,
-        beyond: Default::default(),
-    };
+    let mut seen = Seen::upto(caught_up);
     let mut written = caught_up;
     let mut flushed = Instant::now();
     let warn = |e: StoreError| tracing::warn!(error = %e, "store update failed; the journal holds the record");
@@ -551,6 +572,20 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
                 let _ = answer.send(waiting.or_else(|| store.result(job, task)));
                 false
             }
+            Ok(Write::Sync(answer)) => {
+                let synced = store
+                    .add_results(std::mem::take(&mut gathered), Some(seen.upto))
+                    .and_then(|()| store.sync());
+                match synced {
+                    Ok(()) => {
+                        written = seen.upto;
+                        let _ = answer.send(written);
+                    }
+                    Err(e) => warn(e), // dropping `answer` says: nothing synced
+                }
+                flushed = Instant::now();
+                false
+            }
             Err(RecvTimeoutError::Timeout) => false,
             Err(RecvTimeoutError::Disconnected) => true,
         };
@@ -575,20 +610,6 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_count_of_records_caught_up_has_no_gap() {
-        let mut seen = Seen {
-            upto: 10,
-            beyond: Default::default(),
-        };
-        for seq in [12, 14, 13, 9] {
-            seen.add(seq);
-        }
-        assert_eq!(seen.upto, 10, "11 has not come yet");
-        seen.add(11);
-        assert_eq!((seen.upto, seen.beyond.len()), (14, 0));
-    }
 
     #[test]
     fn rows_and_the_records_caught_up_are_written_together() {

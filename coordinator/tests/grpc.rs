@@ -3,7 +3,9 @@
 
 use nqueens_common::plan::Strategy;
 use nqueens_coordinator::core::{Clock, ManualClock};
-use nqueens_coordinator::server::{start, start_announced, Config, Running, StartError};
+use nqueens_coordinator::server::{
+    start, start_announced, Checkpoints, Config, Running, StartError,
+};
 use nqueens_coordinator::state::Limits;
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
@@ -818,7 +820,14 @@ async fn a_torn_last_journal_record_is_cut_and_the_run_continues() {
 async fn store_rows_the_journal_lacks_stop_the_start_and_nothing_is_deleted() {
     let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
-    let r = serve(dir.path(), clock.clone()).await;
+    // The whole journal is replayed at each start (no checkpoint).
+    let config = |dir: &Path| Config {
+        checkpoints: Checkpoints::never(),
+        ..config(dir)
+    };
+    let r = start(config(dir.path()), clock.clone() as Arc<dyn Clock>)
+        .await
+        .unwrap();
     let (mut w, mut ops) = clients(&r).await;
     submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
     let done = kit::work(&mut w, "w1", 15).await as u64;
@@ -846,7 +855,7 @@ async fn store_rows_the_journal_lacks_stop_the_start_and_nothing_is_deleted() {
     // The operator accepts the loss as the message says: the store moved
     // aside is rebuilt from the journal, and the count is exact.
     std::fs::rename(dir.path().join("store"), dir.path().join("store.old")).unwrap();
-    let r = serve(dir.path(), clock).await;
+    let r = start(config(dir.path()), clock).await.unwrap();
     let (mut w, mut ops) = clients(&r).await;
     kit::work(&mut w, "w2", usize::MAX).await;
     let j = kit::job(&mut ops, 1).await;
@@ -933,7 +942,7 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     // boards), written with valid CRCs.
     let (replay, _) = journal::read(&path).unwrap();
     let doctored = dir.path().join("doctored");
-    let (j, _) = Journal::open(&doctored).unwrap();
+    let (j, _) = Journal::open(&doctored, 0).unwrap();
     let mut changed = false;
     for mut rec in replay.records {
         if let (false, Some(Record::TaskDone(d))) = (changed, &mut rec.record) {
@@ -1086,4 +1095,130 @@ async fn report_many_judges_each_result_as_report_would() {
     let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!((j.done, kit::counts(&j).0), (2, sum));
     r.shutdown().await.unwrap();
+}
+
+/// Copies a (closed) data directory.
+fn copy_dir(from: &Path, to: &Path, skip: impl Fn(&Path) -> bool + Copy) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if skip(&p) {
+            continue;
+        }
+        if p.is_dir() {
+            copy_dir(&p, &dest, skip);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+/// A coordinator that checkpoints only when told to.
+async fn serve_unprompted(dir: &Path, clock: Arc<ManualClock>) -> Running {
+    let config = Config {
+        checkpoints: Checkpoints::never(),
+        ..config(dir)
+    };
+    start(config, clock as Arc<dyn Clock>).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_restart_reads_the_checkpoint_and_only_the_journal_after_it() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve_unprompted(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
+    kit::work(&mut w, "w1", 10).await;
+    let first = r
+        .core
+        .checkpoint(true)
+        .await
+        .unwrap()
+        .expect("records since start");
+    assert_eq!(first.compressed, 1, "the sealed segment is compressed");
+    kit::work(&mut w, "w1", 10).await;
+    let second = r.core.checkpoint(true).await.unwrap().unwrap();
+    assert!(second.upto > first.upto);
+    assert_eq!(r.core.checkpoint(true).await.unwrap(), None, "nothing new");
+    // Journaled after the last checkpoint: only these are replayed.
+    kit::work(&mut w, "w1", 5).await;
+    let before = kit::job(&mut ops, job.job_id).await;
+    r.shutdown().await.unwrap();
+    let sealed: Vec<_> = files_under(&dir.path().join("journal.d"));
+    assert_eq!(sealed.len(), 2, "{sealed:?}");
+    assert!(sealed
+        .iter()
+        .all(|p| p.to_string_lossy().ends_with(".seg.gz")));
+
+    // The same directory without its checkpoints: the whole journal.
+    let full = kit::tempdir();
+    copy_dir(dir.path(), full.path(), |p| {
+        p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("checkpoint")
+    });
+    let fast = serve_unprompted(dir.path(), clock.clone()).await;
+    let slow = serve_unprompted(full.path(), clock).await;
+    let (f, s) = (fast.core.recovery(), slow.core.recovery());
+    assert_eq!(f.checkpoint_upto, Some(second.upto));
+    assert_eq!(f.records, s.records);
+    assert_eq!(
+        f.replayed,
+        f.records - second.upto,
+        "only the records after it"
+    );
+    assert_eq!((s.checkpoint_upto, s.replayed), (None, s.records));
+    let mut audits = Vec::new();
+    for r in [fast, slow] {
+        let (mut w, mut ops) = clients(&r).await;
+        let j = kit::job(&mut ops, job.job_id).await;
+        assert_eq!(
+            (j.done, j.total, j.unique, j.conflicts),
+            (before.done, before.total, before.unique, before.conflicts)
+        );
+        kit::work(&mut w, "w2", usize::MAX).await;
+        let j = kit::job(&mut ops, job.job_id).await;
+        assert_eq!(kit::counts(&j), (14_200, 1_787));
+        // The audit reads every segment, compressed or not.
+        let audit = ops
+            .audit_job(v1::JobRef { job_id: job.job_id })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(audit.problems, Vec::<String>::new());
+        assert_eq!((audit.counted, audit.result_records), (j.tasks, j.tasks));
+        audits.push(audit.digest);
+        r.shutdown().await.unwrap();
+    }
+    assert_eq!(audits[0], audits[1]);
+}
+
+#[tokio::test]
+async fn a_lost_journal_segment_stops_the_start_with_a_way_out() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve_unprompted(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
+    kit::work(&mut w, "w1", 10).await;
+    r.core.checkpoint(true).await.unwrap().unwrap();
+    kit::work(&mut w, "w1", 10).await;
+    r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    // The first sealed segment goes missing: records 1.. are gone.
+    let first = files_under(&dir.path().join("journal.d"))
+        .into_iter()
+        .min()
+        .unwrap();
+    std::fs::remove_file(&first).unwrap();
+    let err = match start(config(dir.path()), clock.clone()).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("started with a segment missing"),
+    };
+    assert!(err.contains("a segment is missing"), "{err}");
+    // The audit refuses too: the evidence is incomplete.
+    assert!(nqueens_coordinator::audit::audit(&dir.path().join("journal"), 1).is_err());
 }

@@ -6,10 +6,11 @@ use super::rate::Rate;
 use super::schedule::Schedule;
 use super::votes::Votes;
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Task};
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 
 /// What a job is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobState {
     /// Submitted; its tasks are being computed.
     Planning,
@@ -62,13 +63,16 @@ impl TaskList {
 }
 
 /// One job.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Job {
     pub id: u64,
     pub spec: PlanSpec,
     pub submitted_ms: u64,
     /// The operator's choice: Running, Paused or Cancelled.
     pub(super) control: JobState,
+    /// Attached at start-up (from the store, or re-planned), never in a
+    /// checkpoint.
+    #[serde(skip)]
     pub(super) tasks: Option<TaskList>,
     /// (tasks, digest) as journaled when first planned.
     pub(super) planned: Option<(u64, u64)>,

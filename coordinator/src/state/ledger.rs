@@ -5,10 +5,11 @@
 //! that its memory does not grow with the job.
 
 use nqueens_common::plan::{PlanError, Tally};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A stored task result and who produced it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredResult {
     pub tally: Tally,
     pub checksum: u64,
@@ -29,14 +30,14 @@ impl StoredResult {
 }
 
 /// A result that disagreed with the stored one.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Conflict {
     pub task: u64,
     pub worker: String,
     pub tally: Tally,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ledger {
     /// Counted results in memory: every one when `keep` is `None`, else
     /// the latest `keep` (in `order`, oldest first).

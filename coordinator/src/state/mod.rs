@@ -35,6 +35,7 @@ use nqueens_common::plan::{Plan, PlanSpec, Tally, Task};
 use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use schedule::Lease;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use votes::Ballot;
 use workers::Workers;
@@ -151,7 +152,7 @@ pub enum StateError {
 }
 
 /// Event counts since start-up (replayed records included), for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     pub accepted: u64,
     pub duplicates: u64,
@@ -161,15 +162,18 @@ pub struct Counters {
     pub releases: u64,
 }
 
-/// The whole in-memory state.
-#[derive(Debug)]
+/// The whole in-memory state. Its durable part (all but the limits, the
+/// lease key and the leases) is what a checkpoint holds.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct State {
     pub counters: Counters,
+    #[serde(skip)]
     limits: Limits,
     jobs: BTreeMap<u64, Job>,
     workers: Workers,
     epoch: u64,
     /// The secret lease ids are derived with.
+    #[serde(skip, default = "random_key")]
     lease_key: LeaseKey,
 }
 
@@ -228,6 +232,13 @@ impl State {
     /// Who vouches for a worker's results: its credential, else its id.
     pub fn voter(&self, worker: &str) -> String {
         self.workers.voter(worker)
+    }
+
+    /// A state read from a checkpoint, under this coordinator's limits
+    /// (limits are configuration, not state).
+    pub fn with_limits(mut self, limits: Limits) -> State {
+        self.limits = limits;
+        self
     }
 
     /// Uses the data directory's lease key (so leases of earlier boots can

@@ -1,12 +1,13 @@
 //! A job's rate: estimated work per second over its latest results.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// Results the rate is measured over.
 const WINDOW: usize = 256;
 
 /// The latest results' (time in ms, estimated work).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Rate {
     recent: VecDeque<(u64, f64)>,
 }

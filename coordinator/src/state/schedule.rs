@@ -7,7 +7,32 @@
 //! the active work, not the size of the job: a job of 10^8 tasks costs
 //! 12.5 MB of bits, whatever has been handed out.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Bit words as raw little-endian bytes: 8 bytes a word in any format
+/// (a varint format would spend 10 on a full one).
+mod words {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(words: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        let bytes: &[u8] = Deserialize::deserialize(d)?;
+        if !bytes.len().is_multiple_of(8) {
+            return Err(serde::de::Error::custom(
+                "bit words are not a multiple of 8 bytes",
+            ));
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+}
 
 /// A task lent to a worker.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,8 +51,8 @@ pub struct Expired {
 }
 
 /// One bit per task, grown on demand.
-#[derive(Clone, Debug, Default)]
-struct Bits(Vec<u64>);
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Bits(#[serde(with = "words")] Vec<u64>);
 
 impl Bits {
     fn get(&self, i: u64) -> bool {
@@ -51,20 +76,29 @@ impl Bits {
 /// A backoff's end that never comes: the task waits to be journaled dead.
 const FOREVER: u64 = u64::MAX;
 
-#[derive(Clone, Debug, Default)]
+/// Only the finished bits are durable (in a checkpoint): after a restart
+/// every other task is pending again, as after a replay of the journal.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Schedule {
     /// The plan's task count, once planned.
+    #[serde(skip)]
     tasks: Option<u64>,
     /// Tasks from here on have not been handed out (unless an exception
     /// set below holds them).
+    #[serde(skip)]
     cursor: u64,
     /// Tasks ready again, handed out before the cursor's.
+    #[serde(skip)]
     returned: BTreeSet<u64>,
     /// Tasks waiting out a retry backoff: (not before, task), and by task.
+    #[serde(skip)]
     waiting: BTreeSet<(u64, u64)>,
+    #[serde(skip)]
     backoff: HashMap<u64, u64>,
+    #[serde(skip)]
     leases: BTreeMap<u64, Lease>,
     /// Expired leases per task.
+    #[serde(skip)]
     attempts: HashMap<u64, u32>,
     finished: Bits,
     finished_count: u64,

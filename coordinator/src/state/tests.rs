@@ -822,6 +822,88 @@ mod whole {
         assert_eq!(a.done, tasks.len() as u64);
     }
 
+    /// Everything about a state that records decide.
+    fn durable(s: &State) -> String {
+        let c = &s.counters;
+        let mut out = format!(
+            "epoch {} {} {} {}\n",
+            s.epoch(),
+            c.accepted,
+            c.duplicates,
+            c.conflicts
+        );
+        for j in s.jobs() {
+            let results: Vec<_> = j.results().collect();
+            out += &format!(
+                "{:?}\n{results:?}\n{:?}\n{:?}\n",
+                j.view(),
+                j.conflicts(),
+                j.ledger.ignored
+            );
+        }
+        for w in s.workers() {
+            out += &format!("{w:?}\n");
+        }
+        out
+    }
+
+    #[test]
+    fn a_state_restored_from_a_checkpoint_goes_on_as_the_original() {
+        use crate::checkpoint;
+        use crate::seen::Seen;
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 8), 1, 2, 1.0);
+        assert!(tasks.len() > 4);
+        let right = plan.count_task(&tasks[0]).unwrap();
+        let mut wrong = right;
+        wrong.weighted += 8;
+        // Before the checkpoint: a vote waiting, a liar quarantined, a
+        // conflict, a dead task, a counted one.
+        report_one(&mut s, "liar", &wrong);
+        report_one(&mut s, "w1", &right);
+        let g = s.lease("w2", 1, 0).remove(0);
+        assert_eq!(g.task.index, 0);
+        s.apply(&done(1, 0, &right, "w2", g.lease_id)).unwrap();
+        s.apply(&rec(Record::TaskDead(TaskDead {
+            job_id: 1,
+            task_index: 2,
+            reason: "out of retries".into(),
+        })))
+        .unwrap();
+        let t1 = plan.count_task(&tasks[1]).unwrap();
+        s.apply(&done(1, 1, &t1, "w1", 0)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint::save(dir.path(), &checkpoint::encode(&Seen::upto(9), &s, 3)).unwrap();
+        let loaded = checkpoint::load(dir.path()).unwrap();
+        assert_eq!(loaded.seen, Seen::upto(9));
+        let mut back = loaded.state.with_limits(s.limits());
+        back.set_lease_key(KEY);
+        back.attach_tasks(1, TaskList::Listed(tasks.clone()))
+            .unwrap();
+        assert_eq!(durable(&back), durable(&s));
+        // Leases are not durable: every unfinished task is pending again.
+        let leased = back.lease("w3", 99, 0);
+        let pending: Vec<u64> = leased.iter().map(|g| g.task.index).collect();
+        let unfinished: Vec<u64> = (0..tasks.len() as u64)
+            .filter(|&t| !s.job(1).unwrap().counted(t) && t != 2)
+            .collect();
+        assert_eq!(pending, unfinished);
+        let refs: Vec<LeaseRef> = leased.iter().map(lref).collect();
+        back.release("w3", &refs, 0);
+        // The same records after it give the same state, to the exact end.
+        for t in tasks.iter().filter(|t| t.index != 0 && t.index != 2) {
+            let c = plan.count_task(t).unwrap();
+            for w in ["w2", "w1"] {
+                let r = done(1, t.index, &c, w, 0);
+                assert_eq!(s.apply(&r).unwrap(), back.apply(&r).unwrap());
+            }
+        }
+        s.touch_worker("w3", 0);
+        assert_eq!(durable(&back), durable(&s));
+        let v = back.job(1).unwrap().view();
+        assert_eq!(v.done, tasks.len() as u64 - 1, "all but the dead one");
+        assert_eq!(v.dead, 1);
+    }
+
     #[test]
     fn a_re_plan_that_differs_from_the_journal_is_refused() {
         let (mut s, _, mut tasks) = running(spec(9, Strategy::Frame, 4), 1);

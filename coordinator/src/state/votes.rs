@@ -2,10 +2,11 @@
 //! several credentials, and the results that wait for agreement.
 
 use super::ledger::StoredResult;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
 /// A job's redundancy rule and its results waiting for agreement.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Votes {
     job: u64,
     /// Agreeing results from different credentials a checked task needs.

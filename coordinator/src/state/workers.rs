@@ -2,13 +2,14 @@
 //! and the credential its id is bound to.
 
 use super::StateError;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Most distinct worker ids the coordinator keeps.
 pub const MAX_WORKERS: usize = 10_000;
 
 /// A worker as the coordinator sees it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     pub id: String,
     pub host: String,
@@ -32,11 +33,12 @@ impl WorkerInfo {
 }
 
 /// Every worker id seen, and who may use it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Workers {
     known: BTreeMap<String, WorkerInfo>,
     /// Worker id → the credential it authenticated with (not durable:
     /// bound again by the first call after a restart).
+    #[serde(skip)]
     bound: HashMap<String, String>,
 }
 

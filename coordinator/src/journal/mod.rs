@@ -17,11 +17,20 @@
 //! is damage: the journal is left as it is and opening fails, saying where
 //! and how to recover.
 //!
+//! Segments: when the coordinator checkpoints its state, the file is
+//! sealed — renamed into `journal.d/` as `FIRST-LAST.seg` (the sequence
+//! numbers it holds) — and a new one started, whose first record follows
+//! the last sealed one. Sealed segments are later compressed
+//! (`.seg.gz`) and kept: a start-up reads only the records after its
+//! checkpoint, an audit reads them all. See [`segments`].
+//!
 //! Appends go through one writer thread that commits in groups: it takes
 //! every append waiting, writes them, calls `fsync` once and only then
 //! answers them all. A failed write or fsync poisons the journal: every
 //! later append fails at once, so nothing is acknowledged that may not be
 //! on disk (the caller reports the error; the data on disk stays intact).
+
+pub mod segments;
 
 use nqueens_metrics::Histogram;
 use nqueens_proto::v1::JournalRecord;
@@ -73,6 +82,17 @@ pub enum JournalError {
         record: u64,
         what: String,
     },
+    #[error(
+        "journal segment {path} holds records {first}..={last}, where record {due} was due: a segment \
+         is missing or was renamed. Nothing was changed, and the coordinator will not start (nor an \
+         audit pass) without every acknowledged record: put the missing segment back from a backup"
+    )]
+    MissingSegment {
+        path: PathBuf,
+        first: u64,
+        last: u64,
+        due: u64,
+    },
     #[error("the journal stopped accepting writes after an earlier failure ({0}); restart the coordinator once the disk is fixed")]
     Poisoned(String),
     #[error("the journal cannot be written ({0}): nothing was stored. Free disk space (or raise the file-size limit); the coordinator tries again with the next write")]
@@ -84,7 +104,12 @@ pub enum JournalError {
 /// What opening found.
 #[derive(Debug)]
 pub struct Replay {
+    /// The records read, in order: `records[i]` has sequence number
+    /// `first + i`.
     pub records: Vec<JournalRecord>,
+    pub first: u64,
+    /// The sequence number of the journal's last record (0: none yet).
+    pub last: u64,
     /// Bytes of a torn last write that were cut off (0 if none).
     pub truncated: u64,
     /// The journal was of the first format (no sequence numbers).
@@ -94,8 +119,15 @@ pub struct Replay {
 /// A handle to append records; cheap to clone.
 #[derive(Clone)]
 pub struct Journal {
-    tx: mpsc::Sender<Append>,
+    tx: mpsc::Sender<Msg>,
     healthy: tokio::sync::watch::Receiver<bool>,
+}
+
+/// What the writer thread is asked to do.
+enum Msg {
+    Append(Append),
+    /// Seal the current file (see [`Journal::rotate`]).
+    Rotate(oneshot::Sender<Result<Option<(u64, u64)>, JournalError>>),
 }
 
 struct Append {
@@ -111,21 +143,40 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
     }
 }
 
-/// Reads a journal without changing it (for audits, also of a journal a
-/// running coordinator is appending to: a half-written last record reads
-/// as torn). Every record's CRC is checked; damage before the end is an
-/// error, as at start-up.
+/// Reads a whole journal — every sealed segment, then the current file —
+/// without changing it (for audits, also of a journal a running
+/// coordinator is appending to: a half-written last record reads as torn).
+/// Every record's CRC is checked; damage before the end is an error, as
+/// at start-up. Returns the records and the bytes of their frames
+/// (uncompressed; files' magic bytes not counted, so the figure does not
+/// depend on how the journal was cut into segments).
 pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let (records, good, v1) = parse(&bytes, path)?;
+    let sealed = segments::list(path)?;
+    let mut records = Vec::new();
+    let mut bytes_read = 0;
+    for s in &sealed {
+        let (sealed, len) = segments::read(s)?;
+        bytes_read += len.saturating_sub(MAGIC.len() as u64);
+        records.extend(sealed);
+    }
+    let first = sealed.last().map_or(1, |s| s.last + 1);
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => Vec::new(),
+        r => r.map_err(io_err(path))?,
+    };
+    let (active, good, v1) = parse(&bytes, path, first)?;
+    records.extend(active);
     let truncated = (bytes.len() - good) as u64;
+    let last = records.len() as u64;
     Ok((
         Replay {
             records,
+            first: 1,
+            last,
             truncated,
             v1,
         },
-        bytes.len() as u64,
+        bytes_read + (bytes.len() as u64).saturating_sub(MAGIC.len() as u64),
     ))
 }
 
@@ -164,9 +215,23 @@ fn upgrade(path: &Path, records: &[JournalRecord]) -> Result<(), JournalError> {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal at `path`, reads every record, cuts
-    /// off a torn last write, and starts the writer.
-    pub fn open(path: &Path) -> Result<(Journal, Replay), JournalError> {
+    /// Opens (or creates) the journal at `path`, reads the records after
+    /// number `after` (0: all; sealed segments wholly before it are not
+    /// read), cuts off a torn last write, and starts the writer.
+    pub fn open(path: &Path, after: u64) -> Result<(Journal, Replay), JournalError> {
+        let sealed = segments::list(path)?;
+        let mut records = Vec::new();
+        let mut from = None;
+        for s in sealed.iter().filter(|s| s.last > after) {
+            for (seq, r) in (s.first..).zip(segments::read(s)?.0) {
+                if seq > after {
+                    from.get_or_insert(seq);
+                    records.push(r);
+                }
+            }
+        }
+        // The current file's first record follows the last sealed one.
+        let first = sealed.last().map_or(1, |s| s.last + 1);
         let existed = path.exists();
         let mut file = OpenOptions::new()
             .read(true)
@@ -179,7 +244,8 @@ impl Journal {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_err(path))?;
-        let (records, good, v1) = parse(&bytes, path)?;
+        let (active, good, v1) = parse(&bytes, path, first)?;
+        let last = first - 1 + active.len() as u64;
         let truncated = (bytes.len() - good) as u64;
         if truncated > 0 {
             tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record (never acknowledged)");
@@ -187,8 +253,17 @@ impl Journal {
             file.sync_all().map_err(io_err(path))?;
         }
         if v1 {
+            upgrade(path, &active)?;
+        }
+        for (seq, r) in (first..).zip(active) {
+            if seq > after {
+                from.get_or_insert(seq);
+                records.push(r);
+            }
+        }
+        if v1 {
+            // Upgraded above: the file at `path` is the new one.
             drop(file);
-            upgrade(path, &records)?;
             file = OpenOptions::new()
                 .read(true)
                 .append(true)
@@ -202,20 +277,32 @@ impl Journal {
         file.seek(SeekFrom::End(0)).map_err(io_err(path))?;
         let (tx, rx) = mpsc::channel();
         let owned = path.to_path_buf();
-        let next = records.len() as u64 + 1;
+        let next = last + 1;
         let (healthy_tx, healthy) = tokio::sync::watch::channel(true);
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(file, owned, next, rx, healthy_tx))
+            .spawn(move || writer(file, owned, (first, next), rx, healthy_tx))
             .map_err(io_err(path))?;
         Ok((
             Journal { tx, healthy },
             Replay {
                 records,
+                first: from.unwrap_or(last + 1),
+                last,
                 truncated,
                 v1,
             },
         ))
+    }
+
+    /// Seals the current file into `journal.d/` and starts a new one (once
+    /// every append sent before is on disk). Returns the sequence numbers
+    /// the sealed segment holds, or `None` if the file had no records.
+    pub async fn rotate(&self) -> Result<Option<(u64, u64)>, JournalError> {
+        let (done, wait) = oneshot::channel();
+        let gone = || JournalError::Poisoned("the journal writer has stopped".into());
+        self.tx.send(Msg::Rotate(done)).map_err(|_| gone())?;
+        wait.await.map_err(|_| gone())?
     }
 
     /// True while the latest write reached the disk; changes when that does.
@@ -232,7 +319,9 @@ impl Journal {
         }
         let (done, wait) = oneshot::channel();
         let gone = || JournalError::Poisoned("the journal writer has stopped".into());
-        self.tx.send(Append { payload, done }).map_err(|_| gone())?;
+        self.tx
+            .send(Msg::Append(Append { payload, done }))
+            .map_err(|_| gone())?;
         wait.await.map_err(|_| gone())?
     }
 }
@@ -297,11 +386,25 @@ fn whole_under_bad_length(rest: &[u8], v1: bool) -> bool {
     crc32fast::hash(&rest[8..]) == crc
 }
 
-/// Reads every record; returns them, the length of the good part, and
-/// whether the journal is of the first format. Only a short partial
-/// record (or zeros) at the very end is a torn write; see the module doc.
-fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize, bool), JournalError> {
+/// Reads every record of one file, whose first record must carry sequence
+/// number `first`; returns them, the length of the good part, and whether
+/// the journal is of the first format. Only a short partial record (or
+/// zeros) at the very end is a torn write; see the module doc.
+fn parse(
+    bytes: &[u8],
+    path: &Path,
+    first: u64,
+) -> Result<(Vec<JournalRecord>, usize, bool), JournalError> {
     let v1 = !bytes.is_empty() && !bytes.starts_with(MAGIC);
+    if v1 && first != 1 {
+        return Err(JournalError::Corrupt {
+            path: path.to_path_buf(),
+            offset: 0,
+            len: bytes.len() as u64,
+            record: first,
+            what: "it does not start with the journal's magic bytes".into(),
+        });
+    }
     let mut at = if v1 { 0 } else { MAGIC.len().min(bytes.len()) };
     if !v1 && bytes.len() < MAGIC.len() {
         // A torn first write of the magic: nothing was ever acknowledged.
@@ -312,14 +415,14 @@ fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize, bool),
         path: path.to_path_buf(),
         offset: at as u64,
         len: bytes.len() as u64,
-        record: records.len() as u64 + 1,
+        record: first + records.len() as u64,
         what,
     };
     while at < bytes.len() {
         let rest = &bytes[at..];
         match record_at(rest, v1) {
             Ok((r, seq, size)) => {
-                let want = records.len() as u64 + 1;
+                let want = first + records.len() as u64;
                 if !v1 && seq != want {
                     return Err(damaged(
                         at,
@@ -368,23 +471,31 @@ fn parse(bytes: &[u8], path: &Path) -> Result<(Vec<JournalRecord>, usize, bool),
 fn writer(
     mut file: File,
     path: PathBuf,
-    mut next: u64,
-    rx: mpsc::Receiver<Append>,
+    // The current file's first sequence number, and the next one to write.
+    (mut file_first, mut next): (u64, u64),
+    rx: mpsc::Receiver<Msg>,
     healthy: tokio::sync::watch::Sender<bool>,
 ) {
     let mut poisoned: Option<String> = None;
     let mut good_len = file.metadata().map_or(0, |m| m.len());
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
+    while let Ok(msg) = rx.recv() {
+        let mut rotate = None;
+        let mut group = Vec::new();
+        match msg {
+            Msg::Append(a) => group.push(a),
+            Msg::Rotate(r) => rotate = Some(r),
+        }
+        while rotate.is_none() && group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(a) => group.push(a),
+                Ok(Msg::Append(a)) => group.push(a),
+                // After this group, which was sent before it.
+                Ok(Msg::Rotate(r)) => rotate = Some(r),
                 Err(_) => break,
             }
         }
         let mut failed: Option<String> = None;
         let first = next;
-        if poisoned.is_none() {
+        if poisoned.is_none() && !group.is_empty() {
             let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
             let mut seq = next;
             for a in &group {
@@ -430,7 +541,47 @@ fn writer(
             };
             let _ = a.done.send(result);
         }
+        if let Some(answer) = rotate {
+            let result = match &poisoned {
+                Some(e) => Err(JournalError::Poisoned(e.clone())),
+                None if file_first == next => Ok(None),
+                None => match seal(&path, file_first, next - 1) {
+                    Ok(new) => {
+                        file = new;
+                        good_len = MAGIC.len() as u64;
+                        let sealed = (file_first, next - 1);
+                        file_first = next;
+                        Ok(Some(sealed))
+                    }
+                    Err(e) => {
+                        // The handle may now be the sealed file's: no
+                        // append may go there.
+                        WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(path = %path.display(), error = %e, "sealing the journal segment failed; refusing further writes");
+                        poisoned = Some(format!("sealing a segment: {e}"));
+                        healthy.send_replace(false);
+                        Err(JournalError::Poisoned(e.to_string()))
+                    }
+                },
+            };
+            let _ = answer.send(result);
+        }
     }
+}
+
+/// Moves the current file (records `first..=last`, all fsynced) into the
+/// sealed segments and opens a new, empty one in its place.
+fn seal(path: &Path, first: u64, last: u64) -> io::Result<File> {
+    segments::seal(path, first, last)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    file.write_all(MAGIC)?;
+    file.sync_all()?;
+    sync_dir(path)?;
+    Ok(file)
 }
 
 /// `fsync` (data only), its time observed in [`FSYNC_SECONDS`].
@@ -442,7 +593,7 @@ fn timed_sync(file: &File) -> io::Result<()> {
 }
 
 /// Makes a new file's directory entry durable.
-fn sync_dir(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -462,14 +613,14 @@ mod tests {
     }
 
     fn reopen(path: &Path) -> Result<Replay, JournalError> {
-        Journal::open(path).map(|(_, r)| r)
+        Journal::open(path, 0).map(|(_, r)| r)
     }
 
     #[tokio::test]
     async fn appended_records_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, replay) = Journal::open(&path).unwrap();
+        let (j, replay) = Journal::open(&path, 0).unwrap();
         assert!(replay.records.is_empty());
         // Many concurrent appends: group commit must keep every one.
         let handles: Vec<_> = (0..200)
@@ -498,7 +649,7 @@ mod tests {
     async fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, _) = Journal::open(&path).unwrap();
+        let (j, _) = Journal::open(&path, 0).unwrap();
         for i in 1..=3 {
             j.append(&boot(i)).await.unwrap(); // equal sizes (no zero fields)
         }
@@ -528,7 +679,7 @@ mod tests {
     async fn damage_before_the_end_is_refused_and_nothing_is_changed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, _) = Journal::open(&path).unwrap();
+        let (j, _) = Journal::open(&path, 0).unwrap();
         for i in 1..=3 {
             let r = JournalRecord {
                 record: Some(Record::JobState(JobStateChanged {
@@ -564,7 +715,7 @@ mod tests {
     }
 
     async fn three_records(path: &Path) -> (Vec<u8>, usize) {
-        let (j, _) = Journal::open(path).unwrap();
+        let (j, _) = Journal::open(path, 0).unwrap();
         for i in 1..=3 {
             j.append(&boot(i)).await.unwrap();
         }
@@ -616,7 +767,7 @@ mod tests {
             old.extend_from_slice(&payload);
         }
         std::fs::write(&path, &old).unwrap();
-        let (j, r) = Journal::open(&path).unwrap();
+        let (j, r) = Journal::open(&path, 0).unwrap();
         assert_eq!((r.records.len(), r.v1), (3, true));
         j.append(&boot(4)).await.unwrap();
         drop(j);

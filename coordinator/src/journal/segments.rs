@@ -1,0 +1,181 @@
+//! Sealed journal segments: `journal.d/FIRST-LAST.seg`, the records
+//! numbered `FIRST..=LAST`, each file whole (it was fsynced before it was
+//! sealed, so a torn end is damage here). A sealed segment is later
+//! compressed to `FIRST-LAST.seg.gz` (written beside, fsynced, renamed,
+//! and only then is the plain file removed); if both exist, the plain one
+//! is read and the compression done again.
+//!
+//! Segments are never deleted: they are the evidence an audit re-reads,
+//! and a start-up without a usable checkpoint replays them all. Sealed
+//! segments must follow each other from record 1 with no gap.
+
+use super::{io_err, parse, sync_dir, JournalError};
+use flate2::{read::GzDecoder, write::GzEncoder, Compression};
+use nqueens_proto::v1::JournalRecord;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// One sealed segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    pub first: u64,
+    pub last: u64,
+    pub path: PathBuf,
+    pub compressed: bool,
+}
+
+/// The directory of the sealed segments of the journal at `journal`.
+pub fn dir_of(journal: &Path) -> PathBuf {
+    journal.with_extension("d")
+}
+
+fn name(first: u64, last: u64) -> String {
+    format!("{first:020}-{last:020}.seg")
+}
+
+/// `FIRST-LAST.seg` or `FIRST-LAST.seg.gz`.
+fn parse_name(name: &str) -> Option<(u64, u64, bool)> {
+    let (stem, compressed) = match name.strip_suffix(".seg.gz") {
+        Some(stem) => (stem, true),
+        None => (name.strip_suffix(".seg")?, false),
+    };
+    let (a, b) = stem.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?, compressed))
+}
+
+/// The sealed segments of the journal at `journal`, in order; a gap, an
+/// overlap or a segment that does not start at record 1 is damage.
+pub fn list(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
+    let dir = dir_of(journal);
+    let entries = match std::fs::read_dir(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        r => r.map_err(io_err(&dir))?,
+    };
+    let mut found: Vec<Sealed> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err(&dir))?;
+        let file_name = entry.file_name();
+        let Some((first, last, compressed)) = file_name.to_str().and_then(parse_name) else {
+            continue; // a temporary file of an interrupted compression
+        };
+        found.push(Sealed {
+            first,
+            last,
+            path: entry.path(),
+            compressed,
+        });
+    }
+    // The plain file first where both exist; then drop the other.
+    found.sort_by_key(|s| (s.first, s.last, s.compressed));
+    found.dedup_by_key(|s| (s.first, s.last));
+    let mut next = 1;
+    for s in &found {
+        if s.first != next || s.last < s.first {
+            return Err(JournalError::MissingSegment {
+                path: s.path.clone(),
+                first: s.first,
+                last: s.last,
+                due: next,
+            });
+        }
+        next = s.last + 1;
+    }
+    Ok(found)
+}
+
+/// The bytes of a segment, uncompressed.
+fn bytes_of(s: &Sealed) -> Result<Vec<u8>, JournalError> {
+    let raw = std::fs::read(&s.path).map_err(io_err(&s.path))?;
+    if !s.compressed {
+        return Ok(raw);
+    }
+    let mut bytes = Vec::new();
+    GzDecoder::new(&raw[..])
+        .read_to_end(&mut bytes)
+        .map_err(|e| JournalError::Corrupt {
+            path: s.path.clone(),
+            offset: 0,
+            len: raw.len() as u64,
+            record: s.first,
+            what: format!("it does not decompress: {e}"),
+        })?;
+    Ok(bytes)
+}
+
+/// Every record of a sealed segment, CRC-checked, and its size
+/// uncompressed; anything short of the whole segment is damage.
+pub fn read(s: &Sealed) -> Result<(Vec<JournalRecord>, u64), JournalError> {
+    let bytes = bytes_of(s)?;
+    let (records, good, _) = parse(&bytes, &s.path, s.first)?;
+    let want = s.last - s.first + 1;
+    if good != bytes.len() || records.len() as u64 != want {
+        return Err(JournalError::Corrupt {
+            path: s.path.clone(),
+            offset: good as u64,
+            len: bytes.len() as u64,
+            record: s.first + records.len() as u64,
+            what: format!(
+                "a sealed segment must hold all of records {}..={}, and this one ends after {} of them",
+                s.first,
+                s.last,
+                records.len()
+            ),
+        });
+    }
+    Ok((records, bytes.len() as u64))
+}
+
+/// Moves the journal file at `journal` (holding records `first..=last`,
+/// fsynced) into the sealed segments.
+pub(super) fn seal(journal: &Path, first: u64, last: u64) -> io::Result<()> {
+    let dir = dir_of(journal);
+    if !dir.exists() {
+        std::fs::create_dir(&dir)?;
+        sync_dir(&dir)?;
+    }
+    std::fs::rename(journal, dir.join(name(first, last)))?;
+    File::open(&dir)?.sync_all()?;
+    sync_dir(journal)
+}
+
+/// Compresses every plain sealed segment (each checked whole first), so
+/// the history costs a fraction of its size on disk. Returns how many.
+pub fn compress(journal: &Path) -> Result<usize, JournalError> {
+    let dir = dir_of(journal);
+    let mut done = 0;
+    for s in list(journal)?.into_iter().filter(|s| !s.compressed) {
+        let bytes = bytes_of(&s)?;
+        read(&s)?;
+        let packed = dir.join(format!("{}.gz", name(s.first, s.last)));
+        let tmp = dir.join(format!("{}.gz.tmp", name(s.first, s.last)));
+        let write = || -> io::Result<()> {
+            let mut gz = GzEncoder::new(File::create(&tmp)?, Compression::fast());
+            gz.write_all(&bytes)?;
+            gz.finish()?.sync_all()?;
+            std::fs::rename(&tmp, &packed)?;
+            File::open(&dir)?.sync_all()?;
+            std::fs::remove_file(&s.path)?;
+            File::open(&dir)?.sync_all()
+        };
+        write().map_err(io_err(&s.path))?;
+        done += 1;
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_range_and_the_compression() {
+        assert_eq!(parse_name(&name(1, 250)), Some((1, 250, false)));
+        assert_eq!(
+            parse_name(&format!("{}.gz", name(251, 9))),
+            Some((251, 9, true))
+        );
+        assert_eq!(parse_name("00001-00002.seg.gz.tmp"), None);
+        assert_eq!(parse_name("journal"), None);
+    }
+}
