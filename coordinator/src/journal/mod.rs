@@ -616,6 +616,54 @@ mod tests {
         Journal::open(path, 0).map(|(_, r)| r)
     }
 
+    fn epochs(records: &[JournalRecord]) -> Vec<u64> {
+        records
+            .iter()
+            .map(|r| match &r.record {
+                Some(Record::Boot(b)) => b.epoch,
+                _ => 0,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn sealed_segments_continue_the_numbering_and_a_start_skips_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        {
+            let (j, _) = Journal::open(&path, 0).unwrap();
+            for e in 1..=3 {
+                assert_eq!(j.append(&boot(e)).await.unwrap(), e);
+            }
+            assert_eq!(j.rotate().await.unwrap(), Some((1, 3)));
+            assert_eq!(j.rotate().await.unwrap(), None, "nothing new to seal");
+            assert_eq!(j.append(&boot(4)).await.unwrap(), 4);
+            assert_eq!(j.rotate().await.unwrap(), Some((4, 4)));
+            assert_eq!(j.append(&boot(5)).await.unwrap(), 5);
+        }
+        assert_eq!(segments::compress(&path).unwrap(), 2);
+        // After record 3: the first segment (1..=3) is not even read.
+        let (j, r) = Journal::open(&path, 3).unwrap();
+        assert_eq!((r.first, r.last, epochs(&r.records)), (4, 5, vec![4, 5]));
+        assert_eq!(j.append(&boot(6)).await.unwrap(), 6, "numbering goes on");
+        drop(j);
+        let (all, _) = read(&path).unwrap();
+        assert_eq!(epochs(&all.records), vec![1, 2, 3, 4, 5, 6]);
+        // A sealed segment must be whole: a cut end is damage, not a tear.
+        let first = segments::list(&path).unwrap().remove(0);
+        let bytes = std::fs::read(&first.path).unwrap();
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_end(&mut plain)
+            .unwrap();
+        let cut = first.path.with_extension("");
+        std::fs::write(&cut, &plain[..plain.len() - 2]).unwrap();
+        assert!(matches!(
+            Journal::open(&path, 0),
+            Err(JournalError::Corrupt { .. })
+        ));
+    }
+
     #[tokio::test]
     async fn appended_records_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
