@@ -80,18 +80,23 @@ impl Audit {
 
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
-    let (replay, journal_bytes) = journal::read(path)?;
     // Every result in memory: the audit re-adds them all.
     let mut state = State::new(Limits {
         results_in_memory: None,
         ..Limits::default()
     });
     let mut result_records = 0;
-    for r in &replay.records {
+    let mut failed = None;
+    let scanned = journal::scan(path, |r| {
         if let Some(Record::TaskDone(d)) = &r.record {
             result_records += u64::from(d.job_id == job);
         }
-        state.apply(r).map_err(AuditError::Replay)?;
+        if failed.is_none() {
+            failed = state.apply(&r).err();
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(AuditError::Replay(e));
     }
     let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
     j.planned().ok_or(AuditError::NotPlanned(job))?;
@@ -166,9 +171,9 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         job,
         spec: j.spec,
         state: j.state(),
-        journal_records: replay.records.len() as u64,
-        journal_bytes,
-        torn_bytes: replay.truncated,
+        journal_records: scanned.records,
+        journal_bytes: scanned.bytes,
+        torn_bytes: scanned.truncated,
         tasks: tasks.count(),
         result_records,
         counted,

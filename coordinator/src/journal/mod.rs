@@ -143,40 +143,63 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
     }
 }
 
-/// Reads a whole journal — every sealed segment, then the current file —
-/// without changing it (for audits, also of a journal a running
-/// coordinator is appending to: a half-written last record reads as torn).
-/// Every record's CRC is checked; damage before the end is an error, as
-/// at start-up. Returns the records and the bytes of their frames
-/// (uncompressed; files' magic bytes not counted, so the figure does not
-/// depend on how the journal was cut into segments).
-pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
+/// What [`scan`] went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scanned {
+    pub records: u64,
+    /// The bytes of the records' frames, uncompressed (files' magic bytes
+    /// not counted, so the figure does not depend on how the journal was
+    /// cut into segments).
+    pub bytes: u64,
+    /// Bytes of a half-written last record.
+    pub truncated: u64,
+}
+
+/// Goes through a whole journal — every sealed segment, then the current
+/// file — record by record, one segment in memory at a time, without
+/// changing it (for audits, also of a journal a running coordinator is
+/// appending to: a half-written last record reads as torn). Every record's
+/// CRC is checked; damage before the end is an error, as at start-up.
+pub fn scan(path: &Path, mut each: impl FnMut(JournalRecord)) -> Result<Scanned, JournalError> {
+    let magic = MAGIC.len() as u64;
     let sealed = segments::list(path)?;
-    let mut records = Vec::new();
-    let mut bytes_read = 0;
+    let (mut records, mut bytes_read) = (0, 0);
     for s in &sealed {
         let (sealed, len) = segments::read(s)?;
-        bytes_read += len.saturating_sub(MAGIC.len() as u64);
-        records.extend(sealed);
+        bytes_read += len.saturating_sub(magic);
+        records += sealed.len() as u64;
+        sealed.into_iter().for_each(&mut each);
     }
     let first = sealed.last().map_or(1, |s| s.last + 1);
     let bytes = match std::fs::read(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => Vec::new(),
         r => r.map_err(io_err(path))?,
     };
-    let (active, good, v1) = parse(&bytes, path, first)?;
-    records.extend(active);
-    let truncated = (bytes.len() - good) as u64;
-    let last = records.len() as u64;
+    let (active, good, _) = parse(&bytes, path, first)?;
+    records += active.len() as u64;
+    active.into_iter().for_each(each);
+    Ok(Scanned {
+        records,
+        bytes: bytes_read + (bytes.len() as u64).saturating_sub(magic),
+        truncated: (bytes.len() - good) as u64,
+    })
+}
+
+/// Every record of a whole journal in memory (see [`scan`]), and the bytes
+/// of their frames.
+pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
+    let mut records = Vec::new();
+    let scanned = scan(path, |r| records.push(r))?;
+    let v1 = std::fs::read(path).is_ok_and(|b| !b.is_empty() && !b.starts_with(MAGIC));
     Ok((
         Replay {
             records,
             first: 1,
-            last,
-            truncated,
+            last: scanned.records,
+            truncated: scanned.truncated,
             v1,
         },
-        bytes_read + (bytes.len() as u64).saturating_sub(MAGIC.len() as u64),
+        scanned.bytes,
     ))
 }
 
