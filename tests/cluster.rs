@@ -35,7 +35,7 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     assert_eq!(
         workers
             .iter()
-            .find(|w| w.worker_id == "test-worker")
+            .find(|w| w.name == "test-worker")
             .unwrap()
             .tasks_done,
         j.tasks
@@ -80,13 +80,14 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
         let (_, workers, _) = kit::operator(&c.url, &["workers"]);
         workers
             .iter()
-            .any(|w| w["worker"] == name && w["leases"].as_u64() > Some(0))
+            .any(|w| w["name"] == name && w["leases"].as_u64() > Some(0))
     };
     kit::wait_until("the doomed worker to hold leases", || holds("doomed"));
     kit::kill9(&mut doomed);
+    // Two workers given the same name: two workers all the same.
     let rescuers = [
-        kit::worker(&c.url, "rescuer-1", 1),
-        kit::worker(&c.url, "rescuer-2", 1),
+        kit::worker(&c.url, "rescuer", 1),
+        kit::worker(&c.url, "rescuer", 1),
     ];
     let (code, lines, err) = kit::operator(&c.url, &["watch", &id, "--interval", "0.2"]);
     assert_eq!(code, 0, "{err}");
@@ -95,22 +96,25 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
     assert_eq!(kit::dec(&job["unique"]), 1_846_955);
 
     let (_, workers, _) = kit::operator(&c.url, &["workers"]);
-    let get = |name: &str| {
-        workers
-            .iter()
-            .find(|w| w["worker"] == name)
-            .unwrap()
-            .clone()
-    };
+    let get = |name: &str| workers.iter().find(|w| w["name"] == name).unwrap().clone();
     let done = |w: &serde_json::Value| kit::dec(&w["tasks_done"]);
     let doomed = get("doomed");
-    let rescued = [get("rescuer-1"), get("rescuer-2")];
+    let rescued: Vec<_> = workers.iter().filter(|w| w["name"] == "rescuer").collect();
+    assert_eq!(
+        rescued.len(),
+        2,
+        "one row each, under their own ids: {workers:?}"
+    );
+    assert_ne!(rescued[0]["worker"], rescued[1]["worker"]);
     // Its leases expired (counted as errors) and their tasks ran elsewhere:
     // every task was counted once, by one of the three.
     assert!(kit::dec(&doomed["errors"]) > 0, "{doomed}");
-    assert!(rescued.iter().map(done).sum::<u128>() > 0);
+    assert!(
+        rescued.iter().all(|w| done(w) > 0),
+        "both counted: {rescued:?}"
+    );
     assert_eq!(
-        done(&doomed) + rescued.iter().map(done).sum::<u128>(),
+        done(&doomed) + rescued.iter().map(|w| done(w)).sum::<u128>(),
         kit::dec(&job["tasks"])
     );
     for mut r in rescuers {
@@ -146,6 +150,7 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
         host: "test".into(),
         cores: 1,
         solver_version: "0".into(),
+        name: "liar".into(),
     })
     .await
     .unwrap();
@@ -177,11 +182,11 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
     );
     assert_eq!(kit::dec(&job["conflicts"]), leases.len() as u128, "{job}");
     let (_, workers, _) = kit::operator(&c.url, &["workers"]);
-    let liar = workers.iter().find(|w| w["worker"] == "liar").unwrap();
+    let liar = workers.iter().find(|w| w["name"] == "liar").unwrap();
     assert_eq!(liar["quarantined"], true, "{liar}");
     assert!(kit::dec(&liar["tasks_done"]) == 0, "{liar}");
     for name in ["honest-1", "honest-2"] {
-        let w = workers.iter().find(|w| w["worker"] == name).unwrap();
+        let w = workers.iter().find(|w| w["name"] == name).unwrap();
         assert_eq!(w["quarantined"], false, "{w}");
     }
     for w in &mut honest {

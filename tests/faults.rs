@@ -121,6 +121,17 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
     );
     wait_for(&mut ops, id, "the job to finish after the restart", done).await;
     exact_and_audited(&mut ops, id, 16).await;
+    // The restarted coordinator knew the workers only from their results
+    // (no name, no cores): each was asked to register again, and did.
+    kit::eventually("every worker to register again", async || {
+        let listed = kit::workers(&mut ops).await;
+        ["w1", "w2", "w3"].iter().all(|name| {
+            listed
+                .iter()
+                .any(|w| w.name == *name && w.cores == 1 && !w.solver_version.is_empty() && !w.lost)
+        })
+    })
+    .await;
     stop(workers);
 }
 
@@ -207,7 +218,7 @@ async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
     let far = worker_logged(&proxy.url, "far", 1, &far_log);
     kit::eventually("the far worker to lease", async || {
         let workers = kit::workers(&mut ops).await;
-        workers.iter().any(|w| w.worker_id == "far" && w.leases > 0)
+        workers.iter().any(|w| w.name == "far" && w.leases > 0)
     })
     .await;
     proxy.cut();
@@ -228,7 +239,8 @@ async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
     stop(workers);
     let log = std::fs::read_to_string(&far_log).unwrap();
     assert!(
-        log.contains("reported a task (duplicate)"),
+        log.lines()
+            .any(|l| l.contains("reported") && l.contains("duplicate")),
         "the far worker delivered no late result; its log:\n{log}"
     );
     let after = job(&mut ops, id).await;

@@ -306,13 +306,13 @@ fn every_process_serves_prometheus_metrics_by_the_conventions() {
     // Worker times are Unix times.
     let seen = c.value(
         "nqueens_worker_last_seen_timestamp_seconds",
-        &[("worker", "metrics-worker")],
+        &[("name", "metrics-worker")],
     );
     assert!((seen - now()).abs() < 600.0, "last seen {seen}");
     assert_eq!(
         c.value(
             "nqueens_worker_tasks_done_total",
-            &[("worker", "metrics-worker")]
+            &[("name", "metrics-worker")]
         ),
         tasks
     );
@@ -328,23 +328,35 @@ fn every_process_serves_prometheus_metrics_by_the_conventions() {
     // Records per fsync: every journaled record (the job, its plan, each
     // result, the boot) in some group.
     assert!(c.value("nqueens_journal_group_records_sum", &[]) >= tasks);
-    // gRPC calls by method and code: each report once, the missing job's
-    // NotFound, refused calls apart from OK ones.
+    // gRPC calls by method and code: the worker reports its results in
+    // ReportMany calls (several to a call when they finish together), the
+    // missing job's NotFound, refused calls apart from OK ones.
     let report = [
-        ("method", "nqueens.v1.WorkerService/Report"),
+        ("method", "nqueens.v1.WorkerService/ReportMany"),
         ("code", "OK"),
     ];
-    assert!(c.value("nqueens_grpc_requests_total", &report) >= tasks);
+    let calls = c.value("nqueens_grpc_requests_total", &report);
+    assert!(
+        calls >= 1.0 && calls <= tasks,
+        "{calls} calls for {tasks} results"
+    );
+    assert!(c
+        .find(
+            "nqueens_grpc_requests_total",
+            &[("method", "nqueens.v1.WorkerService/Report")]
+        )
+        .is_empty());
     let missing = [
         ("method", "nqueens.v1.OperatorService/GetJob"),
         ("code", "NotFound"),
     ];
     assert_eq!(c.value("nqueens_grpc_requests_total", &missing), 1.0);
-    assert!(
+    assert_eq!(
         c.value(
             "nqueens_grpc_request_duration_seconds_count",
-            &[("method", "nqueens.v1.WorkerService/Report")]
-        ) >= tasks
+            &[("method", "nqueens.v1.WorkerService/ReportMany")]
+        ),
+        calls
     );
 
     // Worker: its counters agree with the coordinator's.

@@ -109,9 +109,80 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         kit::dec(&w[key]);
     }
     assert_eq!(kit::dec(&w["tasks_done"]), kit::dec(&done["tasks"]));
+    assert_eq!(w["name"], "json-worker");
+    assert_ne!(
+        w["worker"], "json-worker",
+        "the id is the name and a suffix"
+    );
+    assert_eq!(w["state"], "idle");
     let (code, audit, err) = operator(&c.url, &["audit", id]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(kit::dec(&audit[0]["total"]), 14_200);
+
+    // Export: every counted task, which re-added here gives the counts.
+    let csv = dir.path().join("job.csv");
+    let (code, _, err) = run(&[
+        "export",
+        id,
+        "--output",
+        csv.to_str().unwrap(),
+        "--coordinator",
+        &c.url,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("total 14,200, unique 1,787 (equal to the job's)"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let mut sum = nqueens_common::plan::Tally::default();
+    let mut tasks = BTreeSet::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let n = |name: &str| f[col(name)].parse::<u128>().unwrap();
+        let mut t = nqueens_common::plan::Tally {
+            weighted: n("weighted"),
+            half: n("half"),
+            quarter: n("quarter"),
+            ..Default::default()
+        };
+        (t.classes.c1, t.classes.c2, t.classes.c4, t.classes.c8) =
+            (n("c1"), n("c2"), n("c4"), n("c8"));
+        t.classes.nodes = n("nodes");
+        sum.merge(&t).unwrap();
+        assert!(n("hi") >= n("lo") && n("subproblems") > 0, "{line}");
+        assert!(f[col("worker")].starts_with("json-worker-"), "{line}");
+        tasks.insert(n("task"));
+    }
+    assert_eq!(
+        tasks.len() as u128,
+        kit::dec(&done["tasks"]),
+        "one row per task"
+    );
+    let spec = nqueens_common::plan::PlanSpec {
+        n: nqueens_common::Size::new(12).unwrap(),
+        strategy: done["strategy"].as_str().unwrap().parse().unwrap(),
+        depth: done["depth"].as_u64().unwrap() as u32,
+        tasks: 30,
+    };
+    let t = nqueens_common::plan::Plan::new(spec)
+        .unwrap()
+        .finish(&sum)
+        .unwrap();
+    assert_eq!((t.total().unwrap(), t.unique().unwrap()), (14_200, 1_787));
+    let (code, jsonl, err) = run(&["export", id, "--format", "jsonl", "--coordinator", &c.url]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), tasks.len());
+    assert!(rows
+        .iter()
+        .all(|r| r["weighted"].is_string() && r["task"].is_string()));
 
     // Subproblem ids pass 2^53: as numbers, jq would round them.
     let (_, listed, _) = run(&["plan", "10", "--strategy", "frame", "--list", "--json"]);
@@ -290,7 +361,7 @@ fn tables_fit_an_80_column_terminal() {
     }
     let workers = &shown[1].1;
     assert!(
-        workers.contains("a-worker-with~"),
+        workers.contains("a-worker-wi~"),
         "a long name is cut: {workers}"
     );
     assert!(
@@ -591,7 +662,7 @@ fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
     assert_eq!(code, 0, "{err}");
     kit::wait_for_log(&log, "job done", 1);
     let text = std::fs::read_to_string(&log).unwrap();
-    for event in ["job submitted", "job planned", "worker registered"] {
+    for event in ["job submitted", "job planned", "worker joined"] {
         assert!(text.contains(event), "no {event:?} in:\n{text}");
     }
     let done = text.lines().find(|l| l.contains("job done")).unwrap();

@@ -45,7 +45,7 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     let (_, workers, _) = operator(&c.url, &["workers"]);
     let w1 = workers
         .iter()
-        .find(|w| w["worker"] == "w1")
+        .find(|w| w["name"] == "w1")
         .expect("w1 listed");
     assert_eq!(w1["tasks_done"], last["tasks"]);
 

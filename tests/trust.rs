@@ -69,7 +69,7 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
                 .heartbeat(v1::HeartbeatRequest {
                     worker_id: "thief".into(),
                     leases: vec![*r],
-                    subproblems_done: 0,
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -141,6 +141,7 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             host: host.into(),
             cores: 1,
             solver_version: version.into(),
+            name: String::new(),
         };
         for (req, field) in [
             (reg(&big, "h", "v"), "worker_id"),
@@ -157,7 +158,7 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             .heartbeat(v1::HeartbeatRequest {
                 worker_id: "w".into(),
                 leases: many.clone(),
-                subproblems_done: 0,
+                ..Default::default()
             })
             .await
             .unwrap_err();

@@ -383,6 +383,28 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Stream every counted task of a job (CSV or JSON lines) for a third
+    /// party to re-add and re-audit.
+    #[command(
+        after_help = "Examples:\n  nqueens export 3 > job3.csv\n  nqueens export 3 --format jsonl --output job3.jsonl\n\n\
+        One row per counted task, in task order: the task and its subproblem range (lo, hi, skip,\n\
+        take, subproblems, as `nqueens plan N ... --task I` shows them), its counts (c1, c2, c4,\n\
+        c8, weighted, half, quarter, nodes), checksum, worker, unix_ms, elapsed_ms and\n\
+        solver_version. Every integer in JSON lines is a decimal string. At the end the rows are\n\
+        re-added and the sum compared with the job's counts (on standard error); exit code 1 if\n\
+        they differ. A running job exports the tasks counted so far."
+    )]
+    Export {
+        job: u64,
+        /// csv or jsonl.
+        #[arg(long, value_enum, default_value = "csv")]
+        format: crate::export::Format,
+        /// Write here instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Issue, revoke or list per-worker tokens, stored hashed in a coordinator's data directory.
     #[command(
         after_help = "Examples:\n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\n  \

@@ -335,7 +335,10 @@ impl JobInfo {
 /// A worker, decoded from the wire.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerRow {
+    /// Its id (unique: the name and a suffix of its own).
     pub worker: String,
+    /// What the operator called it (several workers may share one).
+    pub name: String,
     pub host: String,
     pub cores: u32,
     pub leases: u32,
@@ -353,6 +356,14 @@ pub struct WorkerRow {
     #[serde(serialize_with = "dec")]
     pub checked: u64,
     pub quarantined: bool,
+    pub draining: bool,
+    /// Not heard from within a lease's lifetime.
+    pub lost: bool,
+    /// working, idle, draining, lost or quarantined.
+    pub state: &'static str,
+    /// One task it holds, `JOB:TASK`, if any.
+    pub in_hand: Option<String>,
+    pub subproblems_per_second: f64,
     #[serde(serialize_with = "dec")]
     pub last_seen_unix_ms: u64,
     pub solver_version: String,
@@ -360,8 +371,9 @@ pub struct WorkerRow {
 
 impl WorkerRow {
     pub fn new(w: &v1::Worker) -> WorkerRow {
-        WorkerRow {
+        let mut row = WorkerRow {
             worker: w.worker_id.clone(),
+            name: w.name.clone(),
             host: w.host.clone(),
             cores: w.cores,
             leases: w.leases,
@@ -371,15 +383,29 @@ impl WorkerRow {
             conflicts: w.conflicts,
             checked: w.checked,
             quarantined: w.quarantined,
+            draining: w.draining,
+            lost: w.lost,
+            state: "",
+            in_hand: w
+                .in_hand
+                .as_ref()
+                .map(|l| format!("{}:{}", l.job_id, l.task_index)),
+            subproblems_per_second: w.subproblems_per_second,
             last_seen_unix_ms: w.last_seen_unix_ms,
             solver_version: w.solver_version.clone(),
-        }
+        };
+        row.state = row.state();
+        row
     }
 
-    /// working (holding tasks), idle, or quarantined (no more leases).
-    pub fn state(&self) -> &'static str {
+    /// quarantined (no more leases), lost (not heard from within a
+    /// lease's lifetime), draining (going away), working (holding tasks),
+    /// or idle.
+    fn state(&self) -> &'static str {
         match () {
             () if self.quarantined => "quarantined",
+            () if self.lost => "lost",
+            () if self.draining => "draining",
             () if self.leases > 0 => "working",
             () => "idle",
         }
@@ -394,12 +420,12 @@ impl WorkerRow {
         }
     }
 
-    /// The header of `nqueens workers` (at most 80 columns; the full
-    /// version, host, leases and conflicts are in `--json`).
+    /// The header of `nqueens workers` (at most 80 columns; the id,
+    /// version, host, leases, errors and conflicts are in `--json`).
     pub fn table_header() -> String {
         format!(
-            "{:<14}  {:>10}  {:>9}  {:>13}  {:>3}  {:>8}  {}",
-            "WORKER", "CORES", "TASKS", "SUBPROBLEMS", "ERR", "SEEN AGO", "STATE"
+            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>5}  {}",
+            "NAME", "CORES", "TASKS", "SUBPROB/S", "IN HAND", "SEEN", "STATE"
         )
     }
 
@@ -407,23 +433,30 @@ impl WorkerRow {
         let seen = SystemTime::now()
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
             .unwrap_or_default();
-        // A long name is cut (with `~`) so the columns stay in place.
-        let name = match self.worker.char_indices().nth(13) {
-            Some((cut, _)) if self.worker.chars().count() > 14 => {
-                format!("{}~", &self.worker[..cut])
-            }
-            _ => self.worker.clone(),
+        let name = if self.name.is_empty() {
+            &self.worker
+        } else {
+            &self.name
         };
         format!(
-            "{:<14}  {:>10}  {:>9}  {:>13}  {:>3}  {:>8}  {}",
-            name,
-            format!("{} {}", self.cores, self.path()),
+            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>5}  {}",
+            cut(name, 12),
+            cut(&format!("{} {}", self.cores, self.path()), 9),
             thousands(self.tasks_done.into()),
-            thousands(self.subproblems_done.into()),
-            self.errors,
+            thousands(self.subproblems_per_second.round() as u128),
+            cut(self.in_hand.as_deref().unwrap_or("-"), 11),
             human_duration(seen),
-            self.state(),
+            self.state,
         )
+    }
+}
+
+/// `s` in at most `width` characters: a longer one is cut and ends in `~`
+/// (so columns stay in place).
+fn cut(s: &str, width: usize) -> String {
+    match s.char_indices().nth(width - 1) {
+        Some((at, _)) if s.chars().count() > width => format!("{}~", &s[..at]),
+        _ => s.to_string(),
     }
 }
 

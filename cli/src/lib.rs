@@ -16,6 +16,7 @@ pub mod bench;
 pub mod doctor;
 pub mod embedded;
 pub mod exit;
+pub mod export;
 pub mod format;
 pub mod human;
 pub mod loadgen;
@@ -224,6 +225,12 @@ fn run(command: Command) -> Result<(), Failure> {
             data_dir,
             connect,
         } => operator::audit(job, data_dir.as_deref(), &connect),
+        Command::Export {
+            job,
+            format,
+            output,
+            connect,
+        } => export::export(job, format, output.as_deref(), &connect),
         Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
         Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),

@@ -312,6 +312,7 @@ impl Sim {
             host: "loadgen".into(),
             cores: 1,
             solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
+            name: self.name.clone(),
         };
         if self.client.register(req).await.is_err() {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);

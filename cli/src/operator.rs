@@ -41,6 +41,17 @@ impl Operator {
         Failure::from_status(&self.url, s)
     }
 
+    /// What a status from this coordinator means to the operator.
+    pub fn failure(&self, s: &tonic::Status) -> Failure {
+        self.fail(s)
+    }
+
+    /// Every counted task of a job, streamed in task order.
+    pub async fn export(&mut self, id: u64) -> Result<tonic::Streaming<v1::ExportRow>, Failure> {
+        let r = self.client.export_job(v1::JobRef { job_id: id }).await;
+        Ok(r.map_err(|s| self.fail(&s))?.into_inner())
+    }
+
     pub async fn submit(
         &mut self,
         plan: &Plan,
@@ -117,7 +128,9 @@ pub enum Control {
 }
 
 /// Runs one operator command on a small runtime.
-fn on_runtime<T>(f: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+pub(crate) fn on_runtime<T>(
+    f: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -10,7 +10,7 @@ use crate::state::{
     WorkerInfo,
 };
 use crate::store::{Opened, Store, StoreError, StoreWriter};
-use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally, Task};
 use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use std::fs::File;
@@ -734,6 +734,32 @@ impl Coordinator {
         Ok(view)
     }
 
+    /// A page of job `id`'s counted results from task `from` on, in task
+    /// order, each with its task (`None` while the job is not planned),
+    /// read from the store: call [`Coordinator::sync_store`] first so that
+    /// every result counted so far is there.
+    pub fn export_page(
+        &self,
+        id: u64,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(Option<Task>, v1::TaskDone)>, CoordError> {
+        self.lock().job(id)?;
+        let rows = self.store.results_from(id, from, max);
+        let state = self.lock();
+        let job = state.job(id)?;
+        Ok(rows
+            .into_iter()
+            .map(|d| (job.task(d.task_index), d))
+            .collect())
+    }
+
+    /// Writes every result row the store's thread holds; returns the
+    /// journal records whose rows are all in the store.
+    pub async fn sync_store(&self) -> u64 {
+        self.store_writer().sync().await
+    }
+
     pub fn jobs(&self) -> Vec<JobView> {
         let state = self.lock();
         let now = self.now_ms();
@@ -746,10 +772,21 @@ impl Coordinator {
             .collect()
     }
 
-    pub fn workers(&self) -> Vec<(WorkerInfo, usize)> {
+    /// Every worker with the leases it holds now (count, and the oldest).
+    pub fn workers(&self) -> Vec<(WorkerInfo, usize, Option<LeaseRef>)> {
         let s = self.lock();
+        let mut held: std::collections::HashMap<&str, (usize, Option<LeaseRef>)> =
+            std::collections::HashMap::new();
+        for (lease, worker) in s.all_leases() {
+            let h = held.entry(worker).or_default();
+            h.0 += 1;
+            h.1.get_or_insert(lease);
+        }
         s.workers()
-            .map(|w| (w.clone(), s.leases_of(&w.id)))
+            .map(|w| {
+                let (n, first) = held.get(w.id.as_str()).copied().unwrap_or_default();
+                (w.clone(), n, first)
+            })
             .collect()
     }
 
@@ -788,10 +825,12 @@ impl Coordinator {
         self.job(id)
     }
 
+    /// A worker's description (sent again after every reconnect).
     pub fn register(
         &self,
         worker: &str,
         credential: &str,
+        name: &str,
         host: &str,
         cores: u32,
         version: &str,
@@ -801,11 +840,24 @@ impl Coordinator {
         s.admit(worker)?;
         s.bind(worker, credential)?;
         let w = s.touch_worker(worker, now);
+        let again = w.registered;
+        w.name = name.to_string();
         w.host = host.to_string();
         w.cores = cores;
         w.solver_version = version.to_string();
-        tracing::info!(worker, host, cores, version, "worker registered");
+        w.registered = true;
+        w.draining = false;
+        match again {
+            false => tracing::info!(worker, name, host, cores, version, "worker joined"),
+            true => tracing::debug!(worker, "worker registered again"),
+        }
         Ok(())
+    }
+
+    /// Whether the coordinator has this worker's description (else it
+    /// asks the worker to register again).
+    pub fn registered(&self, worker: &str) -> bool {
+        self.lock().worker(worker).is_some_and(|w| w.registered)
     }
 
     pub fn lease(
@@ -833,12 +885,15 @@ impl Coordinator {
         credential: &str,
         refs: &[LeaseRef],
         subproblems_done: u64,
+        draining: bool,
     ) -> Result<(Vec<LeaseRef>, u64, Vec<LeaseRef>), CoordError> {
         let now = self.now_ms();
         let mut s = self.lock();
         s.admit(worker)?;
         s.bind(worker, credential)?;
-        Ok(s.heartbeat(worker, refs, subproblems_done, now))
+        let beat = s.heartbeat(worker, refs, subproblems_done, now);
+        s.touch_worker(worker, now).draining = draining;
+        Ok(beat)
     }
 
     pub fn release(
@@ -948,10 +1003,29 @@ impl Coordinator {
     /// Expires overdue leases; tasks out of retries are journaled dead.
     pub async fn sweep(&self) -> Result<(), CoordError> {
         let now = self.now_ms();
-        let dying = self.lock().expire(now);
+        let (expired, (lost, quarantined)) = {
+            let mut s = self.lock();
+            let ttl = s.limits().lease_ttl_ms;
+            (s.expire(now), s.workers_news(now.saturating_sub(ttl)))
+        };
         self.bump();
-        for (job, task) in dying {
-            tracing::warn!(job, task, "task out of retries: marked dead");
+        for w in lost {
+            tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, last_seen_ms = w.last_seen_ms, "worker lost: not heard from within a lease's lifetime");
+        }
+        for w in quarantined {
+            tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, conflicts = w.conflicts, "worker quarantined: a result of it was contradicted; it gets no more work and its results are not counted");
+        }
+        let mut dying = Vec::new();
+        for e in expired {
+            match e.dying {
+                false => {
+                    tracing::info!(job = e.job, task = e.task, worker = %e.worker, "lease expired; task requeued after a backoff")
+                }
+                true => dying.push((e.job, e.task, e.worker)),
+            }
+        }
+        for (job, task, worker) in dying {
+            tracing::warn!(job, task, %worker, "lease expired and the task is out of retries: marked dead");
             self.write(rec(Record::TaskDead(v1::TaskDead {
                 job_id: job,
                 task_index: task,

@@ -203,8 +203,8 @@ pub fn render(core: &Coordinator, grpc: &GrpcMetrics) -> String {
          help: &str,
          f: &dyn Fn(&crate::state::WorkerInfo, usize) -> f64| {
             page.family(name, kind, help);
-            for (w, leases) in &workers {
-                page.sample(name, &[("worker", &w.id)], f(w, *leases));
+            for (w, leases, _) in &workers {
+                page.sample(name, &[("worker", &w.id), ("name", &w.name)], f(w, *leases));
             }
         };
     per_worker(

@@ -7,10 +7,10 @@ use crate::journal::JournalError;
 use crate::state::{JobState, LeaseRef, StateError, Verdict};
 use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
 use nqueens_common::plan::PlanSpec;
-use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
+use nqueens_proto::{task_to_wire, u128_from_wire};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -214,12 +214,12 @@ impl WorkerService for Workers {
         self.0.core()?.register(
             worker_id(&r.worker_id)?,
             &cred,
+            text("name", &r.name, MAX_HOST)?,
             text("host", &r.host, MAX_HOST)?,
             r.cores,
             text("solver_version", &r.solver_version, MAX_VERSION)?,
         )?;
         let ttl = self.0.core()?.limits().lease_ttl_ms;
-        tracing::info!(worker = %r.worker_id, host = %r.host, cores = r.cores, "worker registered");
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: ttl / 4,
             lease_ttl_ms: ttl,
@@ -238,12 +238,11 @@ impl WorkerService for Workers {
                 r.max_tasks
             )));
         }
-        let granted =
-            self.0
-                .core()?
-                .lease(worker_id(&r.worker_id)?, &cred, r.max_tasks as usize)?;
+        let worker = worker_id(&r.worker_id)?;
+        let granted = self.0.core()?.lease(worker, &cred, r.max_tasks as usize)?;
         Ok(Response::new(v1::LeaseResponse {
             leases: granted.iter().map(lease_to_wire).collect(),
+            register_again: !self.0.core()?.registered(worker),
         }))
     }
 
@@ -254,16 +253,19 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
+        let worker = worker_id(&r.worker_id)?;
         let (extended, deadline, stop) = self.0.core()?.heartbeat(
-            worker_id(&r.worker_id)?,
+            worker,
             &cred,
             &lease_refs(&r.leases),
             r.subproblems_done,
+            r.draining,
         )?;
         Ok(Response::new(v1::HeartbeatResponse {
             extended: extended.iter().map(v1::LeaseRef::from).collect(),
             deadline_unix_ms: deadline,
             stop: stop.iter().map(v1::LeaseRef::from).collect(),
+            register_again: !self.0.core()?.registered(worker),
         }))
     }
 
@@ -332,6 +334,10 @@ impl WorkerService for Workers {
 pub struct Operators(pub Ready);
 
 type JobStream = Pin<Box<dyn Stream<Item = Result<v1::Job, Status>> + Send>>;
+type ExportStream = Pin<Box<dyn Stream<Item = Result<v1::ExportRow, Status>> + Send>>;
+
+/// Rows an export reads from the store at a time.
+const EXPORT_PAGE: usize = 4096;
 
 #[tonic::async_trait]
 impl OperatorService for Operators {
@@ -364,7 +370,6 @@ impl OperatorService for Operators {
             .core()?
             .submit(spec, req.redundancy.max(1), req.verify_fraction)
             .await?;
-        tracing::info!(job = job.id, n = %spec.n, strategy = %spec.strategy, redundancy = job.redundancy, "job submitted");
         Ok(Response::new(job_to_wire(&job)))
     }
 
@@ -461,18 +466,74 @@ impl OperatorService for Operators {
         &self,
         _: Request<v1::ListWorkersRequest>,
     ) -> Result<Response<v1::ListWorkersResponse>, Status> {
-        let mut workers = self.0.core()?.workers();
+        let core = self.0.core()?;
+        let mut workers = core.workers();
         // The most recently seen, when there are more than a reply may hold.
         let total = workers.len() as u64;
-        workers.sort_by_key(|(w, _)| std::cmp::Reverse(w.last_seen_ms));
+        workers.sort_by_key(|(w, _, _)| std::cmp::Reverse(w.last_seen_ms));
         workers.truncate(MAX_LISTED);
+        let lost_before = core.now_ms().saturating_sub(core.limits().lease_ttl_ms);
         Ok(Response::new(v1::ListWorkersResponse {
             workers: workers
                 .iter()
-                .map(|(w, leases)| worker_to_wire(w, *leases))
+                .map(|(w, leases, in_hand)| {
+                    let mut wire = worker_to_wire(w, *leases);
+                    wire.in_hand = in_hand.as_ref().map(v1::LeaseRef::from);
+                    wire.lost = w.last_seen_ms < lost_before;
+                    wire
+                })
                 .collect(),
             total,
         }))
+    }
+
+    type ExportJobStream = ExportStream;
+
+    async fn export_job(&self, req: Request<v1::JobRef>) -> Result<Response<ExportStream>, Status> {
+        let id = req.into_inner().job_id;
+        let core = Arc::clone(self.0.core()?);
+        let spec = core.job(id)?.spec;
+        let (tx, rx) = tokio::sync::mpsc::channel(EXPORT_PAGE);
+        tokio::spawn(async move {
+            // Every result counted before the call is in the store.
+            core.sync_store().await;
+            let mut from = 0;
+            let mut plan = Some(v1::PlanSpec::from(&spec));
+            loop {
+                let c = Arc::clone(&core);
+                let page =
+                    tokio::task::spawn_blocking(move || c.export_page(id, from, EXPORT_PAGE))
+                        .await
+                        .map_err(|e| Status::internal(format!("the export stopped: {e}")))
+                        .and_then(|p| p.map_err(Status::from));
+                let page = match page {
+                    Ok(p) if p.is_empty() => return,
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                for (task, d) in page {
+                    from = d.task_index + 1;
+                    let mut task = task.map(|t| task_to_wire(&spec, &t)).unwrap_or_default();
+                    task.index = d.task_index;
+                    task.plan = plan.take();
+                    let row = v1::ExportRow {
+                        task: Some(task),
+                        result: d.result,
+                        worker_id: d.worker_id,
+                        unix_ms: d.unix_ms,
+                    };
+                    if tx.send(Ok(row)).await.is_err() {
+                        return; // the caller went away
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn audit_job(

@@ -369,6 +369,33 @@ impl Store {
         self.change(vec![Change::Put(d.clone())], None)
     }
 
+    /// The result rows of job `job` from task `from` on, in task order, at
+    /// most `max` of them (a page of an export).
+    pub fn results_from(&self, job: u64, from: u64, max: usize) -> Vec<TaskDone> {
+        let mut out = Vec::new();
+        let start = block_key(job, from);
+        let end = key(job.saturating_add(1), 0);
+        for (k, v) in self.results.range(start..end).filter_map(Result::ok) {
+            if k.len() != 16 {
+                continue;
+            }
+            let first = u64::from_be_bytes(k[8..].try_into().expect("8 bytes")) * rows::BLOCK;
+            for (low, payload) in rows::entries(&v) {
+                let task = first + u64::from(low);
+                if task < from {
+                    continue;
+                }
+                if let Some(d) = rows::decode(job, task, payload, |id| self.reporter(id)) {
+                    out.push(d);
+                }
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
     /// The (job, task) of every result row.
     pub fn result_keys(&self) -> Vec<(u64, u64)> {
         let word = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));

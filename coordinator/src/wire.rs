@@ -74,6 +74,12 @@ pub fn worker_to_wire(w: &WorkerInfo, leases: usize) -> v1::Worker {
         conflicts: w.conflicts,
         quarantined: w.quarantined(),
         checked: w.checked,
+        name: w.name.clone(),
+        draining: w.draining,
+        subproblems_per_second: w.rate,
+        // Known to the caller, who has the leases and the clock.
+        lost: false,
+        in_hand: None,
     }
 }
 
@@ -304,8 +310,16 @@ mod tests {
             errors: 2,
             conflicts: 1,
             checked: 3,
+            name: "rack-7".into(),
+            draining: true,
+            rate: 12.5,
+            ..WorkerInfo::default()
         };
         let w = through_bytes(&worker_to_wire(&info, 5));
+        assert_eq!(
+            (w.name.as_str(), w.draining, w.subproblems_per_second),
+            ("rack-7", true, 12.5)
+        );
         assert_eq!(
             (
                 w.worker_id.as_str(),

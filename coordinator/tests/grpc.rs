@@ -139,7 +139,7 @@ async fn an_expired_lease_is_reassigned_and_its_holder_told_to_stop() {
     let hb = v1::HeartbeatRequest {
         worker_id: "gone".into(),
         leases: vec![first.lease_ref()],
-        subproblems_done: 0,
+        ..Default::default()
     };
     let hb = w.heartbeat(hb).await.unwrap().into_inner();
     assert_eq!(hb.stop, vec![first.lease_ref()]);
@@ -170,6 +170,7 @@ async fn pause_resume_and_cancel() {
         worker_id: "w".into(),
         leases: vec![held.lease_ref()],
         subproblems_done: 3,
+        draining: false,
     };
     assert_eq!(w.heartbeat(hb).await.unwrap().into_inner().stop.len(), 1);
     let again = ops.resume_job(id).await.unwrap_err();
@@ -617,8 +618,8 @@ async fn metrics_count_tasks_results_and_workers() {
             job.tasks - 4
         ),
         "nqueens_leases_granted_total 4".to_string(),
-        "nqueens_worker_tasks_done_total{worker=\"w\\\"1\"} 3".to_string(),
-        "nqueens_worker_leases{worker=\"w\\\"1\"} 1".to_string(),
+        "nqueens_worker_tasks_done_total{worker=\"w\\\"1\",name=\"\"} 3".to_string(),
+        "nqueens_worker_leases{worker=\"w\\\"1\",name=\"\"} 1".to_string(),
         "# TYPE nqueens_lease_expiries_total counter".to_string(),
     ] {
         assert!(
@@ -1221,4 +1222,68 @@ async fn a_lost_journal_segment_stops_the_start_with_a_way_out() {
     assert!(err.contains("a segment is missing"), "{err}");
     // The audit refuses too: the evidence is incomplete.
     assert!(nqueens_coordinator::audit::audit(&dir.path().join("journal"), 1).is_err());
+}
+
+#[tokio::test]
+async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, _) = clients(&r).await;
+    let lease = |id: &str| v1::LeaseRequest {
+        worker_id: id.into(),
+        max_tasks: 1,
+    };
+    let beat = |id: &str| v1::HeartbeatRequest {
+        worker_id: id.into(),
+        ..Default::default()
+    };
+    // Never registered: asked to.
+    let asked = w.lease(lease("w")).await.unwrap().into_inner();
+    assert!(asked.register_again);
+    kit::register(&mut w, "w").await;
+    assert!(
+        !w.lease(lease("w"))
+            .await
+            .unwrap()
+            .into_inner()
+            .register_again
+    );
+    assert!(
+        !w.heartbeat(beat("w"))
+            .await
+            .unwrap()
+            .into_inner()
+            .register_again
+    );
+    r.shutdown().await.unwrap();
+    // A restarted coordinator asks again, even from a checkpoint that
+    // remembers the worker.
+    let r = serve(dir.path(), clock).await;
+    let (mut w, mut ops) = clients(&r).await;
+    assert!(
+        w.heartbeat(beat("w"))
+            .await
+            .unwrap()
+            .into_inner()
+            .register_again
+    );
+    assert!(
+        w.lease(lease("w"))
+            .await
+            .unwrap()
+            .into_inner()
+            .register_again
+    );
+    kit::register(&mut w, "w").await;
+    assert!(
+        !w.heartbeat(beat("w"))
+            .await
+            .unwrap()
+            .into_inner()
+            .register_again
+    );
+    let listed = kit::workers(&mut ops).await;
+    assert_eq!((listed[0].name.as_str(), listed[0].cores), ("w", 1));
+    r.shutdown().await.unwrap();
 }

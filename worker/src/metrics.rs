@@ -37,6 +37,7 @@ const CALLS: [&str; 5] = ["register", "lease", "heartbeat", "report", "release"]
 /// Who this worker is, known once it has started.
 #[derive(Clone, Debug)]
 struct Info {
+    id: String,
     name: String,
     path: String,
     threads: usize,
@@ -81,8 +82,9 @@ impl Stats {
         })
     }
 
-    pub(crate) fn started(&self, name: &str, path: &str, threads: usize) {
+    pub(crate) fn started(&self, id: &str, name: &str, path: &str, threads: usize) {
         let _ = self.info.set(Info {
+            id: id.to_string(),
             name: name.to_string(),
             path: path.to_string(),
             threads,
@@ -139,11 +141,12 @@ impl Stats {
             page.family(
                 "nqueens_worker_process_info",
                 Kind::Gauge,
-                "This worker (always 1): its name, the engine path it counts with, its counting threads.",
+                "This worker (always 1): its id and name, the engine path it counts with, its counting threads.",
             )
             .sample(
                 "nqueens_worker_process_info",
                 &[
+                    ("worker", &i.id),
                     ("name", &i.name),
                     ("path", &i.path),
                     ("threads", &i.threads.to_string()),

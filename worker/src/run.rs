@@ -116,13 +116,12 @@ pub async fn run_with(
             .as_ref()
             .map(|(c, k)| (c.as_path(), k.as_path())),
     )?);
-    let name = config.name.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            gethostname::gethostname().to_string_lossy(),
-            std::process::id()
-        )
-    });
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    // The id is this process's own, so that two workers given the same
+    // --name (or none, on one host) never merge into one; the name is
+    // what the operator sees.
+    let display = config.name.clone().unwrap_or_else(|| host.clone());
+    let name = format!("{display}-{}", instance_suffix());
     let threads = config.threads.max(1);
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     let mut summary = Summary::default();
@@ -131,16 +130,18 @@ pub async fn run_with(
     // worker list which inner loop each machine counts with.
     let core = config.core.unwrap_or_else(Path::fastest);
     let version = format!("{} {core}", env!("CARGO_PKG_VERSION"));
-    stats.started(&name, &core.to_string(), threads);
+    stats.started(&name, &display, &core.to_string(), threads);
+    // Sent again whenever the coordinator asks (it restarted, or lost us).
+    let registration = v1::RegisterRequest {
+        worker_id: name.clone(),
+        host,
+        cores: threads as u32,
+        solver_version: version.clone(),
+        name: display.clone(),
+    };
     // Register, retrying until the coordinator answers.
     let heartbeat_every = loop {
-        let req = v1::RegisterRequest {
-            worker_id: name.clone(),
-            host: gethostname::gethostname().to_string_lossy().into_owned(),
-            cores: threads as u32,
-            solver_version: version.clone(),
-        };
-        match client.register(req).await {
+        match client.register(registration.clone()).await {
             Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
             Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
                 return Err(WorkerError::Refused(s.message().to_string()))
@@ -168,7 +169,12 @@ pub async fn run_with(
     let pool = Pool::new(threads, config.core, counted);
     // Results go to a reporter task, so no thread waits for an fsync.
     let (results, to_report) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(report_all(client.clone(), to_report, Arc::clone(&stats)));
+    let reporter = tokio::spawn(report_all(
+        client.clone(),
+        name.clone(),
+        to_report,
+        Arc::clone(&stats),
+    ));
     let mut drain_deadline: Option<Instant> = None;
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -190,7 +196,11 @@ pub async fn run_with(
             match client.lease(req).await {
                 Ok(r) => {
                     backoff.reset();
-                    let leases = r.into_inner().leases;
+                    let r = r.into_inner();
+                    if r.register_again {
+                        register_again(&mut client, &registration, &stats).await;
+                    }
+                    let leases = r.leases;
                     if leases.is_empty() {
                         next_lease_at = Instant::now() + Duration::from_secs(1);
                     } else {
@@ -238,18 +248,22 @@ pub async fn run_with(
                 if let Some((result, subproblems, elapsed)) = out {
                     subproblems_done += subproblems;
                     stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);
-                    let req = v1::ReportRequest { worker_id: name.clone(), lease: Some(lease_ref(&lease)), result: Some(result) };
-                    results.send(req).expect("the reporter outlives the loop");
+                    let item = v1::ReportItem { lease: Some(lease_ref(&lease)), result: Some(result) };
+                    results.send(item).expect("the reporter outlives the loop");
                 } else {
                     stats.stopped();
                 }
             }
             _ = heartbeat.tick() => {
                 let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
-                let req = v1::HeartbeatRequest { worker_id: name.clone(), leases: refs, subproblems_done };
+                let req = v1::HeartbeatRequest { worker_id: name.clone(), leases: refs, subproblems_done, draining: drain_deadline.is_some() };
                 match client.heartbeat(req).await {
                     Ok(r) => {
-                        for s in r.into_inner().stop {
+                        let r = r.into_inner();
+                        if r.register_again {
+                            register_again(&mut client, &registration, &stats).await;
+                        }
+                        for s in r.stop {
                             if let Some((_, stop)) = held.get(&s.lease_id) {
                                 stop.store(true, Ordering::Relaxed);
                                 tracing::info!("stopping task {} of job {}: cancelled or reassigned", s.task_index, s.job_id);
@@ -297,47 +311,97 @@ pub async fn run_with(
     Ok(summary)
 }
 
-/// Reports in flight at once: the coordinator stores concurrent reports
-/// with one fsync, so short tasks are not held to one fsync each.
-const REPORTS_IN_FLIGHT: usize = 64;
+/// Report calls in flight at once: the coordinator stores concurrent
+/// reports with one fsync, so short tasks are not held to one fsync each.
+const REPORTS_IN_FLIGHT: usize = 16;
+/// Most results in one `ReportMany` call (the coordinator's limit).
+const REPORT_BATCH: usize = 1024;
 
-/// Reports every result until the coordinator acknowledges it; returns
-/// how many were acknowledged.
+/// Reports every result until the coordinator acknowledges it, the
+/// results that are ready together in one `ReportMany`; returns how many
+/// were acknowledged.
 async fn report_all(
     client: Client,
-    mut results: mpsc::UnboundedReceiver<v1::ReportRequest>,
+    worker: String,
+    mut results: mpsc::UnboundedReceiver<v1::ReportItem>,
     stats: Arc<Stats>,
 ) -> u64 {
     let mut in_flight = JoinSet::new();
     let mut reported = 0;
     loop {
         tokio::select! {
-            req = results.recv(), if in_flight.len() < REPORTS_IN_FLIGHT => match req {
-                Some(req) => {
-                    in_flight.spawn(report(client.clone(), req, Arc::clone(&stats)));
+            item = results.recv(), if in_flight.len() < REPORTS_IN_FLIGHT => match item {
+                Some(item) => {
+                    let mut batch = vec![item];
+                    while batch.len() < REPORT_BATCH {
+                        match results.try_recv() {
+                            Ok(item) => batch.push(item),
+                            Err(_) => break,
+                        }
+                    }
+                    let req = v1::ReportManyRequest { worker_id: worker.clone(), reports: batch };
+                    in_flight.spawn(report_many(client.clone(), req, Arc::clone(&stats)));
                 }
                 None => break,
             },
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                reported += u64::from(done.expect("report task panicked"));
+                reported += done.expect("report task panicked");
             }
         }
     }
     while let Some(done) = in_flight.join_next().await {
-        reported += u64::from(done.expect("report task panicked"));
+        reported += done.expect("report task panicked");
     }
     reported
 }
 
-/// Reports one result, retrying while the coordinator is away; whether it
-/// was acknowledged.
-async fn report(mut client: Client, req: v1::ReportRequest, stats: Arc<Stats>) -> bool {
+/// Reports a batch of results, retrying the ones not stored while the
+/// coordinator is away or busy; a result is dropped only once the
+/// coordinator has answered for it. Returns how many were acknowledged.
+async fn report_many(mut client: Client, mut req: v1::ReportManyRequest, stats: Arc<Stats>) -> u64 {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
+    let mut acknowledged = 0;
     loop {
-        match client.report(req.clone()).await {
-            Ok(r) => {
+        let answers = match client.report_many(req.clone()).await {
+            Ok(r) => r.into_inner().answers,
+            Err(s) if transient(&s) => {
+                stats.failed(Call::Report);
+                let wait = backoff.next_delay();
+                tracing::warn!(
+                    "{} results not stored yet ({}); retrying in {wait:.1?}",
+                    req.reports.len(),
+                    s.message()
+                );
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            Err(s) => {
+                // The whole call refused (e.g. the worker id): nothing in
+                // it can ever be stored.
+                stats.failed(Call::Report);
+                for _ in &req.reports {
+                    stats.reported("refused");
+                }
+                tracing::error!(
+                    "{} results refused, dropping them: {}",
+                    req.reports.len(),
+                    s.message()
+                );
+                return acknowledged;
+            }
+        };
+        let mut again = Vec::new();
+        let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
+        for (i, item) in req.reports.into_iter().enumerate() {
+            // An item without an answer was not judged: send it again.
+            let Some(answer) = answers.get(i) else {
+                again.push(item);
+                continue;
+            };
+            let status = Status::new(Code::from(answer.code), answer.message.clone());
+            if answer.code == 0 {
                 use v1::ReportOutcome as O;
-                let outcome = match O::try_from(r.into_inner().outcome) {
+                let outcome = match O::try_from(answer.outcome) {
                     Ok(O::Accepted) => "accepted",
                     Ok(O::Duplicate) => "duplicate",
                     Ok(O::Conflict) => "conflict",
@@ -346,26 +410,67 @@ async fn report(mut client: Client, req: v1::ReportRequest, stats: Arc<Stats>) -
                     _ => "?",
                 };
                 stats.reported(outcome);
-                tracing::info!("reported a task ({outcome})");
-                return true;
-            }
-            Err(s) if transient(&s) => {
-                stats.failed(Call::Report);
-                let wait = backoff.next_delay();
-                tracing::warn!(
-                    "result not stored yet ({}); retrying in {wait:.1?}",
-                    s.message()
-                );
-                tokio::time::sleep(wait).await;
-            }
-            Err(s) => {
-                stats.failed(Call::Report);
+                let l = item.lease.unwrap_or_default();
+                tracing::debug!(job = l.job_id, task = l.task_index, outcome, "reported");
+                *outcomes.entry(outcome).or_default() += 1;
+                acknowledged += 1;
+            } else if transient(&status) {
+                again.push(item);
+            } else {
                 stats.reported("refused");
-                tracing::error!("result refused, dropping it: {}", s.message());
-                return false;
+                let l = item.lease.unwrap_or_default();
+                tracing::error!(
+                    job = l.job_id,
+                    task = l.task_index,
+                    "result refused, dropping it: {}",
+                    answer.message
+                );
             }
         }
+        if !outcomes.is_empty() {
+            let said: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+            tracing::info!(
+                "reported {} results ({})",
+                outcomes.values().sum::<u32>(),
+                said.join(", ")
+            );
+        }
+        if again.is_empty() {
+            return acknowledged;
+        }
+        stats.failed(Call::Report);
+        let wait = backoff.next_delay();
+        tracing::warn!(
+            "{} results not stored yet; retrying in {wait:.1?}",
+            again.len()
+        );
+        tokio::time::sleep(wait).await;
+        req.reports = again;
     }
+}
+
+/// Sends the worker's description again (the coordinator asked: it
+/// restarted, or lost track of this worker). One try: if it fails, the
+/// next answer asks again.
+async fn register_again(client: &mut Client, registration: &v1::RegisterRequest, stats: &Stats) {
+    match client.register(registration.clone()).await {
+        Ok(_) => tracing::info!(
+            "registered again (the coordinator asked: it restarted or lost track of this worker)"
+        ),
+        Err(s) => {
+            stats.failed(Call::Register);
+            tracing::warn!("registering again failed ({}); will retry", s.message());
+        }
+    }
+}
+
+/// A random suffix that makes this process's worker id its own.
+fn instance_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS's randomness per process.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:08x}", h.finish() as u32)
 }
 
 /// Hands leases back; returns how many the coordinator took.

@@ -151,6 +151,16 @@ pub enum StateError {
     ResultNotInMemory { job: u64, task: u64 },
 }
 
+/// A lease that ran out (see [`State::expire`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expiry {
+    pub job: u64,
+    pub task: u64,
+    pub worker: String,
+    /// Out of retries: the caller journals the task dead.
+    pub dying: bool,
+}
+
 /// Event counts since start-up (replayed records included), for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
@@ -309,6 +319,32 @@ impl State {
         })
     }
 
+    /// Every lease held now, oldest job first, with its holder.
+    pub fn all_leases(&self) -> impl Iterator<Item = (LeaseRef, &str)> {
+        self.jobs.values().flat_map(|j| {
+            j.schedule.leases().map(move |(&task, l)| {
+                (
+                    LeaseRef {
+                        job: j.id,
+                        task,
+                        lease_id: l.lease_id,
+                    },
+                    l.worker.as_str(),
+                )
+            })
+        })
+    }
+
+    pub fn worker(&self, id: &str) -> Option<&WorkerInfo> {
+        self.workers.get(id)
+    }
+
+    /// Workers newly lost (not heard from since `since_ms`) and newly
+    /// quarantined, each returned once (for the log).
+    pub fn workers_news(&mut self, since_ms: u64) -> (Vec<WorkerInfo>, Vec<WorkerInfo>) {
+        self.workers.news(since_ms)
+    }
+
     /// Leases a worker holds now.
     pub fn leases_of(&self, worker: &str) -> usize {
         self.jobs
@@ -443,6 +479,9 @@ impl State {
             self.counters.duplicates += 1;
             return Ok(Verdict::Duplicate);
         }
+        // Who computed the counted result: the reporter, and under
+        // redundancy every worker whose result agreed.
+        let mut credited = vec![d.worker_id.clone()];
         if job.votes.needs(task) > 1 {
             let workers = &self.workers;
             match job
@@ -460,6 +499,13 @@ impl State {
                     for s in &same {
                         self.workers.entry(&s.worker).checked += 1;
                     }
+                    credited = same
+                        .iter()
+                        .filter(|s| !self.workers.quarantined(&s.worker))
+                        .map(|s| s.worker.clone())
+                        .collect();
+                    credited.sort();
+                    credited.dedup();
                     for o in odd {
                         self.workers.entry(&o.worker).conflicts += 1;
                         self.counters.conflicts += 1;
@@ -482,9 +528,11 @@ impl State {
             job.work_done += t.work;
             job.rate.add(d.unix_ms, t.work);
         }
-        if let Some(w) = self.workers.get_mut(&d.worker_id) {
-            w.tasks_done += 1;
-            w.subproblems_done += subproblems;
+        for id in &credited {
+            if let Some(w) = self.workers.get_mut(id) {
+                w.tasks_done += 1;
+                w.subproblems_done += subproblems;
+            }
         }
         self.counters.accepted += 1;
         Ok(Verdict::New)
@@ -585,6 +633,11 @@ impl State {
         // (work counted but not yet reported).
         let w = self.workers.touch(worker, now);
         w.subproblems_done = w.subproblems_done.max(subproblems_done);
+        let (done_before, at) = w.beat;
+        if at > 0 && now > at && subproblems_done >= done_before {
+            w.rate = (subproblems_done - done_before) as f64 * 1000.0 / (now - at) as f64;
+        }
+        w.beat = (subproblems_done, now);
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
         if self.quarantined(worker) {
@@ -649,7 +702,7 @@ impl State {
 
     /// Returns expired leases' tasks to pending after a backoff; a task out
     /// of retries is returned in the list (the caller journals it as dead).
-    pub fn expire(&mut self, now: u64) -> Vec<(u64, u64)> {
+    pub fn expire(&mut self, now: u64) -> Vec<Expiry> {
         let limits = self.limits;
         let backoff = |attempts: u32| {
             limits
@@ -664,9 +717,12 @@ impl State {
                 if let Some(w) = self.workers.get_mut(&e.lease.worker) {
                     w.errors += 1;
                 }
-                if e.dying {
-                    dying.push((job.id, e.task));
-                }
+                dying.push(Expiry {
+                    job: job.id,
+                    task: e.task,
+                    worker: e.lease.worker,
+                    dying: e.dying,
+                });
             }
         }
         dying

@@ -159,6 +159,13 @@ mod whole {
         }
         let v = s.job(1).unwrap().view();
         assert_eq!((v.state, v.total, v.unique), (JobState::Done, 92, 12));
+        // Both honest workers computed every task: both get the credit;
+        // the liar gets none.
+        let done = |id: &str| s.workers().find(|w| w.id == id).unwrap().tasks_done;
+        assert_eq!(
+            (done("w1"), done("w2"), done("liar")),
+            (tasks.len() as u64, tasks.len() as u64, 0)
+        );
     }
 
     #[test]
@@ -282,7 +289,10 @@ mod whole {
                 }
             }
             now += TTL / 3;
-            assert!(s.expire(now).is_empty(), "no task runs out of retries");
+            assert!(
+                s.expire(now).iter().all(|e| !e.dying),
+                "no task runs out of retries"
+            );
             assert!(round < 10_000, "the job never ends");
         }
         let v = s.job(1).unwrap().view();
@@ -432,7 +442,16 @@ mod whole {
         assert!(s.expire(TTL + 1).is_empty());
         assert_eq!(s.job(1).unwrap().view().leased, 1);
         // Silence past the deadline: the task leaves the lease...
-        assert!(s.expire(2 * TTL).is_empty());
+        let gone = s.expire(2 * TTL);
+        assert_eq!(
+            gone,
+            vec![Expiry {
+                job: 1,
+                task: first.task.index,
+                worker: "slow".into(),
+                dying: false
+            }]
+        );
         let v = s.job(1).unwrap().view();
         assert_eq!((v.leased, v.failed), (0, 1));
         // ...and waits out its backoff (1 s) before anyone gets it again.
@@ -484,12 +503,14 @@ mod whole {
             let g = s.lease("w", 1, now);
             assert_eq!(g.len(), 1, "attempt {attempt}");
             now += TTL;
-            let dying = s.expire(now);
+            let gone = s.expire(now);
+            assert_eq!(gone.len(), 1);
+            assert_eq!((gone[0].job, gone[0].task), (1, g[0].task.index));
             if attempt < 3 {
-                assert!(dying.is_empty());
+                assert!(!gone[0].dying);
                 now += 4_000; // past the longest backoff
             } else {
-                assert_eq!(dying, vec![(1, g[0].task.index)]);
+                assert!(gone[0].dying);
             }
         }
         s.apply(&rec(Record::TaskDead(TaskDead {

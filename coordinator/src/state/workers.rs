@@ -12,6 +12,8 @@ pub const MAX_WORKERS: usize = 10_000;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     pub id: String,
+    /// The operator's name for it (display only; several may share one).
+    pub name: String,
     pub host: String,
     pub cores: u32,
     pub solver_version: String,
@@ -24,6 +26,25 @@ pub struct WorkerInfo {
     pub conflicts: u64,
     /// Results of this worker that another credential agreed with.
     pub checked: u64,
+    /// What follows is not durable (not in a checkpoint):
+    /// it registered with this coordinator since it started.
+    #[serde(skip)]
+    pub registered: bool,
+    /// It said it is going away.
+    #[serde(skip)]
+    pub draining: bool,
+    /// Subproblems per second between its latest heartbeats, and the
+    /// latest heartbeat's (subproblems done, time).
+    #[serde(skip)]
+    pub rate: f64,
+    #[serde(skip)]
+    pub beat: (u64, u64),
+    /// Already logged as lost (until it is heard from again), and as
+    /// quarantined.
+    #[serde(skip)]
+    pub told_lost: bool,
+    #[serde(skip)]
+    pub told_quarantined: bool,
 }
 
 impl WorkerInfo {
@@ -105,7 +126,33 @@ impl Workers {
     pub fn touch(&mut self, id: &str, now: u64) -> &mut WorkerInfo {
         let w = self.entry(id);
         w.last_seen_ms = now;
+        if w.told_lost {
+            w.told_lost = false;
+            tracing::info!(worker = id, name = %w.name, "worker back");
+        }
         w
+    }
+
+    pub fn get(&self, id: &str) -> Option<&WorkerInfo> {
+        self.known.get(id)
+    }
+
+    /// Workers not heard from since `since_ms` and not yet said to be
+    /// lost, and quarantined workers not yet said to be: each is marked
+    /// told and returned once, for the log.
+    pub fn news(&mut self, since_ms: u64) -> (Vec<WorkerInfo>, Vec<WorkerInfo>) {
+        let (mut lost, mut quarantined) = (Vec::new(), Vec::new());
+        for w in self.known.values_mut() {
+            if w.last_seen_ms < since_ms && !w.told_lost && w.registered {
+                w.told_lost = true;
+                lost.push(w.clone());
+            }
+            if w.quarantined() && !w.told_quarantined {
+                w.told_quarantined = true;
+                quarantined.push(w.clone());
+            }
+        }
+        (lost, quarantined)
     }
 
     pub fn get_mut(&mut self, id: &str) -> Option<&mut WorkerInfo> {

@@ -136,6 +136,7 @@ pub async fn register(w: &mut Workers, worker: &str) {
         host: "h".into(),
         cores: 1,
         solver_version: "t".into(),
+        name: worker.into(),
     })
     .await
     .unwrap();
