@@ -435,6 +435,19 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Put a job's dead tasks (out of retries) back in its schedule.
+    #[command(
+        after_help = "A task whose leases kept expiring (a worker crashing on it, a network that\n\
+        drops its results) is marked dead after the retry budget and the job cannot finish.\n\
+        Once the cause is fixed, `nqueens retry JOB` hands those tasks out again, first in line,\n\
+        each with a fresh budget. Durable (journaled); refused for a cancelled job or one with no\n\
+        dead tasks."
+    )]
+    Retry {
+        job: u64,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Check this machine's setup against a coordinator: reachable, TLS,
     /// health, the token's role, the CPU and engine path, a speed sample.
     #[command(after_help = "Examples:\n  nqueens doctor\n  \

@@ -104,6 +104,7 @@ impl Operator {
             Control::Pause => self.client.pause_job(job).await,
             Control::Resume => self.client.resume_job(job).await,
             Control::Cancel => self.client.cancel_job(job).await,
+            Control::Retry => self.client.retry_job(job).await,
         };
         Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
     }
@@ -125,6 +126,7 @@ pub enum Control {
     Pause,
     Resume,
     Cancel,
+    Retry,
 }
 
 /// Runs one operator command on a small runtime.

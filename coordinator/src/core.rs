@@ -790,6 +790,30 @@ impl Coordinator {
             .collect()
     }
 
+    /// Puts a job's dead tasks back in its schedule (durably): refused for a
+    /// cancelled job, or one without dead tasks.
+    pub async fn retry(&self, id: u64) -> Result<JobView, CoordError> {
+        let view = self.lock().job(id)?.view();
+        if view.state == JobState::Cancelled {
+            return Err(StateError::Finished {
+                job: id,
+                state: view.state,
+                action: "retried",
+            }
+            .into());
+        }
+        if view.dead == 0 {
+            return Err(StateError::NothingToRetry { job: id }.into());
+        }
+        self.write(rec(Record::TasksRetried(v1::TasksRetried {
+            job_id: id,
+            unix_ms: self.now_ms(),
+        })))
+        .await?;
+        tracing::info!(job = id, tasks = view.dead, "dead tasks retried");
+        self.job(id)
+    }
+
     /// Pauses, resumes or cancels a job.
     pub async fn set_state(&self, id: u64, to: JobState) -> Result<JobView, CoordError> {
         let now = self.lock().job(id)?.state();

@@ -73,9 +73,9 @@ impl From<CoordError> for Status {
                 StateError::NotPlanned(_) | StateError::ResultNotInMemory { .. } => {
                     Status::unavailable(msg)
                 }
-                StateError::NotLeased { .. } | StateError::Finished { .. } => {
-                    Status::failed_precondition(msg)
-                }
+                StateError::NotLeased { .. }
+                | StateError::Finished { .. }
+                | StateError::NothingToRetry { .. } => Status::failed_precondition(msg),
                 StateError::Implausible { .. } => Status::invalid_argument(msg),
                 StateError::TooManyWorkers(_) => Status::resource_exhausted(msg),
                 StateError::WrongCredential { .. } => Status::permission_denied(msg),
@@ -485,6 +485,11 @@ impl OperatorService for Operators {
                 .collect(),
             total,
         }))
+    }
+
+    async fn retry_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        let id = req.into_inner().job_id;
+        Ok(Response::new(job_to_wire(&self.0.core()?.retry(id).await?)))
     }
 
     type ExportJobStream = ExportStream;

@@ -1287,3 +1287,48 @@ async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     assert_eq!((listed[0].name.as_str(), listed[0].cores), ("w", 1));
     r.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn retry_puts_dead_tasks_back_durably_and_the_job_finishes_exactly() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Frame, 1)).await;
+    let id = v1::JobRef { job_id: job.job_id };
+    let refused = ops.retry_job(id).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    assert!(refused.message().contains("no dead tasks"), "{refused}");
+    // Its only task's leases expire until it is out of retries (3).
+    for _ in 0..limits().retry_budget {
+        assert_eq!(kit::lease(&mut w, "flaky", 1).await.len(), 1);
+        clock.advance(TTL + 1);
+        r.core.sweep().await.unwrap();
+        clock.advance(limits().backoff_max_ms);
+    }
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(
+        (j.dead, j.pending, j.state),
+        (1, 0, v1::JobState::Running as i32)
+    );
+    assert!(
+        kit::lease(&mut w, "w", 1).await.is_empty(),
+        "a dead task waits"
+    );
+    let j = ops.retry_job(id).await.unwrap().into_inner();
+    assert_eq!((j.dead, j.pending), (0, 1));
+    // Durable: after a restart the task is still pending, and counted once.
+    r.shutdown().await.unwrap();
+    let r = serve(dir.path(), clock).await;
+    let (mut w, mut ops) = clients(&r).await;
+    assert_eq!(kit::job(&mut ops, job.job_id).await.dead, 0);
+    assert_eq!(kit::work(&mut w, "w", usize::MAX).await, 1);
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(
+        (j.state, kit::counts(&j)),
+        (v1::JobState::Done as i32, (92, 12))
+    );
+    let refused = ops.retry_job(id).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    r.shutdown().await.unwrap();
+}

@@ -103,6 +103,11 @@ impl Ledger {
         true
     }
 
+    /// Forgets every dead task (the operator retries them); returns them.
+    pub fn revive_all(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dead).into_keys().collect()
+    }
+
     pub fn result(&self, task: u64) -> Option<&StoredResult> {
         self.results.get(&task)
     }

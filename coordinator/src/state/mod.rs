@@ -141,6 +141,8 @@ pub enum StateError {
         "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
     )]
     WrongCredential { worker: String, bound: String },
+    #[error("job {job} has no dead tasks to retry (tasks out of retries show as dead in `nqueens status {job}`)")]
+    NothingToRetry { job: u64 },
     #[error("journal record does not fit the state: {0}")]
     BadRecord(String),
     #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
@@ -418,6 +420,12 @@ impl State {
                 let job = self.job_mut(d.job_id)?;
                 if job.ledger.bury(d.task_index, &d.reason) {
                     job.schedule.finish(d.task_index);
+                }
+            }
+            Record::TasksRetried(r) => {
+                let job = self.job_mut(r.job_id)?;
+                for task in job.ledger.revive_all() {
+                    job.schedule.revive(task);
                 }
             }
         }

@@ -61,6 +61,15 @@ impl Bits {
             .is_some_and(|w| w >> (i % 64) & 1 == 1)
     }
 
+    /// Clears bit `i`; false if it was clear.
+    fn unset(&mut self, i: u64) -> bool {
+        let was = self.get(i);
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w &= !(1 << (i % 64));
+        }
+        was
+    }
+
     /// Sets bit `i`; false if it was set already.
     fn set(&mut self, i: u64) -> bool {
         let word = (i / 64) as usize;
@@ -120,6 +129,16 @@ impl Schedule {
         self.unwait(task);
         self.leases.remove(&task);
         self.attempts.remove(&task);
+    }
+
+    /// A dead task (finished without a result) is pending again, first
+    /// in line, with a fresh retry budget.
+    pub fn revive(&mut self, task: u64) {
+        if self.finished.unset(task) {
+            self.finished_count -= 1;
+        }
+        self.attempts.remove(&task);
+        self.returned.insert(task);
     }
 
     pub fn finished(&self, task: u64) -> bool {

@@ -525,6 +525,66 @@ mod whole {
     }
 
     #[test]
+    fn retried_dead_tasks_are_handed_out_again_and_the_job_finishes() {
+        let (mut s, plan, tasks) = running(spec(8, Strategy::Frame, 3), 1);
+        for t in [0, 2] {
+            s.apply(&rec(Record::TaskDead(TaskDead {
+                job_id: 1,
+                task_index: t,
+                reason: "out of retries".into(),
+            })))
+            .unwrap();
+        }
+        run_all(&mut s, &plan, "w", 0);
+        let v = s.job(1).unwrap().view();
+        assert_eq!(
+            (v.state, v.dead, v.done),
+            (JobState::Running, 2, tasks.len() as u64 - 2)
+        );
+        let retried = rec(Record::TasksRetried(v1::TasksRetried {
+            job_id: 1,
+            unix_ms: 9,
+        }));
+        s.apply(&retried).unwrap();
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.dead, v.pending), (0, 2));
+        let again: Vec<u64> = s.lease("w", 9, 1).iter().map(|g| g.task.index).collect();
+        assert_eq!(again, vec![0, 2], "the dead ones, and only they");
+        let (mut fresh, _, _) = running(spec(8, Strategy::Frame, 3), 1);
+        for t in [0, 2] {
+            fresh
+                .apply(&rec(Record::TaskDead(TaskDead {
+                    job_id: 1,
+                    task_index: t,
+                    reason: "out of retries".into(),
+                })))
+                .unwrap();
+        }
+        fresh.apply(&retried).unwrap();
+        // A replay of the same records (no leases) schedules them too.
+        let mut pending: Vec<u64> = fresh
+            .lease("x", 9, 1)
+            .iter()
+            .map(|g| g.task.index)
+            .collect();
+        pending.sort();
+        assert_eq!(pending, (0..tasks.len() as u64).collect::<Vec<_>>());
+        for g in s
+            .job(1)
+            .unwrap()
+            .schedule
+            .leases()
+            .map(|(t, _)| *t)
+            .collect::<Vec<_>>()
+        {
+            let t = plan.count_task(&tasks[g as usize]).unwrap();
+            s.apply(&done(1, g, &t, "w", 0)).unwrap();
+        }
+        let v = s.job(1).unwrap().view();
+        assert_eq!((v.state, v.total, v.unique), (JobState::Done, 92, 12));
+    }
+
+    #[test]
     fn leases_from_before_a_restart_are_adopted_by_their_heartbeat() {
         let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 2);
         let old = LeaseRef {
