@@ -399,6 +399,10 @@ fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_so
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("answers without TLS"), "{err}");
     assert!(err.contains(&format!("use {}", c.url)), "{err}");
+    // So does a worker, in its log, while it keeps trying.
+    let log = dir.path().join("worker.log");
+    let _w = kit::worker_logged(&https, "tls-slip", 1, &log);
+    kit::wait_for_log(&log, "answers without TLS", 1);
 
     // http:// against a TLS coordinator says so too.
     let (cert, key) = self_signed(dir.path());
@@ -593,6 +597,10 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     assert!(lines[0].contains("plain text"), "{out}");
     assert!(lines[1].contains("SERVING"), "{out}");
     assert!(lines[2].contains("accepted for operator calls"), "{out}");
+    assert!(
+        lines[3].starts_with("ok") && lines[3].contains(env!("CARGO_PKG_VERSION")),
+        "the coordinator says its version: {out}"
+    );
     assert!(lines[5].contains("nodes/s on one thread"), "{out}");
 
     // The worker token, checked as a worker's; an operator token is not one.

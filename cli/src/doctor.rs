@@ -162,8 +162,16 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
         .check(tonic_health::pb::HealthCheckRequest::default())
         .await;
     let took = start.elapsed();
+    let theirs;
     let status = match health {
-        Ok(r) => r.into_inner().status(),
+        Ok(r) => {
+            theirs = r
+                .metadata()
+                .get(nqueens_coordinator::server::VERSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            r.into_inner().status()
+        }
         Err(s) => {
             let f = Failure::from_status(url, &s);
             checks.push(Check::new("coordinator", Outcome::Fail, f.message(), took));
@@ -253,16 +261,28 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
         ),
     };
     checks.push(token_check);
-    checks.push(Check::new(
-        "version",
-        Outcome::Info,
-        format!(
-            "this nqueens is {}; the coordinator does not report its version (compare `nqueens \
-             --version` on its host; workers show theirs in `nqueens workers --json`)",
-            env!("CARGO_PKG_VERSION")
+    let mine = env!("CARGO_PKG_VERSION");
+    let (outcome, said) = match theirs {
+        Some(v) if v == mine => (
+            Outcome::Ok,
+            format!("the coordinator and this nqueens are both {mine} (workers show theirs in `nqueens workers`)"),
         ),
-        Duration::ZERO,
-    ));
+        Some(v) => (
+            Outcome::Fail,
+            format!(
+                "the coordinator is {v} and this nqueens is {mine}: run one release on every machine \
+                 of a run (the journal records which solver version counted each task)"
+            ),
+        ),
+        None => (
+            Outcome::Info,
+            format!(
+                "this nqueens is {mine}; the coordinator does not report its version (an older \
+                 release: compare `nqueens --version` on its host)"
+            ),
+        ),
+    };
+    checks.push(Check::new("version", outcome, said, Duration::ZERO));
     checks
 }
 

@@ -590,6 +590,7 @@ pub async fn start_announced(
     let server = tokio::spawn(
         builder
             .layer(grpc.layer())
+            .layer(tower::util::MapResponseLayer::new(stamp_version))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(workers)
@@ -707,6 +708,19 @@ pub async fn start_announced(
         health_watch,
         refresher,
     })
+}
+
+/// The header every answer carries: this coordinator's version, so that a
+/// client (`nqueens doctor`, any role, health included) can compare it
+/// with its own.
+pub const VERSION_HEADER: &str = "nqueens-version";
+
+fn stamp_version<B>(mut answer: http::Response<B>) -> http::Response<B> {
+    answer.headers_mut().insert(
+        VERSION_HEADER,
+        http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    answer
 }
 
 /// Sets every service's health status.

@@ -134,3 +134,68 @@ pub fn explain(url: &str, status: &Status) -> String {
         _ => status.message().to_string(),
     }
 }
+
+/// The text of a failed call and of every error under it.
+fn chain(status: &tonic::Status) -> String {
+    let mut text = status.message().to_string();
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        let e_text = e.to_string();
+        if !text.contains(&e_text) {
+            text += &format!(": {e_text}");
+        }
+        source = e.source();
+    }
+    text
+}
+
+/// A call that failed because one side speaks TLS and the other does not
+/// (or the certificate is not trusted): what it probably is and what to
+/// change. The transport's own words ("received corrupt message of type
+/// InvalidContentType", "transport error") do not say.
+pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
+    let text = chain(status);
+    let plain = url
+        .strip_prefix("https://")
+        .map(|rest| format!("http://{rest}"));
+    if let Some(plain) = plain {
+        if text.contains("InvalidContentType") || text.contains("corrupt message") {
+            return Some(format!(
+                "the coordinator at {url} answers without TLS (a plain-text coordinator, \
+                 started without --tls-cert): use {plain}, or give the coordinator a certificate \
+                 ({text})"
+            ));
+        }
+        if text.contains("invalid peer certificate") || text.contains("UnknownIssuer") {
+            return Some(format!(
+                "the coordinator at {url} speaks TLS but its certificate is not trusted here: \
+                 give the CA that signed it with --tls-ca F (and check that the URL's host is \
+                 one the certificate names) ({text})"
+            ));
+        }
+        return None;
+    }
+    // Over http://, a TLS server reads the HTTP/2 preface as a broken TLS
+    // record and closes the connection before any answer.
+    let tls = url
+        .strip_prefix("http://")
+        .map(|rest| format!("https://{rest}"))?;
+    let closed = [
+        "transport error",
+        "connection closed",
+        "connection reset",
+        "broken pipe",
+        "frame with invalid size",
+    ];
+    let lower = text.to_lowercase();
+    (status.code() != tonic::Code::Unavailable || !lower.contains("tcp connect"))
+        .then_some(())
+        .filter(|()| closed.iter().any(|c| lower.contains(c)))
+        .map(|()| {
+            format!(
+                "the coordinator at {url} closed the connection before answering: it probably \
+                 speaks TLS (started with --tls-cert); use {tls} (with --tls-ca F if its \
+                 certificate has its own CA) ({text})"
+            )
+        })
+}

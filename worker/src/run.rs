@@ -9,7 +9,7 @@ use crate::metrics::{Call, Stats};
 use crate::pool::Pool;
 use crate::selftest::self_test;
 use nqueens_common::engine::lanes::Path;
-use nqueens_proto::client::{connect_tls, Authed, ClientError};
+use nqueens_proto::client::{connect_tls, tls_mismatch, Authed, ClientError};
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
 use std::collections::HashMap;
@@ -125,6 +125,7 @@ pub async fn run_with(
     let threads = config.threads.max(1);
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     let mut summary = Summary::default();
+    let mut told_tls = false;
 
     // The version names the engine path too, so operators see in the
     // worker list which inner loop each machine counts with.
@@ -149,10 +150,17 @@ pub async fn run_with(
             Err(s) => {
                 stats.failed(Call::Register);
                 let wait = backoff.next_delay();
-                tracing::warn!(
-                    "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
-                    s.message()
-                );
+                match tls_mismatch(&url, &s) {
+                    // Retrying cannot help: say what to change (once).
+                    Some(why) if !told_tls => {
+                        told_tls = true;
+                        tracing::error!("{why}; retrying in {wait:.1?} in case it changes");
+                    }
+                    _ => tracing::warn!(
+                        "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
+                        s.message()
+                    ),
+                }
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     Some(()) = signals.recv() => return Ok(summary),
