@@ -12,9 +12,10 @@
 //! solver version can compare digests.
 
 use crate::journal::{self, JournalError};
-use crate::state::{plausible, JobState, Limits, State, StateError, TaskList};
+use crate::state::{plausible, JobState, Limits, State, StateError, TaskList, Verdict};
 use nqueens_common::known;
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
+use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::journal_record::Record;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -80,21 +81,34 @@ impl Audit {
 
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
-    // Every result in memory: the audit re-adds them all.
-    let mut state = State::new(Limits {
-        results_in_memory: None,
-        ..Limits::default()
-    });
+    // The coordinator's own rules decide which result of a task counts;
+    // the audit keeps each counted result's counts (not the whole result,
+    // nor other jobs'), to re-add them in task order.
+    let mut state = State::new(Limits::default());
+    let mut counted_results: Vec<(u64, Tally)> = Vec::new();
     let mut result_records = 0;
     let mut failed = None;
     let scanned = journal::scan(path, |r| {
-        if let Some(Record::TaskDone(d)) = &r.record {
-            result_records += u64::from(d.job_id == job);
+        let ours = match &r.record {
+            Some(Record::TaskDone(d)) if d.job_id == job => Some(d),
+            _ => None,
+        };
+        result_records += u64::from(ours.is_some());
+        if failed.is_some() {
+            return;
         }
-        if failed.is_none() {
-            failed = state.apply(&r).err();
+        match state.apply(&r) {
+            Ok(Some(Verdict::New)) => {
+                if let Some(d) = ours {
+                    let tally = d.result.as_ref().map(tally_from_wire).unwrap_or_default();
+                    counted_results.push((d.task_index, tally));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failed = Some(e),
         }
     })?;
+    counted_results.sort_unstable_by_key(|&(task, _)| task);
     if let Some(e) = failed {
         return Err(AuditError::Replay(e));
     }
@@ -120,20 +134,21 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         j.spec.depth,
         tasks.count()
     ));
-    for (&task, r) in j.results() {
+    for (task, tally) in &counted_results {
+        let task = *task;
         let Some(t) = tasks.get(task) else {
             problems.note(format!(
                 "a result for task {task}, which the plan does not have"
             ));
             continue;
         };
-        if let Err(e) = plausible(j, &t, &r.tally) {
+        if let Err(e) = plausible(j, &t, tally) {
             problems.note(e.to_string());
         }
-        if let Err(e) = sum.merge(&r.tally) {
+        if let Err(e) = sum.merge(tally) {
             problems.note(format!("summing the results: {e}"));
         }
-        let t = &r.tally;
+        let t = tally;
         let c = &t.classes;
         sha.update(format!(
             "{task} {} {} {} {} {} {} {}\n",
@@ -146,7 +161,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         );
     }
 
-    let counted = j.results().count() as u64;
+    let counted = counted_results.len() as u64;
     let (total, unique) = if counted == tasks.count() {
         match plan.finish(&sum) {
             Ok(t) => (t.total().ok(), t.unique().ok()),
