@@ -121,6 +121,20 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     assert_eq!(code, 2, "a share without redundancy checks nothing: {err}");
     assert!(err.contains("--redundancy 2"), "{err}");
 
+    // Delete: only with --yes, then the job is gone (exit 4 when asked).
+    let (code, _, err) = operator(&c.url, &["delete", &id]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--yes") && err.contains("nqueens export"),
+        "{err}"
+    );
+    let (code, lines, err) = operator(&c.url, &["delete", &id, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines[0]["results"], last["tasks"]);
+    let (code, _, err) = operator(&c.url, &["status", &id]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("was deleted"), "{err}");
+
     kit::terminate(&w);
     assert!(w.wait().unwrap().success());
 }

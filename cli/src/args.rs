@@ -435,6 +435,22 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Delete a finished or cancelled job, its task list and its results.
+    #[command(
+        after_help = "Examples:\n  nqueens export 3 > job3.csv && nqueens delete 3 --yes\n\n\
+        The job leaves the coordinator's state and store (journaled: a restart does not bring it\n\
+        back, and its id is never given again); `status`, `export` and `audit` then say it was\n\
+        deleted. The journal's old segments still hold its records. A running or paused job is\n\
+        refused: cancel it first."
+    )]
+    Delete {
+        job: u64,
+        /// Confirm: without it nothing is deleted.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Put a job's dead tasks (out of retries) back in its schedule.
     #[command(
         after_help = "A task whose leases kept expiring (a worker crashing on it, a network that\n\

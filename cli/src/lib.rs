@@ -234,6 +234,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
         Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),
+        Command::Delete { job, yes, connect } => operator::delete(job, yes, &connect),
         Command::Retry { job, connect } => operator::control(job, Control::Retry, &connect),
         Command::Doctor {
             role,

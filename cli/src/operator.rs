@@ -46,6 +46,12 @@ impl Operator {
         self.fail(s)
     }
 
+    /// Deletes a done or cancelled job; returns its counted results.
+    pub async fn delete(&mut self, id: u64) -> Result<u64, Failure> {
+        let r = self.client.delete_job(v1::JobRef { job_id: id }).await;
+        Ok(r.map_err(|s| self.fail(&s))?.into_inner().results)
+    }
+
     /// Every counted task of a job, streamed in task order.
     pub async fn export(&mut self, id: u64) -> Result<tonic::Streaming<v1::ExportRow>, Failure> {
         let r = self.client.export_job(v1::JobRef { job_id: id }).await;
@@ -280,6 +286,29 @@ pub fn workers(c: &Connect) -> Result<(), Failure> {
             for w in &workers {
                 writeln!(out, "{}", w.table_row())?;
             }
+        }
+        Ok(out.flush()?)
+    })
+}
+
+pub fn delete(job: u64, yes: bool, c: &Connect) -> Result<(), Failure> {
+    if !yes {
+        return Err(Failure::BadInput(format!(
+            "deleting job {job} removes it and its results from the coordinator for good (save them \
+             first with `nqueens export {job}`); add --yes to delete it"
+        )));
+    }
+    on_runtime(async {
+        let mut op = Operator::new(c)?;
+        let results = op.delete(job).await?;
+        let mut out = io::stdout().lock();
+        if c.json {
+            json_line(
+                &mut out,
+                &serde_json::json!({"job": job.to_string(), "deleted": true, "results": results.to_string()}),
+            )?;
+        } else {
+            writeln!(out, "deleted job {job} and its {results} counted results")?;
         }
         Ok(out.flush()?)
     })

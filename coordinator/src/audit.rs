@@ -30,6 +30,8 @@ pub enum AuditError {
     Replay(StateError),
     #[error("job {0} is not in this journal")]
     UnknownJob(u64),
+    #[error("job {0} was deleted (`nqueens delete`): its results are no longer counted anywhere")]
+    Deleted(u64),
     #[error("job {0} has not been planned yet; audit it once it has tasks")]
     NotPlanned(u64),
     #[error("re-planning the job failed: {0}")]
@@ -111,6 +113,9 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     counted_results.sort_unstable_by_key(|&(task, _)| task);
     if let Some(e) = failed {
         return Err(AuditError::Replay(e));
+    }
+    if state.deleted(job) {
+        return Err(AuditError::Deleted(job));
     }
     let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
     j.planned().ok_or(AuditError::NotPlanned(job))?;

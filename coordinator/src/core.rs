@@ -268,6 +268,10 @@ impl Coordinator {
         }
         let records = replay.last;
         store.add_results(rows, Some(records))?;
+        // Rows of deleted jobs that a crash left behind (idempotent).
+        for id in state.deleted_jobs() {
+            store.delete_job(id)?;
+        }
         let replay_done = started.elapsed();
         // Jobs planned before (their size was accepted then) get their
         // tasks now; jobs never planned are planned once serving, as at
@@ -420,9 +424,7 @@ impl Coordinator {
             self.applied.lock().expect("applied lock").add(seq);
             if let Some(w) = self.writes.get() {
                 match (&applied, &r.record) {
-                    (Ok(None | Some(Verdict::New)), Some(Record::TaskDone(d))) => {
-                        w.result(d.clone(), seq)
-                    }
+                    (Ok(Some(Verdict::New)), Some(Record::TaskDone(d))) => w.result(d.clone(), seq),
                     _ => w.seen(seq),
                 }
             }
@@ -788,6 +790,27 @@ impl Coordinator {
                 (w.clone(), n, first)
             })
             .collect()
+    }
+
+    /// Deletes a done or cancelled job (durably): it leaves the state, its
+    /// rows and task list leave the store. Returns its counted results.
+    pub async fn delete(&self, id: u64) -> Result<u64, CoordError> {
+        let view = self.lock().job(id)?.view();
+        if !matches!(view.state, JobState::Done | JobState::Cancelled) {
+            return Err(StateError::NotDeletable {
+                job: id,
+                state: view.state,
+            }
+            .into());
+        }
+        self.write(rec(Record::JobDeleted(v1::JobDeleted {
+            job_id: id,
+            unix_ms: self.now_ms(),
+        })))
+        .await?;
+        self.store_writer().delete_job(id);
+        tracing::info!(job = id, results = view.done, total = %view.total, unique = %view.unique, "job deleted");
+        Ok(view.done)
     }
 
     /// Puts a job's dead tasks back in its schedule (durably): refused for a

@@ -67,15 +67,16 @@ impl From<CoordError> for Status {
         let msg = e.to_string();
         match e {
             CoordError::State(s) => match s {
-                StateError::UnknownJob(_) | StateError::UnknownTask { .. } => {
-                    Status::not_found(msg)
-                }
+                StateError::UnknownJob(_)
+                | StateError::UnknownTask { .. }
+                | StateError::Deleted(_) => Status::not_found(msg),
                 StateError::NotPlanned(_) | StateError::ResultNotInMemory { .. } => {
                     Status::unavailable(msg)
                 }
                 StateError::NotLeased { .. }
                 | StateError::Finished { .. }
-                | StateError::NothingToRetry { .. } => Status::failed_precondition(msg),
+                | StateError::NothingToRetry { .. }
+                | StateError::NotDeletable { .. } => Status::failed_precondition(msg),
                 StateError::Implausible { .. } => Status::invalid_argument(msg),
                 StateError::TooManyWorkers(_) => Status::resource_exhausted(msg),
                 StateError::WrongCredential { .. } => Status::permission_denied(msg),
@@ -99,7 +100,7 @@ impl From<AuditError> for Status {
     fn from(e: AuditError) -> Status {
         let msg = e.to_string();
         match e {
-            AuditError::UnknownJob(_) => Status::not_found(msg),
+            AuditError::UnknownJob(_) | AuditError::Deleted(_) => Status::not_found(msg),
             AuditError::NotPlanned(_) => Status::failed_precondition(msg),
             AuditError::Journal(
                 JournalError::Corrupt { .. } | JournalError::MissingSegment { .. },
@@ -490,6 +491,15 @@ impl OperatorService for Operators {
     async fn retry_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let id = req.into_inner().job_id;
         Ok(Response::new(job_to_wire(&self.0.core()?.retry(id).await?)))
+    }
+
+    async fn delete_job(
+        &self,
+        req: Request<v1::JobRef>,
+    ) -> Result<Response<v1::DeleteJobResponse>, Status> {
+        let id = req.into_inner().job_id;
+        let results = self.0.core()?.delete(id).await?;
+        Ok(Response::new(v1::DeleteJobResponse { results }))
     }
 
     type ExportJobStream = ExportStream;

@@ -356,6 +356,21 @@ impl Store {
         self.tasks.apply_batch(batch).map_err(|e| self.err(e))
     }
 
+    /// Removes every row and the task list of job `job`.
+    pub fn delete_job(&self, job: u64) -> Result<(), StoreError> {
+        for tree in [&self.results, &self.tasks] {
+            let mut batch = sled::Batch::default();
+            for k in tree
+                .range(key(job, 0)..key(job.saturating_add(1), 0))
+                .keys()
+            {
+                batch.remove(k.map_err(|e| self.err(e))?);
+            }
+            tree.apply_batch(batch).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
     /// A stored result row.
     pub fn result(&self, job: u64, task: u64) -> Option<TaskDone> {
         let block = self.results.get(block_key(job, task)).ok()??;
@@ -467,6 +482,8 @@ enum Write {
     Seen(u64),
     Tasks(u64, Vec<Task>),
     Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
+    /// A deleted job's rows and task list.
+    DeleteJob(u64),
     /// Write what is gathered, flush, and answer with the records caught up.
     Sync(tokio::sync::oneshot::Sender<u64>),
 }
@@ -520,6 +537,12 @@ impl StoreWriter {
     /// Notes journal record `seq`, which has no row.
     pub fn seen(&self, seq: u64) {
         self.send(Write::Seen(seq));
+    }
+
+    /// Queues the removal of a deleted job's rows (after every write queued
+    /// before it).
+    pub fn delete_job(&self, job: u64) {
+        self.send(Write::DeleteJob(job));
     }
 
     /// Queues a job's task list.
@@ -589,6 +612,15 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
             }
             Ok(Write::Tasks(job, tasks)) => {
                 store.put_tasks(job, &tasks).unwrap_or_else(warn);
+                false
+            }
+            Ok(Write::DeleteJob(job)) => {
+                // Its rows still gathered go first, then all of them.
+                let (theirs, ours): (Vec<_>, Vec<_>) =
+                    gathered.drain(..).partition(|d| d.job_id == job);
+                gathered = ours;
+                drop(theirs);
+                store.delete_job(job).unwrap_or_else(warn);
                 false
             }
             Ok(Write::Lookup(job, task, answer)) => {

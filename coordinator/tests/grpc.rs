@@ -1332,3 +1332,54 @@ async fn retry_puts_dead_tasks_back_durably_and_the_job_finishes_exactly() {
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
     r.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_deleted_job_leaves_state_and_store_for_good_and_its_id_is_never_reused() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let done = submit(&mut ops, spec(9, Strategy::Frame, 4)).await;
+    kit::work(&mut w, "w", usize::MAX).await;
+    let running = submit(&mut ops, spec(8, Strategy::Frame, 2)).await;
+    let id = |j: &v1::Job| v1::JobRef { job_id: j.job_id };
+    // Only a done or cancelled job goes.
+    let refused = ops.delete_job(id(&running)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    assert!(refused.message().contains("cancel it first"), "{refused}");
+    let gone = ops.delete_job(id(&done)).await.unwrap().into_inner();
+    assert_eq!(gone.results, done.tasks);
+    r.core.sync_store().await;
+    assert!(
+        r.core.store().0.results_from(done.job_id, 0, 99).is_empty(),
+        "its rows are gone"
+    );
+    r.core.checkpoint(true).await.unwrap();
+    r.shutdown().await.unwrap();
+    // After a restart from the checkpoint, and after one from the journal
+    // alone: still gone, and a new job gets a new id.
+    for from_journal in [false, true] {
+        if from_journal {
+            for f in ["checkpoint", "checkpoint.prev"] {
+                let _ = std::fs::remove_file(dir.path().join(f));
+            }
+        }
+        let r = serve(dir.path(), clock.clone()).await;
+        let (_, mut ops) = clients(&r).await;
+        for e in [
+            ops.get_job(id(&done)).await.unwrap_err(),
+            ops.audit_job(id(&done)).await.unwrap_err(),
+            ops.delete_job(id(&done)).await.unwrap_err(),
+        ] {
+            assert_eq!(e.code(), Code::NotFound, "{e}");
+            assert!(e.message().contains("deleted"), "{e}");
+        }
+        assert_eq!(
+            kit::job(&mut ops, running.job_id).await.tasks,
+            running.tasks
+        );
+        let next = submit(&mut ops, spec(8, Strategy::Frame, 1)).await;
+        assert!(next.job_id > running.job_id, "{} reused", next.job_id);
+        r.shutdown().await.unwrap();
+    }
+}

@@ -143,6 +143,12 @@ pub enum StateError {
     WrongCredential { worker: String, bound: String },
     #[error("job {job} has no dead tasks to retry (tasks out of retries show as dead in `nqueens status {job}`)")]
     NothingToRetry { job: u64 },
+    #[error("job {0} was deleted")]
+    Deleted(u64),
+    #[error(
+        "job {job} is {state:?}: only a done or cancelled job can be deleted (cancel it first)"
+    )]
+    NotDeletable { job: u64, state: JobState },
     #[error("journal record does not fit the state: {0}")]
     BadRecord(String),
     #[error("re-planning job {job} gave a different task list (digest {got:#x}, journal says {want:#x})")]
@@ -151,6 +157,22 @@ pub enum StateError {
     /// memory: the caller compares with the store's row.
     #[error("the result of task {task} of job {job} is not in memory")]
     ResultNotInMemory { job: u64, task: u64 },
+}
+
+/// The job a record is about (none for a boot).
+fn about_job(r: &Record) -> Option<u64> {
+    Some(match r {
+        Record::Boot(_) => return None,
+        Record::JobSubmitted(s) => s.job_id,
+        Record::JobPlanned(p) => p.job_id,
+        Record::JobState(c) => c.job_id,
+        Record::TaskDone(d) => d.job_id,
+        Record::TaskConflict(c) => c.job_id,
+        Record::TaskDead(d) => d.job_id,
+        Record::TasksRetried(t) => t.job_id,
+        // Applied: the job leaves (a second one changes nothing).
+        Record::JobDeleted(_) => return None,
+    })
 }
 
 /// A lease that ran out (see [`State::expire`]).
@@ -182,6 +204,9 @@ pub struct State {
     #[serde(skip)]
     limits: Limits,
     jobs: BTreeMap<u64, Job>,
+    /// Jobs the operator deleted: their ids are never given again, and
+    /// records about them are skipped.
+    deleted: std::collections::BTreeSet<u64>,
     workers: Workers,
     epoch: u64,
     /// The secret lease ids are derived with.
@@ -223,6 +248,7 @@ impl State {
             counters: Counters::default(),
             limits,
             jobs: BTreeMap::new(),
+            deleted: Default::default(),
             workers: Workers::default(),
             epoch: 0,
             lease_key: random_key(),
@@ -287,7 +313,11 @@ impl State {
     }
 
     pub fn job(&self, id: u64) -> Result<&Job, StateError> {
-        self.jobs.get(&id).ok_or(StateError::UnknownJob(id))
+        match self.jobs.get(&id) {
+            Some(j) => Ok(j),
+            None if self.deleted.contains(&id) => Err(StateError::Deleted(id)),
+            None => Err(StateError::UnknownJob(id)),
+        }
     }
 
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
@@ -361,14 +391,33 @@ impl State {
     }
 
     pub fn next_job_id(&self) -> u64 {
-        self.jobs.keys().next_back().map_or(1, |k| k + 1)
+        let last = self.jobs.keys().next_back().max(self.deleted.last());
+        last.map_or(1, |k| k + 1)
+    }
+
+    /// Whether job `id` was deleted.
+    pub fn deleted(&self, id: u64) -> bool {
+        self.deleted.contains(&id)
+    }
+
+    /// Jobs deleted.
+    pub fn deleted_jobs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.deleted.iter().copied()
     }
 
     /// Applies one journal record (replayed or just written). Task results
     /// are idempotent by task: a second one is compared, never added.
     pub fn apply(&mut self, record: &JournalRecord) -> Result<Option<Verdict>, StateError> {
         let bad = |what: &str| StateError::BadRecord(what.to_string());
-        match record.record.as_ref().ok_or_else(|| bad("empty record"))? {
+        let r = record.record.as_ref().ok_or_else(|| bad("empty record"))?;
+        if about_job(r).is_some_and(|id| self.deleted.contains(&id)) {
+            return Ok(None);
+        }
+        match r {
+            Record::JobDeleted(d) => {
+                self.jobs.remove(&d.job_id);
+                self.deleted.insert(d.job_id);
+            }
             Record::Boot(b) => {
                 self.epoch = self.epoch.max(b.epoch);
             }
@@ -433,6 +482,9 @@ impl State {
     }
 
     fn job_mut(&mut self, id: u64) -> Result<&mut Job, StateError> {
+        if self.deleted.contains(&id) {
+            return Err(StateError::Deleted(id));
+        }
         self.jobs.get_mut(&id).ok_or(StateError::UnknownJob(id))
     }
 
