@@ -587,9 +587,17 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     let (code, out, err) = doctor(&["--token-file", token.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     let lines: Vec<&str> = out.lines().collect();
-    for (i, check) in ["coordinator", "health", "token", "version", "cpu", "speed"]
-        .iter()
-        .enumerate()
+    for (i, check) in [
+        "coordinator",
+        "health",
+        "token",
+        "version",
+        "clock",
+        "cpu",
+        "speed",
+    ]
+    .iter()
+    .enumerate()
     {
         assert!(lines[i].contains(check), "line {i} is not {check}: {out}");
         assert!(!lines[i].starts_with("FAIL"), "{out}");
@@ -601,7 +609,12 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
         lines[3].starts_with("ok") && lines[3].contains(env!("CARGO_PKG_VERSION")),
         "the coordinator says its version: {out}"
     );
-    assert!(lines[5].contains("nodes/s on one thread"), "{out}");
+    assert!(
+        lines[4].starts_with("ok")
+            && (lines[4].contains("ms ahead of") || lines[4].contains("ms behind")),
+        "one machine, one clock: {out}"
+    );
+    assert!(lines[6].contains("nodes/s on one thread"), "{out}");
 
     // The worker token, checked as a worker's; an operator token is not one.
     let (code, out, err) = doctor(&[

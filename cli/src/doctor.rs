@@ -158,24 +158,25 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
     // Reachable: the health call needs no token, so it tells the network
     // (and TLS) from the credentials.
     let start = Instant::now();
+    let sent = std::time::SystemTime::now();
     let health = HealthClient::new(channel.clone())
         .check(tonic_health::pb::HealthCheckRequest::default())
         .await;
     let took = start.elapsed();
     let theirs;
+    let their_clock;
     let status = match health {
         Ok(r) => {
-            theirs = r
-                .metadata()
-                .get(nqueens_coordinator::server::VERSION_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
+            let header = |name| r.metadata().get(name).and_then(|v| v.to_str().ok());
+            theirs = header(nqueens_coordinator::server::VERSION_HEADER).map(str::to_string);
+            their_clock = header(nqueens_coordinator::server::TIME_HEADER)
+                .and_then(|v| v.parse::<i128>().ok());
             r.into_inner().status()
         }
         Err(s) => {
             let f = Failure::from_status(url, &s);
             checks.push(Check::new("coordinator", Outcome::Fail, f.message(), took));
-            for name in ["health", "token", "version"] {
+            for name in ["health", "token", "version", "clock"] {
                 checks.push(skip(name, "the coordinator did not answer"));
             }
             return checks;
@@ -283,7 +284,49 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
         ),
     };
     checks.push(Check::new("version", outcome, said, Duration::ZERO));
+    checks.push(clock_check(their_clock, sent, took));
     checks
+}
+
+/// This machine's clock against the coordinator's, read halfway through
+/// the health call (`sent` is when it left, `took` its round trip).
+fn clock_check(theirs: Option<i128>, sent: std::time::SystemTime, took: Duration) -> Check {
+    let Some(theirs) = theirs else {
+        return Check::new(
+            "clock",
+            Outcome::Info,
+            "the coordinator does not report its clock (an older release)",
+            Duration::ZERO,
+        );
+    };
+    let ours = sent
+        .checked_add(took / 2)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i128);
+    let skew = theirs - ours;
+    let (word, by) = if skew >= 0 {
+        ("ahead of", skew)
+    } else {
+        ("behind", -skew)
+    };
+    let said = format!(
+        "the coordinator's clock is {by} ms {word} this machine's (± {} ms of network)",
+        took.as_millis() / 2 + 1
+    );
+    // Leases are timed on the coordinator's clock alone, so skew never
+    // loses work; but logs, `last seen` and timestamps then disagree.
+    let outcome = match by {
+        0..=2_000 => Outcome::Ok,
+        2_001..=30_000 => Outcome::Info,
+        _ => Outcome::Fail,
+    };
+    let said = match outcome {
+        Outcome::Fail => format!(
+            "{said}: times in logs and `nqueens workers` disagree; synchronise the clocks (NTP)"
+        ),
+        _ => said,
+    };
+    Check::new("clock", outcome, said, Duration::ZERO)
 }
 
 /// The CPU and the engine path a worker here would count with.

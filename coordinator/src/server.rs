@@ -1,7 +1,7 @@
 //! Running the coordinator: the gRPC server with health and reflection,
 //! bearer tokens per role, and the sweeper that expires leases.
 
-use crate::core::{Clock, CoordError, Coordinator};
+use crate::core::{Clock, CoordError, Coordinator, SystemClock};
 use crate::credentials::Credentials;
 use crate::service::{Credential, Operators, Ready, Workers};
 use crate::state::Limits;
@@ -710,16 +710,19 @@ pub async fn start_announced(
     })
 }
 
-/// The header every answer carries: this coordinator's version, so that a
-/// client (`nqueens doctor`, any role, health included) can compare it
-/// with its own.
+/// Headers every answer carries: this coordinator's version and its clock
+/// (Unix ms), so that a client (`nqueens doctor`, any role, health
+/// included) can compare them with its own.
 pub const VERSION_HEADER: &str = "nqueens-version";
+pub const TIME_HEADER: &str = "nqueens-time-ms";
 
 fn stamp_version<B>(mut answer: http::Response<B>) -> http::Response<B> {
-    answer.headers_mut().insert(
+    let headers = answer.headers_mut();
+    headers.insert(
         VERSION_HEADER,
         http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
     );
+    headers.insert(TIME_HEADER, http::HeaderValue::from(SystemClock.now_ms()));
     answer
 }
 
