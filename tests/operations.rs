@@ -691,6 +691,18 @@ fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
         done.contains("total=14200") && done.contains("unique=1787"),
         "{done}"
     );
+    // Then audited in the background, with the digest `nqueens audit` gives.
+    kit::wait_for_log(&log, "job audited", 1);
+    let (code, audit, err) = kit::operator(&c.url, &["audit", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let digest = audit[0]["digest"].as_str().unwrap().to_string();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let audited = text.lines().find(|l| l.contains("job audited")).unwrap();
+    assert!(audited.contains("passed=true"), "{audited}");
+    assert!(
+        audited.contains(digest.trim_start_matches("sha256:")),
+        "{audited} vs {digest}"
+    );
     drop(w);
     kit::kill9(&mut c.child);
     let _c = kit::coordinator_logged(&data, &addr, &log);

@@ -102,6 +102,10 @@ pub struct CheckpointMade {
     pub compressed: usize,
 }
 
+/// The largest job audited inside the coordinator when it finishes (an
+/// audit holds about 150 bytes per counted result).
+pub const AUDIT_AT_DONE_MAX: u64 = 2_000_000;
+
 /// How the state was recovered at start-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Recovery {
@@ -432,9 +436,37 @@ impl Coordinator {
         };
         if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
             tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
+            self.audit_in_background(j.id, j.tasks);
         }
         self.bump();
         Ok(v)
+    }
+
+    /// Audits a job that just finished, off the async threads, and logs its
+    /// digest and verdict. An audit holds every counted result's counts,
+    /// so a job past [`AUDIT_AT_DONE_MAX`] tasks is left to the operator.
+    fn audit_in_background(&self, id: u64, tasks: u64) {
+        if tasks > AUDIT_AT_DONE_MAX {
+            tracing::info!(job = id, tasks, "job not audited inside the coordinator (too large): run `nqueens audit {id} --data-dir DIR` on a machine with the memory");
+            return;
+        }
+        let journal = self.data_dir.join("journal");
+        let started = std::thread::Builder::new()
+            .name("audit".into())
+            .spawn(move || match crate::audit::audit(&journal, id) {
+                Ok(a) => tracing::info!(
+                    job = id,
+                    digest = %a.digest,
+                    passed = a.passed(),
+                    complete = a.complete(),
+                    problems = a.problems.len(),
+                    "job audited"
+                ),
+                Err(e) => tracing::warn!(job = id, error = %e, "job audit failed"),
+            });
+        if let Err(e) = started {
+            tracing::warn!(job = id, error = %e, "cannot start the job's audit");
+        }
     }
 
     /// Writes a checkpoint of the state, if anything was journaled since
