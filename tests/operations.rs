@@ -285,6 +285,15 @@ fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
         .unwrap_or_else(|e| panic!("no rate ({e}) in {running}"));
     assert!(rate > 0.0, "{running}");
 
+    // On a terminal (a pty of 80 columns, made by util-linux `script`):
+    // a progress bar and a counts line with the rate, within 80 columns.
+    let pty = nqueens_on_a_terminal(&format!("watch {id} --coordinator {}", c.url));
+    if let Some((_, screen)) = &pty {
+        kit::wait_until("the bar to show a rate", || {
+            String::from_utf8_lossy(&screen.lock().unwrap()).contains(" tasks/s")
+        });
+    }
+
     // Cancelled: the last line says so, and watch fails.
     let (code, _, err) = operator(&c.url, &["cancel", &id]);
     assert_eq!(code, 0, "{err}");
@@ -296,6 +305,27 @@ fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
     };
     assert!(timestamped(&last) && last.contains("ETA -"), "{last}");
     assert_eq!(watch.wait().unwrap().code(), Some(1));
+    if let Some((mut child, screen)) = pty {
+        child.wait().unwrap();
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        let shown = visible_lines(&text);
+        // The bar fills its line exactly (80 columns), and the terminal
+        // wraps to the counts line: cut them apart at the percentage.
+        let mut bars = 0;
+        for l in shown.iter().filter(|l| l.contains("] ") && l.contains('%')) {
+            bars += 1;
+            let (bar, counts) = l.split_at(l.find('%').unwrap() + 1);
+            assert!(bar.chars().count() <= 80, "{bar}");
+            assert!(counts.chars().count() <= 80, "{counts}");
+        }
+        assert!(bars > 0, "a bar: {shown:?}");
+        assert!(
+            shown
+                .iter()
+                .any(|l| l.contains("running · ETA ") && l.contains(" tasks/s")),
+            "{shown:?}"
+        );
+    }
 
     // A finished job: exactly 100.0%, no ETA but "done".
     let (_, lines, _) = operator(&c.url, &["submit", "10", "--tasks", "5"]);
@@ -309,6 +339,73 @@ fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
     let (_, status, _) = operator(&c.url, &["status", &small]);
     assert_eq!(status[0]["progress"].as_f64(), Some(1.0));
     assert!(status[0]["eta_seconds"].is_null());
+}
+
+/// `nqueens ARGS` under a pseudo-terminal of 80 by 24 (util-linux
+/// `script`), its screen bytes gathered as they come; `None` (said) where
+/// `script` is missing.
+fn nqueens_on_a_terminal(
+    args: &str,
+) -> Option<(
+    std::process::Child,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+)> {
+    use std::io::Read;
+    let command = format!("stty cols 80 rows 24; {} {args}", kit::binary().display());
+    let mut child = match std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped the terminal check: no util-linux `script` ({e})");
+            return None;
+        }
+    };
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (mut out, into) = (child.stdout.take().unwrap(), screen.clone());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    Some((child, screen))
+}
+
+/// What a terminal shows line by line: escape sequences dropped, carriage
+/// returns and cursor moves taken as line starts.
+fn visible_lines(screen: &str) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    let mut chars = screen.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // CSI: ESC [ parameters final-byte.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for f in chars.by_ref() {
+                        if f.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+                lines.push(String::new());
+            }
+            '\r' | '\n' => lines.push(String::new()),
+            c => lines.last_mut().unwrap().push(c),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|l| l.trim_end().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 fn widest(text: &str) -> usize {
