@@ -188,6 +188,8 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
     for name in ["honest-1", "honest-2"] {
         let w = workers.iter().find(|w| w["name"] == name).unwrap();
         assert_eq!(w["quarantined"], false, "{w}");
+        // Every task needed both: both are credited with every task.
+        assert_eq!(kit::dec(&w["tasks_done"]), kit::dec(&job["tasks"]), "{w}");
     }
     for w in &mut honest {
         kit::terminate(w);
