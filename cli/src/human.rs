@@ -211,11 +211,19 @@ impl JobInfo {
         }
     }
 
+    /// `1 worker`, `3 workers`: the workers holding its tasks now.
+    pub fn workers_text(&self) -> String {
+        match self.active_workers {
+            1 => "1 worker".to_string(),
+            n => format!("{n} workers"),
+        }
+    }
+
     /// One line, for logs and pipes: the time it was printed (UTC), the
     /// state, progress, rate, counts so far and ETA.
     pub fn line(&self) -> String {
         format!(
-            "{} job {} {}: {} {:.1}% ({}/{} tasks), rate {}, total{} {}, unique {}, {} workers, ETA {}{}",
+            "{} job {} {}: {} {:.1}% ({}/{} tasks), rate {}, total{} {}, unique {}, {}, ETA {}{}",
             utc(now_unix_ms()),
             self.job,
             self.plan(),
@@ -227,7 +235,7 @@ impl JobInfo {
             if self.state == "done" { "" } else { " so far" },
             thousands(self.total),
             thousands(self.unique),
-            self.active_workers,
+            self.workers_text(),
             self.eta(),
             self.warnings(),
         )
@@ -574,5 +582,22 @@ impl AuditView {
             n(self.result_records),
             self.digest,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_worker_is_not_workers() {
+        let mut job = JobInfo::new(&v1::Job::default());
+        let said = |j: &JobInfo| j.workers_text();
+        assert_eq!(said(&job), "0 workers");
+        job.active_workers = 1;
+        assert_eq!(said(&job), "1 worker");
+        assert!(job.line().contains(", 1 worker, ETA"), "{}", job.line());
+        job.active_workers = 300;
+        assert_eq!(said(&job), "300 workers");
     }
 }

@@ -133,14 +133,14 @@ fn draw(bar: &ProgressBar, j: &JobInfo) {
     bar.set_position((j.progress * BAR_LEN as f64) as u64);
     bar.set_message(format!(
         // What matters first: a narrow terminal cuts the end of the line.
-        "{} · ETA {} · {}/{} tasks · {} · total {} · {} workers{}",
+        "{} · ETA {} · {}/{} tasks · {} · total {} · {}{}",
         j.state,
         j.eta(),
         thousands(j.done.into()),
         thousands(j.tasks.into()),
         j.rate(),
         thousands(j.total),
-        j.active_workers,
+        j.workers_text(),
         j.warnings(),
     ));
 }
