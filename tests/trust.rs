@@ -143,11 +143,16 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             solver_version: version.into(),
             name: String::new(),
         };
+        let named = |name: &str| v1::RegisterRequest {
+            name: name.into(),
+            ..reg("w", "h", "v")
+        };
         for (req, field) in [
             (reg(&big, "h", "v"), "worker_id"),
             (reg("w", &big, "v"), "host"),
             (reg("w", "h", &big), "solver_version"),
             (reg("w\n", "h", "v"), "worker_id"),
+            (named(&big), "name"),
         ] {
             let e = w.register(req).await.unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument);

@@ -117,7 +117,7 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
             writeln!(out, "{}", COLUMNS.join(","))?;
         }
         let (mut sum, mut n, mut spec) = (Tally::default(), 0u64, None::<PlanSpec>);
-        while let Some(row) = rows.message().await.map_err(|s| op.failure(&s))? {
+        while let Some(row) = rows.message().await.map_err(|s| op.fail(&s))? {
             if let Some(p) = row.task.as_ref().and_then(|t| t.plan.as_ref()) {
                 spec = PlanSpec::try_from(p).ok();
             }

@@ -37,13 +37,9 @@ impl Operator {
         })
     }
 
-    fn fail(&self, s: &tonic::Status) -> Failure {
-        Failure::from_status(&self.url, s)
-    }
-
     /// What a status from this coordinator means to the operator.
-    pub fn failure(&self, s: &tonic::Status) -> Failure {
-        self.fail(s)
+    pub fn fail(&self, s: &tonic::Status) -> Failure {
+        Failure::from_status(&self.url, s)
     }
 
     /// Deletes a done or cancelled job; returns its counted results.

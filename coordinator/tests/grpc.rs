@@ -194,6 +194,14 @@ async fn every_invalid_input_gets_its_status() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("between 1 and 32"), "{e}");
+    // Export, retry and delete of a job that does not exist.
+    let nobody = v1::JobRef { job_id: 77 };
+    let e = ops.retry_job(nobody).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    let e = ops.delete_job(nobody).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    let e = ops.export_job(nobody).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
     let e = ops
         .submit_job(v1::SubmitJobRequest {
             plan: None,

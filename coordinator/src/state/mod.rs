@@ -377,15 +377,6 @@ impl State {
         self.workers.news(since_ms)
     }
 
-    /// Leases a worker holds now.
-    pub fn leases_of(&self, worker: &str) -> usize {
-        self.jobs
-            .values()
-            .flat_map(|j| j.schedule.leases())
-            .filter(|(_, l)| l.worker == worker)
-            .count()
-    }
-
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
