@@ -84,7 +84,11 @@ pub fn encode(seen: &Seen, state: &State, unix_ms: u64) -> Vec<u8> {
 /// Writes a checkpoint durably (beside, fsync, rename, fsync of the
 /// directory), keeping the one before as `checkpoint.prev`.
 pub fn save(dir: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join("checkpoint.tmp");
+    // A file of its own per save: a save still running after its task was
+    // aborted (at shutdown) never mixes its bytes with the next one's.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("checkpoint.tmp.{n}"));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
@@ -125,6 +129,16 @@ fn decode(bytes: &[u8]) -> Result<OwnedBody, String> {
 /// The latest usable checkpoint of data directory `dir`, if any: the
 /// latest, else the one before it. Unusable ones are logged and skipped.
 pub fn load(dir: &Path) -> Option<Loaded> {
+    // Saves a crash interrupted (never renamed into place) are no use.
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("checkpoint.tmp")
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
     for file in [path(dir), prev_path(dir)] {
         let bytes = match std::fs::read(&file) {
             Ok(b) => b,
@@ -204,5 +218,10 @@ mod tests {
         }
         std::fs::remove_file(prev_path(dir.path())).unwrap();
         assert!(load(dir.path()).is_none(), "nothing usable: replay it all");
+        // A save a crash left half-written is cleared at the next load.
+        let stale = dir.path().join("checkpoint.tmp.7");
+        std::fs::write(&stale, b"half").unwrap();
+        load(dir.path());
+        assert!(!stale.exists());
     }
 }
