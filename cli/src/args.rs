@@ -188,8 +188,8 @@ pub enum Command {
             value_parser = clap::builder::BoolishValueParser::new()
         )]
         metrics_public: bool,
-        /// Refuse a job whose plan has more tasks than this (its memory and
-        /// planning time grow with its tasks).
+        /// Refuse a job whose plan has more tasks than this (the coordinator
+        /// keeps a bit per task; a plan's table grows with its groups).
         #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
         max_tasks: u64,
         /// Checkpoint the state after this many journal records (and every

@@ -10,7 +10,7 @@ use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::{solve_on, solve_plan};
-use nqueens_common::plan::Strategy;
+use nqueens_common::plan::{Strategy, Task};
 use nqueens_common::Size;
 use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};
@@ -188,17 +188,17 @@ pub fn plan(
     let plan = shape.local_plan(n, strategy)?;
     let schedule = plan.schedule();
     let mut out = stdout();
-    let tasks = match task {
+    let tasks: Box<dyn Iterator<Item = Task>> = match task {
         Some(i) => {
-            let t = schedule.tasks.get(i as usize).ok_or_else(|| {
+            let t = schedule.tasks.get(i).ok_or_else(|| {
                 Failure::BadInput(format!(
                     "task {i} does not exist: this plan has tasks 0 to {}",
                     schedule.tasks.len() - 1
                 ))
             })?;
-            std::slice::from_ref(t)
+            Box::new(std::iter::once(t))
         }
-        None if list => &schedule.tasks[..],
+        None if list => Box::new(schedule.tasks.iter()),
         None => {
             let summary = PlanSummary::new(&plan, &schedule, start.elapsed());
             if json {
@@ -211,7 +211,7 @@ pub fn plan(
     };
     let mut result = Ok(());
     for t in tasks {
-        plan.for_each_subproblem(t, |s| {
+        plan.for_each_subproblem(&t, |s| {
             if result.is_ok() {
                 result = if json {
                     let line = serde_json::json!({

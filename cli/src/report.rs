@@ -108,7 +108,7 @@ pub struct PlanSummary {
     #[serde(serialize_with = "dec")]
     pub subproblems: u64,
     #[serde(serialize_with = "dec")]
-    pub tasks: usize,
+    pub tasks: u64,
     /// Subproblems of each kind: `[["frames", "123"], ...]`.
     #[serde(serialize_with = "named_counts")]
     pub classes: Vec<(String, u64)>,

@@ -20,7 +20,7 @@ fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
 fn all_ids(plan: &Plan) -> Vec<u64> {
     let mut ids = Vec::new();
     for t in &plan.schedule().tasks {
-        plan.for_each_subproblem(t, |s| ids.push(s.id()));
+        plan.for_each_subproblem(&t, |s| ids.push(s.id()));
     }
     ids
 }
@@ -122,7 +122,7 @@ fn ids_decode_to_their_subproblems_and_forgeries_are_refused() {
         let plan = Plan::new(spec(10, strategy, depth, 20)).unwrap();
         let mut subs = Vec::new();
         for t in &plan.schedule().tasks {
-            plan.for_each_subproblem(t, |s| subs.push(s));
+            plan.for_each_subproblem(&t, |s| subs.push(s));
         }
         for s in &subs {
             assert_eq!(&plan.decode(s.id()).unwrap(), s);
@@ -178,14 +178,44 @@ fn tallies_merge_like_one_tally() {
     let plan = Plan::new(spec(9, Strategy::Frame, 0, 20)).unwrap();
     let mut merged = Tally::default();
     for t in &plan.schedule().tasks {
-        merged.merge(&plan.count_task(t).unwrap()).unwrap();
+        merged.merge(&plan.count_task(&t).unwrap()).unwrap();
     }
     let one = Plan::new(spec(9, Strategy::Frame, 0, 1)).unwrap();
-    assert_eq!(merged, one.count_task(&one.schedule().tasks[0]).unwrap());
+    assert_eq!(
+        merged,
+        one.count_task(&one.schedule().tasks.get(0).unwrap())
+            .unwrap()
+    );
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// The table a coordinator keeps derives every task as the list does,
+    /// and the tasks tile the plan's subproblems in id order.
+    #[test]
+    fn a_task_table_derives_the_listed_tasks(n in 6u32..=13, depth in 2u32..=6, tasks in 1u64..100_000, frame in any::<bool>()) {
+        let strategy = if frame { Strategy::Frame } else { Strategy::Prefix };
+        let plan = Plan::new(spec(n, strategy, depth, tasks)).unwrap();
+        let s = plan.schedule();
+        let table = &s.tasks;
+        let mut listed = 0;
+        for (i, t) in table.iter().enumerate() {
+            prop_assert_eq!(t.index, i as u64);
+            prop_assert_eq!(table.get(i as u64), Some(t));
+            listed += 1;
+        }
+        prop_assert_eq!(table.len(), listed);
+        prop_assert_eq!(table.get(table.len()), None);
+        let counted: u64 = table.iter().map(|t| t.subproblems).sum();
+        prop_assert_eq!(counted, s.subproblems);
+        let mut ids = Vec::new();
+        for t in table {
+            plan.for_each_subproblem(&t, |s| ids.push(s.id()));
+        }
+        prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "in id order, none twice");
+        prop_assert_eq!(ids.len() as u64, s.subproblems);
+    }
 
     #[test]
     fn random_plans_are_exact(n in 4u32..=11, depth in 2u32..=8, tasks in 1u64..500, frame in any::<bool>()) {
@@ -287,15 +317,15 @@ fn default_task_counts_grow_with_n_between_their_bounds() {
 
 #[test]
 fn a_synthetic_plan_derives_its_tasks_and_answers_a_fixed_function_of_the_index() {
-    use nqueens_common::plan::{synthetic_answer, synthetic_sum, MAX_SYNTHETIC_TASKS};
+    use nqueens_common::plan::{synthetic_answer, synthetic_sum, MAX_TASKS};
     let plan = Plan::new(spec(8, Strategy::Synthetic, 0, 1_000)).unwrap();
     assert_eq!(plan.derived_tasks(), Some(1_000));
     let listed = plan.schedule().tasks;
     assert_eq!(listed.len(), 1_000);
     let mut sum = Tally::default();
     for (i, t) in listed.iter().enumerate() {
-        assert_eq!(*t, plan.derived_task(i as u64), "listed = derived");
-        let (tally, _) = plan.count_task_checked(t).unwrap();
+        assert_eq!(t, plan.derived_task(i as u64), "listed = derived");
+        let (tally, _) = plan.count_task_checked(&t).unwrap();
         assert_eq!(tally.weighted, synthetic_answer(i as u64));
         assert!((1..=1 << 20).contains(&tally.weighted));
         sum.merge(&tally).unwrap();
@@ -312,8 +342,8 @@ fn a_synthetic_plan_derives_its_tasks_and_answers_a_fixed_function_of_the_index(
         Some(PlanError::Synthetic)
     );
     assert_eq!(
-        Plan::new(spec(8, Strategy::Synthetic, 0, MAX_SYNTHETIC_TASKS + 1)).err(),
-        Some(PlanError::TooManySynthetic(MAX_SYNTHETIC_TASKS + 1))
+        Plan::new(spec(8, Strategy::Synthetic, 0, MAX_TASKS + 1)).err(),
+        Some(PlanError::TooManySynthetic(MAX_TASKS + 1))
     );
     assert_eq!("synthetic".parse::<Strategy>(), Ok(Strategy::Synthetic));
 }

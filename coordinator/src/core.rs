@@ -6,8 +6,7 @@ use crate::checkpoint;
 use crate::journal::{Journal, JournalError};
 use crate::seen::Seen;
 use crate::state::{
-    digest, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict,
-    WorkerInfo,
+    Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict, WorkerInfo,
 };
 use crate::store::{Opened, Store, StoreError, StoreWriter};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally, Task};
@@ -115,6 +114,9 @@ pub struct Recovery {
     pub replayed: u64,
     /// The checkpoint used: every record up to here was in it.
     pub checkpoint_upto: Option<u64>,
+    /// Planned jobs whose task table was not in the store (or not the
+    /// journaled one) and was computed again.
+    pub replanned: u64,
     pub ms: u64,
 }
 
@@ -307,8 +309,9 @@ impl Coordinator {
             stopping: AtomicBool::new(false),
             _lock: lock,
         });
+        let mut replanned = 0;
         for (id, spec, p) in planned {
-            core.plan_job(id, spec, Some(p)).await?;
+            replanned += u64::from(core.plan_job(id, spec, Some(p)).await?);
         }
         let verifying = std::time::Instant::now();
         core.verify(journaled.as_ref())?;
@@ -332,6 +335,7 @@ impl Coordinator {
             replayed,
             checkpoint_upto = from_checkpoint.map(|c| c.0),
             checkpoint_bytes = from_checkpoint.map(|c| c.1),
+            replanned,
             torn_bytes = replay.truncated,
             epoch,
             jobs = core.lock().jobs().count(),
@@ -345,6 +349,7 @@ impl Coordinator {
             records,
             replayed,
             checkpoint_upto: from_checkpoint.map(|c| c.0),
+            replanned,
             ms: ms(started.elapsed()),
         });
         for (id, spec) in unplanned {
@@ -536,23 +541,21 @@ impl Coordinator {
 
     /// Attaches a job's tasks: from the store when they match the journal's
     /// digest, else computed off the async threads (and stored). A job
-    /// planned for the first time gets its JobPlanned record.
+    /// planned for the first time gets its JobPlanned record. True when
+    /// the tasks were computed.
     async fn plan_job(
         &self,
         id: u64,
         spec: PlanSpec,
         planned: Option<(u64, u64)>,
-    ) -> Result<(), CoordError> {
+    ) -> Result<bool, CoordError> {
         let derived = Plan::new(spec)?.derived_tasks().is_some();
         if let (Some((count, want)), false) = (planned, derived) {
-            if let Some(tasks) = self
-                .store
-                .tasks(id)
-                .filter(|t| t.len() as u64 == count && digest(t) == want)
-            {
-                self.lock().attach_tasks(id, TaskList::Listed(tasks))?;
+            let stored = self.store.table(id).map(TaskList::Listed);
+            if let Some(tasks) = stored.filter(|t| t.count() == count && t.matches(want)) {
+                self.lock().attach_tasks(id, tasks)?;
                 self.bump();
-                return Ok(());
+                return Ok(false);
             }
             tracing::info!(job = id, "task list not in the store; re-planning");
         }
@@ -565,11 +568,11 @@ impl Coordinator {
         self.planning_flags().remove(&id);
         let tasks = scheduled.expect("planning thread panicked")?;
         // A listed plan is kept in the store (a derived one needs nothing).
-        if let TaskList::Listed(list) = &tasks {
+        if let TaskList::Listed(table) = &tasks {
             match self.writes.get() {
-                Some(w) => w.tasks(id, list.clone()),
+                Some(w) => w.table(id, table.clone()),
                 // Start-up: nothing else uses the store yet.
-                None => self.store.put_tasks(id, list)?,
+                None => self.store.put_table(id, table)?,
             }
         }
         if planned.is_none() {
@@ -582,7 +585,7 @@ impl Coordinator {
         }
         self.lock().attach_tasks(id, tasks)?;
         self.bump();
-        Ok(())
+        Ok(true)
     }
 
     /// Re-derives every job's totals from its result rows, and rewrites
@@ -723,7 +726,7 @@ impl Coordinator {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             match me.plan_job(id, spec, None).await {
-                Ok(()) => {
+                Ok(_) => {
                     let tasks = me.job(id).map_or(0, |j| j.tasks);
                     tracing::info!(job = id, tasks, "job planned")
                 }

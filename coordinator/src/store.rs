@@ -15,7 +15,7 @@
 
 use crate::rows::{self, Edit, Reporter};
 use crate::seen::Seen;
-use nqueens_common::plan::Task;
+use nqueens_common::plan::table::{Run, TaskTable};
 use nqueens_proto::v1::TaskDone;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -110,34 +110,9 @@ fn key(job: u64, index: u64) -> [u8; 16] {
     k
 }
 
-/// Bytes of an encoded task, and tasks per stored value.
-const TASK_BYTES: usize = 56;
-const TASKS_PER_VALUE: usize = 4096;
-
-fn encode_task(t: &Task) -> Vec<u8> {
-    let mut v = Vec::with_capacity(TASK_BYTES);
-    for x in [t.index, t.lo, t.hi, t.skip, t.take, t.subproblems] {
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.extend_from_slice(&t.work.to_le_bytes());
-    v
-}
-
-fn decode_task(b: &[u8]) -> Option<Task> {
-    let word = |i: usize| {
-        b.get(i * 8..i * 8 + 8)
-            .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-    };
-    Some(Task {
-        index: word(0)?,
-        lo: word(1)?,
-        hi: word(2)?,
-        skip: word(3)?,
-        take: word(4)?,
-        subproblems: word(5)?,
-        work: f64::from_bits(word(6)?),
-    })
-}
+/// Runs of a task table per stored value (a key per task cost sled
+/// gigabytes of memory at a million tasks; a table has a run per group).
+const RUNS_PER_VALUE: usize = 4096;
 
 /// sled's page cache: bounded, so the coordinator's memory does not grow
 /// with the store (sled's default is 1 GiB).
@@ -201,7 +176,10 @@ impl Store {
                 (db, Opened::Rebuilt { moved_to, reason })
             }
         };
-        let tasks = db.open_tree("tasks").map_err(sled_err)?;
+        // Task tables as runs; the tree of task lists one task at a time
+        // (before tables) is dropped: a missing table is re-planned.
+        db.drop_tree("tasks").map_err(sled_err)?;
+        let tasks = db.open_tree("task-tables").map_err(sled_err)?;
         let results = db.open_tree("results").map_err(sled_err)?;
         let reporters = db.open_tree("reporters").map_err(sled_err)?;
         if db.get("rows").map_err(sled_err)?.as_deref() != Some(ROWS_FORMAT) {
@@ -329,28 +307,31 @@ impl Store {
         }
     }
 
-    /// A job's stored task list, if complete and readable.
-    pub fn tasks(&self, job: u64) -> Option<Vec<Task>> {
-        let mut out = Vec::new();
+    /// A job's stored task table, if complete and consistent.
+    pub fn table(&self, job: u64) -> Option<TaskTable> {
+        let mut runs = Vec::new();
         for kv in self.tasks.scan_prefix(job.to_be_bytes()) {
             let (_, v) = kv.ok()?;
-            for t in v.chunks(TASK_BYTES) {
-                let t = decode_task(t)?;
-                if t.index != out.len() as u64 {
-                    return None;
-                }
-                out.push(t);
+            if v.len() % Run::BYTES != 0 {
+                return None;
+            }
+            for r in v.chunks(Run::BYTES) {
+                runs.push(Run::decode(r)?);
             }
         }
-        (!out.is_empty()).then_some(out)
+        let table = TaskTable::from_runs(runs).ok()?;
+        (!table.is_empty()).then_some(table)
     }
 
-    /// Stores a job's task list, [`TASKS_PER_VALUE`] tasks to a value (a
-    /// key per task costs sled gigabytes of memory at a million tasks).
-    pub fn put_tasks(&self, job: u64, tasks: &[Task]) -> Result<(), StoreError> {
+    /// Stores a job's task table, [`RUNS_PER_VALUE`] runs to a value, in
+    /// place of any table it had.
+    pub fn put_table(&self, job: u64, table: &TaskTable) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for (i, chunk) in tasks.chunks(TASKS_PER_VALUE).enumerate() {
-            let value: Vec<u8> = chunk.iter().flat_map(encode_task).collect();
+        for k in self.tasks.scan_prefix(job.to_be_bytes()).keys() {
+            batch.remove(k.map_err(|e| self.err(e))?);
+        }
+        for (i, chunk) in table.runs().chunks(RUNS_PER_VALUE).enumerate() {
+            let value: Vec<u8> = chunk.iter().flat_map(Run::encode).collect();
             batch.insert(&key(job, i as u64), value);
         }
         self.tasks.apply_batch(batch).map_err(|e| self.err(e))
@@ -480,7 +461,7 @@ enum Write {
     Result(Box<TaskDone>, u64),
     /// A journal record with no row.
     Seen(u64),
-    Tasks(u64, Vec<Task>),
+    Table(u64, TaskTable),
     Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
     /// A deleted job's rows and task list.
     DeleteJob(u64),
@@ -545,9 +526,9 @@ impl StoreWriter {
         self.send(Write::DeleteJob(job));
     }
 
-    /// Queues a job's task list.
-    pub fn tasks(&self, job: u64, tasks: Vec<Task>) {
-        self.send(Write::Tasks(job, tasks));
+    /// Queues a job's task table.
+    pub fn table(&self, job: u64, table: TaskTable) {
+        self.send(Write::Table(job, table));
     }
 
     /// The result row of a task, read after every write queued before
@@ -610,8 +591,8 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
                 seen.add(seq);
                 false
             }
-            Ok(Write::Tasks(job, tasks)) => {
-                store.put_tasks(job, &tasks).unwrap_or_else(warn);
+            Ok(Write::Table(job, table)) => {
+                store.put_table(job, &table).unwrap_or_else(warn);
                 false
             }
             Ok(Write::DeleteJob(job)) => {

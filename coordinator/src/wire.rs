@@ -265,7 +265,7 @@ mod tests {
     fn leases_and_their_references_round_trip() {
         let spec = spec();
         let plan = Plan::new(spec).unwrap();
-        for task in plan.schedule().tasks {
+        for task in &plan.schedule().tasks {
             let g = Granted {
                 job: 7,
                 spec,

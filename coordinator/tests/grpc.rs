@@ -533,16 +533,23 @@ async fn wrong_store_rows_and_task_lists_are_replaced_from_the_journal() {
     use nqueens_coordinator::store::Store;
     let (r, _dir) = survive(|dir| {
         let (store, _) = Store::open(&dir.join("store")).unwrap();
-        // A done task's row with different counts, and a shuffled task list.
+        // A done task's row with different counts, and a task table that
+        // is consistent but not the plan's (its first task starts later).
         let mut row = (0..100).find_map(|t| store.result(1, t)).expect("some row");
         row.result.as_mut().unwrap().weighted = Some(nqueens_proto::u128_to_wire(999));
         store.put_result(&row).unwrap();
-        let mut tasks = store.tasks(1).unwrap();
-        tasks.swap(0, 1);
-        store.put_tasks(1, &tasks).unwrap();
+        let mut runs = store.table(1).unwrap().runs().to_vec();
+        runs[0].lo += 1;
+        let wrong = nqueens_common::plan::TaskTable::from_runs(runs).unwrap();
+        store.put_table(1, &wrong).unwrap();
         store.flush();
     })
     .await;
+    assert_eq!(
+        r.core.recovery().replanned,
+        1,
+        "the wrong table was not used"
+    );
     let store = r.core.store().0;
     for t in 0..store.result_rows() as u64 {
         let row = store.result(1, t).expect("every task has its row");
@@ -1390,4 +1397,37 @@ async fn a_deleted_job_leaves_state_and_store_for_good_and_its_id_is_never_reuse
         assert!(next.job_id > running.job_id, "{} reused", next.job_id);
         r.shutdown().await.unwrap();
     }
+}
+
+/// A real plan of millions of tasks is kept as a table of runs (its size
+/// follows the plan's groups, not its tasks), stored, and taken back from
+/// the store after a restart instead of being planned again.
+#[tokio::test]
+async fn a_plan_of_millions_of_tasks_is_a_small_table_taken_back_after_a_restart() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    // N=18, frames of two rings: 14.9 M subproblems in about 5 M tasks.
+    let job = submit(&mut ops, kit::plan_spec(18, Strategy::Frame, 2, 5_000_000)).await;
+    assert!(job.tasks > 4_000_000, "{}", job.tasks);
+    let table = r.core.store().0.table(job.job_id).expect("stored");
+    assert_eq!(table.len(), job.tasks);
+    assert!(
+        table.runs().len() < 20_000,
+        "{} runs for {} tasks",
+        table.runs().len(),
+        job.tasks
+    );
+    // Its tasks are leased, counted and accepted as a listed plan's were.
+    let done = kit::work(&mut w, "w1", 3).await;
+    assert_eq!(done, 3);
+    r.shutdown().await.unwrap();
+
+    let r = serve(dir.path(), clock).await;
+    assert_eq!(r.core.recovery().replanned, 0, "the stored table was used");
+    let (_, mut ops) = clients(&r).await;
+    let again = kit::job(&mut ops, job.job_id).await;
+    assert_eq!((again.tasks, again.done), (job.tasks, 3));
+    r.shutdown().await.unwrap();
 }

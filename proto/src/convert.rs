@@ -280,7 +280,7 @@ mod tests {
     fn subproblems(p: &Plan) -> Vec<Subproblem> {
         let mut v = Vec::new();
         for t in &p.schedule().tasks {
-            p.for_each_subproblem(t, |s| v.push(s));
+            p.for_each_subproblem(&t, |s| v.push(s));
         }
         v
     }
@@ -352,14 +352,14 @@ mod tests {
             assert_eq!(u128_from_wire(Some(&u128_to_wire(x))), x);
         }
         let p = plan(9, Strategy::Frame);
-        let t = p.count_task(&p.schedule().tasks[0]).unwrap();
+        let t = p.count_task(&p.schedule().tasks.get(0).unwrap()).unwrap();
         assert_eq!(tally_from_wire(&tally_to_wire(&t)), t);
     }
 
     #[test]
     fn tasks_round_trip_and_bad_specs_are_refused() {
         let p = plan(10, Strategy::Frame);
-        for t in p.schedule().tasks {
+        for t in &p.schedule().tasks {
             let w = task_to_wire(&p.spec, &t);
             let back = v1::Task::decode(w.encode_to_vec().as_slice()).unwrap();
             assert_eq!(task_from_wire(&back).unwrap(), (p.spec, t));
@@ -412,7 +412,7 @@ mod tests {
         }
         assert_eq!(u128_from_wire(None), 0);
         let p = plan(10, Strategy::Prefix);
-        let t = p.count_task(&p.schedule().tasks[1]).unwrap();
+        let t = p.count_task(&p.schedule().tasks.get(1).unwrap()).unwrap();
         let w = v1::TaskResult::from(&t);
         assert_eq!(w, tally_to_wire(&t));
         let back = v1::TaskResult::decode(w.encode_to_vec().as_slice()).unwrap();
@@ -433,7 +433,7 @@ mod tests {
     #[test]
     fn a_lease_names_its_task() {
         let p = plan(9, Strategy::Frame);
-        let t = p.schedule().tasks[2];
+        let t = p.schedule().tasks.get(2).unwrap();
         let mut l = v1::Lease {
             job_id: 5,
             task: Some(task_to_wire(&p.spec, &t)),

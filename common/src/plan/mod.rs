@@ -23,6 +23,7 @@
 
 pub mod estimate;
 pub mod solve;
+pub mod table;
 
 use crate::engine::board::Size;
 use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
@@ -32,6 +33,7 @@ use crate::engine::lanes::{count_interiors, Path};
 use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
+pub use table::TaskTable;
 
 /// How a plan splits the search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -98,9 +100,11 @@ pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
     }
 }
 
-/// The most tasks a synthetic plan may have: a coordinator keeps one bit
-/// per task (125 MB at this size).
-pub const MAX_SYNTHETIC_TASKS: u64 = 1_000_000_000;
+/// The most tasks a synthetic plan may have, and a coordinator accepts by
+/// default for any plan: it keeps one bit per task (125 MB at this size),
+/// and of a listed plan a [`TaskTable`] whose size follows the plan's
+/// groups, not its tasks.
+pub const MAX_TASKS: u64 = 1_000_000_000;
 
 /// The answer of task `index` of a synthetic plan: between 1 and 2^20,
 /// a mix of the index so that a lost, doubled or misplaced task changes
@@ -118,8 +122,8 @@ pub fn synthetic_answer(index: u64) -> u128 {
 pub fn synthetic_sum(tasks: u64) -> u128 {
     (0..tasks).map(synthetic_answer).sum()
 }
-/// The most tasks a default plan has (and a coordinator accepts by
-/// default): beyond about N=25 default tasks grow longer instead.
+/// The most tasks a default plan has: beyond about N=25 default tasks grow
+/// longer instead.
 pub const MAX_DEFAULT_TASKS: u64 = 1_000_000;
 
 /// Core-seconds a whole count of N takes on one AVX2 core, measured on an
@@ -244,7 +248,7 @@ pub enum PlanError {
     Stopped,
     #[error("a synthetic plan counts no queens (it is for load tests: submit it to a coordinator, or run `nqueens loadgen`)")]
     Synthetic,
-    #[error("a synthetic plan has at most {max} tasks, got {0}", max = MAX_SYNTHETIC_TASKS)]
+    #[error("a synthetic plan has at most {max} tasks, got {0}", max = MAX_TASKS)]
     TooManySynthetic(u64),
 }
 
@@ -272,8 +276,11 @@ struct Group {
     work: f64,
 }
 
-/// A plan's groups, and its subproblems counted by class (for the summary).
-type GroupsAndClasses = (Vec<Group>, Vec<(String, u64)>);
+/// Subproblems counted by class (e.g. frames by weight), for the summary.
+type Classes = Vec<(String, u64)>;
+
+/// A plan's groups, and its classes.
+type GroupsAndClasses = (Vec<Group>, Classes);
 
 /// One N and how it is split: cheap to make, so a worker can decode, list
 /// and count subproblems without enumerating the plan.
@@ -288,11 +295,13 @@ pub struct Plan {
 /// A plan's tasks, made by enumerating it once (see [`Plan::schedule`]).
 #[derive(Clone, Debug)]
 pub struct Schedule {
-    pub tasks: Vec<Task>,
+    /// Held as runs: its memory grows with the plan's groups, not its
+    /// tasks (a plan of 10^8 tasks cuts a few thousand groups into parts).
+    pub tasks: TaskTable,
     pub subproblems: u64,
     pub work: f64,
     /// Subproblems by class (e.g. frames by weight), for the summary.
-    pub classes: Vec<(String, u64)>,
+    pub classes: Classes,
 }
 
 impl Plan {
@@ -307,7 +316,7 @@ impl Plan {
         if spec.strategy == Strategy::Frame && spec.depth > MAX_DEPTH {
             return Err(PlanError::BadDepth(spec.depth));
         }
-        if spec.strategy == Strategy::Synthetic && spec.tasks > MAX_SYNTHETIC_TASKS {
+        if spec.strategy == Strategy::Synthetic && spec.tasks > MAX_TASKS {
             return Err(PlanError::TooManySynthetic(spec.tasks));
         }
         let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
@@ -338,19 +347,18 @@ impl Plan {
     /// large plan takes minutes to enumerate.
     pub fn schedule_until(&self, stop: &AtomicBool) -> Result<Schedule, PlanError> {
         if let Some(tasks) = self.derived_tasks() {
-            // Listed only when asked (a coordinator never lists them).
-            let tasks: Vec<Task> = (0..tasks).map(|i| self.derived_task(i)).collect();
+            // Tabled only when asked (a coordinator derives them).
             return Ok(Schedule {
-                subproblems: tasks.len() as u64,
-                work: tasks.len() as f64,
-                classes: vec![("synthetic tasks".into(), tasks.len() as u64)],
-                tasks,
+                tasks: TaskTable::of((0..tasks).map(|i| self.derived_task(i))),
+                subproblems: tasks,
+                work: tasks as f64,
+                classes: vec![("synthetic tasks".into(), tasks)],
             });
         }
         let (groups, classes) = self.groups(stop)?;
         let work: f64 = groups.iter().map(|g| g.work).sum();
         Ok(Schedule {
-            tasks: cut(&groups, work / self.spec.tasks as f64),
+            tasks: TaskTable::cut(&groups, work / self.spec.tasks as f64),
             subproblems: groups.iter().map(|g| g.count).sum(),
             work,
             classes,
@@ -899,60 +907,6 @@ fn prefix_work(n: Size, prefix: &[u8]) -> f64 {
         (l, r) = (l << 1, r >> 1);
     }
     (0.5 * log).exp()
-}
-
-/// Cuts groups into tasks of about `target` work: small groups are merged,
-/// a group above the target is split by count into equal parts.
-fn cut(groups: &[Group], target: f64) -> Vec<Task> {
-    let mut tasks: Vec<Task> = Vec::new();
-    let mut open: Option<Task> = None;
-    let push = |tasks: &mut Vec<Task>, mut t: Task| {
-        t.index = tasks.len() as u64;
-        tasks.push(t);
-    };
-    for g in groups {
-        if g.work > target && g.count > 1 {
-            if let Some(t) = open.take() {
-                push(&mut tasks, t);
-            }
-            let parts = ((g.work / target).ceil() as u64).min(g.count);
-            for i in 0..parts {
-                let (skip, end) = (g.count * i / parts, g.count * (i + 1) / parts);
-                push(
-                    &mut tasks,
-                    Task {
-                        index: 0,
-                        lo: g.lo,
-                        hi: g.hi,
-                        skip,
-                        take: end - skip,
-                        subproblems: end - skip,
-                        work: g.work * (end - skip) as f64 / g.count as f64,
-                    },
-                );
-            }
-            continue;
-        }
-        let t = open.get_or_insert(Task {
-            index: 0,
-            lo: g.lo,
-            hi: g.hi,
-            skip: 0,
-            take: u64::MAX,
-            subproblems: 0,
-            work: 0.0,
-        });
-        t.hi = g.hi;
-        t.subproblems += g.count;
-        t.work += g.work;
-        if t.work >= target {
-            push(&mut tasks, open.take().expect("open task"));
-        }
-    }
-    if let Some(t) = open {
-        push(&mut tasks, t);
-    }
-    tasks
 }
 
 /// Counts gathered from subproblems, before the plan turns them into classes.

@@ -132,10 +132,11 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
     let start = Instant::now();
     let threads = threads.max(1);
     let never = std::sync::atomic::AtomicBool::new(false);
-    let parts = on_threads(threads, schedule.tasks.len(), |mine: &mut Counted, i| {
-        let (tally, _, path) = plan
-            .count_task_on(&schedule.tasks[i], &never)?
-            .expect("never stopped");
+    let tasks =
+        usize::try_from(schedule.tasks.len()).expect("a table's tasks fit memory's indices");
+    let parts = on_threads(threads, tasks, |mine: &mut Counted, i| {
+        let task = schedule.tasks.get(i as u64).expect("i < tasks");
+        let (tally, _, path) = plan.count_task_on(&task, &never)?.expect("never stopped");
         mine.tally.merge(&tally)?;
         // The slowest path any task took is the one to name.
         mine.path = Some(mine.path.map_or(path, |p: Path| p.min(path)));

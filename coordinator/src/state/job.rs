@@ -5,7 +5,7 @@ use super::ledger::{Conflict, Ledger, StoredResult};
 use super::rate::Rate;
 use super::schedule::Schedule;
 use super::votes::Votes;
-use nqueens_common::plan::{Plan, PlanError, PlanSpec, Task};
+use nqueens_common::plan::{Plan, PlanError, PlanSpec, Task, TaskTable};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 
@@ -20,11 +20,12 @@ pub enum JobState {
     Done,
 }
 
-/// A planned job's tasks: listed (computed once, kept), or derived from
-/// their index on demand (a synthetic plan of any size).
+/// A planned job's tasks: a table computed once and kept (its runs, not
+/// its tasks: see [`TaskTable`]), or derived from their index on demand (a
+/// synthetic plan of any size).
 #[derive(Clone, Debug)]
 pub enum TaskList {
-    Listed(Vec<Task>),
+    Listed(TaskTable),
     Derived(Box<Plan>, u64),
 }
 
@@ -46,17 +47,25 @@ impl TaskList {
         }
     }
 
+    /// Whether these are the tasks a journaled digest names: the table's
+    /// digest, or for a job planned before task tables, the digest of its
+    /// tasks listed one by one (computed only then).
+    pub fn matches(&self, want: u64) -> bool {
+        self.digest() == want
+            || matches!(self, TaskList::Listed(t) if super::listed_digest(t.iter()) == want)
+    }
+
     /// How many tasks the plan has.
     pub fn count(&self) -> u64 {
         match self {
-            TaskList::Listed(t) => t.len() as u64,
+            TaskList::Listed(t) => t.len(),
             TaskList::Derived(_, n) => *n,
         }
     }
 
     pub fn get(&self, index: u64) -> Option<Task> {
         match self {
-            TaskList::Listed(t) => t.get(usize::try_from(index).ok()?).copied(),
+            TaskList::Listed(t) => t.get(index),
             TaskList::Derived(p, n) => (index < *n).then(|| p.derived_task(index)),
         }
     }

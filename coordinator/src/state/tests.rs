@@ -1,8 +1,14 @@
 //! Tests of the state as a whole: the records and calls of whole jobs.
 
+/// The task table a coordinator keeps for `plan`.
+fn table_of(plan: &super::Plan) -> super::TaskTable {
+    plan.schedule().tasks
+}
+
 mod whole {
     use super::super::lease_id::EPOCH_SHIFT;
     use super::super::*;
+    use super::table_of;
     use nqueens_common::plan::Strategy;
     use nqueens_common::Size;
     use nqueens_proto::tally_to_wire;
@@ -56,14 +62,15 @@ mod whole {
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
-        let tasks = plan.schedule().tasks;
+        let table = table_of(&plan);
+        let tasks: Vec<Task> = table.iter().collect();
         s.apply(&rec(Record::JobPlanned(JobPlanned {
             job_id: 1,
             tasks: tasks.len() as u64,
-            digest: digest(&tasks),
+            digest: digest(&table),
         })))
         .unwrap();
-        s.attach_tasks(1, TaskList::Listed(tasks.clone())).unwrap();
+        s.attach_tasks(1, TaskList::Listed(table)).unwrap();
         (s, plan, tasks)
     }
 
@@ -958,7 +965,7 @@ mod whole {
         assert_eq!(loaded.seen, Seen::upto(9));
         let mut back = loaded.state.with_limits(s.limits());
         back.set_lease_key(KEY);
-        back.attach_tasks(1, TaskList::Listed(tasks.clone()))
+        back.attach_tasks(1, TaskList::Listed(table_of(&plan)))
             .unwrap();
         assert_eq!(durable(&back), durable(&s));
         // Leases are not durable: every unfinished task is pending again.
@@ -987,12 +994,43 @@ mod whole {
 
     #[test]
     fn a_re_plan_that_differs_from_the_journal_is_refused() {
-        let (mut s, _, mut tasks) = running(spec(9, Strategy::Frame, 4), 1);
-        tasks[0].hi += 1;
+        let (mut s, plan, _) = running(spec(9, Strategy::Frame, 4), 1);
+        let mut runs = table_of(&plan).runs().to_vec();
+        runs[0].lo += 1;
+        let other = TaskTable::from_runs(runs).unwrap();
         assert!(matches!(
-            s.attach_tasks(1, TaskList::Listed(tasks)),
+            s.attach_tasks(1, TaskList::Listed(other)),
             Err(StateError::PlanChanged { .. })
         ));
+    }
+
+    /// A job planned before task tables journaled the digest of its tasks
+    /// listed one by one: the same plan, now a table, is still accepted.
+    #[test]
+    fn a_job_journaled_with_a_listed_digest_takes_its_table() {
+        let mut s = State::new(Limits::default());
+        let spec = spec(10, Strategy::Frame, 30);
+        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
+            job_id: 1,
+            plan: Some((&spec).into()),
+            unix_ms: 5,
+            redundancy: 1,
+            verify_fraction: 0.0,
+        })))
+        .unwrap();
+        let plan = Plan::new(spec).unwrap();
+        let tasks: Vec<Task> = plan.schedule().tasks.iter().collect();
+        let old = listed_digest(tasks.iter().copied());
+        assert_ne!(old, digest(&table_of(&plan)));
+        s.apply(&rec(Record::JobPlanned(JobPlanned {
+            job_id: 1,
+            tasks: tasks.len() as u64,
+            digest: old,
+        })))
+        .unwrap();
+        s.attach_tasks(1, TaskList::Listed(table_of(&plan)))
+            .unwrap();
+        assert_eq!(s.job(1).unwrap().task(3), Some(tasks[3]));
     }
 }
 
@@ -1001,6 +1039,7 @@ mod whole {
 /// worker ever changes a total.
 mod forged {
     use super::super::*;
+    use super::table_of;
     use nqueens_common::Size;
     use nqueens_proto::tally_to_wire;
     use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDone};
@@ -1052,9 +1091,10 @@ mod forged {
             s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
             s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();
             let plan = Plan::new(spec).unwrap();
-            let tasks = plan.schedule().tasks;
-            s.apply(&rec(Record::JobPlanned(JobPlanned { job_id: 1, tasks: tasks.len() as u64, digest: digest(&tasks) }))).unwrap();
-            s.attach_tasks(1, TaskList::Listed(tasks.clone())).unwrap();
+            let table = table_of(&plan);
+            let tasks: Vec<Task> = table.iter().collect();
+            s.apply(&rec(Record::JobPlanned(JobPlanned { job_id: 1, tasks: tasks.len() as u64, digest: digest(&table) }))).unwrap();
+            s.attach_tasks(1, TaskList::Listed(table)).unwrap();
             let truth: Vec<Tally> = tasks.iter().map(|t| plan.count_task(t).unwrap()).collect();
             let mut grants: Vec<(String, LeaseRef)> = Vec::new();
             let mut now = 0;
