@@ -243,6 +243,40 @@ fn solve_through_either_plan_is_exact() {
     }
 }
 
+/// A plan cut finer than its groups says how small the table a coordinator
+/// keeps of it is: runs, not tasks.
+#[test]
+fn plan_reports_its_task_table_in_runs_far_fewer_than_its_tasks() {
+    let args = [
+        "plan",
+        "14",
+        "--strategy",
+        "frame",
+        "--depth",
+        "2",
+        "--tasks",
+        "200000",
+    ];
+    let o = nqueens(&[&args[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = json(stdout(&o).trim());
+    let (tasks, runs) = (
+        kit::dec(&summary["tasks"]),
+        kit::dec(&summary["table_runs"]),
+    );
+    assert!(tasks > 100_000 && runs * 50 < tasks, "{summary}");
+    let text = stdout(&nqueens(&args));
+    let line = text.lines().find(|l| l.starts_with("table ")).expect(&text);
+    let shown: u128 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert_eq!(shown, runs, "{line}");
+}
+
 #[test]
 fn plan_summary_and_listing_agree() {
     let o = nqueens(&[

@@ -4,6 +4,7 @@ use crate::format::{dec, hms, si, thousands};
 use nqueens_common::engine::counts::CountOverflow;
 use nqueens_common::known::{matches, verdict};
 use nqueens_common::plan::solve::Solution;
+use nqueens_common::plan::table::Run;
 use nqueens_common::plan::{Plan, Schedule, Subproblem};
 use serde::Serialize;
 
@@ -109,6 +110,10 @@ pub struct PlanSummary {
     pub subproblems: u64,
     #[serde(serialize_with = "dec")]
     pub tasks: u64,
+    /// Runs of the task table a coordinator keeps for this plan (48 bytes
+    /// each: it grows with the plan's groups, not its tasks).
+    #[serde(serialize_with = "dec")]
+    pub table_runs: u64,
     /// Subproblems of each kind: `[["frames", "123"], ...]`.
     #[serde(serialize_with = "named_counts")]
     pub classes: Vec<(String, u64)>,
@@ -136,6 +141,7 @@ impl PlanSummary {
             depth: Some(plan.spec.depth),
             subproblems: schedule.subproblems,
             tasks: schedule.tasks.len(),
+            table_runs: schedule.tasks.runs().len() as u64,
             classes: schedule.classes.clone(),
             work: schedule.work,
             largest_task_share: share(works().fold(0.0, f64::max)),
@@ -150,11 +156,13 @@ impl PlanSummary {
             s += &format!(" (depth {d})");
         }
         s += &format!(
-            "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\nwork         {:.4e} (estimated, relative units)\n",
+            "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\ntable        {} runs, {} (what a coordinator keeps of them)\nwork         {:.4e} (estimated, relative units)\n",
             thousands(self.subproblems.into()),
-            self.tasks,
+            thousands(self.tasks.into()),
             100.0 * self.largest_task_share,
             100.0 * self.smallest_task_share,
+            thousands(self.table_runs.into()),
+            format!("{}B", si((self.table_runs * Run::BYTES as u64) as f64)),
             self.work
         );
         for (name, count) in &self.classes {
