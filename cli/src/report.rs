@@ -156,13 +156,13 @@ impl PlanSummary {
             s += &format!(" (depth {d})");
         }
         s += &format!(
-            "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\ntable        {} runs, {} (what a coordinator keeps of them)\nwork         {:.4e} (estimated, relative units)\n",
+            "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\ntable        {} runs, {}B (what a coordinator keeps of them)\nwork         {:.4e} (estimated, relative units)\n",
             thousands(self.subproblems.into()),
             thousands(self.tasks.into()),
             100.0 * self.largest_task_share,
             100.0 * self.smallest_task_share,
             thousands(self.table_runs.into()),
-            format!("{}B", si((self.table_runs * Run::BYTES as u64) as f64)),
+            si((self.table_runs * Run::BYTES as u64) as f64),
             self.work
         );
         for (name, count) in &self.classes {
