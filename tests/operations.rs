@@ -811,3 +811,56 @@ fn the_coordinator_logs_each_jobs_life_and_what_it_recovered() {
     assert!(restored.contains("jobs=1"), "{restored}");
     assert_eq!(text.matches("job done").count(), 1, "logged once");
 }
+
+/// A reader that goes away (`nqueens submit ... | head -1`, a closed
+/// pager) ends a command quietly with success, never with a panic: every
+/// command's output goes through writes whose errors it handles.
+#[test]
+fn commands_whose_reader_has_gone_end_quietly() {
+    let _watchdog = kit::watchdog("commands_whose_reader_has_gone_end_quietly");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    let tokens = dir.path().join("tokens");
+    let tokens = tokens.to_str().unwrap();
+    // The pipe's reading end is closed before the command starts, so its
+    // first write fails (EPIPE) whatever the timing.
+    let unread = |args: &[&str]| {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = nqueens(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        (out.status, err)
+    };
+    let commands: [&[&str]; 5] = [
+        &[
+            "submit",
+            "8",
+            "--strategy",
+            "frame",
+            "--coordinator",
+            &c.url,
+        ],
+        &["health", "--coordinator", &c.url],
+        &["token", "list", "--data-dir", tokens],
+        &["solve", "8"],
+        &["plan", "10", "--strategy", "frame", "--list"],
+    ];
+    for args in commands {
+        let (status, err) = unread(args);
+        assert!(status.success(), "{args:?}: {status:?} {err}");
+    }
+    // A new token is printed once and only kept if it was: one that could
+    // not be shown is revoked, and the command fails saying so.
+    let (status, err) = unread(&["token", "issue", "alpha", "--data-dir", tokens]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("revoked"), "{err}");
+    let listed = nqueens(&["token", "list", "--data-dir", tokens])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("alpha"));
+}

@@ -31,6 +31,7 @@ use clap::{CommandFactory, Parser};
 use exit::Failure;
 use operator::Control;
 use serve::read_token;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Parses the command line, runs the command, and gives the exit code.
@@ -268,7 +269,14 @@ fn token(action: args::TokenAction) -> Result<(), Failure> {
     match action {
         args::TokenAction::Issue { name, data_dir } => {
             let token = issue(&data_dir, &name).map_err(fail)?;
-            println!("{token}");
+            if let Err(e) = writeln!(std::io::stdout(), "{token}") {
+                // It is shown only here: a token nobody saw must not stay valid.
+                revoke(&data_dir, &name).map_err(fail)?;
+                return Err(Failure::Failed(format!(
+                    "could not print the new token ({e}), so it was revoked: issue it again with \
+                     the output going to a terminal or a file"
+                )));
+            }
             eprintln!("issued worker token '{name}': give it to that worker with --token-file (it is not shown again)");
         }
         args::TokenAction::Revoke { name, data_dir } => {
@@ -277,7 +285,7 @@ fn token(action: args::TokenAction) -> Result<(), Failure> {
         }
         args::TokenAction::List { data_dir } => {
             for name in list(&data_dir).map_err(fail)? {
-                println!("{name}");
+                writeln!(std::io::stdout(), "{name}")?;
             }
         }
     }

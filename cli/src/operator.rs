@@ -183,9 +183,10 @@ pub fn submit(
                 ),
                 r => format!(", every task checked by {r} workers"),
             };
-            println!("submitted job {}: {}{check}", job.job, job.plan());
+            let mut out = io::stdout();
+            writeln!(out, "submitted job {}: {}{check}", job.job, job.plan())?;
             if !watch {
-                println!("follow it with: nqueens watch {}", job.job);
+                writeln!(out, "follow it with: nqueens watch {}", job.job)?;
             }
         }
         if watch {
@@ -427,7 +428,8 @@ pub fn health(c: &Connect) -> Result<(), Failure> {
             });
             json_line(&mut io::stdout().lock(), &v)?;
         } else {
-            println!("{}: {}", c.coordinator, status.as_str_name().to_lowercase());
+            let name = status.as_str_name().to_lowercase();
+            writeln!(io::stdout(), "{}: {name}", c.coordinator)?;
         }
         if serving {
             Ok(())

@@ -96,7 +96,7 @@ pub async fn follow(
     match bar {
         Some(bar) => {
             bar.finish_and_clear();
-            println!("{}", last.line());
+            writeln!(io::stdout(), "{}", last.line())?;
         }
         None if lines => print_line(&last, json)?,
         None => {}
