@@ -132,6 +132,16 @@ impl Stats {
         self.tasks_counted.load(Ordering::Relaxed)
     }
 
+    /// Results the coordinator has answered (refused ones left out).
+    pub fn results_answered(&self) -> u64 {
+        OUTCOMES
+            .iter()
+            .zip(&self.results)
+            .filter(|(o, _)| **o != "refused")
+            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The metrics page.
     pub fn render(&self) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;

@@ -188,6 +188,7 @@ pub async fn run_with(
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut next_lease_at = Instant::now();
     let mut subproblems_done = 0u64;
+    let mut progress = Progress::new();
 
     loop {
         stats.set_leases(held.len());
@@ -211,8 +212,10 @@ pub async fn run_with(
                     let leases = r.leases;
                     if leases.is_empty() {
                         next_lease_at = Instant::now() + Duration::from_secs(1);
+                    } else if progress.first_lease() {
+                        tracing::info!("leased {} tasks (then a progress line a minute; each lease and report at debug level)", leases.len());
                     } else {
-                        tracing::info!("leased {} tasks", leases.len());
+                        tracing::debug!("leased {} tasks", leases.len());
                     }
                     for lease in leases {
                         let stop = Arc::new(AtomicBool::new(false));
@@ -263,6 +266,7 @@ pub async fn run_with(
                 }
             }
             _ = heartbeat.tick() => {
+                progress.tick(&stats);
                 let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
                 let req = v1::HeartbeatRequest { worker_id: name.clone(), leases: refs, subproblems_done, draining: drain_deadline.is_some() };
                 match client.heartbeat(req).await {
@@ -317,6 +321,47 @@ pub async fn run_with(
         summary.released
     );
     Ok(summary)
+}
+
+/// A line a minute on how the work goes: with short tasks, a line per
+/// lease and per report would be two lines a task.
+struct Progress {
+    since: Instant,
+    counted: u64,
+    leased: bool,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    fn new() -> Progress {
+        Progress {
+            since: Instant::now(),
+            counted: 0,
+            leased: false,
+        }
+    }
+
+    /// True the first time only.
+    fn first_lease(&mut self) -> bool {
+        !std::mem::replace(&mut self.leased, true)
+    }
+
+    /// Logs the progress line if a minute has passed since the last one.
+    fn tick(&mut self, stats: &Stats) {
+        let secs = self.since.elapsed();
+        if secs < Self::EVERY {
+            return;
+        }
+        let counted = stats.tasks_counted();
+        tracing::info!(
+            "{} tasks counted in the last {:.0?} ({counted} in all; {} results answered by the coordinator)",
+            counted - self.counted,
+            secs,
+            stats.results_answered()
+        );
+        (self.since, self.counted) = (Instant::now(), counted);
+    }
 }
 
 /// Report calls in flight at once: the coordinator stores concurrent
@@ -437,11 +482,13 @@ async fn report_many(mut client: Client, mut req: v1::ReportManyRequest, stats: 
         }
         if !outcomes.is_empty() {
             let said: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
-            tracing::info!(
-                "reported {} results ({})",
-                outcomes.values().sum::<u32>(),
-                said.join(", ")
-            );
+            let (n, said) = (outcomes.values().sum::<u32>(), said.join(", "));
+            // Only accepted: routine, in the minute's progress line.
+            if outcomes.keys().all(|&o| o == "accepted") {
+                tracing::debug!("reported {n} results ({said})");
+            } else {
+                tracing::info!("reported {n} results ({said})");
+            }
         }
         if again.is_empty() {
             return acknowledged;
