@@ -347,10 +347,14 @@ fn plan_text_names_the_classes() {
 
 #[test]
 fn bad_plan_options_exit_2() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["plan", "10", "--strategy", "spiral"],
-            "[possible values: frame, prefix, synthetic]",
+            "[possible values: frame, rings, prefix, synthetic]",
+        ),
+        (
+            &["plan", "10", "--strategy", "rings", "--depth", "4"],
+            "use 1 to 3 (free rows placed inside each ring",
         ),
         (
             &["solve", "10", "--strategy", "synthetic"],

@@ -3,7 +3,9 @@
 use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::{default_depth, default_tasks, Plan, PlanError, PlanSpec, Strategy};
+use nqueens_common::plan::{
+    default_depth, default_tasks, Plan, PlanError, PlanSpec, Strategy, MAX_RING_SPLIT,
+};
 use nqueens_common::Size;
 use std::path::PathBuf;
 
@@ -553,11 +555,14 @@ pub enum Command {
 }
 
 /// `--strategy`: its values named, so `--help` and shell completion list
-/// them (prefix, frame, synthetic).
+/// them (frame, rings, prefix, synthetic).
 fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     PossibleValuesParser::new([
         PossibleValue::new("frame").help("one queen on each border line (rings or frames)"),
+        PossibleValue::new("rings").help(
+            "rings (the 4 border lines) cut into parts by their first free rows: for records",
+        ),
         PossibleValue::new("prefix").help("the first K rows of the symmetry-pruned search"),
         PossibleValue::new("synthetic")
             .help("load tests (submit only): no queens; task i answers a fixed function of i"),
@@ -569,6 +574,8 @@ fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
 pub struct PlanShape {
     /// prefix: rows placed in each subproblem (2 to 11) [default: 4].
     /// frame: rings of border lines, 1 (4 lines) or 2 (8 lines) [default: 1 up to N=21, else 2].
+    /// rings: free rows placed inside each ring to cut it into parts, 1 to 3 [default: 1 up to
+    /// N=18, 2 up to N=23, else 3].
     #[arg(long, value_name = "K")]
     pub depth: Option<u32>,
     /// About how many tasks to cut the plan into [default: tasks of about
@@ -585,6 +592,12 @@ impl PlanShape {
             return Err(Failure::BadInput(format!(
                 "--depth {depth} does not fit the frame strategy: use 1 (rings, the 4 border \
                  lines) or 2 (frames, 8 lines)"
+            )));
+        }
+        if strategy == Strategy::Rings && !(1..=MAX_RING_SPLIT).contains(&depth) {
+            return Err(Failure::BadInput(format!(
+                "--depth {depth} does not fit the rings strategy: use 1 to {MAX_RING_SPLIT} (free \
+                 rows placed inside each ring: more rows, more and smaller parts)"
             )));
         }
         Ok(PlanSpec {

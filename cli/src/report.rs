@@ -200,5 +200,11 @@ pub fn describe(s: &Subproblem) -> String {
         Subproblem::Symmetric { turn, first } => {
             format!("{turn:?}-turn symmetric, row 0 queen in column {first}").to_lowercase()
         }
+        Subproblem::RingPart {
+            ring, weight, part, ..
+        } => format!(
+            "ring lines: {} weight {weight} part {part}",
+            cols(ring.positions())
+        ),
     }
 }

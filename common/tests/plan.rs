@@ -57,6 +57,48 @@ fn frame_plans_are_exact() {
     assert_exact(&legacy);
 }
 
+/// Rings cut into parts count exactly at every cut, with the nodes of the
+/// uncut rings (the queens above each part's start aside) and the same
+/// classes.
+#[test]
+fn ring_parts_are_exact_at_every_cut() {
+    for n in 1..=14 {
+        let uncut = solve_plan_of(n, Strategy::Frame, 1);
+        for depth in 1..=3 {
+            let plan = Plan::new(spec(n, Strategy::Rings, depth, 300)).unwrap();
+            assert_exact(&plan);
+            let parts = solve_plan(&plan, &plan.schedule(), 2).unwrap();
+            let classes = |s: &nqueens_common::plan::solve::Solution| {
+                (s.counts.c1, s.counts.c2, s.counts.c4, s.counts.c8)
+            };
+            assert_eq!(classes(&parts), classes(&uncut), "N={n} depth {depth}");
+            assert!(
+                parts.counts.nodes <= uncut.counts.nodes,
+                "N={n} depth {depth}"
+            );
+        }
+    }
+    // More rows placed, more parts (at N=12: every ring has free rows to spare).
+    let parts = |depth| {
+        Plan::new(spec(12, Strategy::Rings, depth, 1))
+            .unwrap()
+            .schedule()
+            .subproblems
+    };
+    assert!(parts(1) < parts(2) && parts(2) < parts(3));
+    for depth in [0, 4] {
+        assert_eq!(
+            Plan::new(spec(12, Strategy::Rings, depth, 1)).err(),
+            Some(PlanError::BadRingSplit(depth))
+        );
+    }
+}
+
+fn solve_plan_of(n: u32, strategy: Strategy, depth: u32) -> nqueens_common::plan::solve::Solution {
+    let plan = Plan::new(spec(n, strategy, depth, 50)).unwrap();
+    solve_plan(&plan, &plan.schedule(), 2).unwrap()
+}
+
 /// N=16 by both decompositions (seconds): kept apart so it is easy to spot.
 #[test]
 fn plans_are_exact_for_16() {
@@ -118,7 +160,11 @@ fn tasks_partition_the_enumeration_in_id_order() {
 
 #[test]
 fn ids_decode_to_their_subproblems_and_forgeries_are_refused() {
-    for (strategy, depth) in [(Strategy::Prefix, 4), (Strategy::Frame, 0)] {
+    for (strategy, depth) in [
+        (Strategy::Prefix, 4),
+        (Strategy::Frame, 0),
+        (Strategy::Rings, 2),
+    ] {
         let plan = Plan::new(spec(10, strategy, depth, 20)).unwrap();
         let mut subs = Vec::new();
         for t in &plan.schedule().tasks {
@@ -143,6 +189,24 @@ fn ids_decode_to_their_subproblems_and_forgeries_are_refused() {
     let frame_id = (Kind::Frame as u64) << 60;
     assert!(matches!(
         prefix.decode(frame_id),
+        Err(PlanError::WrongKind(_))
+    ));
+    // A ring's part past its last is refused, and a frames plan has no
+    // ring parts.
+    let rings = Plan::new(spec(10, Strategy::Rings, 1, 20)).unwrap();
+    let mut last = None;
+    for t in &rings.schedule().tasks {
+        rings.for_each_subproblem(&t, |s| {
+            if matches!(s, Subproblem::RingPart { .. }) {
+                last = Some(s.id());
+            }
+        });
+    }
+    let past = last.expect("ring parts") + 1;
+    assert_eq!(rings.decode(past).err(), Some(PlanError::BadPart(past)));
+    let frames = Plan::new(spec(10, Strategy::Frame, 1, 20)).unwrap();
+    assert!(matches!(
+        frames.decode(past - 1),
         Err(PlanError::WrongKind(_))
     ));
 }
@@ -188,15 +252,24 @@ fn tallies_merge_like_one_tally() {
     );
 }
 
+/// A spec of strategy number `kind` (prefix, frame, rings), `depth` brought
+/// into the strategy's range.
+fn any_spec(n: u32, kind: usize, depth: u32, tasks: u64) -> PlanSpec {
+    match kind {
+        0 => spec(n, Strategy::Prefix, depth, tasks),
+        1 => spec(n, Strategy::Frame, depth, tasks),
+        _ => spec(n, Strategy::Rings, 1 + depth % 3, tasks),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 
     /// The table a coordinator keeps derives every task as the list does,
     /// and the tasks tile the plan's subproblems in id order.
     #[test]
-    fn a_task_table_derives_the_listed_tasks(n in 6u32..=13, depth in 2u32..=6, tasks in 1u64..100_000, frame in any::<bool>()) {
-        let strategy = if frame { Strategy::Frame } else { Strategy::Prefix };
-        let plan = Plan::new(spec(n, strategy, depth, tasks)).unwrap();
+    fn a_task_table_derives_the_listed_tasks(n in 6u32..=13, depth in 2u32..=6, tasks in 1u64..100_000, kind in 0..3usize) {
+        let plan = Plan::new(any_spec(n, kind, depth, tasks)).unwrap();
         let s = plan.schedule();
         let table = &s.tasks;
         let mut listed = 0;
@@ -218,9 +291,8 @@ proptest! {
     }
 
     #[test]
-    fn random_plans_are_exact(n in 4u32..=11, depth in 2u32..=8, tasks in 1u64..500, frame in any::<bool>()) {
-        let strategy = if frame { Strategy::Frame } else { Strategy::Prefix };
-        let plan = Plan::new(spec(n, strategy, depth, tasks)).unwrap();
+    fn random_plans_are_exact(n in 4u32..=11, depth in 2u32..=8, tasks in 1u64..500, kind in 0..3usize) {
+        let plan = Plan::new(any_spec(n, kind, depth, tasks)).unwrap();
         let s = solve_plan(&plan, &plan.schedule(), 1).unwrap();
         let k = known(n).unwrap();
         prop_assert_eq!((s.total().unwrap(), s.unique().unwrap()), (k.total, k.unique));
@@ -263,6 +335,7 @@ fn both_strategies_are_exact_on_every_path_up_to_13() {
                 (Strategy::Prefix, 3),
                 (Strategy::Frame, 1),
                 (Strategy::Frame, 2),
+                (Strategy::Rings, 2),
             ] {
                 exact_on(n, strategy, depth, path);
             }
@@ -281,11 +354,13 @@ fn both_strategies_are_exact_on_every_path_14_to_18() {
                 (Strategy::Prefix, 4),
                 (Strategy::Frame, 1),
                 (Strategy::Frame, 2),
+                (Strategy::Rings, 3),
             ] {
                 exact_on(n, strategy, depth, path);
             }
         }
         exact_on(18, Strategy::Frame, 1, path);
+        exact_on(18, Strategy::Rings, 2, path);
     }
 }
 

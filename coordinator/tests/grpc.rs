@@ -61,6 +61,7 @@ async fn a_job_is_leased_counted_and_finished_exactly() {
     for (strategy, n, total, unique) in [
         (Strategy::Frame, 11, 2680, 341),
         (Strategy::Prefix, 10, 724, 92),
+        (Strategy::Rings, 12, 14_200, 1_787),
     ] {
         let job = submit(&mut ops, spec(n, strategy, 40)).await;
         let watch = ops

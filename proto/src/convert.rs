@@ -42,6 +42,7 @@ impl From<Strategy> for v1::Strategy {
             Strategy::Prefix => v1::Strategy::Prefix,
             Strategy::Frame => v1::Strategy::Frame,
             Strategy::Synthetic => v1::Strategy::Synthetic,
+            Strategy::Rings => v1::Strategy::Rings,
         }
     }
 }
@@ -52,6 +53,7 @@ pub fn strategy_from_wire(w: i32) -> Result<Strategy, WireError> {
         Ok(v1::Strategy::Prefix) => Ok(Strategy::Prefix),
         Ok(v1::Strategy::Frame) => Ok(Strategy::Frame),
         Ok(v1::Strategy::Synthetic) => Ok(Strategy::Synthetic),
+        Ok(v1::Strategy::Rings) => Ok(Strategy::Rings),
         _ => Err(WireError::Strategy(w)),
     }
 }
@@ -173,6 +175,13 @@ pub fn subproblem_to_wire(s: &Subproblem) -> v1::Subproblem {
             } as i32,
             first_column: (*first).into(),
         }),
+        Subproblem::RingPart {
+            ring, weight, part, ..
+        } => Payload::RingPart(v1::RingPart {
+            positions: ring.positions().to_vec(),
+            weight: *weight,
+            part: *part,
+        }),
     };
     v1::Subproblem {
         id: s.id(),
@@ -271,7 +280,7 @@ mod tests {
         Plan::new(PlanSpec {
             n: Size::new(n).unwrap(),
             strategy,
-            depth: 4,
+            depth: if strategy == Strategy::Rings { 2 } else { 4 },
             tasks: 10,
         })
         .unwrap()
@@ -287,7 +296,7 @@ mod tests {
 
     #[test]
     fn subproblems_round_trip_through_bytes() {
-        for strategy in [Strategy::Prefix, Strategy::Frame] {
+        for strategy in [Strategy::Prefix, Strategy::Frame, Strategy::Rings] {
             for n in [3, 9] {
                 let p = plan(n, strategy);
                 for s in subproblems(&p) {
@@ -301,7 +310,13 @@ mod tests {
 
     #[test]
     fn corrupt_subproblems_are_refused() {
-        let p = plan(9, Strategy::Frame);
+        for strategy in [Strategy::Frame, Strategy::Rings] {
+            corrupt_subproblems_of(&plan(9, strategy));
+        }
+    }
+
+    fn corrupt_subproblems_of(p: &Plan) {
+        let p = p.clone();
         let subs = subproblems(&p);
         let ids: std::collections::HashSet<u64> = subs.iter().map(Subproblem::id).collect();
         for s in subs.iter().step_by(5) {
@@ -383,14 +398,19 @@ mod tests {
 
     #[test]
     fn strategies_and_plan_specs_round_trip() {
-        for strategy in [Strategy::Prefix, Strategy::Frame] {
+        for strategy in [Strategy::Prefix, Strategy::Frame, Strategy::Rings] {
             let w = v1::Strategy::from(strategy);
             assert_eq!(strategy_from_wire(w as i32).unwrap(), strategy);
             for (n, depth, tasks) in [(1, 4, 1), (12, 3, 40), (32, 2, 1_000_000)] {
                 let spec = PlanSpec {
                     n: Size::new(n).unwrap(),
                     strategy,
-                    depth,
+                    // A rings plan places 1 to 3 rows inside each ring.
+                    depth: if strategy == Strategy::Rings {
+                        1 + depth % 3
+                    } else {
+                        depth
+                    },
                     tasks,
                 };
                 let w = v1::PlanSpec::from(&spec);

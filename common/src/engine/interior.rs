@@ -82,10 +82,18 @@ impl Interior {
     /// (with [`Interior::count_from`]) counts the interior. `depth` is cut
     /// to leave three free rows, the least a start can have.
     pub fn split(&self, depth: usize) -> (Vec<Start>, u64) {
-        let depth = depth.min(self.rows.saturating_sub(3));
-        let mut starts = vec![Start::default()];
+        self.split_from(&Start::default(), depth)
+    }
+
+    /// The states `rows` free rows below `from`, in search order (cut, as
+    /// [`Interior::split`] is, to leave three free rows), and the queens
+    /// placed to reach them: counting them all counts `from`.
+    pub fn split_from(&self, from: &Start, rows: usize) -> (Vec<Start>, u64) {
+        let first = usize::from(from.row);
+        let depth = (first + rows).min(self.rows.saturating_sub(3).max(first));
+        let mut starts = vec![*from];
         let mut nodes = 0u64;
-        for k in 0..depth {
+        for k in first..depth {
             let mut next = Vec::with_capacity(starts.len() * 4);
             for s in &starts {
                 let mut bm = self.allowed[k] & !(s.l | s.d | s.r);

@@ -19,7 +19,7 @@
 
 use crate::engine::interior::Interior;
 use crate::engine::lanes::{count_interiors, Path};
-use crate::plan::{Kind, Plan, PlanError, Strategy, KIND_SHIFT};
+use crate::plan::{Kind, Plan, PlanError, Strategy, Subproblem, KIND_SHIFT};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -126,6 +126,20 @@ impl Plan {
             ));
         }
         let (subproblems, exact) = self.subproblem_count(&mut rng);
+        if self.spec.strategy == Strategy::Rings {
+            // The parts of the rings are the rings' search cut up: the
+            // same nodes, over more subproblems.
+            let whole = self.ring_plan().estimate(seed, budget)?;
+            let per = whole.subproblems / subproblems;
+            return Ok(Estimate {
+                subproblems,
+                subproblems_exact: exact && whole.subproblems_exact,
+                nodes_per_subproblem: whole.nodes_per_subproblem * per,
+                nodes_per_subproblem_error: whole.nodes_per_subproblem_error * per,
+                seconds_spent: started.elapsed().as_secs_f64(),
+                ..whole
+            });
+        }
         let (path, rate) = self.calibrate(&mut rng, budget / 3)?;
 
         // Knuth's estimator on random subproblems, until the budget ends.
@@ -158,6 +172,9 @@ impl Plan {
     /// The number of prefix or frame subproblems: enumerated when the plan
     /// is small, else the acceptance rate of random ids times their range.
     fn subproblem_count(&self, rng: &mut Rng) -> (f64, bool) {
+        if self.spec.strategy == Strategy::Rings {
+            return self.ring_parts_count(rng);
+        }
         let (lines, bits) = self.id_shape();
         let draws_space = (self.spec.n.get() as f64).powi(lines as i32);
         if draws_space <= ENUMERATE_UP_TO as f64 {
@@ -172,11 +189,56 @@ impl Plan {
         (draws_space * hits as f64 / draws as f64, false)
     }
 
-    /// Positions in an id, and bits per position.
+    /// The plan of this one's rings, uncut (a rings plan's parts are their
+    /// searches cut up).
+    fn ring_plan(&self) -> Plan {
+        Plan::new(crate::plan::PlanSpec {
+            strategy: Strategy::Frame,
+            depth: 1,
+            ..self.spec
+        })
+        .expect("a rings plan's N makes rings")
+        .with_path(self.path)
+    }
+
+    /// The parts of a rings plan: every ring's when the rings are few,
+    /// else the rings' count times the mean parts of a sample of rings.
+    fn ring_parts_count(&self, rng: &mut Rng) -> (f64, bool) {
+        let rings = self.ring_plan();
+        let frames = self.frames.as_ref().expect("a rings plan has rings");
+        let parts = |ring| {
+            let mut k = 0u64;
+            self.for_each_part(frames, ring, |_, _| k += 1);
+            k as f64
+        };
+        let (count, exact) = rings.subproblem_count(rng);
+        const SAMPLE: usize = 2_000;
+        if exact && count <= SAMPLE as f64 {
+            let mut total = 0.0;
+            frames.for_each_in(0, u64::MAX, |ring, _, _| total += parts(ring));
+            return (total, true);
+        }
+        let (lines, bits) = rings.id_shape();
+        let mut sum = 0.0;
+        for _ in 0..SAMPLE {
+            let ring = loop {
+                if let Ok(Subproblem::Frame { frame, .. }) =
+                    rings.decode(rings.random_id(rng, lines, bits))
+                {
+                    break frame;
+                }
+            };
+            sum += parts(ring);
+        }
+        (count * sum / SAMPLE as f64, false)
+    }
+
+    /// Positions in an id, and bits per position (of a prefix or frame
+    /// plan: a rings plan is sampled through [`Plan::ring_plan`]).
     fn id_shape(&self) -> (usize, u32) {
         let lines = match self.spec.strategy {
             Strategy::Prefix => self.spec.depth as usize,
-            Strategy::Frame => self.frames.as_ref().expect("frame plan").lines(),
+            Strategy::Frame | Strategy::Rings => self.frames.as_ref().expect("frame plan").lines(),
             Strategy::Synthetic => 0,
         };
         (lines, crate::engine::border::POS_BITS)
@@ -188,7 +250,7 @@ impl Plan {
         let n = u64::from(self.spec.n.get());
         let kind = match self.spec.strategy {
             Strategy::Prefix => Kind::Prefix,
-            Strategy::Frame => Kind::Frame,
+            Strategy::Frame | Strategy::Rings => Kind::Frame,
             Strategy::Synthetic => Kind::Whole,
         };
         let payload = (0..lines).fold(0u64, |k, _| k << bits | rng.below(n));

@@ -28,8 +28,8 @@ pub mod table;
 use crate::engine::board::Size;
 use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
 use crate::engine::counts::{CountOverflow, PieceCounts, Totals};
-use crate::engine::interior::Interior;
-use crate::engine::lanes::{count_interiors, Path};
+use crate::engine::interior::{Interior, Start};
+use crate::engine::lanes::{count_below, Path};
 use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +40,10 @@ pub use table::TaskTable;
 pub enum Strategy {
     Prefix,
     Frame,
+    /// Rings (frames of the 4 border lines), each cut into parts by the
+    /// queens of its first `depth` free rows: rings' node count (about half
+    /// that of 8-line frames) in tasks as small as a record attempt needs.
+    Rings,
     /// Counts no queens: task `i` answers [`synthetic_answer`]`(i)`, so a
     /// load test can run millions of tasks through a coordinator and check
     /// the exact sum. Its tasks are derived from their index, never listed.
@@ -52,9 +56,10 @@ impl std::str::FromStr for Strategy {
         match s {
             "prefix" => Ok(Strategy::Prefix),
             "frame" => Ok(Strategy::Frame),
+            "rings" => Ok(Strategy::Rings),
             "synthetic" => Ok(Strategy::Synthetic),
             _ => Err(format!(
-                "unknown strategy '{s}': use 'prefix', 'frame' or (load tests) 'synthetic'"
+                "unknown strategy '{s}': use 'frame', 'rings', 'prefix' or (load tests) 'synthetic'"
             )),
         }
     }
@@ -65,6 +70,7 @@ impl std::fmt::Display for Strategy {
         f.write_str(match self {
             Strategy::Prefix => "prefix",
             Strategy::Frame => "frame",
+            Strategy::Rings => "rings",
             Strategy::Synthetic => "synthetic",
         })
     }
@@ -96,6 +102,9 @@ pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
         Strategy::Prefix => DEFAULT_DEPTH,
         Strategy::Frame if n.get() <= RING_DEFAULT_MAX_N => 1,
         Strategy::Frame => 2,
+        Strategy::Rings if n.get() <= 18 => 1,
+        Strategy::Rings if n.get() <= 23 => 2,
+        Strategy::Rings => MAX_RING_SPLIT,
         Strategy::Synthetic => 0,
     }
 }
@@ -145,6 +154,13 @@ pub fn default_tasks(n: Size) -> u64 {
 /// Most rows a prefix id can hold (5 bits each under the kind tag).
 pub const MAX_DEPTH: u32 = 11;
 
+/// Most free rows a rings plan places to cut a ring into parts: at most
+/// 30^3 parts, inside [`PART_BITS`].
+pub const MAX_RING_SPLIT: u32 = 3;
+
+/// Bits of a ring part's number, under its ring's key in the id.
+const PART_BITS: u32 = 16;
+
 /// Estimated cost growth per free row of a frame (measured at N=16:
 /// mean inner nodes grow 3.5–4× per free row). Relative only: it orders
 /// and sizes tasks; time estimates come from observed rates.
@@ -160,6 +176,7 @@ pub enum Kind {
     Frame = 2,
     HalfTurn = 3,
     QuarterTurn = 4,
+    RingPart = 5,
 }
 
 pub(crate) const KIND_SHIFT: u32 = 60;
@@ -182,6 +199,14 @@ pub enum Subproblem {
         turn: Turn,
         first: u8,
     },
+    /// Part `part` of a ring: the states below `start` (its first free
+    /// rows placed), counted with the ring's weight.
+    RingPart {
+        ring: Frame,
+        weight: u32,
+        part: u32,
+        start: Start,
+    },
 }
 
 impl Subproblem {
@@ -197,6 +222,7 @@ impl Subproblem {
                 turn: Turn::Quarter,
                 ..
             } => Kind::QuarterTurn,
+            Subproblem::RingPart { .. } => Kind::RingPart,
         }
     }
 
@@ -207,6 +233,7 @@ impl Subproblem {
             Subproblem::Prefix { cols, .. } => pack_cols(cols),
             Subproblem::Frame { frame, .. } => frame.key(),
             Subproblem::Symmetric { first, .. } => u64::from(*first),
+            Subproblem::RingPart { ring, part, .. } => ring.key() << PART_BITS | u64::from(*part),
         };
         (self.kind() as u64) << KIND_SHIFT | payload
     }
@@ -231,6 +258,10 @@ pub enum PlanError {
     BadFrame(u64, FrameError),
     #[error("id {0:#x}: first column out of range")]
     BadColumn(u64),
+    #[error("id {0:#x}: its ring has no part with this number")]
+    BadPart(u64),
+    #[error("a rings plan places 1 to {max} rows inside each ring, got {0}", max = MAX_RING_SPLIT)]
+    BadRingSplit(u32),
     #[error(transparent)]
     Overflow(#[from] CountOverflow),
     #[error("results do not add up: {0}")]
@@ -316,11 +347,20 @@ impl Plan {
         if spec.strategy == Strategy::Frame && spec.depth > MAX_DEPTH {
             return Err(PlanError::BadDepth(spec.depth));
         }
+        if spec.strategy == Strategy::Rings && !(1..=MAX_RING_SPLIT).contains(&spec.depth) {
+            return Err(PlanError::BadRingSplit(spec.depth));
+        }
         if spec.strategy == Strategy::Synthetic && spec.tasks > MAX_TASKS {
             return Err(PlanError::TooManySynthetic(spec.tasks));
         }
-        let frames = (spec.strategy == Strategy::Frame && spec.n.get() >= MIN_FRAME_N)
-            .then(|| Frames::new(spec.n, border_depth(spec.depth)).expect("N and depth checked"));
+        let lines = match spec.strategy {
+            Strategy::Frame => Some(border_depth(spec.depth)),
+            Strategy::Rings => Some(1),
+            _ => None,
+        };
+        let frames = lines
+            .filter(|_| spec.n.get() >= MIN_FRAME_N)
+            .map(|d| Frames::new(spec.n, d).expect("N and depth checked"));
         Ok(Plan {
             spec,
             frames,
@@ -370,7 +410,7 @@ impl Plan {
         let n = self.spec.n.get();
         match self.spec.strategy {
             Strategy::Prefix => n < 4 || self.spec.depth as usize >= self.spec.n.n() - 1,
-            Strategy::Frame => self.frames.is_none(),
+            Strategy::Frame | Strategy::Rings => self.frames.is_none(),
             Strategy::Synthetic => false,
         }
     }
@@ -460,7 +500,34 @@ impl Plan {
                     ("frames of weight 1".into(), by_weight[1]),
                 ];
             }
-            (Strategy::Frame, None) => unreachable!("whole() covers frame plans without frames"),
+            (Strategy::Rings, Some(frames)) => {
+                let mut by_weight = [0u64; 9];
+                let tag = (Kind::RingPart as u64) << KIND_SHIFT;
+                let nn = n.n();
+                let below = POS_BITS * (frames.lines() as u32 - 2);
+                for_each_chunk(stop, |chunk| {
+                    frames.for_each_in(chunk << below, (chunk + 1) << below, |ring, w, queens| {
+                        let free = nn - queens;
+                        self.for_each_part(frames, ring, |part, start| {
+                            by_weight[w as usize] += 1;
+                            let id = tag | ring.key() << PART_BITS | u64::from(part);
+                            let work =
+                                FRAME_ROW_FACTOR.powi((free - usize::from(start.row)) as i32);
+                            // A ring's parts are one group.
+                            add_to_group(&mut groups, id, PART_BITS, work);
+                        });
+                    });
+                })?;
+                classes = vec![
+                    ("ring parts of weight 8".into(), by_weight[8]),
+                    ("ring parts of weight 4".into(), by_weight[4]),
+                    ("ring parts of weight 2".into(), by_weight[2]),
+                    ("ring parts of weight 1".into(), by_weight[1]),
+                ];
+            }
+            (Strategy::Frame | Strategy::Rings, None) => {
+                unreachable!("whole() covers border plans without frames")
+            }
             (Strategy::Synthetic, _) => unreachable!("synthetic plans are never enumerated"),
         }
         let mut classes = classes;
@@ -475,6 +542,9 @@ impl Plan {
         }
         classes.push(("half-turn searches".into(), n.get().into()));
         classes.push(("quarter-turn searches".into(), n.get().into()));
+        // In id order (a ring part's kind sorts after the symmetric ones):
+        // tasks are id ranges.
+        groups.sort_by_key(|g| g.lo);
         Ok((groups, classes))
     }
 
@@ -530,6 +600,15 @@ impl Plan {
         }
     }
 
+    /// The parts of a ring (a rings plan): its search's states after the
+    /// plan's depth of free rows, in search order, with their numbers.
+    fn for_each_part(&self, frames: &Frames, ring: Frame, mut visit: impl FnMut(u32, Start)) {
+        let (starts, _) = frames.interior(&ring).split(self.spec.depth as usize);
+        for (part, start) in starts.into_iter().enumerate() {
+            visit(part as u32, start);
+        }
+    }
+
     /// Visits the subproblems of `task`, in id order.
     pub fn for_each_subproblem(&self, task: &Task, mut visit: impl FnMut(Subproblem)) {
         let mut seen = 0u64;
@@ -547,6 +626,7 @@ impl Plan {
             Kind::Frame,
             Kind::HalfTurn,
             Kind::QuarterTurn,
+            Kind::RingPart,
         ] {
             let base = (kind as u64) << KIND_SHIFT;
             let (lo, hi) = (task.lo.max(base), task.hi.min(base | PAYLOAD));
@@ -569,6 +649,27 @@ impl Plan {
                             |frame, weight, _| each(Subproblem::Frame { frame, weight }),
                         );
                     }
+                }
+                Kind::RingPart => {
+                    let (Some(fr), Strategy::Rings) = (&self.frames, self.spec.strategy) else {
+                        continue;
+                    };
+                    let (lo, hi) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
+                    // Every ring with a part in lo..hi.
+                    let rings = (lo >> PART_BITS, ((hi - 1) >> PART_BITS) + 1);
+                    fr.for_each_in(rings.0, rings.1, |ring, weight, _| {
+                        let first = ring.key() << PART_BITS;
+                        self.for_each_part(fr, ring, |part, start| {
+                            if (lo..hi).contains(&(first | u64::from(part))) {
+                                each(Subproblem::RingPart {
+                                    ring,
+                                    weight,
+                                    part,
+                                    start,
+                                });
+                            }
+                        });
+                    });
                 }
                 Kind::HalfTurn | Kind::QuarterTurn => {
                     let turn = if kind == Kind::HalfTurn {
@@ -631,6 +732,26 @@ impl Plan {
                     weight: fr.weight(&frame),
                 })
             }
+            5 if !self.whole() && self.spec.strategy == Strategy::Rings => {
+                let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
+                let ring = fr
+                    .decode(payload >> PART_BITS)
+                    .map_err(|e| PlanError::BadFrame(id, e))?;
+                let want = (payload & ((1 << PART_BITS) - 1)) as u32;
+                let mut found = None;
+                self.for_each_part(fr, ring, |part, start| {
+                    if part == want {
+                        found = Some(start);
+                    }
+                });
+                let start = found.ok_or(PlanError::BadPart(id))?;
+                Ok(Subproblem::RingPart {
+                    ring,
+                    weight: fr.weight(&ring),
+                    part: want,
+                    start,
+                })
+            }
             3 | 4 if !self.whole() => {
                 if payload >= n.get().into() {
                     return Err(PlanError::BadColumn(id));
@@ -654,6 +775,7 @@ impl Plan {
                 .map(|(r, &c)| (r, c.into()))
                 .collect(),
             Subproblem::Frame { frame, .. } => frame.queens(self.spec.n.n()),
+            Subproblem::RingPart { ring, .. } => ring.queens(self.spec.n.n()),
             Subproblem::Whole | Subproblem::Symmetric { .. } => Vec::new(),
         }
     }
@@ -663,7 +785,7 @@ impl Plan {
         let n = self.spec.n.n();
         match s {
             Subproblem::Prefix { .. } => Some(Interior::new(n, &self.queens(s))),
-            Subproblem::Frame { frame, .. } => {
+            Subproblem::Frame { frame, .. } | Subproblem::RingPart { ring: frame, .. } => {
                 Some(self.frames.as_ref().expect("frame plan").interior(frame))
             }
             Subproblem::Whole | Subproblem::Symmetric { .. } => None,
@@ -682,10 +804,28 @@ impl Plan {
         let n = self.spec.n;
         let mut out = vec![PieceCounts::default(); subs.len()];
         let mut interiors = Vec::new();
+        let mut froms = Vec::new();
         let mut at = Vec::new();
+        let mut last_ring: Option<(Frame, Interior)> = None;
         for (i, s) in subs.iter().enumerate() {
+            if let Subproblem::RingPart { ring, start, .. } = s {
+                // A ring's parts come together: its interior is made once.
+                let it = match &last_ring {
+                    Some((r, it)) if r == ring => it.clone(),
+                    _ => {
+                        let it = self.interior(s).expect("a ring part has one");
+                        last_ring = Some((*ring, it.clone()));
+                        it
+                    }
+                };
+                interiors.push(it);
+                froms.push(*start);
+                at.push(i);
+                continue;
+            }
             if let Some(it) = self.interior(s) {
                 interiors.push(it);
+                froms.push(Start::default());
                 at.push(i);
                 continue;
             }
@@ -709,7 +849,7 @@ impl Plan {
                 }
             };
         }
-        let Some((counted, path)) = count_interiors(&interiors, self.path, stop)? else {
+        let Some((counted, path)) = count_below(&interiors, &froms, self.path, stop)? else {
             return Ok(None);
         };
         for (i, c) in at.into_iter().zip(counted) {
@@ -928,7 +1068,9 @@ impl Tally {
         let add = |a: u128, b: u128| a.checked_add(b).ok_or(CountOverflow);
         match s {
             Subproblem::Whole => self.classes.add_piece(c)?,
-            Subproblem::Prefix { weight, .. } | Subproblem::Frame { weight, .. } => {
+            Subproblem::Prefix { weight, .. }
+            | Subproblem::Frame { weight, .. }
+            | Subproblem::RingPart { weight, .. } => {
                 let w = u128::from(c.c1)
                     .checked_mul((*weight).into())
                     .ok_or(CountOverflow)?;

@@ -296,14 +296,29 @@ pub fn count_interiors(
     path: Option<Path>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<Option<(Vec<PieceCounts>, Path)>, CountOverflow> {
+    let whole = vec![Start::default(); interiors.len()];
+    count_below(interiors, &whole, path, stop)
+}
+
+/// [`count_interiors`], each interior counted below its own start only
+/// (one part of it, as [`Interior::split`] makes them; the default start
+/// is the whole interior). The queens placed above a start are not in
+/// its nodes.
+pub fn count_below(
+    interiors: &[Interior],
+    froms: &[Start],
+    path: Option<Path>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Option<(Vec<PieceCounts>, Path)>, CountOverflow> {
+    assert_eq!(interiors.len(), froms.len(), "one start per interior");
     let mut out = vec![PieceCounts::default(); interiors.len()];
     let mut jobs = Vec::new();
-    for (i, it) in interiors.iter().enumerate() {
+    for (i, (it, from)) in interiors.iter().zip(froms).enumerate() {
         if it.rows() < 3 {
             out[i] = it.count();
             continue;
         }
-        let (starts, nodes) = it.split(SPLIT_ROWS);
+        let (starts, nodes) = it.split_from(from, SPLIT_ROWS);
         out[i].nodes = nodes;
         jobs.extend(starts.into_iter().map(|start| Job {
             interior: i as u32,
