@@ -223,7 +223,7 @@ fn every_subcommand_help_has_an_example() {
 
 #[test]
 fn solve_through_either_plan_is_exact() {
-    for strategy in ["prefix", "frame"] {
+    for strategy in ["prefix", "frame", "rings"] {
         let o = nqueens(&[
             "solve",
             "13",
@@ -241,6 +241,28 @@ fn solve_through_either_plan_is_exact() {
             "{strategy}"
         );
     }
+    // Through a coordinator (a resumable run), the job says its plan.
+    let dir = kit::tempdir();
+    let state = dir.path().join("state");
+    let o = nqueens(&[
+        "solve",
+        "13",
+        "--strategy",
+        "rings",
+        "--depth",
+        "2",
+        "--state",
+        state.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(stdout(&o).trim().lines().last().unwrap());
+    assert_eq!(
+        (v["strategy"].as_str(), v["depth"].as_u64()),
+        (Some("rings"), Some(2)),
+        "{v}"
+    );
+    assert_eq!(kit::dec(&v["total"]), 73_712, "{v}");
 }
 
 /// A plan cut finer than its groups says how small the table a coordinator

@@ -34,7 +34,7 @@ pub enum Command {
         count goes through a plan's tasks, as a cluster would run it (see `nqueens plan`).\n\n\
         With --state DIR the run is durable: a coordinator and a worker run inside this process,\n\
         every finished task is on disk in DIR, and the same command after Ctrl-C, kill -9 or a\n\
-        power cut continues where it stopped (strategy frame unless given).\n\n\
+        power cut continues where it stopped (strategy frame up to N=21, else rings, unless given).\n\n\
         The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
         a difference is reported as an error (exit code 1)."
     )]
@@ -299,9 +299,9 @@ pub enum Command {
     Submit {
         /// Board size, 1 to 32.
         n: Size,
-        /// How to split the search.
-        #[arg(long, default_value = "frame", value_parser = strategies())]
-        strategy: Strategy,
+        /// How to split the search [default: frame up to N=21, else rings].
+        #[arg(long, value_parser = strategies())]
+        strategy: Option<Strategy>,
         #[command(flatten)]
         shape: PlanShape,
         #[command(flatten)]

@@ -14,7 +14,7 @@ use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
-use nqueens_common::plan::{Plan, Strategy};
+use nqueens_common::plan::{default_strategy, Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{self, Config};
@@ -52,7 +52,7 @@ pub fn solve(
     progress: Progress,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.local_plan(n, strategy.unwrap_or(Strategy::Frame))?;
+    let plan = shape.local_plan(n, strategy.unwrap_or_else(|| default_strategy(n)))?;
     init_logs("warn", crate::args::LogFormat::Text);
     // One async thread serves the coordinator, the worker and the progress
     // display: a few calls a second, and the cores are left to counting.

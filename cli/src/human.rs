@@ -22,17 +22,13 @@ fn state_name(state: i32, tasks: u64) -> &'static str {
 }
 
 fn strategy_name(spec: &v1::PlanSpec) -> &'static str {
-    match strategy_from_wire(spec.strategy) {
-        Ok(Strategy::Frame) => "frame",
-        Ok(Strategy::Synthetic) => "synthetic",
-        _ => "prefix",
-    }
+    strategy_from_wire(spec.strategy).map_or("unknown", Strategy::name)
 }
 
-/// `N=17 prefix depth 4` or `N=24 frame`.
+/// `N=17 prefix depth 4`, `N=27 rings depth 3` or `N=24 frame`.
 fn plan_text(n: u32, strategy: &str, depth: u32) -> String {
     match strategy {
-        "prefix" => format!("N={n} prefix depth {depth}"),
+        "prefix" | "rings" => format!("N={n} {strategy} depth {depth}"),
         s => format!("N={n} {s}"),
     }
 }

@@ -210,7 +210,10 @@ fn run(command: Command) -> Result<(), Failure> {
             watch,
             progress,
             connect,
-        } => operator::submit(n, strategy, &shape, check, watch, progress, &connect),
+        } => {
+            let strategy = strategy.unwrap_or_else(|| nqueens_common::plan::default_strategy(n));
+            operator::submit(n, strategy, &shape, check, watch, progress, &connect)
+        }
         Command::Status { job, connect } => operator::status(job, &connect),
         Command::Watch {
             job,

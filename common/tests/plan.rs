@@ -422,3 +422,21 @@ fn a_synthetic_plan_derives_its_tasks_and_answers_a_fixed_function_of_the_index(
     );
     assert_eq!("synthetic".parse::<Strategy>(), Ok(Strategy::Synthetic));
 }
+
+/// Without a strategy, a plan of N takes frames (rings, at their default
+/// depth) while rings are many enough, then rings cut into parts: rings'
+/// nodes, where 8-line frames would count about twice as many.
+#[test]
+fn the_default_strategy_is_rings_cut_into_parts_beyond_21() {
+    use nqueens_common::plan::{default_depth, default_strategy, RING_DEFAULT_MAX_N};
+    let size = |n| Size::new(n).unwrap();
+    for n in 1..=RING_DEFAULT_MAX_N {
+        assert_eq!(default_strategy(size(n)), Strategy::Frame);
+    }
+    for n in RING_DEFAULT_MAX_N + 1..=32 {
+        let strategy = default_strategy(size(n));
+        assert_eq!(strategy, Strategy::Rings);
+        let depth = default_depth(strategy, size(n));
+        assert!(Plan::new(spec(n, strategy, depth, 1000)).is_ok(), "N={n}");
+    }
+}

@@ -65,14 +65,21 @@ impl std::str::FromStr for Strategy {
     }
 }
 
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Strategy {
+    /// The name `--strategy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
             Strategy::Prefix => "prefix",
             Strategy::Frame => "frame",
             Strategy::Rings => "rings",
             Strategy::Synthetic => "synthetic",
-        })
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -95,6 +102,18 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// 8-line frames), but past this N they are too few and too large to make
 /// tasks of minutes.
 pub const RING_DEFAULT_MAX_N: u32 = 21;
+
+/// The strategy a plan of N uses when none is given: frames up to
+/// [`RING_DEFAULT_MAX_N`] (rings, at their default depth), then rings cut
+/// into parts, which count rings' nodes (about half of 8-line frames') in
+/// tasks as small as a record attempt needs.
+pub fn default_strategy(n: Size) -> Strategy {
+    if n.get() <= RING_DEFAULT_MAX_N {
+        Strategy::Frame
+    } else {
+        Strategy::Rings
+    }
+}
 
 /// The depth a strategy uses when none is given.
 pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
