@@ -566,7 +566,7 @@ fn completion_lists_the_values_of_enumerated_flags() {
     let (code, script, err) = run(&["completions", "bash"]);
     assert_eq!(code, 0, "{err}");
     for (flag, values) in [
-        ("--strategy", "frame prefix synthetic"),
+        ("--strategy", "frame rings prefix synthetic"),
         ("--core", "auto scalar avx2 avx512"),
         ("--format", "rows board"),
         ("--log-format", "text json"),

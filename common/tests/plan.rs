@@ -104,6 +104,7 @@ fn solve_plan_of(n: u32, strategy: Strategy, depth: u32) -> nqueens_common::plan
 fn plans_are_exact_for_16() {
     assert_exact(&Plan::new(spec(16, Strategy::Frame, 1, 500)).unwrap());
     assert_exact(&Plan::new(spec(16, Strategy::Prefix, 4, 500)).unwrap());
+    assert_exact(&Plan::new(spec(16, Strategy::Rings, 2, 500)).unwrap());
 }
 
 #[test]
