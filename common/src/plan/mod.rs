@@ -500,49 +500,32 @@ impl Plan {
                 let mut by_weight = [0u64; 9];
                 let tag = (Kind::Frame as u64) << KIND_SHIFT;
                 let nn = n.n();
-                let below = POS_BITS * (frames.lines() as u32 - 2);
-                for_each_chunk(stop, |chunk| {
-                    frames.for_each_in(chunk << below, (chunk + 1) << below, |f, w, queens| {
-                        by_weight[w as usize] += 1;
-                        let id = tag | f.key();
-                        let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
-                        // Group the frames that share an outer ring (a depth-1
-                        // frame is its ring: each is a group of its own).
-                        let inner = (frames.lines() - 4) as u32 * POS_BITS;
-                        add_to_group(&mut groups, id, inner, work);
-                    });
+                for_each_border(frames, stop, |f, w, queens| {
+                    by_weight[w as usize] += 1;
+                    let id = tag | f.key();
+                    let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
+                    // Group the frames that share an outer ring (a depth-1
+                    // frame is its ring: each is a group of its own).
+                    let inner = (frames.lines() - 4) as u32 * POS_BITS;
+                    add_to_group(&mut groups, id, inner, work);
                 })?;
-                classes = vec![
-                    ("frames of weight 8".into(), by_weight[8]),
-                    ("frames of weight 4".into(), by_weight[4]),
-                    ("frames of weight 2".into(), by_weight[2]),
-                    ("frames of weight 1".into(), by_weight[1]),
-                ];
+                classes = weight_classes("frames", &by_weight);
             }
             (Strategy::Rings, Some(frames)) => {
                 let mut by_weight = [0u64; 9];
                 let tag = (Kind::RingPart as u64) << KIND_SHIFT;
                 let nn = n.n();
-                let below = POS_BITS * (frames.lines() as u32 - 2);
-                for_each_chunk(stop, |chunk| {
-                    frames.for_each_in(chunk << below, (chunk + 1) << below, |ring, w, queens| {
-                        let free = nn - queens;
-                        self.for_each_part(frames, ring, |part, start| {
-                            by_weight[w as usize] += 1;
-                            let id = tag | ring.key() << PART_BITS | u64::from(part);
-                            let work =
-                                FRAME_ROW_FACTOR.powi((free - usize::from(start.row)) as i32);
-                            // A ring's parts are one group.
-                            add_to_group(&mut groups, id, PART_BITS, work);
-                        });
+                for_each_border(frames, stop, |ring, w, queens| {
+                    let free = nn - queens;
+                    self.for_each_part(frames, ring, |part, start| {
+                        by_weight[w as usize] += 1;
+                        let id = tag | ring.key() << PART_BITS | u64::from(part);
+                        let work = FRAME_ROW_FACTOR.powi((free - usize::from(start.row)) as i32);
+                        // A ring's parts are one group.
+                        add_to_group(&mut groups, id, PART_BITS, work);
                     });
                 })?;
-                classes = vec![
-                    ("ring parts of weight 8".into(), by_weight[8]),
-                    ("ring parts of weight 4".into(), by_weight[4]),
-                    ("ring parts of weight 2".into(), by_weight[2]),
-                    ("ring parts of weight 1".into(), by_weight[1]),
-                ];
+                classes = weight_classes("ring parts", &by_weight);
             }
             (Strategy::Frame | Strategy::Rings, None) => {
                 unreachable!("whole() covers border plans without frames")
@@ -1031,6 +1014,28 @@ fn for_each_chunk(stop: &AtomicBool, mut part: impl FnMut(u64)) -> Result<(), Pl
         part(chunk);
     }
     Ok(())
+}
+
+/// Every canonical frame (or ring) of `frames` in key order, with its weight
+/// and queens, a slice of the key space at a time (`stop` is looked at
+/// between slices).
+fn for_each_border(
+    frames: &Frames,
+    stop: &AtomicBool,
+    mut visit: impl FnMut(Frame, u32, usize),
+) -> Result<(), PlanError> {
+    let below = POS_BITS * (frames.lines() as u32 - 2);
+    for_each_chunk(stop, |chunk| {
+        frames.for_each_in(chunk << below, (chunk + 1) << below, &mut visit)
+    })
+}
+
+/// Subproblems counted by orbit weight, as the summary's classes.
+fn weight_classes(what: &str, by_weight: &[u64; 9]) -> Classes {
+    [8, 4, 2, 1]
+        .into_iter()
+        .map(|w| (format!("{what} of weight {w}"), by_weight[w]))
+        .collect()
 }
 
 /// Adds a subproblem to the last group when their ids agree above the low
