@@ -45,6 +45,25 @@ fn solve_prints_counts_and_verifies_them() {
     assert!(text.contains("nodes/s"), "{text}");
 }
 
+/// `solve --mode join` counts by the second algorithm, names it, checks
+/// the published values, and refuses what it cannot take (exit 2).
+#[test]
+fn solve_by_the_join_is_exact_and_refuses_what_it_cannot_take() {
+    for n in ["13", "14"] {
+        let o = nqueens(&["solve", n, "--mode", "join", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v = json(stdout(&o).trim());
+        assert_eq!(v["core"], "join");
+        assert_eq!(v["matches_known"], true, "{v}");
+    }
+    let o = nqueens(&["solve", "25", "--mode", "join"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("N=4 to N=24"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("without --mode join"), "{}", stderr(&o));
+    let o = nqueens(&["solve", "12", "--mode", "join", "--strategy", "frame"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 #[test]
 fn solve_json_has_every_field() {
     let o = nqueens(&["solve", "10", "--json", "--threads", "1"]);

@@ -51,6 +51,11 @@ pub enum Command {
         /// Keep the run in DIR, so it can stop and resume.
         #[arg(long, value_name = "DIR")]
         state: Option<PathBuf>,
+        /// How to count: search every completion (backtrack), or join
+        /// halves of the board (join: whole boards, N=4 to 24, in memory;
+        /// a second algorithm to check the first).
+        #[arg(long, value_enum, default_value = "backtrack", conflicts_with_all = ["strategy", "state"])]
+        mode: Mode,
         #[command(flatten)]
         core: CoreArg,
         #[command(flatten)]
@@ -722,6 +727,17 @@ pub struct CoreArg {
     /// (a core this CPU lacks is refused).
     #[arg(long, value_enum, default_value = "auto", env = "NQUEENS_CORE")]
     pub core: Core,
+}
+
+/// How `solve` counts (`--mode`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Backtracking: every completion walked, many subproblems at once in
+    /// SIMD lanes.
+    Backtrack,
+    /// The half-board join: each half of the columns enumerated from
+    /// quarter tables, and compatible halves counted in pairs.
+    Join,
 }
 
 /// Which inner loop the engine counts with (`--core`).

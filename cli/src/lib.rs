@@ -26,7 +26,7 @@ pub mod progress;
 pub mod report;
 pub mod serve;
 
-use args::{Cli, Command};
+use args::{Cli, Command, Mode};
 use clap::{CommandFactory, Parser};
 use exit::Failure;
 use operator::Control;
@@ -50,6 +50,7 @@ fn run(command: Command) -> Result<(), Failure> {
             strategy,
             shape,
             state: Some(dir),
+            mode: _,
             core,
             progress,
             json,
@@ -69,10 +70,14 @@ fn run(command: Command) -> Result<(), Failure> {
             strategy,
             shape,
             state: None,
+            mode,
             core,
             progress: _,
             json,
         } => {
+            if mode == Mode::Join {
+                return local::solve_join(n, threads.get(), json);
+            }
             if strategy.is_none() && shape.depth.is_some() {
                 return Err(Failure::BadInput(
                     "--depth shapes a plan, and without --strategy (or --state) solve counts \

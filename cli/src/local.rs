@@ -9,7 +9,7 @@ use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::solve::{solve_on, solve_plan};
+use nqueens_common::plan::solve::{solve_join as solve_join_on, solve_on, solve_plan, SolveError};
 use nqueens_common::plan::{Strategy, Task};
 use nqueens_common::Size;
 use serde::Serialize;
@@ -37,7 +37,7 @@ pub fn solve(
     json: bool,
 ) -> Result<(), Failure> {
     let path = core.unwrap_or_else(Path::fastest);
-    announce_long_run(n, threads, path);
+    announce_long_run(n, threads, path.name());
     let report = match strategy {
         None => count(n, threads, core)?,
         Some(strategy) => {
@@ -66,7 +66,7 @@ pub const LONG_RUN: u32 = 18;
 /// On a long count: a line on stderr saying what runs and how to make it
 /// resumable, and a Ctrl-C (or SIGTERM) handler that says what was lost
 /// before exiting 130. Nothing for a short count.
-fn announce_long_run(n: Size, threads: usize, path: Path) {
+fn announce_long_run(n: Size, threads: usize, path: &str) {
     if n.get() < LONG_RUN {
         return;
     }
@@ -304,6 +304,27 @@ pub fn complete(n: Size) -> Result<(), Failure> {
     let mut out = stdout();
     write!(out, "{}", board.diagram())?;
     Ok(out.flush()?)
+}
+
+/// `solve N --mode join`: the whole board counted by the join.
+pub fn solve_join(n: Size, threads: usize, json: bool) -> Result<(), Failure> {
+    announce_long_run(n, threads, "join");
+    let report = solve_join_on(n, threads)
+        .map_err(|e| match e {
+            SolveError::JoinSize(_) => Failure::BadInput(format!(
+                "{e}: count N={n} without --mode join (backtracking takes any N)"
+            )),
+            e => Failure::Failed(format!("N={n}: {e}")),
+        })
+        .and_then(|s| Report::new(&s).map_err(|e| Failure::Failed(format!("N={n}: {e}"))))?;
+    let mut out = stdout();
+    if json {
+        json_line(&mut out, &report)?;
+    } else {
+        write!(out, "{}", report.text())?;
+    }
+    out.flush()?;
+    check_known(report.n, report.total, report.unique)
 }
 
 fn count(n: Size, threads: usize, core: Option<Path>) -> Result<Report, Failure> {

@@ -7,6 +7,8 @@
 //! - [`border`]: frames (queens pre-placed on the border lines), canonical
 //!   under the 8 symmetries, with their weights.
 //! - [`interior`]: the board a pre-placement leaves, and its scalar search.
+//! - [`join`]: the join mode, an interior counted by halves of its
+//!   columns.
 //! - [`lanes`]: many interior searches stepped together in SIMD lanes
 //!   (AVX-512, AVX2, scalar; chosen at run time).
 //! - [`symmetric`]: solutions fixed by a half or quarter turn (Burnside).
@@ -25,6 +27,7 @@ pub mod border;
 pub mod complete;
 pub mod counts;
 pub mod interior;
+pub mod join;
 pub mod lanes;
 pub mod reference;
 pub mod search;

@@ -11,8 +11,10 @@
 use crate::engine::board::Size;
 use crate::engine::border::MIN_FRAME_N;
 use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
+use crate::engine::join::{Halves, Join, TooLarge, MAX_WHOLE_N};
 use crate::engine::lanes::Path;
 use crate::engine::search::{split, Rules};
+use crate::engine::symmetric::{count_symmetric, Turn};
 use crate::engine::threads::on_threads;
 use crate::plan::{Plan, PlanError, PlanSpec, Schedule, Strategy, Tally};
 use std::time::{Duration, Instant};
@@ -54,6 +56,10 @@ pub enum SolveError {
     Inconsistent(#[from] Inconsistent),
     #[error(transparent)]
     Tally(#[from] PlanError),
+    #[error(transparent)]
+    Join(#[from] TooLarge),
+    #[error("the join counts whole boards from N=4 to N={MAX_WHOLE_N}; N={0} is outside")]
+    JoinSize(u32),
 }
 
 /// Counts all solutions of `n` with `threads` threads (at least one), on
@@ -80,6 +86,60 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
     let mut s = solve_plan(&plan, &plan.schedule(), threads)?;
     s.elapsed = start.elapsed();
     Ok(s)
+}
+
+/// Counts all solutions of `n` by the join (see [`crate::engine::join`]):
+/// the whole board cut into halves of its columns, each choice of east rows
+/// one item for the threads. The unique count follows by Burnside from the
+/// half- and quarter-turn symmetric searches, as in a border plan.
+pub fn solve_join(n: Size, threads: usize) -> Result<Solution, SolveError> {
+    let start = Instant::now();
+    let threads = threads.max(1);
+    if !(4..=MAX_WHOLE_N).contains(&n.get()) {
+        return Err(SolveError::JoinSize(n.get()));
+    }
+    #[derive(Default)]
+    struct Acc {
+        total: u128,
+        nodes: u128,
+        halves: Halves,
+    }
+    let (mut total, mut nodes, mut pieces) = (0u128, 0u128, 0usize);
+    // One board at a time (odd N: one per row of the middle queen), so
+    // only one set of quarter tables is in memory.
+    for (join, times) in Join::whole(n.n())? {
+        let choices = join.choices();
+        pieces += choices.len();
+        let parts = on_threads(threads, choices.len(), |acc: &mut Acc, i| {
+            let (s, weight) = choices[i];
+            let c = join.count_choice(s, &mut acc.halves)?;
+            let times = u128::from(weight) * u128::from(times);
+            acc.total = u128::from(c.c1)
+                .checked_mul(times)
+                .and_then(|x| acc.total.checked_add(x))
+                .ok_or(SolveError::Overflow(CountOverflow))?;
+            acc.nodes += u128::from(c.nodes);
+            Ok::<(), SolveError>(())
+        })?;
+        for p in parts {
+            total = total.checked_add(p.total).ok_or(CountOverflow)?;
+            nodes += p.nodes;
+        }
+    }
+    let turns = |turn| -> u128 {
+        (0..n.get() as u8)
+            .map(|first| u128::from(count_symmetric(n, turn, first).c1))
+            .sum()
+    };
+    let counts = Totals::from_turns(total, turns(Turn::Half), turns(Turn::Quarter), nodes)?;
+    Ok(Solution {
+        n,
+        counts,
+        threads,
+        pieces,
+        core: "join",
+        elapsed: start.elapsed(),
+    })
 }
 
 /// Small boards: the symmetry-pruned search, which sorts each solution

@@ -1,0 +1,763 @@
+//! The join mode: an interior's completions counted by halves, not by
+//! walking every completion.
+//!
+//! The free columns are cut in two, west (the lower half) and east. A
+//! completion puts exactly as many queens in the east as it has east
+//! columns, so it is fixed by which free rows take them (the *east rows*),
+//! an east half (one queen per east row, one per east column) and a west
+//! half (the other rows, the west columns). Rows and columns of the two
+//! halves can never clash, so for one choice of east rows the completions
+//! are the pairs (east half, west half) whose diagonals are disjoint.
+//!
+//! The rows are cut in two as well (upper, lower), so the board is in
+//! quarters. Each quarter's placements are enumerated once, by the set of
+//! rows they use; a choice's east halves are the upper-east placements
+//! joined to the lower-east ones that take the other east columns and
+//! share no diagonal (west likewise). Each half is kept as a bitset of the
+//! diagonals both sides can reach (at most 62 bits up to N=32), and the
+//! pairs are counted 512 at a time on a transposed table of one side.
+//!
+//! The work is Σ |east halves| × |west halves| / 512 over the choices of
+//! east rows, against the completions and dead ends a search visits: the
+//! join wins on large boards (few queens placed) and loses on small
+//! interiors. Memory is the four quarters and one choice's halves, bounded
+//! by [`QUARTER_LIMIT`] and [`HALF_LIMIT`]; a board past them is refused.
+
+use crate::engine::counts::PieceCounts;
+use crate::engine::interior::{Interior, Start};
+
+/// An interior's free rows from a start on, with the columns each leaves
+/// open once the start's queens attack, and their places on the board.
+struct Rows {
+    /// Row of free row `i`, counted from the start's row.
+    pos: [u32; 32],
+    /// Columns open in free row `i`.
+    open: [u32; 32],
+    len: usize,
+}
+
+impl Rows {
+    fn new(it: &Interior, start: &Start) -> Rows {
+        let first = usize::from(start.row);
+        let mut rows = Rows {
+            pos: [0; 32],
+            open: [0; 32],
+            len: it.rows - first,
+        };
+        let mut p = 0u32;
+        for i in 0..rows.len {
+            let j = first + i;
+            // Diagonals of the start's queens travel one column per row.
+            let l = (u64::from(start.l) << p) as u32;
+            let r = (u64::from(start.r) >> p) as u32;
+            rows.pos[i] = p;
+            rows.open[i] = it.allowed[j] & !(start.d | l | r);
+            p += it.shift[j];
+        }
+        rows
+    }
+}
+
+/// The diagonals both halves can reach, as bit ranges: a queen in row `p`
+/// and column `c` is on diagonal `p + c` and anti-diagonal `c - p + 31`.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    lo1: u32,
+    width1: u32,
+    lo2: u32,
+    width2: u32,
+}
+
+impl Window {
+    fn new(rows: &Rows, west: u32, east: u32) -> Window {
+        let (min_p, max_p) = (rows.pos[0], rows.pos[rows.len - 1]);
+        let (min_e, max_w) = (east.trailing_zeros(), 31 - west.leading_zeros());
+        // Diagonals p + c: the east reaches from min_p + min_e, the west up
+        // to max_p + max_w. Anti-diagonals c - p: the east from min_e -
+        // max_p, the west up to max_w - min_p. Both spans are at most the
+        // height of the rows, so the two fit one u64.
+        let lo1 = min_p + min_e;
+        let lo2 = min_e + 31 - max_p;
+        let w = Window {
+            lo1,
+            width1: (max_p + max_w + 1).saturating_sub(lo1),
+            lo2,
+            width2: (max_w + 31 - min_p + 1).saturating_sub(lo2),
+        };
+        // Bit 63 stays free: the transposed table keeps its slots' marks there.
+        debug_assert!(w.width1 + w.width2 <= 63, "{w:?}");
+        w
+    }
+
+    /// A half's diagonals as one word: diagonals low, anti-diagonals high.
+    #[inline(always)]
+    fn key(&self, d1: u64, d2: u64) -> u64 {
+        let mask = |w: u32| if w >= 64 { u64::MAX } else { (1u64 << w) - 1 };
+        ((d1 >> self.lo1) & mask(self.width1))
+            | (((d2 >> self.lo2) & mask(self.width2)) << self.width1)
+    }
+}
+
+/// Halves kept for one choice of east rows, on either side: 2^24 words
+/// (128 MiB). Past it a choice is refused ([`TooLarge`]), never grown.
+pub const HALF_LIMIT: usize = 1 << 24;
+
+/// An interior too large for the join's memory bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this board needs more than {limit} placements in one table of the join, past its memory \
+     bound: count it by backtracking (without --mode join), or cut it into smaller subproblems"
+)]
+pub struct TooLarge {
+    pub limit: usize,
+}
+
+/// Every placement on some of a run of free rows (one half of the rows:
+/// the upper or the lower) and one side's columns, grouped by the set of
+/// rows it uses and, within a set, sorted by the columns it takes. A half
+/// for a choice of east rows is one placement on the upper rows joined to
+/// one on the lower rows that takes the side's other columns and shares
+/// no diagonal: so halves come from two small tables built once, not
+/// from a search per choice.
+struct Quarter {
+    /// First row of the run, and its length.
+    first: usize,
+    len: usize,
+    /// Placements on row set `t` (bit i: row `first + i`) are
+    /// `at[t]..at[t + 1]`.
+    at: Vec<u32>,
+    cols: Vec<u32>,
+    d1: Vec<u64>,
+    d2: Vec<u64>,
+}
+
+/// Placements kept in one join's four quarters: 2^26 (1.3 GiB).
+pub const QUARTER_LIMIT: usize = 1 << 26;
+
+impl Quarter {
+    fn new(
+        rows: &Rows,
+        first: usize,
+        len: usize,
+        side: u32,
+        room: &mut usize,
+    ) -> Result<Quarter, TooLarge> {
+        let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); 1 << len];
+        #[allow(clippy::too_many_arguments)]
+        fn walk(
+            rows: &Rows,
+            first: usize,
+            len: usize,
+            side: u32,
+            i: usize,
+            set: usize,
+            (c, d1, d2): (u32, u64, u64),
+            lists: &mut [Vec<(u32, u64, u64)>],
+            room: &mut usize,
+        ) -> Result<(), TooLarge> {
+            if i == len {
+                if *room == 0 {
+                    return Err(TooLarge {
+                        limit: QUARTER_LIMIT,
+                    });
+                }
+                *room -= 1;
+                lists[set].push((c, d1, d2));
+                return Ok(());
+            }
+            walk(rows, first, len, side, i + 1, set, (c, d1, d2), lists, room)?;
+            let p = rows.pos[first + i];
+            let mut open =
+                rows.open[first + i] & side & !(c | (d1 >> p) as u32 | (d2 >> (31 - p)) as u32);
+            while open != 0 {
+                let col = open.trailing_zeros();
+                open &= open - 1;
+                let next = (
+                    c | 1 << col,
+                    d1 | 1u64 << (p + col),
+                    d2 | 1u64 << (col + 31 - p),
+                );
+                walk(
+                    rows,
+                    first,
+                    len,
+                    side,
+                    i + 1,
+                    set | 1 << i,
+                    next,
+                    lists,
+                    room,
+                )?;
+            }
+            Ok(())
+        }
+        walk(rows, first, len, side, 0, 0, (0, 0, 0), &mut lists, room)?;
+        let total: usize = lists.iter().map(Vec::len).sum();
+        let mut q = Quarter {
+            first,
+            len,
+            at: Vec::with_capacity(lists.len() + 1),
+            cols: Vec::with_capacity(total),
+            d1: Vec::with_capacity(total),
+            d2: Vec::with_capacity(total),
+        };
+        for mut list in lists {
+            q.at.push(q.cols.len() as u32);
+            list.sort_unstable_by_key(|e| e.0);
+            for (c, d1, d2) in list {
+                q.cols.push(c);
+                q.d1.push(d1);
+                q.d2.push(d2);
+            }
+        }
+        q.at.push(q.cols.len() as u32);
+        Ok(q)
+    }
+
+    /// The placements on the rows of `rows_in` that fall in this run.
+    fn range(&self, rows_in: u32) -> std::ops::Range<usize> {
+        let t = ((rows_in >> self.first) & ((1u32 << self.len) - 1)) as usize;
+        self.at[t] as usize..self.at[t + 1] as usize
+    }
+}
+
+/// The halves on `rows_in` and side `side`: each upper placement joined
+/// to every lower one that takes the rest of the side's columns and shares
+/// no diagonal, pushed as its key. Returns the pairs tried.
+fn join_quarters(
+    upper: &Quarter,
+    lower: &Quarter,
+    rows_in: u32,
+    side: u32,
+    win: &Window,
+    out: &mut Vec<u64>,
+    limit: usize,
+) -> Result<u64, TooLarge> {
+    let (up, low) = (upper.range(rows_in), lower.range(rows_in));
+    if up.is_empty() || low.is_empty() {
+        return Ok(0);
+    }
+    let low_cols = &lower.cols[low.clone()];
+    let mut tried = 0u64;
+    let mut i = up.start;
+    while i < up.end {
+        let c = upper.cols[i];
+        let mut j = i + 1;
+        while j < up.end && upper.cols[j] == c {
+            j += 1;
+        }
+        let need = side & !c;
+        let from = low_cols.partition_point(|&x| x < need);
+        let to = from + low_cols[from..].partition_point(|&x| x == need);
+        if from < to {
+            let (l1, l2) = (
+                &lower.d1[low.start + from..low.start + to],
+                &lower.d2[low.start + from..low.start + to],
+            );
+            for a in i..j {
+                let (a1, a2) = (upper.d1[a], upper.d2[a]);
+                tried += l1.len() as u64;
+                for (&b1, &b2) in l1.iter().zip(l2) {
+                    if (a1 & b1) | (a2 & b2) == 0 {
+                        if out.len() == limit {
+                            return Err(TooLarge { limit });
+                        }
+                        out.push(win.key(a1 | b1, a2 | b2));
+                    }
+                }
+            }
+        }
+        i = j;
+    }
+    Ok(tried)
+}
+
+/// Pairs (a, b) with `a & b == 0`, one from each list.
+fn disjoint_pairs(a: &[u64], b: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU has AVX2 and POPCNT (checked above).
+        return unsafe { disjoint_pairs_avx2(a, b) };
+    }
+    disjoint_pairs_body(a, b)
+}
+
+/// [`disjoint_pairs`] compiled for AVX2 and POPCNT: a block's four words
+/// in one register, a popcount in one instruction.
+///
+/// # Safety
+/// The CPU must have AVX2 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+unsafe fn disjoint_pairs_avx2(a: &[u64], b: &[u64]) -> u64 {
+    disjoint_pairs_body(a, b)
+}
+
+#[inline(always)]
+fn disjoint_pairs_body(a: &[u64], b: &[u64]) -> u64 {
+    let (table, items) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if table.len() < 64 {
+        let mut n = 0u64;
+        for &x in items {
+            for &y in table {
+                n += u64::from(x & y == 0);
+            }
+        }
+        return n;
+    }
+    Transposed::new(table).count(items)
+}
+
+/// Words per block of [`Transposed`]: 64·8 = 512 patterns, two AVX2
+/// registers (one AVX-512 register) per bit.
+const WORDS: usize = 8;
+
+/// Patterns in blocks of 512, stored by bit: word `w` of bit `j` of a block
+/// has bit `t` set when pattern 64·w + t of the block lacks bit `j`. A
+/// pattern clashes with an item on any bit they share, so the patterns
+/// disjoint from an item are the AND, over the item's bits, of those rows.
+struct Transposed {
+    blocks: Vec<[[u64; WORDS]; 64]>,
+}
+
+impl Transposed {
+    #[inline(always)]
+    fn new(patterns: &[u64]) -> Transposed {
+        let mut blocks = Vec::with_capacity(patterns.len().div_ceil(64 * WORDS));
+        for chunk in patterns.chunks(64 * WORDS) {
+            // Every slot that holds a pattern lacks every bit, until its
+            // own bits are cleared (few: two per queen); empty slots lack
+            // none, so they never count.
+            let mut valid = [0u64; WORDS];
+            for (w, v) in valid.iter_mut().enumerate() {
+                let held = chunk.len().saturating_sub(64 * w).min(64);
+                *v = if held == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << held) - 1
+                };
+            }
+            let mut block = [valid; 64];
+            for (t, &p) in chunk.iter().enumerate() {
+                let (w, bit) = (t / 64, 1u64 << (t % 64));
+                let mut has = p;
+                while has != 0 {
+                    let j = has.trailing_zeros() as usize;
+                    has &= has - 1;
+                    block[j][w] &= !bit;
+                }
+            }
+            blocks.push(block);
+        }
+        Transposed { blocks }
+    }
+
+    #[inline(always)]
+    fn count(&self, items: &[u64]) -> u64 {
+        // Popcounts summed per word and added up once at the end: no
+        // horizontal sum per block.
+        let mut n = [0u64; WORDS];
+        let mut bits = [0usize; 64];
+        for &x in items {
+            let mut len = 0;
+            let mut m = x;
+            while m != 0 {
+                bits[len] = m.trailing_zeros() as usize;
+                len += 1;
+                m &= m - 1;
+            }
+            for block in &self.blocks {
+                // Bit 63 is never a diagonal: every real pattern lacks it,
+                // padding does not.
+                let mut acc = block[63];
+                for &j in &bits[..len] {
+                    let row = &block[j & 63];
+                    for w in 0..WORDS {
+                        acc[w] &= row[w];
+                    }
+                }
+                for w in 0..WORDS {
+                    n[w] += u64::from(acc[w].count_ones());
+                }
+            }
+        }
+        n.iter().sum()
+    }
+}
+
+/// One interior (below one start) ready to be counted by choices of east
+/// rows: its rows, its column halves and the diagonals they share.
+pub struct Join {
+    rows: Rows,
+    west: u32,
+    east: u32,
+    win: Window,
+    /// Placements on the upper and lower free rows, east and west.
+    quarters: [Quarter; 4],
+    /// Rows that cannot take an east (west) queen: west (east) rows.
+    must_w: u32,
+    must_e: u32,
+    /// Whether turning the board upside down maps the interior onto
+    /// itself (then a choice and its rows reversed count alike).
+    flip: bool,
+    /// Whether a left-to-right mirror maps the interior onto itself with
+    /// west and east swapped (then a choice and the other rows count alike).
+    mirror: bool,
+}
+
+/// The largest board [`Join::whole`] takes: beyond it the halves of one
+/// choice of east rows outgrow memory (and the choices number millions).
+pub const MAX_WHOLE_N: u32 = 24;
+
+impl Join {
+    /// The interior `it` below `start`.
+    pub fn new(it: &Interior, start: &Start) -> Result<Join, TooLarge> {
+        let rows = Rows::new(it, start);
+        let k = rows.len;
+        let free = rows.open[..k].iter().fold(0u32, |a, &o| a | o);
+        // West: the lowest k / 2 free columns.
+        let mut west = 0u32;
+        let mut m = free;
+        for _ in 0..k / 2 {
+            west |= m & m.wrapping_neg();
+            m &= m - 1;
+        }
+        let east = free & !west;
+        let (mut must_w, mut must_e) = (0u32, 0u32);
+        for i in 0..k {
+            if rows.open[i] & east == 0 {
+                must_w |= 1 << i;
+            }
+            if rows.open[i] & west == 0 {
+                must_e |= 1 << i;
+            }
+        }
+        // A free column no row can take leaves no completion: every row
+        // becomes a "must" of both sides, and no choice passes.
+        if free.count_ones() as usize != k {
+            must_w = u32::MAX;
+            must_e = u32::MAX;
+        }
+        let win = if k == 0 {
+            Window {
+                lo1: 0,
+                width1: 0,
+                lo2: 0,
+                width2: 0,
+            }
+        } else {
+            Window::new(&rows, west, east)
+        };
+        let mut room = QUARTER_LIMIT;
+        let h = k / 2;
+        let quarters = [
+            Quarter::new(&rows, 0, h, east, &mut room)?,
+            Quarter::new(&rows, h, k - h, east, &mut room)?,
+            Quarter::new(&rows, 0, h, west, &mut room)?,
+            Quarter::new(&rows, h, k - h, west, &mut room)?,
+        ];
+        Ok(Join {
+            rows,
+            west,
+            east,
+            win,
+            quarters,
+            must_w,
+            must_e,
+            flip: false,
+            mirror: false,
+        })
+    }
+
+    /// The whole `n`×`n` board as joins, each with the number of boards it
+    /// stands for. Even N: the empty board, symmetric both ways. Odd N: the
+    /// queen of the middle column in each row; the others' columns then
+    /// mirror onto each other, and rows r and N-1-r count alike (the board
+    /// turned upside down), so rows below the middle stand for two.
+    pub fn whole(n: usize) -> Result<Vec<(Join, u32)>, TooLarge> {
+        assert!(
+            n <= MAX_WHOLE_N as usize,
+            "the join takes whole boards up to N={MAX_WHOLE_N}"
+        );
+        if n.is_multiple_of(2) {
+            let mut j = Join::new(&Interior::new(n, &[]), &Start::default())?;
+            (j.flip, j.mirror) = (true, true);
+            return Ok(vec![(j, 1)]);
+        }
+        let mid = n / 2;
+        (0..=mid)
+            .map(|r| {
+                let mut j = Join::new(&Interior::new(n, &[(r, mid)]), &Start::default())?;
+                (j.flip, j.mirror) = (r == mid, true);
+                Ok((j, if r == mid { 1 } else { 2 }))
+            })
+            .collect()
+    }
+
+    /// Free rows.
+    pub fn rows(&self) -> usize {
+        self.rows.len
+    }
+
+    /// Every choice of east rows that can hold a completion, each with the
+    /// number of choices it stands for. On a symmetric interior a choice
+    /// stands for its images: upside down (rows reversed) an east half is
+    /// still an east half, and left to right east and west swap, so the
+    /// east rows become the others. Only the least of each class is kept.
+    pub fn choices(&self) -> Vec<(u32, u32)> {
+        let k = self.rows.len;
+        let all = if k == 32 { u32::MAX } else { (1u32 << k) - 1 };
+        let ke = self.east.count_ones();
+        let flip = |s: u32| {
+            if k == 0 {
+                0
+            } else {
+                s.reverse_bits() >> (32 - k)
+            }
+        };
+        let mirror = self.mirror && ke as usize * 2 == k;
+        let mut out = Vec::new();
+        let mut s: u32 = if ke == 0 { 0 } else { all >> (k as u32 - ke) };
+        loop {
+            if s & self.must_w == 0 && self.must_e & !s == 0 {
+                if self.flip || mirror {
+                    let mut images = vec![s];
+                    if self.flip {
+                        images.push(flip(s));
+                    }
+                    if mirror {
+                        images.extend(images.clone().iter().map(|&t| all & !t));
+                    }
+                    if images.iter().all(|&t| t >= s) {
+                        images.sort_unstable();
+                        images.dedup();
+                        out.push((s, images.len() as u32));
+                    }
+                } else {
+                    out.push((s, 1));
+                }
+            }
+            if ke == 0 || ke as usize == k {
+                break;
+            }
+            // The next set of as many rows (Gosper).
+            let low = s & s.wrapping_neg();
+            let ripple = s.wrapping_add(low);
+            if ripple == 0 {
+                break;
+            }
+            s = ripple | (((s ^ ripple) >> 2) / low);
+            if s > all {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Completions with east rows `s` (in `c1`) and half placements
+    /// enumerated (in `nodes`). `halves` holds both sides' halves between
+    /// calls, so a thread allocates once.
+    pub fn count_choice(&self, s: u32, halves: &mut Halves) -> Result<PieceCounts, TooLarge> {
+        let k = self.rows.len;
+        let all = if k == 32 { u32::MAX } else { (1u32 << k) - 1 };
+        let mut counts = PieceCounts::default();
+        let limit = HALF_LIMIT;
+        let [eu, el, wu, wl] = &self.quarters;
+        halves.east.clear();
+        counts.nodes += join_quarters(eu, el, s, self.east, &self.win, &mut halves.east, limit)?;
+        if !halves.east.is_empty() {
+            halves.west.clear();
+            counts.nodes += join_quarters(
+                wu,
+                wl,
+                all & !s,
+                self.west,
+                &self.win,
+                &mut halves.west,
+                limit,
+            )?;
+            counts.c1 += disjoint_pairs(&halves.east, &halves.west);
+        }
+        Ok(counts)
+    }
+}
+
+/// The halves of one choice, kept between choices to reuse their memory.
+#[derive(Default)]
+pub struct Halves {
+    east: Vec<u64>,
+    west: Vec<u64>,
+}
+
+impl Halves {
+    /// Halves of the last choice counted: east, west.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.east.len(), self.west.len())
+    }
+}
+
+/// Completions (in `c1`) and half placements enumerated (in `nodes`) of
+/// `it` below `start`, by the join, on one thread.
+pub fn count_from(it: &Interior, start: &Start) -> Result<PieceCounts, TooLarge> {
+    let join = Join::new(it, start)?;
+    let mut counts = PieceCounts::default();
+    if join.rows() == 0 {
+        counts.c1 = 1;
+        return Ok(counts);
+    }
+    let mut halves = Halves::default();
+    for (s, weight) in join.choices() {
+        let c = join.count_choice(s, &mut halves)?;
+        counts.c1 += c.c1 * u64::from(weight);
+        counts.nodes += c.nodes;
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::border::Frames;
+    use crate::Size;
+
+    #[test]
+    fn the_whole_board_joined_gives_every_total_up_to_twelve() {
+        let want = [1u64, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200];
+        for (i, &w) in want.iter().enumerate().skip(3) {
+            let n = i + 1;
+            let it = Interior::new(n, &[]);
+            assert_eq!(count_from(&it, &Start::default()).unwrap().c1, w, "N={n}");
+        }
+    }
+
+    #[test]
+    fn whole_boards_counted_by_classes_of_choices_give_every_total_up_to_fourteen() {
+        let want = [
+            1u64, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200, 73712, 365596,
+        ];
+        for (i, &w) in want.iter().enumerate().skip(3) {
+            let mut halves = Halves::default();
+            let mut total = 0;
+            for (join, times) in Join::whole(i + 1).unwrap() {
+                for (s, weight) in join.choices() {
+                    total +=
+                        join.count_choice(s, &mut halves).unwrap().c1 * u64::from(weight * times);
+                }
+            }
+            assert_eq!(total, w, "N={}", i + 1);
+        }
+    }
+
+    /// The transposed table (full and partial blocks of 512, both sides'
+    /// sizes) counts what a plain double loop counts.
+    #[test]
+    fn transposed_pairs_match_a_double_loop() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (a_len, b_len) in [
+            (0, 5),
+            (63, 64),
+            (64, 1),
+            (100, 300),
+            (511, 513),
+            (1025, 70),
+        ] {
+            // Sparse words (as halves are: a few diagonals of 62), so that
+            // a fair share of pairs is disjoint.
+            let mut word = || (next() & next() & next() & next()) >> 2;
+            let a: Vec<u64> = (0..a_len).map(|_| word()).collect();
+            let b: Vec<u64> = (0..b_len).map(|_| word()).collect();
+            let want: u64 = a
+                .iter()
+                .map(|&p| b.iter().filter(|&&q| p & q == 0).count() as u64)
+                .sum();
+            assert_eq!(disjoint_pairs(&a, &b), want, "{a_len} × {b_len}");
+            assert_eq!(
+                disjoint_pairs_body(&b, &a),
+                want,
+                "{b_len} × {a_len}, portable"
+            );
+        }
+    }
+
+    /// A seeded random partial board of `n` with `left` free rows: queens
+    /// in random rows and columns, each safe from those before it (the
+    /// board need not have a completion).
+    fn random_board(n: usize, left: usize, seed: u64) -> Vec<(usize, usize)> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as usize
+        };
+        let mut queens: Vec<(usize, usize)> = Vec::new();
+        let mut tries = 0;
+        while queens.len() < n - left && tries < 10_000 {
+            tries += 1;
+            let (r, c) = (next(n), next(n));
+            let safe = queens
+                .iter()
+                .all(|&(qr, qc)| qr != r && qc != c && qr.abs_diff(r) != qc.abs_diff(c));
+            if safe {
+                queens.push((r, c));
+            }
+        }
+        queens
+    }
+
+    /// Seeded random boards of N=19..=32 with 8 to 13 free rows, spread
+    /// anywhere (gaps, edges): the join gives the search's count. Queens
+    /// that leave no completion count 0 on both sides.
+    #[test]
+    fn the_join_agrees_with_the_search_on_random_boards_up_to_32() {
+        let mut nonzero = 0;
+        for n in 19..=32usize {
+            for seed in 0..6u64 {
+                let left = 8 + (seed as usize + n) % 6;
+                let queens = random_board(n, left, seed * 100 + n as u64);
+                let it = Interior::new(n, &queens);
+                if it.rows() < 3 {
+                    continue;
+                }
+                let want = it.count().c1;
+                let got = count_from(&it, &Start::default()).unwrap().c1;
+                assert_eq!(got, want, "N={n} queens {queens:?}");
+                nonzero += usize::from(want > 0);
+            }
+        }
+        assert!(
+            nonzero >= 10,
+            "only {nonzero} boards with completions: a weak test"
+        );
+    }
+
+    #[test]
+    fn the_join_agrees_with_the_search_on_every_ring_job_of_eleven() {
+        let frames = Frames::new(Size::new(11).unwrap(), 1).unwrap();
+        frames.for_each_in(0, u64::MAX, |f, _, _| {
+            let it = frames.interior(&f);
+            if it.rows() < 3 {
+                return;
+            }
+            assert_eq!(
+                count_from(&it, &Start::default()).unwrap().c1,
+                it.count().c1,
+                "{f:?}"
+            );
+            for start in it.split(2).0 {
+                assert_eq!(
+                    count_from(&it, &start).unwrap().c1,
+                    it.count_from(&start).c1,
+                    "{f:?} {start:?}"
+                );
+            }
+        });
+    }
+}
