@@ -312,10 +312,11 @@ fn disjoint_pairs_body(a: &[u64], b: &[u64]) -> u64 {
         2048..8192 => 3,
         _ => 4,
     };
+    let width = 64 - (table.iter().chain(items).fold(0, |m, &x| m | x)).leading_zeros();
     if cuts == 0 {
-        return Transposed::new(table).count(items);
+        return Transposed::new(table, width).count(items);
     }
-    Sieve::new(table, cuts).count(items)
+    Sieve::new(table, cuts, width).count(items)
 }
 
 /// A table cut by a few of its most frequent bits (the *cuts*) into parts,
@@ -331,7 +332,7 @@ struct Sieve {
 
 impl Sieve {
     #[inline(always)]
-    fn new(table: &[u64], cuts: usize) -> Sieve {
+    fn new(table: &[u64], cuts: usize, width: u32) -> Sieve {
         let mut freq = [0u32; 64];
         for &p in table {
             let mut m = p;
@@ -352,7 +353,7 @@ impl Sieve {
         Sieve {
             cuts: chosen,
             cut_mask,
-            parts: lists.iter().map(|l| Transposed::new(l)).collect(),
+            parts: lists.iter().map(|l| Transposed::new(l, width)).collect(),
         }
     }
 
@@ -367,13 +368,11 @@ impl Sieve {
     #[inline(always)]
     fn count(&self, items: &[u64]) -> u64 {
         let mut lanes = [0u64; WORDS];
-        let mut bits = [0usize; 64];
         for &x in items {
             let u = Sieve::index(&self.cuts, x);
-            let len = bits_of(x & !self.cut_mask, &mut bits);
             for (v, part) in self.parts.iter().enumerate() {
                 if v & u == 0 {
-                    part.count_into(&bits[..len], &mut lanes);
+                    part.count_into(x & !self.cut_mask, &mut lanes);
                 }
             }
         }
@@ -381,39 +380,45 @@ impl Sieve {
     }
 }
 
-/// The positions of the bits of `x` into `bits`; returns how many.
-#[inline(always)]
-fn bits_of(x: u64, bits: &mut [usize; 64]) -> usize {
-    let mut len = 0;
-    let mut m = x;
-    while m != 0 {
-        bits[len] = m.trailing_zeros() as usize;
-        len += 1;
-        m &= m - 1;
-    }
-    len
-}
-
 /// Words per block of [`Transposed`]: 64·8 = 512 patterns, two AVX2
 /// registers (one AVX-512 register) per bit.
 const WORDS: usize = 8;
+
+/// Bits of an item looked up at once in [`Transposed`].
+const CHUNK: usize = 5;
+const SUBSETS: usize = 1 << CHUNK;
 
 /// Patterns in blocks of 512, stored by bit: word `w` of bit `j` of a block
 /// has bit `t` set when pattern 64·w + t of the block lacks bit `j`. A
 /// pattern clashes with an item on any bit they share, so the patterns
 /// disjoint from an item are the AND, over the item's bits, of those rows.
+/// The ANDs are made ahead for every subset of each run of [`CHUNK`] bits
+/// (2^CHUNK rows a run), so an item costs one AND per run of its width, not one
+/// per bit it has.
 struct Transposed {
-    blocks: Vec<[[u64; WORDS]; 64]>,
+    /// Runs of CHUNK bits that items can have set.
+    runs: usize,
+    /// Block b, run c, subset m of the run's bits: `ands[(b * runs + c) * SUBSETS + m]`.
+    ands: Vec<[u64; WORDS]>,
+    /// The slots of block b that hold a pattern.
+    valid: Vec<[u64; WORDS]>,
 }
 
 impl Transposed {
+    /// `width`: items and patterns have no bit at or above it.
     #[inline(always)]
-    fn new(patterns: &[u64]) -> Transposed {
-        let mut blocks = Vec::with_capacity(patterns.len().div_ceil(64 * WORDS));
+    fn new(patterns: &[u64], width: u32) -> Transposed {
+        let runs = (width as usize).div_ceil(CHUNK).max(1);
+        let blocks = patterns.len().div_ceil(64 * WORDS);
+        let mut t = Transposed {
+            runs,
+            ands: Vec::with_capacity(blocks * runs * SUBSETS),
+            valid: Vec::with_capacity(blocks),
+        };
         for chunk in patterns.chunks(64 * WORDS) {
             // Every slot that holds a pattern lacks every bit, until its
-            // own bits are cleared (few: two per queen); empty slots lack
-            // none, so they never count.
+            // own bits are cleared (few: two per queen); empty slots are
+            // left out by `valid`.
             let mut valid = [0u64; WORDS];
             for (w, v) in valid.iter_mut().enumerate() {
                 let held = chunk.len().saturating_sub(64 * w).min(64);
@@ -423,43 +428,57 @@ impl Transposed {
                     (1u64 << held) - 1
                 };
             }
-            let mut block = [valid; 64];
-            for (t, &p) in chunk.iter().enumerate() {
-                let (w, bit) = (t / 64, 1u64 << (t % 64));
+            let mut rows = [[u64::MAX; WORDS]; 64];
+            for (i, &p) in chunk.iter().enumerate() {
+                let (w, bit) = (i / 64, 1u64 << (i % 64));
                 let mut has = p;
                 while has != 0 {
                     let j = has.trailing_zeros() as usize;
                     has &= has - 1;
-                    block[j][w] &= !bit;
+                    rows[j][w] &= !bit;
                 }
             }
-            blocks.push(block);
+            for c in 0..runs {
+                let at = t.ands.len();
+                t.ands.push([u64::MAX; WORDS]);
+                for m in 1..SUBSETS {
+                    let low = m & m.wrapping_neg();
+                    let j = c * CHUNK + low.trailing_zeros() as usize;
+                    let mut e = t.ands[at + (m ^ low)];
+                    if j < 64 {
+                        for w in 0..WORDS {
+                            e[w] &= rows[j][w];
+                        }
+                    }
+                    t.ands.push(e);
+                }
+            }
+            t.valid.push(valid);
         }
-        Transposed { blocks }
+        t
     }
 
     #[inline(always)]
     fn count(&self, items: &[u64]) -> u64 {
         let mut lanes = [0u64; WORDS];
-        let mut bits = [0usize; 64];
         for &x in items {
-            let len = bits_of(x, &mut bits);
-            self.count_into(&bits[..len], &mut lanes);
+            self.count_into(x, &mut lanes);
         }
         lanes.iter().sum()
     }
 
-    /// Adds the patterns disjoint from the item with bits `bits` to
-    /// `lanes`: popcounts summed per word, added up once by the caller (no
-    /// horizontal sum per block).
+    /// Adds the patterns disjoint from item `x` to `lanes`: popcounts
+    /// summed per word, added up once by the caller (no horizontal sum per
+    /// block).
     #[inline(always)]
-    fn count_into(&self, bits: &[usize], lanes: &mut [u64; WORDS]) {
-        for block in &self.blocks {
-            // Bit 63 is never a diagonal: every real pattern lacks it,
-            // padding does not.
-            let mut acc = block[63];
-            for &j in bits {
-                let row = &block[j & 63];
+    fn count_into(&self, x: u64, lanes: &mut [u64; WORDS]) {
+        let runs = self.runs;
+        for (b, valid) in self.valid.iter().enumerate() {
+            let mut acc = *valid;
+            let base = &self.ands[b * runs * SUBSETS..(b + 1) * runs * SUBSETS];
+            for c in 0..runs {
+                let m = ((x >> (c * CHUNK)) as usize) & (SUBSETS - 1);
+                let row = &base[c * SUBSETS + m];
                 for w in 0..WORDS {
                     acc[w] &= row[w];
                 }
