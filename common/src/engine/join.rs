@@ -250,10 +250,8 @@ fn join_quarters(
         let from = low_cols.partition_point(|&x| x < need);
         let to = from + low_cols[from..].partition_point(|&x| x == need);
         if from < to {
-            let (l1, l2) = (
-                &lower.d1[low.start + from..low.start + to],
-                &lower.d2[low.start + from..low.start + to],
-            );
+            let r = low.start + from..low.start + to;
+            let (l1, l2) = (&lower.d1[r.clone()], &lower.d2[r]);
             for a in i..j {
                 let (a1, a2) = (upper.d1[a], upper.d2[a]);
                 tried += l1.len() as u64;
@@ -508,6 +506,9 @@ pub struct Join {
     /// Whether a left-to-right mirror maps the interior onto itself with
     /// west and east swapped (then a choice and the other rows count alike).
     mirror: bool,
+    /// Even whole boards: the key bits of the two long diagonals (see
+    /// [`Join::count_choice`]); 0 elsewhere.
+    long: u64,
 }
 
 /// The largest board [`Join::whole`] takes: beyond it the halves of one
@@ -571,6 +572,7 @@ impl Join {
             must_e,
             flip: false,
             mirror: false,
+            long: 0,
         })
     }
 
@@ -587,6 +589,10 @@ impl Join {
         if n.is_multiple_of(2) {
             let mut j = Join::new(&Interior::new(n, &[]), &Start::default())?;
             (j.flip, j.mirror) = (true, true);
+            // The long diagonals r = c (anti-diagonal key c - r + 31 = 31)
+            // and r + c = n - 1 (diagonal key n - 1): both in the window.
+            let w = j.win;
+            j.long = 1u64 << (n as u32 - 1 - w.lo1) | 1u64 << (w.width1 + 31 - w.lo2);
             return Ok(vec![(j, 1)]);
         }
         let mid = n / 2;
@@ -681,9 +687,51 @@ impl Join {
                 &mut halves.west,
                 limit,
             )?;
-            counts.c1 += disjoint_pairs(&halves.east, &halves.west);
+            counts.c1 += if self.long == 0 {
+                disjoint_pairs(&halves.east, &halves.west)
+            } else {
+                self.long_classes(halves)
+            };
         }
         Ok(counts)
+    }
+
+    /// The completions a choice stands for on an even whole board, counted
+    /// through the reflections in the two long diagonals: reflecting in
+    /// one moves the other's queen (if any) from east to west or back and
+    /// keeps its own. So solutions whose queen on a long diagonal is east
+    /// are as many as those whose queen is west, and it is enough to count
+    /// those with none east, twice for each one west. The choice also
+    /// stands for its mirror image (the other rows, east and west
+    /// exchanged), whose count is the same sum with the sides swapped; the
+    /// two sums, taken here from this choice's halves, share the mirror
+    /// pair's weight: pairs weigh 1 with no long queen, 2^(j-1) with j west
+    /// and none east, 2^(i-1) with i east and none west, 0 with a long
+    /// queen on each side. Over the choices this adds up to the total.
+    fn long_classes(&self, halves: &mut Halves) -> u64 {
+        let long = self.long;
+        let split = |list: &[u64], out: &mut [Vec<u64>; 3]| {
+            for v in out.iter_mut() {
+                v.clear();
+            }
+            for &h in list {
+                out[(h & long).count_ones() as usize].push(h);
+            }
+        };
+        let (mut e, mut w) = (
+            std::mem::take(&mut halves.by_east),
+            std::mem::take(&mut halves.by_west),
+        );
+        split(&halves.east, &mut e);
+        split(&halves.west, &mut w);
+        // E0·(W + W2) + (E1 + 2·E2)·W0 gives each weight above: a half
+        // listed twice weighs two. Two tables, not four.
+        halves.west.extend_from_slice(&w[2]);
+        halves.east.clear();
+        halves.east.extend(e[1].iter().chain(&e[2]).chain(&e[2]));
+        let n = disjoint_pairs(&e[0], &halves.west) + disjoint_pairs(&halves.east, &w[0]);
+        (halves.by_east, halves.by_west) = (e, w);
+        n
     }
 }
 
@@ -692,6 +740,9 @@ impl Join {
 pub struct Halves {
     east: Vec<u64>,
     west: Vec<u64>,
+    /// Halves by the number of long diagonals they hold (even whole boards).
+    by_east: [Vec<u64>; 3],
+    by_west: [Vec<u64>; 3],
 }
 
 impl Halves {
