@@ -311,7 +311,7 @@ pub fn solve_join(n: Size, threads: usize, json: bool) -> Result<(), Failure> {
     announce_long_run(n, threads, "join");
     let report = solve_join_on(n, threads)
         .map_err(|e| match e {
-            SolveError::JoinSize(_) => Failure::BadInput(format!(
+            SolveError::JoinSize(_) | SolveError::Join(_) => Failure::BadInput(format!(
                 "{e}: count N={n} without --mode join (backtracking takes any N)"
             )),
             e => Failure::Failed(format!("N={n}: {e}")),

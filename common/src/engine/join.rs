@@ -157,9 +157,8 @@ impl Quarter {
         ) -> Result<(), TooLarge> {
             if i == len {
                 if *room == 0 {
-                    return Err(TooLarge {
-                        limit: QUARTER_LIMIT,
-                    });
+                    // The caller names its limit (see Join::within).
+                    return Err(TooLarge { limit: 0 });
                 }
                 *room -= 1;
                 lists[set].push((c, d1, d2));
@@ -518,6 +517,11 @@ pub const MAX_WHOLE_N: u32 = 24;
 impl Join {
     /// The interior `it` below `start`.
     pub fn new(it: &Interior, start: &Start) -> Result<Join, TooLarge> {
+        Join::within(it, start, QUARTER_LIMIT)
+    }
+
+    /// [`Join::new`] with at most `limit` placements in its quarter tables.
+    pub fn within(it: &Interior, start: &Start, limit: usize) -> Result<Join, TooLarge> {
         let rows = Rows::new(it, start);
         let k = rows.len;
         let free = rows.open[..k].iter().fold(0u32, |a, &o| a | o);
@@ -554,13 +558,14 @@ impl Join {
         } else {
             Window::new(&rows, west, east)
         };
-        let mut room = QUARTER_LIMIT;
+        let mut room = limit;
         let h = k / 2;
+        let too = |_| TooLarge { limit };
         let quarters = [
-            Quarter::new(&rows, 0, h, east, &mut room)?,
-            Quarter::new(&rows, h, k - h, east, &mut room)?,
-            Quarter::new(&rows, 0, h, west, &mut room)?,
-            Quarter::new(&rows, h, k - h, west, &mut room)?,
+            Quarter::new(&rows, 0, h, east, &mut room).map_err(too)?,
+            Quarter::new(&rows, h, k - h, east, &mut room).map_err(too)?,
+            Quarter::new(&rows, 0, h, west, &mut room).map_err(too)?,
+            Quarter::new(&rows, h, k - h, west, &mut room).map_err(too)?,
         ];
         Ok(Join {
             rows,
@@ -895,6 +900,39 @@ mod tests {
             nonzero >= 10,
             "only {nonzero} boards with completions: a weak test"
         );
+    }
+
+    /// A board whose quarter tables need more placements than allowed is
+    /// refused with the bound, never built past it; within the bound it
+    /// counts.
+    #[test]
+    fn quarter_tables_past_their_bound_are_refused() {
+        let it = Interior::new(12, &[]);
+        let fits = |limit| Join::within(&it, &Start::default(), limit).is_ok();
+        // The least bound that fits, by bisection.
+        let (mut lo, mut hi) = (0usize, 1 << 20);
+        assert!(fits(hi) && !fits(lo));
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if fits(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        assert!(hi > 100, "N=12 has {hi} quarter placements");
+        assert_eq!(
+            Join::within(&it, &Start::default(), hi - 1).err(),
+            Some(TooLarge { limit: hi - 1 })
+        );
+        let mut halves = Halves::default();
+        let join = Join::within(&it, &Start::default(), hi).unwrap();
+        let total: u64 = join
+            .choices()
+            .iter()
+            .map(|&(s, w)| join.count_choice(s, &mut halves).unwrap().c1 * u64::from(w))
+            .sum();
+        assert_eq!(total, 14200);
     }
 
     #[test]
