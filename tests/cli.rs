@@ -62,6 +62,21 @@ fn solve_by_the_join_is_exact_and_refuses_what_it_cannot_take() {
     assert!(stderr(&o).contains("without --mode join"), "{}", stderr(&o));
     let o = nqueens(&["solve", "12", "--mode", "join", "--strategy", "frame"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A memory bound too small for the board: refused before counting,
+    // saying what to do; a bound that fits counts.
+    let o = nqueens(&["solve", "16", "--mode", "join", "--memory", "1M"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--memory"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    let o = nqueens(&["solve", "14", "--mode", "join", "--memory", "64M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for bad in [
+        &["solve", "14", "--memory", "64M"][..],
+        &["solve", "14", "--mode", "join", "--memory", "5X"],
+    ] {
+        let o = nqueens(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+    }
 }
 
 #[test]

@@ -56,6 +56,12 @@ pub enum Command {
         /// a second algorithm to check the first).
         #[arg(long, value_enum, default_value = "backtrack", conflicts_with_all = ["strategy", "state"])]
         mode: Mode,
+        /// Memory the join may use in all (e.g. 512M, 4G): five eighths for
+        /// its quarter tables, the rest shared by the threads. A board that
+        /// needs more is refused (exit code 2) before it is counted.
+        /// Default: 2^26 quarter placements and 2^24 halves per side.
+        #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+        memory: Option<u64>,
         #[command(flatten)]
         core: CoreArg,
         #[command(flatten)]
@@ -727,6 +733,34 @@ pub struct CoreArg {
     /// (a core this CPU lacks is refused).
     #[arg(long, value_enum, default_value = "auto", env = "NQUEENS_CORE")]
     pub core: Core,
+}
+
+/// A size in bytes: digits with an optional K, M, G or T (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "'{s}': use a number of bytes with K, M, G or T, e.g. 4G"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}': use a number of bytes with K, M, G or T, e.g. 4G"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("'{s}': give a size above 0 and below 16 EiB"))
 }
 
 /// How `solve` counts (`--mode`).

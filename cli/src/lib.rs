@@ -51,6 +51,7 @@ fn run(command: Command) -> Result<(), Failure> {
             shape,
             state: Some(dir),
             mode: _,
+            memory: _,
             core,
             progress,
             json,
@@ -71,12 +72,18 @@ fn run(command: Command) -> Result<(), Failure> {
             shape,
             state: None,
             mode,
+            memory,
             core,
             progress: _,
             json,
         } => {
             if mode == Mode::Join {
-                return local::solve_join(n, threads.get(), json);
+                return local::solve_join(n, threads.get(), memory, json);
+            }
+            if memory.is_some() {
+                return Err(Failure::BadInput(
+                    "--memory bounds the join: add --mode join, or leave --memory out".into(),
+                ));
             }
             if strategy.is_none() && shape.depth.is_some() {
                 return Err(Failure::BadInput(

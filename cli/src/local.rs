@@ -8,8 +8,9 @@ use crate::format::human_duration;
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
+use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::solve::{solve_join as solve_join_on, solve_on, solve_plan, SolveError};
+use nqueens_common::plan::solve::{solve_join_within, solve_on, solve_plan, SolveError};
 use nqueens_common::plan::{Strategy, Task};
 use nqueens_common::Size;
 use serde::Serialize;
@@ -307,13 +308,15 @@ pub fn complete(n: Size) -> Result<(), Failure> {
 }
 
 /// `solve N --mode join`: the whole board counted by the join.
-pub fn solve_join(n: Size, threads: usize, json: bool) -> Result<(), Failure> {
+pub fn solve_join(n: Size, threads: usize, memory: Option<u64>, json: bool) -> Result<(), Failure> {
     announce_long_run(n, threads, "join");
-    let report = solve_join_on(n, threads)
+    let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
+    let report = solve_join_within(n, threads, budget)
         .map_err(|e| match e {
-            SolveError::JoinSize(_) | SolveError::Join(_) => Failure::BadInput(format!(
+            SolveError::JoinSize(_) => Failure::BadInput(format!(
                 "{e}: count N={n} without --mode join (backtracking takes any N)"
             )),
+            SolveError::Join(_) => Failure::BadInput(format!("N={n}: {e}")),
             e => Failure::Failed(format!("N={n}: {e}")),
         })
         .and_then(|s| Report::new(&s).map_err(|e| Failure::Failed(format!("N={n}: {e}"))))?;

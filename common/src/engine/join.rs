@@ -102,11 +102,47 @@ impl Window {
 /// (128 MiB). Past it a choice is refused ([`TooLarge`]), never grown.
 pub const HALF_LIMIT: usize = 1 << 24;
 
+/// Bytes a quarter placement takes while its table is built (a tuple in a
+/// list, then its columns) and a half while a choice is counted (its key,
+/// its copy in a class list, its share of a sieve part).
+const QUARTER_BYTES: u64 = 48;
+const HALF_BYTES: u64 = 32;
+
+/// What the join may hold: quarter placements (shared by the threads) and
+/// halves per side of a choice (per thread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub quarters: usize,
+    pub halves: usize,
+}
+
+impl Budget {
+    /// `bytes` in all for `threads` threads: five eighths for the quarter
+    /// tables, the rest for the threads' halves.
+    pub fn from_bytes(bytes: u64, threads: usize) -> Budget {
+        let share = |part: u64, each: u64| usize::try_from(part / each).unwrap_or(usize::MAX);
+        Budget {
+            quarters: share(bytes / 8 * 5, QUARTER_BYTES).min(QUARTER_LIMIT),
+            halves: share(bytes / 8 * 3 / threads.max(1) as u64 / 2, HALF_BYTES).min(HALF_LIMIT),
+        }
+    }
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            quarters: QUARTER_LIMIT,
+            halves: HALF_LIMIT,
+        }
+    }
+}
+
 /// An interior too large for the join's memory bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "this board needs more than {limit} placements in one table of the join, past its memory \
-     bound: count it by backtracking (without --mode join), or cut it into smaller subproblems"
+     bound: give the join more memory (--memory), count it by backtracking (without --mode \
+     join), or cut it into smaller subproblems"
 )]
 pub struct TooLarge {
     pub limit: usize,
@@ -508,6 +544,8 @@ pub struct Join {
     /// Even whole boards: the key bits of the two long diagonals (see
     /// [`Join::count_choice`]); 0 elsewhere.
     long: u64,
+    /// Halves a side of a choice may hold.
+    half_limit: usize,
 }
 
 /// The largest board [`Join::whole`] takes: beyond it the halves of one
@@ -517,11 +555,12 @@ pub const MAX_WHOLE_N: u32 = 24;
 impl Join {
     /// The interior `it` below `start`.
     pub fn new(it: &Interior, start: &Start) -> Result<Join, TooLarge> {
-        Join::within(it, start, QUARTER_LIMIT)
+        Join::within(it, start, Budget::default())
     }
 
-    /// [`Join::new`] with at most `limit` placements in its quarter tables.
-    pub fn within(it: &Interior, start: &Start, limit: usize) -> Result<Join, TooLarge> {
+    /// [`Join::new`] within `budget`.
+    pub fn within(it: &Interior, start: &Start, budget: Budget) -> Result<Join, TooLarge> {
+        let limit = budget.quarters;
         let rows = Rows::new(it, start);
         let k = rows.len;
         let free = rows.open[..k].iter().fold(0u32, |a, &o| a | o);
@@ -578,6 +617,7 @@ impl Join {
             flip: false,
             mirror: false,
             long: 0,
+            half_limit: budget.halves,
         })
     }
 
@@ -586,28 +626,37 @@ impl Join {
     /// queen of the middle column in each row; the others' columns then
     /// mirror onto each other, and rows r and N-1-r count alike (the board
     /// turned upside down), so rows below the middle stand for two.
-    pub fn whole(n: usize) -> Result<Vec<(Join, u32)>, TooLarge> {
+    /// Each is built when the iterator reaches it, so one set of quarter
+    /// tables is in memory at a time.
+    pub fn whole(n: usize, budget: Budget) -> impl Iterator<Item = Result<(Join, u32), TooLarge>> {
         assert!(
             n <= MAX_WHOLE_N as usize,
             "the join takes whole boards up to N={MAX_WHOLE_N}"
         );
-        if n.is_multiple_of(2) {
-            let mut j = Join::new(&Interior::new(n, &[]), &Start::default())?;
-            (j.flip, j.mirror) = (true, true);
-            // The long diagonals r = c (anti-diagonal key c - r + 31 = 31)
-            // and r + c = n - 1 (diagonal key n - 1): both in the window.
-            let w = j.win;
-            j.long = 1u64 << (n as u32 - 1 - w.lo1) | 1u64 << (w.width1 + 31 - w.lo2);
-            return Ok(vec![(j, 1)]);
-        }
         let mid = n / 2;
-        (0..=mid)
-            .map(|r| {
-                let mut j = Join::new(&Interior::new(n, &[(r, mid)]), &Start::default())?;
+        let rows: Vec<Option<usize>> = if n.is_multiple_of(2) {
+            vec![None]
+        } else {
+            (0..=mid).map(Some).collect()
+        };
+        rows.into_iter().map(move |row| match row {
+            None => {
+                let mut j = Join::within(&Interior::new(n, &[]), &Start::default(), budget)?;
+                (j.flip, j.mirror) = (true, true);
+                // The long diagonals r = c (anti-diagonal key c - r + 31 =
+                // 31) and r + c = n - 1 (diagonal key n - 1): both in the
+                // window.
+                let w = j.win;
+                j.long = 1u64 << (n as u32 - 1 - w.lo1) | 1u64 << (w.width1 + 31 - w.lo2);
+                Ok((j, 1))
+            }
+            Some(r) => {
+                let queen = [(r, mid)];
+                let mut j = Join::within(&Interior::new(n, &queen), &Start::default(), budget)?;
                 (j.flip, j.mirror) = (r == mid, true);
                 Ok((j, if r == mid { 1 } else { 2 }))
-            })
-            .collect()
+            }
+        })
     }
 
     /// Free rows.
@@ -677,7 +726,7 @@ impl Join {
         let k = self.rows.len;
         let all = if k == 32 { u32::MAX } else { (1u32 << k) - 1 };
         let mut counts = PieceCounts::default();
-        let limit = HALF_LIMIT;
+        let limit = self.half_limit;
         let [eu, el, wu, wl] = &self.quarters;
         halves.east.clear();
         counts.nodes += join_quarters(eu, el, s, self.east, &self.win, &mut halves.east, limit)?;
@@ -799,7 +848,8 @@ mod tests {
         for (i, &w) in want.iter().enumerate().skip(3) {
             let mut halves = Halves::default();
             let mut total = 0;
-            for (join, times) in Join::whole(i + 1).unwrap() {
+            for piece in Join::whole(i + 1, Budget::default()) {
+                let (join, times) = piece.unwrap();
                 for (s, weight) in join.choices() {
                     total +=
                         join.count_choice(s, &mut halves).unwrap().c1 * u64::from(weight * times);
@@ -908,7 +958,11 @@ mod tests {
     #[test]
     fn quarter_tables_past_their_bound_are_refused() {
         let it = Interior::new(12, &[]);
-        let fits = |limit| Join::within(&it, &Start::default(), limit).is_ok();
+        let within = |quarters| Budget {
+            quarters,
+            halves: HALF_LIMIT,
+        };
+        let fits = |limit| Join::within(&it, &Start::default(), within(limit)).is_ok();
         // The least bound that fits, by bisection.
         let (mut lo, mut hi) = (0usize, 1 << 20);
         assert!(fits(hi) && !fits(lo));
@@ -922,11 +976,11 @@ mod tests {
         }
         assert!(hi > 100, "N=12 has {hi} quarter placements");
         assert_eq!(
-            Join::within(&it, &Start::default(), hi - 1).err(),
+            Join::within(&it, &Start::default(), within(hi - 1)).err(),
             Some(TooLarge { limit: hi - 1 })
         );
         let mut halves = Halves::default();
-        let join = Join::within(&it, &Start::default(), hi).unwrap();
+        let join = Join::within(&it, &Start::default(), within(hi)).unwrap();
         let total: u64 = join
             .choices()
             .iter()

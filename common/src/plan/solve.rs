@@ -11,7 +11,7 @@
 use crate::engine::board::Size;
 use crate::engine::border::MIN_FRAME_N;
 use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
-use crate::engine::join::{Halves, Join, TooLarge, MAX_WHOLE_N};
+use crate::engine::join::{Budget, Halves, Join, TooLarge, MAX_WHOLE_N};
 use crate::engine::lanes::Path;
 use crate::engine::search::{split, Rules};
 use crate::engine::symmetric::{count_symmetric, Turn};
@@ -93,6 +93,11 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
 /// one item for the threads. The unique count follows by Burnside from the
 /// half- and quarter-turn symmetric searches, as in a border plan.
 pub fn solve_join(n: Size, threads: usize) -> Result<Solution, SolveError> {
+    solve_join_within(n, threads, Budget::default())
+}
+
+/// [`solve_join`] within `budget` (see [`Budget::from_bytes`]).
+pub fn solve_join_within(n: Size, threads: usize, budget: Budget) -> Result<Solution, SolveError> {
     let start = Instant::now();
     let threads = threads.max(1);
     if !(4..=MAX_WHOLE_N).contains(&n.get()) {
@@ -107,7 +112,8 @@ pub fn solve_join(n: Size, threads: usize) -> Result<Solution, SolveError> {
     let (mut total, mut nodes, mut pieces) = (0u128, 0u128, 0usize);
     // One board at a time (odd N: one per row of the middle queen), so
     // only one set of quarter tables is in memory.
-    for (join, times) in Join::whole(n.n())? {
+    for piece in Join::whole(n.n(), budget) {
+        let (join, times) = piece?;
         let choices = join.choices();
         pieces += choices.len();
         let parts = on_threads(threads, choices.len(), |acc: &mut Acc, i| {
