@@ -49,14 +49,7 @@ pub fn solve(
             Report::new(&solution).map_err(|e| failed(e.to_string()))?
         }
     };
-    let mut out = stdout();
-    if json {
-        json_line(&mut out, &report)?;
-    } else {
-        write!(out, "{}", report.text())?;
-    }
-    out.flush()?;
-    check_known(report.n, report.total, report.unique)
+    print_report(&report, json)
 }
 
 /// From this N on a count takes long enough (tens of seconds and more on
@@ -307,6 +300,19 @@ pub fn complete(n: Size) -> Result<(), Failure> {
     Ok(out.flush()?)
 }
 
+/// Prints a count (text or one JSON line) and checks it against the
+/// published values.
+fn print_report(report: &Report, json: bool) -> Result<(), Failure> {
+    let mut out = stdout();
+    if json {
+        json_line(&mut out, report)?;
+    } else {
+        write!(out, "{}", report.text())?;
+    }
+    out.flush()?;
+    check_known(report.n, report.total, report.unique)
+}
+
 /// `solve N --mode join`: the whole board counted by the join.
 pub fn solve_join(n: Size, threads: usize, memory: Option<u64>, json: bool) -> Result<(), Failure> {
     announce_long_run(n, threads, "join");
@@ -320,14 +326,7 @@ pub fn solve_join(n: Size, threads: usize, memory: Option<u64>, json: bool) -> R
             e => Failure::Failed(format!("N={n}: {e}")),
         })
         .and_then(|s| Report::new(&s).map_err(|e| Failure::Failed(format!("N={n}: {e}"))))?;
-    let mut out = stdout();
-    if json {
-        json_line(&mut out, &report)?;
-    } else {
-        write!(out, "{}", report.text())?;
-    }
-    out.flush()?;
-    check_known(report.n, report.total, report.unique)
+    print_report(&report, json)
 }
 
 fn count(n: Size, threads: usize, core: Option<Path>) -> Result<Report, Failure> {
