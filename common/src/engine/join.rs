@@ -118,12 +118,13 @@ pub struct Budget {
 
 impl Budget {
     /// `bytes` in all for `threads` threads: five eighths for the quarter
-    /// tables, the rest for the threads' halves.
+    /// tables, the rest for the threads' halves (above the defaults too).
     pub fn from_bytes(bytes: u64, threads: usize) -> Budget {
         let share = |part: u64, each: u64| usize::try_from(part / each).unwrap_or(usize::MAX);
         Budget {
-            quarters: share(bytes / 8 * 5, QUARTER_BYTES).min(QUARTER_LIMIT),
-            halves: share(bytes / 8 * 3 / threads.max(1) as u64 / 2, HALF_BYTES).min(HALF_LIMIT),
+            // A quarter table's offsets are u32.
+            quarters: share(bytes / 8 * 5, QUARTER_BYTES).min(u32::MAX as usize),
+            halves: share(bytes / 8 * 3 / threads.max(1) as u64 / 2, HALF_BYTES),
         }
     }
 }
@@ -949,6 +950,21 @@ mod tests {
         assert!(
             nonzero >= 10,
             "only {nonzero} boards with completions: a weak test"
+        );
+    }
+
+    /// A byte budget splits five eighths to the quarter tables and the
+    /// rest among the threads, and can raise the bounds above the defaults.
+    #[test]
+    fn a_byte_budget_sets_both_bounds() {
+        let small = Budget::from_bytes(1 << 20, 1);
+        assert_eq!(small.quarters, (1 << 20) / 8 * 5 / 48);
+        assert_eq!(small.halves, (1 << 20) / 8 * 3 / 2 / 32);
+        assert_eq!(Budget::from_bytes(1 << 20, 2).halves, small.halves / 2);
+        let big = Budget::from_bytes(8 << 30, 2);
+        assert!(
+            big.quarters > QUARTER_LIMIT && big.halves > HALF_LIMIT,
+            "{big:?}"
         );
     }
 
