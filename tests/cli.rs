@@ -45,23 +45,51 @@ fn solve_prints_counts_and_verifies_them() {
     assert!(text.contains("nodes/s"), "{text}");
 }
 
-/// `solve --mode join` counts by the second algorithm, names it, checks
-/// the published values, and refuses what it cannot take (exit 2).
+/// `solve --mode join` counts by the second algorithm (whole boards cut
+/// into halves, or any plan's subproblems with --strategy), names it and
+/// its pair loop's path, checks the published values, and refuses what it
+/// cannot take (exit 2).
 #[test]
 fn solve_by_the_join_is_exact_and_refuses_what_it_cannot_take() {
-    for n in ["13", "14"] {
-        let o = nqueens(&["solve", n, "--mode", "join", "--json"]);
-        assert!(o.status.success(), "{}", stderr(&o));
+    for args in [
+        &["solve", "13", "--mode", "join"][..],
+        &["solve", "14", "--mode", "join", "--core", "scalar"],
+        &["solve", "12", "--mode", "join", "--strategy", "frame"],
+        &[
+            "solve",
+            "12",
+            "--mode",
+            "join",
+            "--strategy",
+            "rings",
+            "--depth",
+            "2",
+        ],
+        &["solve", "11", "--strategy", "halves", "--tasks", "5"],
+    ] {
+        let o = nqueens(&[args, &["--json"]].concat());
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
         let v = json(stdout(&o).trim());
-        assert_eq!(v["core"], "join");
+        let core = v["core"].as_str().unwrap();
+        assert!(core.starts_with("join/"), "{args:?}: {v}");
+        if args.contains(&"scalar") {
+            assert_eq!(core, "join/scalar");
+        }
         assert_eq!(v["matches_known"], true, "{v}");
     }
     let o = nqueens(&["solve", "25", "--mode", "join"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("N=4 to N=24"), "{}", stderr(&o));
     assert!(stderr(&o).contains("without --mode join"), "{}", stderr(&o));
-    let o = nqueens(&["solve", "12", "--mode", "join", "--strategy", "frame"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    for bad in [
+        &["solve", "12", "--strategy", "halves", "--mode", "backtrack"][..],
+        &["solve", "12", "--strategy", "halves", "--depth", "2"],
+        &["solve", "25", "--strategy", "halves"],
+    ] {
+        let o = nqueens(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("halves"), "{bad:?}: {}", stderr(&o));
+    }
     // A memory bound too small for the board: refused before counting,
     // saying what to do; a bound that fits counts.
     let o = nqueens(&["solve", "16", "--mode", "join", "--memory", "1M"]);
@@ -406,7 +434,7 @@ fn bad_plan_options_exit_2() {
     let cases: [(&[&str], &str); 7] = [
         (
             &["plan", "10", "--strategy", "spiral"],
-            "[possible values: frame, rings, prefix, synthetic]",
+            "[possible values: frame, rings, prefix, halves, synthetic]",
         ),
         (
             &["plan", "10", "--strategy", "rings", "--depth", "4"],
@@ -536,10 +564,13 @@ fn plan_estimate_projects_the_whole_plan() {
         "--estimate",
         "--seconds",
         "1",
+        "--mode",
+        "backtrack",
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let e = json(stdout(&o).trim());
+    assert_eq!(e["mode"], "backtrack");
     assert_eq!(e["subproblems_exact"], true);
     let subproblems = e["subproblems"].as_f64().unwrap();
     let nodes = e["nodes_per_subproblem"].as_f64().unwrap() * subproblems;
@@ -564,6 +595,43 @@ fn plan_estimate_projects_the_whole_plan() {
     // Estimating is not listing.
     let o = nqueens(&["plan", "13", "--strategy", "frame", "--estimate", "--list"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Without --mode, `plan --estimate` projects both modes, each on its own
+/// default plan (the join on whole boards' halves), says which is faster,
+/// and gives the memory a join task needs; the join's projection counts
+/// every choice of the plan.
+#[test]
+fn plan_estimate_projects_both_modes_and_the_joins_memory() {
+    let o = nqueens(&["plan", "14", "--estimate", "--seconds", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["mode"], &lines[1]["mode"]),
+        (&"backtrack".into(), &"join".into())
+    );
+    let join = &lines[1];
+    assert_eq!(join["strategy"], "halves");
+    assert!(join["path"].as_str().unwrap().len() > 1, "{join}");
+    assert!(kit::dec(&join["task_bytes"]) > 0, "{join}");
+    assert!(join["core_seconds"].as_f64().unwrap() > 0.0, "{join}");
+    let plan = nqueens(&["plan", "14", "--strategy", "halves", "--json"]);
+    let summary = json(stdout(&plan).trim());
+    let choices = kit::dec(&summary["subproblems"]) - 2 * 14;
+    assert_eq!(join["subproblems"].as_f64().unwrap(), choices as f64);
+    assert_eq!(join["subproblems_exact"], true);
+    let text = nqueens(&["plan", "12", "--estimate", "--seconds", "1"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = stdout(&text);
+    for part in [
+        "counted by backtrack",
+        "counted by join",
+        "memory",
+        "faster here:",
+    ] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
 }
 
 #[test]

@@ -167,6 +167,7 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         strategy: done["strategy"].as_str().unwrap().parse().unwrap(),
         depth: done["depth"].as_u64().unwrap() as u32,
         tasks: 30,
+        mode: nqueens_common::plan::Mode::Backtrack,
     };
     let t = nqueens_common::plan::Plan::new(spec)
         .unwrap()
@@ -566,7 +567,8 @@ fn completion_lists_the_values_of_enumerated_flags() {
     let (code, script, err) = run(&["completions", "bash"]);
     assert_eq!(code, 0, "{err}");
     for (flag, values) in [
-        ("--strategy", "frame rings prefix synthetic"),
+        ("--strategy", "frame rings prefix halves synthetic"),
+        ("--mode", "backtrack join"),
         ("--core", "auto scalar avx2 avx512"),
         ("--format", "rows board"),
         ("--log-format", "text json"),

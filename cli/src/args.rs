@@ -4,7 +4,8 @@ use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::{
-    default_depth, default_tasks, Plan, PlanError, PlanSpec, Strategy, MAX_RING_SPLIT,
+    default_depth, default_strategy, default_tasks, Mode as PlanMode, Plan, PlanError, PlanSpec,
+    Strategy, MAX_RING_SPLIT,
 };
 use nqueens_common::Size;
 use std::path::PathBuf;
@@ -51,11 +52,6 @@ pub enum Command {
         /// Keep the run in DIR, so it can stop and resume.
         #[arg(long, value_name = "DIR")]
         state: Option<PathBuf>,
-        /// How to count: search every completion (backtrack), or join
-        /// halves of the board (join: whole boards, N=4 to 24, in memory;
-        /// a second algorithm to check the first).
-        #[arg(long, value_enum, default_value = "backtrack", conflicts_with_all = ["strategy", "state"])]
-        mode: Mode,
         /// Memory the join may use in all (e.g. 512M, 4G): five eighths for
         /// its quarter tables, the rest shared by the threads. A board that
         /// needs more is refused (exit code 2) before it is counted.
@@ -85,9 +81,11 @@ pub enum Command {
     Plan {
         /// Board size, 1 to 32.
         n: Size,
-        /// How to split the search.
+        /// How to split the search [default: as `solve --state` and
+        /// `submit` do: frame up to N=21, else rings; halves in join mode
+        /// up to N=24].
         #[arg(long, value_parser = strategies())]
-        strategy: Strategy,
+        strategy: Option<Strategy>,
         #[command(flatten)]
         shape: PlanShape,
         /// List every subproblem (id and description), task by task.
@@ -97,8 +95,11 @@ pub enum Command {
         #[arg(long, value_name = "I")]
         task: Option<u64>,
         /// Project the whole plan's core-time on this machine from a seeded
-        /// random sample counted with the engine (Knuth's estimator), with
-        /// an error bar and the path used.
+        /// random sample counted with the engine (backtracking: Knuth's
+        /// estimator; join: random subproblems counted and timed), with an
+        /// error bar, the path used and, for the join, the memory a task
+        /// needs. Without --mode, both modes, each with its own default
+        /// strategy unless --strategy is given.
         #[arg(long, conflicts_with_all = ["list", "task"])]
         estimate: bool,
         /// Seconds to spend on --estimate (more: a smaller error bar).
@@ -107,6 +108,10 @@ pub enum Command {
         /// Seed of the --estimate sample (the same seed draws the same sample).
         #[arg(long, default_value_t = 1, requires = "estimate")]
         seed: u64,
+        /// Memory the join may use for one task in --estimate (as `solve
+        /// --memory` with one thread).
+        #[arg(long, value_name = "SIZE", value_parser = parse_bytes, requires = "estimate")]
+        memory: Option<u64>,
         #[command(flatten)]
         core: CoreArg,
         /// Print JSON (one object; with --list or --task, one per subproblem).
@@ -294,6 +299,13 @@ pub enum Command {
         metrics_public: bool,
         #[command(flatten)]
         core: CoreArg,
+        /// Memory the join may use in all while it counts a task (e.g. 4G):
+        /// five eighths for its quarter tables, the rest shared by the
+        /// threads. A task that needs more is not counted here: its lease
+        /// runs out and another worker takes it.
+        /// Default: 2^26 quarter placements and 2^24 halves per side.
+        #[arg(long, value_name = "SIZE", env = "NQUEENS_MEMORY", value_parser = parse_bytes)]
+        memory: Option<u64>,
         #[command(flatten)]
         logs: Logs,
         /// Corrupt the self-test (to check that a bad build refuses to work).
@@ -575,13 +587,16 @@ fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
             "rings (the 4 border lines) cut into parts by their first free rows: for records",
         ),
         PossibleValue::new("prefix").help("the first K rows of the symmetry-pruned search"),
+        PossibleValue::new("halves").help(
+            "the whole board's choices of east rows, N=4 to 24 (join mode only; the default there)",
+        ),
         PossibleValue::new("synthetic")
             .help("load tests (submit only): no queens; task i answers a fixed function of i"),
     ])
     .map(|s| s.parse::<Strategy>().expect("a listed strategy parses"))
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct PlanShape {
     /// prefix: rows placed in each subproblem (2 to 11) [default: 4].
     /// frame: rings of border lines, 1 (4 lines) or 2 (8 lines) [default: 1 up to N=21, else 2].
@@ -593,9 +608,29 @@ pub struct PlanShape {
     /// 2^(N-18) core-seconds: 40 at N=18, at least 16, at most 1,000,000].
     #[arg(long, value_name = "M")]
     pub tasks: Option<u64>,
+    /// How to count each subproblem: search every completion (backtrack),
+    /// or join halves of it (join: a second, independent algorithm, so a
+    /// count made one way can be checked the other; without --strategy it
+    /// cuts whole boards into halves, N=4 to 24) [default: backtrack].
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
 }
 
 impl PlanShape {
+    /// The mode asked for: the join for the halves strategy, which only
+    /// the join counts.
+    pub fn mode(&self, strategy: Option<Strategy>) -> PlanMode {
+        match (self.mode, strategy) {
+            (Some(Mode::Join), _) | (None, Some(Strategy::Halves)) => PlanMode::Join,
+            _ => PlanMode::Backtrack,
+        }
+    }
+
+    /// The strategy asked for, or the default of N and the mode.
+    pub fn strategy(&self, n: Size, strategy: Option<Strategy>) -> Strategy {
+        strategy.unwrap_or_else(|| default_strategy(n, self.mode(None)))
+    }
+
     /// The spec asked for, checked (a wrong depth is bad input).
     pub fn spec(&self, n: Size, strategy: Strategy) -> Result<PlanSpec, Failure> {
         let depth = self.depth.unwrap_or_else(|| default_depth(strategy, n));
@@ -611,11 +646,26 @@ impl PlanShape {
                  rows placed inside each ring: more rows, more and smaller parts)"
             )));
         }
+        let mode = self.mode(Some(strategy));
+        if strategy == Strategy::Halves && self.mode == Some(Mode::Backtrack) {
+            return Err(Failure::BadInput(
+                "the halves strategy is counted only by the join: use --mode join, or another \
+                 strategy to backtrack"
+                    .into(),
+            ));
+        }
+        if strategy == Strategy::Halves && self.depth.is_some() {
+            return Err(Failure::BadInput(
+                "--depth does not apply to the halves strategy (it always cuts the whole board)"
+                    .into(),
+            ));
+        }
         Ok(PlanSpec {
             n,
             strategy,
             depth,
             tasks: self.tasks.unwrap_or_else(|| default_tasks(n)),
+            mode,
         })
     }
 

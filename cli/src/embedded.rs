@@ -12,9 +12,10 @@ use crate::local::{check_known, json_line};
 use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
+use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
-use nqueens_common::plan::{default_strategy, Plan, Strategy};
+use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{self, Config};
@@ -49,17 +50,18 @@ pub fn solve(
     shape: &PlanShape,
     state: PathBuf,
     core: Option<Path>,
+    budget: Budget,
     progress: Progress,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.local_plan(n, strategy.unwrap_or_else(|| default_strategy(n)))?;
+    let plan = shape.local_plan(n, shape.strategy(n, strategy))?;
     init_logs("warn", crate::args::LogFormat::Text);
     // One async thread serves the coordinator, the worker and the progress
     // display: a few calls a second, and the cores are left to counting.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let job = runtime.block_on(run(plan, threads, state, core, progress, json))?;
+    let job = runtime.block_on(run(plan, threads, state, core, budget, progress, json))?;
     let mut out = io::stdout().lock();
     match (&job.run, json) {
         (_, true) => json_line(&mut out, &job)?,
@@ -75,6 +77,7 @@ async fn run(
     threads: usize,
     dir: PathBuf,
     core: Option<Path>,
+    budget: Budget,
     progress: Progress,
     json: bool,
 ) -> Result<JobInfo, Failure> {
@@ -123,6 +126,7 @@ async fn run(
             grace: Duration::ZERO,
             self_test_fault: false,
             core,
+            budget,
             tls_identity: None,
         },
         signals,
@@ -197,13 +201,14 @@ fn find_job(
     match jobs.first() {
         None => Ok(None),
         Some(other) => Err(Failure::BadInput(format!(
-            "{} holds a run of N={} ({} strategy, depth {}, about {} tasks), not of this command's plan; \
-             use another --state directory, or repeat that run's options",
+            "{} holds a run of N={} ({} strategy, depth {}, about {} tasks, counted by {}), not of \
+             this command's plan; use another --state directory, or repeat that run's options",
             dir.display(),
             other.spec.n,
             other.spec.strategy,
             other.spec.depth,
-            other.spec.tasks
+            other.spec.tasks,
+            other.spec.mode.name()
         ))),
     }
 }

@@ -25,11 +25,25 @@ fn strategy_name(spec: &v1::PlanSpec) -> &'static str {
     strategy_from_wire(spec.strategy).map_or("unknown", Strategy::name)
 }
 
-/// `N=17 prefix depth 4`, `N=27 rings depth 3` or `N=24 frame`.
-fn plan_text(n: u32, strategy: &str, depth: u32) -> String {
-    match strategy {
+fn mode_name(spec: &v1::PlanSpec) -> &'static str {
+    match v1::Mode::try_from(spec.mode) {
+        Ok(v1::Mode::Backtrack) => "backtrack",
+        Ok(v1::Mode::Join) => "join",
+        Err(_) => "unknown",
+    }
+}
+
+/// `N=17 prefix depth 4`, `N=27 rings depth 3`, `N=24 frame`, or with the
+/// mode when it is not backtracking: `N=18 halves by join`.
+fn plan_text(n: u32, strategy: &str, depth: u32, mode: &str) -> String {
+    let plan = match strategy {
         "prefix" | "rings" => format!("N={n} {strategy} depth {depth}"),
         s => format!("N={n} {s}"),
+    };
+    if mode == "backtrack" {
+        plan
+    } else {
+        format!("{plan} by {mode}")
     }
 }
 
@@ -44,6 +58,8 @@ pub struct JobInfo {
     pub n: u32,
     pub strategy: String,
     pub depth: u32,
+    /// How subproblems are counted: backtrack or join.
+    pub mode: &'static str,
     /// planning, running, paused, cancelled or done.
     pub state: &'static str,
     #[serde(serialize_with = "dec")]
@@ -124,6 +140,7 @@ impl JobInfo {
             n: spec.n,
             strategy: strategy.to_string(),
             depth: spec.depth,
+            mode: mode_name(&spec),
             state,
             tasks: j.tasks,
             done: j.done,
@@ -194,7 +211,7 @@ impl JobInfo {
 
     /// `N=17 prefix depth 4` or `N=24 frame`.
     pub fn plan(&self) -> String {
-        plan_text(self.n, &self.strategy, self.depth)
+        plan_text(self.n, &self.strategy, self.depth, self.mode)
     }
 
     pub fn eta(&self) -> String {
@@ -332,7 +349,12 @@ impl JobInfo {
 
     /// `N=17 prefix/4`, `N=24 frame/2`: the plan in a table's column.
     pub fn short_plan(&self) -> String {
-        format!("N={} {}/{}", self.n, self.strategy, self.depth)
+        let join = if self.mode == "backtrack" {
+            ""
+        } else {
+            "+join"
+        };
+        format!("N={} {}/{}{join}", self.n, self.strategy, self.depth)
     }
 }
 
@@ -472,6 +494,7 @@ pub struct AuditView {
     pub n: u32,
     pub strategy: &'static str,
     pub depth: u32,
+    pub mode: &'static str,
     pub state: &'static str,
     #[serde(serialize_with = "dec")]
     pub journal_records: u64,
@@ -506,6 +529,7 @@ impl AuditView {
             n: spec.n,
             strategy: strategy_name(&spec),
             depth: spec.depth,
+            mode: mode_name(&spec),
             state: state_name(a.state, a.tasks),
             journal_records: a.journal_records,
             journal_bytes: a.journal_bytes,
@@ -569,7 +593,7 @@ impl AuditView {
              digest   sha256:{}\n\
              verdict  {outcome}\n",
             self.job,
-            plan_text(self.n, self.strategy, self.depth),
+            plan_text(self.n, self.strategy, self.depth, self.mode),
             self.state,
             n(self.journal_records),
             n(self.journal_bytes),

@@ -26,9 +26,10 @@ pub mod progress;
 pub mod report;
 pub mod serve;
 
-use args::{Cli, Command, Mode};
+use args::{Cli, Command};
 use clap::{CommandFactory, Parser};
 use exit::Failure;
+use nqueens_common::engine::join::Budget;
 use operator::Control;
 use serve::read_token;
 use std::io::Write;
@@ -49,41 +50,25 @@ fn run(command: Command) -> Result<(), Failure> {
             threads,
             strategy,
             shape,
-            state: Some(dir),
-            mode: _,
-            memory: _,
-            core,
-            progress,
-            json,
-        } => embedded::solve(
-            n,
-            threads.get(),
-            strategy,
-            &shape,
-            dir,
-            core.core.path()?,
-            progress,
-            json,
-        ),
-        Command::Solve {
-            n,
-            threads,
-            strategy,
-            shape,
-            state: None,
-            mode,
+            state,
             memory,
             core,
-            progress: _,
+            progress,
             json,
         } => {
-            if mode == Mode::Join {
-                return local::solve_join(n, threads.get(), memory, json);
-            }
-            if memory.is_some() {
+            let threads = threads.get();
+            let join = shape.mode(strategy) == nqueens_common::plan::Mode::Join;
+            if memory.is_some() && !join {
                 return Err(Failure::BadInput(
                     "--memory bounds the join: add --mode join, or leave --memory out".into(),
                 ));
+            }
+            let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
+            let core = core.core.path()?;
+            if let Some(dir) = state {
+                return embedded::solve(
+                    n, threads, strategy, &shape, dir, core, budget, progress, json,
+                );
             }
             if strategy.is_none() && shape.depth.is_some() {
                 return Err(Failure::BadInput(
@@ -93,7 +78,10 @@ fn run(command: Command) -> Result<(), Failure> {
                         .into(),
                 ));
             }
-            local::solve(n, threads.get(), strategy, &shape, core.core.path()?, json)
+            if join && strategy.is_none() && shape.tasks.is_none() {
+                return local::solve_join(n, threads, budget, core, json);
+            }
+            local::solve(n, threads, strategy, &shape, core, budget, json)
         }
         Command::Plan {
             n,
@@ -103,9 +91,22 @@ fn run(command: Command) -> Result<(), Failure> {
             seconds,
             seed,
             core,
+            memory,
             json,
             ..
-        } => local::estimate(n, strategy, &shape, seconds, seed, core.core.path()?, json),
+        } => {
+            let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, 1));
+            local::estimate(
+                n,
+                strategy,
+                &shape,
+                seconds,
+                seed,
+                core.core.path()?,
+                budget,
+                json,
+            )
+        }
         Command::Plan {
             n,
             strategy,
@@ -194,6 +195,7 @@ fn run(command: Command) -> Result<(), Failure> {
             metrics,
             metrics_public,
             core,
+            memory,
             self_test_fault,
             logs,
         } => serve::worker(
@@ -207,6 +209,10 @@ fn run(command: Command) -> Result<(), Failure> {
                 grace: std::time::Duration::from_secs(grace),
                 self_test_fault,
                 core: core.core.path()?,
+                budget: {
+                    let threads = args::Threads { threads }.get();
+                    memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads))
+                },
             },
             metrics.map(|at| serve::Metrics {
                 at,
@@ -223,7 +229,7 @@ fn run(command: Command) -> Result<(), Failure> {
             progress,
             connect,
         } => {
-            let strategy = strategy.unwrap_or_else(|| nqueens_common::plan::default_strategy(n));
+            let strategy = shape.strategy(n, strategy);
             operator::submit(n, strategy, &shape, check, watch, progress, &connect)
         }
         Command::Status { job, connect } => operator::status(job, &connect),

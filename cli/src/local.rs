@@ -1,17 +1,17 @@
 //! Commands that count on this machine alone, in memory: solve (without a
 //! state directory), plan, table, bench, boards, complete.
 
-use crate::args::{Format, PlanShape, SizeRange};
+use crate::args::{Format, Mode as ModeArg, PlanShape, SizeRange};
 use crate::bench::{bench, BenchRow};
 use crate::exit::Failure;
-use crate::format::human_duration;
+use crate::format::{human_duration, si};
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::{solve_join_within, solve_on, solve_plan, SolveError};
-use nqueens_common::plan::{Strategy, Task};
+use nqueens_common::plan::{Mode, Strategy, Task};
 use nqueens_common::Size;
 use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};
@@ -35,14 +35,26 @@ pub fn solve(
     strategy: Option<Strategy>,
     shape: &PlanShape,
     core: Option<Path>,
+    budget: Budget,
     json: bool,
 ) -> Result<(), Failure> {
-    let path = core.unwrap_or_else(Path::fastest);
-    announce_long_run(n, threads, path.name());
-    let report = match strategy {
+    let plan = match strategy {
+        Some(strategy) => Some(
+            shape
+                .local_plan(n, strategy)?
+                .with_path(core)
+                .with_budget(budget),
+        ),
+        None => None,
+    };
+    let path = match &plan {
+        Some(p) if p.spec.mode == Mode::Join => "join",
+        _ => core.unwrap_or_else(Path::fastest).name(),
+    };
+    announce_long_run(n, threads, path);
+    let report = match plan {
         None => count(n, threads, core)?,
-        Some(strategy) => {
-            let plan = shape.local_plan(n, strategy)?.with_path(core);
+        Some(plan) => {
             let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
             let solution =
                 solve_plan(&plan, &plan.schedule(), threads).map_err(|e| failed(e.to_string()))?;
@@ -108,47 +120,130 @@ async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
     .await
 }
 
-/// `plan N --estimate`: the projected core-time of the whole plan.
+/// `plan N --estimate`: the projected core-time of the whole plan, in the
+/// mode asked for or (without `--mode`) in both, then which is faster.
+#[allow(clippy::too_many_arguments)]
 pub fn estimate(
     n: Size,
-    strategy: Strategy,
+    strategy: Option<Strategy>,
     shape: &PlanShape,
     seconds: u64,
     seed: u64,
     core: Option<Path>,
+    budget: Budget,
     json: bool,
 ) -> Result<(), Failure> {
-    let plan = shape.local_plan(n, strategy)?.with_path(core);
-    let e = plan
-        .estimate(seed, std::time::Duration::from_secs(seconds.max(1)))
-        .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
+    let modes = match shape.mode {
+        Some(m) => vec![m],
+        None if strategy == Some(Strategy::Halves) => vec![ModeArg::Join],
+        None => vec![ModeArg::Backtrack, ModeArg::Join],
+    };
+    let each = std::time::Duration::from_secs(seconds.max(1)).div_f64(modes.len() as f64);
     let mut out = stdout();
-    if json {
-        let mut v = serde_json::to_value(&e).expect("our types serialize");
-        for key in ["sampled", "probes"] {
-            v[key] = v[key].to_string().into();
-        }
-        json_line(&mut out, &v)?;
-    } else {
-        let spec = &plan.spec;
-        let exact = if e.subproblems_exact {
-            "exact"
-        } else {
-            "sampled"
+    let mut best: Option<(f64, &'static str)> = None;
+    let mut failed = None;
+    for (i, mode) in modes.iter().enumerate() {
+        let shape = PlanShape {
+            mode: Some(*mode),
+            ..shape.clone()
         };
-        let years = e.core_seconds / (365.25 * 86400.0);
+        let strategy = shape.strategy(n, strategy);
+        let estimated = shape.local_plan(n, strategy).and_then(|plan| {
+            let plan = plan.with_path(core).with_budget(budget);
+            let e = plan
+                .estimate(seed, each)
+                .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
+            Ok((plan, e))
+        });
+        let (plan, e) = match estimated {
+            Ok(pe) => pe,
+            // One mode that cannot take this N (or this memory) leaves the other.
+            Err(f) if modes.len() > 1 => {
+                eprintln!(
+                    "{} mode: {}",
+                    shape.mode(Some(strategy)).name(),
+                    f.message()
+                );
+                failed = Some(f);
+                continue;
+            }
+            Err(f) => return Err(f),
+        };
+        if best.is_none_or(|(s, _)| e.core_seconds < s) {
+            best = Some((e.core_seconds, e.mode));
+        }
+        if json {
+            let mut v = serde_json::to_value(&e).expect("our types serialize");
+            for key in ["sampled", "probes", "task_bytes"] {
+                v[key] = v[key].to_string().into();
+            }
+            v["strategy"] = plan.spec.strategy.name().into();
+            json_line(&mut out, &v)?;
+            continue;
+        }
+        if i > 0 {
+            writeln!(out)?;
+        }
+        write_estimate(&mut out, &plan, &e, seed)?;
+    }
+    match (best, failed) {
+        (None, Some(f)) => return Err(f),
+        (Some((_, mode)), _) if modes.len() > 1 && !json => {
+            writeln!(out, "\nfaster here: {mode}")?;
+        }
+        _ => {}
+    }
+    Ok(out.flush()?)
+}
+
+/// One mode's estimate, as text.
+fn write_estimate(
+    out: &mut impl Write,
+    plan: &nqueens_common::plan::Plan,
+    e: &nqueens_common::plan::estimate::Estimate,
+    seed: u64,
+) -> Result<(), Failure> {
+    let spec = &plan.spec;
+    let n = spec.n;
+    let exact = if e.subproblems_exact {
+        "exact"
+    } else {
+        "sampled"
+    };
+    let years = e.core_seconds / (365.25 * 86400.0);
+    writeln!(
+        out,
+        "plan        N={n} {} depth {}, counted by {}",
+        spec.strategy, spec.depth, e.mode
+    )?;
+    if e.mode == "join" {
         writeln!(
             out,
-            "plan        N={n} {} depth {}",
-            spec.strategy, spec.depth
+            "path        join/{} ({:.1} M quarter pairs/s per core, on this plan)",
+            e.path,
+            e.nodes_per_second / 1e6
         )?;
+    } else {
         writeln!(
             out,
             "path        {} ({:.1} M nodes/s per core, calibrated on this plan)",
             e.path,
             e.nodes_per_second / 1e6
         )?;
-        writeln!(out, "subproblems {:.4e} ({exact})", e.subproblems)?;
+    }
+    writeln!(out, "subproblems {:.4e} ({exact})", e.subproblems)?;
+    if e.mode == "join" {
+        writeln!(
+            out,
+            "work        {:.3e} quarter pairs per subproblem ({} counted)",
+            e.nodes_per_subproblem, e.sampled
+        )?;
+        writeln!(
+            out,
+            "memory      {}B per task at most in the sample (quarter tables and one thread's halves)",
+            si(e.task_bytes as f64)
+        )?;
+    } else {
         writeln!(
             out,
             "nodes       {:.3e} per subproblem ± {:.1}% ({} sampled, {} descents each)",
@@ -157,29 +252,29 @@ pub fn estimate(
             e.sampled,
             e.probes
         )?;
-        writeln!(
-            out,
-            "core time   {:.4e} s ± {:.1}% on this machine, one thread (≈ {}; {:.3e} core-years)",
-            e.core_seconds,
-            100.0 * e.core_seconds_error / e.core_seconds,
-            human_duration(std::time::Duration::from_secs_f64(e.core_seconds.min(1e15))),
-            years
-        )?;
-        writeln!(out, "sampled in  {:.1} s (seed {seed})", e.seconds_spent)?;
     }
-    Ok(out.flush()?)
+    writeln!(
+        out,
+        "core time   {:.4e} s ± {:.1}% on this machine, one thread (≈ {}; {:.3e} core-years)",
+        e.core_seconds,
+        100.0 * e.core_seconds_error / e.core_seconds,
+        human_duration(std::time::Duration::from_secs_f64(e.core_seconds.min(1e15))),
+        years
+    )?;
+    writeln!(out, "sampled in  {:.1} s (seed {seed})", e.seconds_spent)?;
+    Ok(())
 }
 
 pub fn plan(
     n: Size,
-    strategy: Strategy,
+    strategy: Option<Strategy>,
     shape: &PlanShape,
     list: bool,
     task: Option<u64>,
     json: bool,
 ) -> Result<(), Failure> {
     let start = std::time::Instant::now();
-    let plan = shape.local_plan(n, strategy)?;
+    let plan = shape.local_plan(n, shape.strategy(n, strategy))?;
     let schedule = plan.schedule();
     let mut out = stdout();
     let tasks: Box<dyn Iterator<Item = Task>> = match task {
@@ -314,10 +409,15 @@ fn print_report(report: &Report, json: bool) -> Result<(), Failure> {
 }
 
 /// `solve N --mode join`: the whole board counted by the join.
-pub fn solve_join(n: Size, threads: usize, memory: Option<u64>, json: bool) -> Result<(), Failure> {
+pub fn solve_join(
+    n: Size,
+    threads: usize,
+    budget: Budget,
+    core: Option<Path>,
+    json: bool,
+) -> Result<(), Failure> {
     announce_long_run(n, threads, "join");
-    let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
-    let report = solve_join_within(n, threads, budget)
+    let report = solve_join_within(n, threads, budget, core)
         .map_err(|e| match e {
             SolveError::JoinSize(_) => Failure::BadInput(format!(
                 "{e}: count N={n} without --mode join (backtracking takes any N)"

@@ -106,6 +106,8 @@ pub struct PlanSummary {
     pub n: u32,
     pub strategy: String,
     pub depth: Option<u32>,
+    /// How the subproblems are counted: backtrack or join.
+    pub mode: &'static str,
     #[serde(serialize_with = "dec")]
     pub subproblems: u64,
     #[serde(serialize_with = "dec")]
@@ -139,6 +141,7 @@ impl PlanSummary {
             n: plan.spec.n.get(),
             strategy: plan.spec.strategy.to_string(),
             depth: Some(plan.spec.depth),
+            mode: plan.spec.mode.name(),
             subproblems: schedule.subproblems,
             tasks: schedule.tasks.len(),
             table_runs: schedule.tasks.runs().len() as u64,
@@ -155,6 +158,7 @@ impl PlanSummary {
         if let Some(d) = self.depth {
             s += &format!(" (depth {d})");
         }
+        s += &format!(", counted by {}", self.mode);
         s += &format!(
             "\nsubproblems  {}\ntasks        {} (largest {:.3}% of the work, smallest {:.4}%)\ntable        {} runs, {}B (what a coordinator keeps of them)\nwork         {:.4e} (estimated, relative units)\n",
             thousands(self.subproblems.into()),
@@ -206,5 +210,19 @@ pub fn describe(s: &Subproblem) -> String {
             "ring lines: {} weight {weight} part {part}",
             cols(ring.positions())
         ),
+        Subproblem::Choice {
+            piece,
+            choice,
+            weight,
+        } => {
+            let rows: Vec<String> = (0..32)
+                .filter(|i| choice >> i & 1 == 1)
+                .map(|i: u32| i.to_string())
+                .collect();
+            format!(
+                "east rows (of the free rows): {} piece {piece} weight {weight}",
+                rows.join(" ")
+            )
+        }
     }
 }

@@ -4,7 +4,7 @@
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
-use nqueens_common::plan::{Kind, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally};
+use nqueens_common::plan::{Kind, Mode, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally};
 use nqueens_common::Size;
 use proptest::prelude::*;
 
@@ -14,6 +14,7 @@ fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
         strategy,
         depth,
         tasks,
+        mode: Mode::Backtrack,
     }
 }
 
@@ -426,18 +427,164 @@ fn a_synthetic_plan_derives_its_tasks_and_answers_a_fixed_function_of_the_index(
 
 /// Without a strategy, a plan of N takes frames (rings, at their default
 /// depth) while rings are many enough, then rings cut into parts: rings'
-/// nodes, where 8-line frames would count about twice as many.
+/// nodes, where 8-line frames would count about twice as many. In join
+/// mode: whole boards cut into halves up to N=24, then ring parts.
 #[test]
 fn the_default_strategy_is_rings_cut_into_parts_beyond_21() {
     use nqueens_common::plan::{default_depth, default_strategy, RING_DEFAULT_MAX_N};
     let size = |n| Size::new(n).unwrap();
     for n in 1..=RING_DEFAULT_MAX_N {
-        assert_eq!(default_strategy(size(n)), Strategy::Frame);
+        assert_eq!(default_strategy(size(n), Mode::Backtrack), Strategy::Frame);
     }
     for n in RING_DEFAULT_MAX_N + 1..=32 {
-        let strategy = default_strategy(size(n));
+        let strategy = default_strategy(size(n), Mode::Backtrack);
         assert_eq!(strategy, Strategy::Rings);
         let depth = default_depth(strategy, size(n));
         assert!(Plan::new(spec(n, strategy, depth, 1000)).is_ok(), "N={n}");
     }
+    for n in 1..=32 {
+        let strategy = default_strategy(size(n), Mode::Join);
+        let want = match n {
+            4..=24 => Strategy::Halves,
+            1..=3 => Strategy::Frame,
+            _ => Strategy::Rings,
+        };
+        assert_eq!(strategy, want, "N={n}");
+        let depth = default_depth(strategy, size(n));
+        let join = PlanSpec {
+            mode: Mode::Join,
+            ..spec(n, strategy, depth, 1000)
+        };
+        assert!(Plan::new(join).is_ok(), "N={n}");
+    }
+}
+
+fn halves(n: u32, tasks: u64) -> Plan {
+    Plan::new(PlanSpec {
+        mode: Mode::Join,
+        ..spec(n, Strategy::Halves, 0, tasks)
+    })
+    .unwrap()
+}
+
+/// The halves plan (whole boards' choices of east rows, counted by the
+/// join) is exact, total and unique, from N=4 to N=16, whatever its tasks.
+#[test]
+fn halves_plans_are_exact() {
+    for n in 4..=16 {
+        for tasks in [1, 7, 200] {
+            assert_exact(&halves(n, tasks));
+        }
+    }
+}
+
+/// Every plan can be counted in either mode: the join on the interiors
+/// of prefixes, frames and ring parts agrees with the published counts,
+/// as the backtracking does, on each path of the join's pair loop.
+#[test]
+fn every_strategy_is_exact_in_join_mode() {
+    for n in 4..=13 {
+        for (strategy, depth) in [
+            (Strategy::Prefix, 3),
+            (Strategy::Frame, 1),
+            (Strategy::Frame, 2),
+            (Strategy::Rings, 2),
+        ] {
+            for path in [Path::Scalar, Path::fastest()] {
+                let plan = Plan::new(PlanSpec {
+                    mode: Mode::Join,
+                    ..spec(n, strategy, depth, 16)
+                })
+                .unwrap()
+                .with_path(Some(path));
+                assert_exact(&plan);
+            }
+        }
+    }
+}
+
+/// A halves plan's ids are stable and decode to what its tasks list;
+/// any other id (a choice off the list, a missing piece, a forged weight
+/// or a kind of another plan) is refused, and the halves strategy takes
+/// neither backtracking nor boards past the join's size.
+#[test]
+fn halves_ids_decode_and_forgeries_are_refused() {
+    for n in [9, 12, 13] {
+        let plan = halves(n, 50);
+        let mut listed = Vec::new();
+        for t in &plan.schedule().tasks {
+            plan.for_each_subproblem(&t, |s| listed.push(s));
+        }
+        assert_eq!(
+            all_ids(&halves(n, 50)),
+            listed.iter().map(|s| s.id()).collect::<Vec<_>>()
+        );
+        let mut ids = std::collections::HashSet::new();
+        for s in &listed {
+            assert_eq!(plan.decode(s.id()).unwrap(), *s, "N={n}");
+            assert!(ids.insert(s.id()), "N={n}: id {:#x} listed twice", s.id());
+        }
+        let choices: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| id >> 60 == Kind::Choice as u64)
+            .collect();
+        // Every other value of the low 20 bits of each piece is refused.
+        let mut refused = 0;
+        for piece in 0..n as u64 / 2 + 2 {
+            for low in 0..1u64 << n.min(14) {
+                let id = (Kind::Choice as u64) << 60 | piece << 32 | low;
+                match plan.decode(id) {
+                    Ok(_) => assert!(choices.contains(&id), "N={n}: {id:#x} decoded"),
+                    Err(e) => {
+                        assert!(matches!(e, PlanError::BadChoice(_)), "{e}");
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert!(refused > 0);
+        let frame_id = (Kind::Frame as u64) << 60 | 1;
+        assert!(matches!(
+            plan.decode(frame_id),
+            Err(PlanError::WrongKind(_))
+        ));
+    }
+    assert_eq!(
+        Plan::new(spec(12, Strategy::Halves, 0, 10)).err(),
+        Some(PlanError::HalvesByBacktracking)
+    );
+    for n in [1, 3, 25, 32] {
+        let e = Plan::new(PlanSpec {
+            mode: Mode::Join,
+            ..spec(n, Strategy::Halves, 0, 10)
+        });
+        assert_eq!(e.err(), Some(PlanError::HalvesSize(n)));
+    }
+    let e = Plan::new(PlanSpec {
+        mode: Mode::Join,
+        ..spec(12, Strategy::Synthetic, 0, 10)
+    });
+    assert_eq!(e.err(), Some(PlanError::SyntheticMode));
+    let e = Plan::new(PlanSpec {
+        mode: Mode::Join,
+        ..spec(12, Strategy::Halves, 2, 10)
+    });
+    assert_eq!(e.err(), Some(PlanError::HalvesDepth(2)));
+}
+
+/// A join plan whose tables do not fit its budget is refused with the
+/// join's error, never counted wrong: and a larger budget counts it.
+#[test]
+fn a_join_plan_past_its_budget_is_refused_then_counted_with_more() {
+    use nqueens_common::engine::join::Budget;
+    let small = Budget {
+        quarters: 100,
+        halves: 1 << 20,
+        threads: 1,
+    };
+    let plan = halves(14, 10).with_budget(small);
+    let e = solve_plan(&plan, &plan.schedule(), 2).unwrap_err();
+    assert!(matches!(e, PlanError::Join(_)), "{e}");
+    assert_exact(&halves(14, 10).with_budget(Budget::from_bytes(64 << 20, 2)));
 }

@@ -14,7 +14,7 @@
 use crate::journal::{self, JournalError};
 use crate::state::{plausible, JobState, Limits, State, StateError, TaskList, Verdict};
 use nqueens_common::known;
-use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally};
+use nqueens_common::plan::{Mode, Plan, PlanError, PlanSpec, Tally};
 use nqueens_proto::tally_from_wire;
 use nqueens_proto::v1::journal_record::Record;
 use sha2::{Digest, Sha256};
@@ -132,8 +132,14 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
 
     let mut sum = Tally::default();
     let mut sha = Sha256::new();
+    // A join job's digest names its mode; a backtracking job's stays as
+    // it was before modes existed.
+    let mode = match j.spec.mode {
+        Mode::Backtrack => String::new(),
+        Mode::Join => " mode=join".into(),
+    };
     sha.update(format!(
-        "nqueens-audit-v1 n={} strategy={:?} depth={} tasks={}\n",
+        "nqueens-audit-v1 n={} strategy={:?} depth={} tasks={}{mode}\n",
         j.spec.n.get(),
         j.spec.strategy,
         j.spec.depth,

@@ -164,7 +164,7 @@ mod tests {
     //! ones the CLI and the worker use), through encoded bytes.
 
     use super::*;
-    use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+    use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
     use nqueens_common::Size;
     use nqueens_proto::{known_from_wire, task_from_wire, u128_from_wire};
     use prost::Message;
@@ -179,6 +179,7 @@ mod tests {
             strategy: Strategy::Prefix,
             depth: 3,
             tasks: 20,
+            mode: Mode::Backtrack,
         }
     }
 

@@ -14,7 +14,7 @@
 use crate::v1;
 use nqueens_common::engine::board::SizeError;
 use nqueens_common::engine::symmetric::Turn;
-use nqueens_common::plan::{Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally, Task};
+use nqueens_common::plan::{Mode, Plan, PlanError, PlanSpec, Strategy, Subproblem, Tally, Task};
 use nqueens_common::{Size, Totals};
 
 /// What is wrong with a message received from the wire.
@@ -24,8 +24,13 @@ pub enum WireError {
     Decode(#[from] prost::DecodeError),
     #[error("field '{0}' is missing")]
     Missing(&'static str),
-    #[error("unknown strategy value {0}: expected STRATEGY_PREFIX, STRATEGY_FRAME or STRATEGY_SYNTHETIC")]
+    #[error(
+        "unknown strategy value {0}: expected STRATEGY_PREFIX, STRATEGY_FRAME, STRATEGY_RINGS, \
+         STRATEGY_HALVES or STRATEGY_SYNTHETIC"
+    )]
     Strategy(i32),
+    #[error("unknown mode value {0}: expected MODE_BACKTRACK or MODE_JOIN")]
+    Mode(i32),
     #[error(transparent)]
     Size(#[from] SizeError),
     #[error(transparent)]
@@ -43,6 +48,7 @@ impl From<Strategy> for v1::Strategy {
             Strategy::Frame => v1::Strategy::Frame,
             Strategy::Synthetic => v1::Strategy::Synthetic,
             Strategy::Rings => v1::Strategy::Rings,
+            Strategy::Halves => v1::Strategy::Halves,
         }
     }
 }
@@ -54,6 +60,7 @@ pub fn strategy_from_wire(w: i32) -> Result<Strategy, WireError> {
         Ok(v1::Strategy::Frame) => Ok(Strategy::Frame),
         Ok(v1::Strategy::Synthetic) => Ok(Strategy::Synthetic),
         Ok(v1::Strategy::Rings) => Ok(Strategy::Rings),
+        Ok(v1::Strategy::Halves) => Ok(Strategy::Halves),
         _ => Err(WireError::Strategy(w)),
     }
 }
@@ -65,6 +72,10 @@ impl From<&PlanSpec> for v1::PlanSpec {
             strategy: v1::Strategy::from(s.strategy) as i32,
             depth: s.depth,
             tasks: s.tasks,
+            mode: match s.mode {
+                Mode::Backtrack => v1::Mode::Backtrack,
+                Mode::Join => v1::Mode::Join,
+            } as i32,
         }
     }
 }
@@ -78,6 +89,11 @@ impl TryFrom<&v1::PlanSpec> for PlanSpec {
             strategy,
             depth: w.depth,
             tasks: w.tasks,
+            mode: match v1::Mode::try_from(w.mode) {
+                Ok(v1::Mode::Backtrack) => Mode::Backtrack,
+                Ok(v1::Mode::Join) => Mode::Join,
+                Err(_) => return Err(WireError::Mode(w.mode)),
+            },
         };
         Plan::new(spec)?; // the spec itself must be valid
         Ok(spec)
@@ -182,6 +198,15 @@ pub fn subproblem_to_wire(s: &Subproblem) -> v1::Subproblem {
             weight: *weight,
             part: *part,
         }),
+        Subproblem::Choice {
+            piece,
+            choice,
+            weight,
+        } => Payload::Choice(v1::Choice {
+            piece: (*piece).into(),
+            east_rows: *choice,
+            weight: *weight,
+        }),
     };
     v1::Subproblem {
         id: s.id(),
@@ -280,8 +305,18 @@ mod tests {
         Plan::new(PlanSpec {
             n: Size::new(n).unwrap(),
             strategy,
-            depth: if strategy == Strategy::Rings { 2 } else { 4 },
+            depth: match strategy {
+                Strategy::Rings => 2,
+                Strategy::Halves => 0,
+                _ => 4,
+            },
             tasks: 10,
+            // The halves strategy is counted only by the join.
+            mode: if strategy == Strategy::Halves {
+                Mode::Join
+            } else {
+                Mode::Backtrack
+            },
         })
         .unwrap()
     }
@@ -296,8 +331,16 @@ mod tests {
 
     #[test]
     fn subproblems_round_trip_through_bytes() {
-        for strategy in [Strategy::Prefix, Strategy::Frame, Strategy::Rings] {
-            for n in [3, 9] {
+        for strategy in [
+            Strategy::Prefix,
+            Strategy::Frame,
+            Strategy::Rings,
+            Strategy::Halves,
+        ] {
+            for n in [3, 4, 9] {
+                if strategy == Strategy::Halves && n < 4 {
+                    continue; // the join takes boards from N=4
+                }
                 let p = plan(n, strategy);
                 for s in subproblems(&p) {
                     let bytes = subproblem_to_wire(&s).encode_to_vec();
@@ -310,7 +353,7 @@ mod tests {
 
     #[test]
     fn corrupt_subproblems_are_refused() {
-        for strategy in [Strategy::Frame, Strategy::Rings] {
+        for strategy in [Strategy::Frame, Strategy::Rings, Strategy::Halves] {
             corrupt_subproblems_of(&plan(9, strategy));
         }
     }
@@ -388,7 +431,28 @@ mod tests {
             PlanSpec::try_from(&spec),
             Err(WireError::Strategy(9))
         ));
+        spec.strategy = v1::Strategy::Frame as i32;
+        spec.mode = 7;
+        assert!(matches!(PlanSpec::try_from(&spec), Err(WireError::Mode(7))));
+        spec.mode = v1::Mode::Backtrack as i32;
+        spec.strategy = v1::Strategy::Halves as i32;
+        assert!(matches!(
+            PlanSpec::try_from(&spec),
+            Err(WireError::Plan(PlanError::HalvesByBacktracking))
+        ));
+        spec.mode = v1::Mode::Join as i32;
+        assert!(matches!(
+            PlanSpec::try_from(&spec),
+            Err(WireError::Plan(PlanError::HalvesDepth(4)))
+        ));
+        spec.depth = 0;
+        let halves = PlanSpec::try_from(&spec).unwrap();
+        assert_eq!(
+            (halves.strategy, halves.mode),
+            (Strategy::Halves, Mode::Join)
+        );
         spec.strategy = v1::Strategy::Prefix as i32;
+        spec.mode = v1::Mode::Backtrack as i32;
         spec.depth = 0;
         assert!(matches!(
             PlanSpec::try_from(&spec),
@@ -412,6 +476,7 @@ mod tests {
                         depth
                     },
                     tasks,
+                    mode: Mode::Backtrack,
                 };
                 let w = v1::PlanSpec::from(&spec);
                 let back = v1::PlanSpec::decode(w.encode_to_vec().as_slice()).unwrap();

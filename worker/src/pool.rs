@@ -2,8 +2,9 @@
 //! the moment it finishes one, so a core never waits for the async side
 //! (or the scheduler's wake-up latency) between tasks.
 
+use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::Plan;
+use nqueens_common::plan::{Plan, PlanSpec};
 use nqueens_proto::v1;
 use nqueens_proto::{tally_to_wire, task_from_wire};
 use std::collections::VecDeque;
@@ -24,6 +25,13 @@ pub struct Pool {
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// The engine's path (`None`: the fastest this CPU has).
+    core: Option<Path>,
+    /// What the join may hold.
+    budget: Budget,
+    /// The plan of the last task, kept for the next of the same job: a
+    /// halves plan's quarter tables are built once, not per task.
+    plan: Mutex<Option<Plan>>,
 }
 
 #[derive(Default)]
@@ -34,17 +42,26 @@ struct Queue {
 
 impl Pool {
     /// Starts `threads` counting threads; each result goes to `done`.
-    /// `core` is the engine's path (`None`: the fastest this CPU has).
-    pub fn new(threads: usize, core: Option<Path>, done: mpsc::UnboundedSender<Counted>) -> Pool {
+    /// `core` is the engine's path (`None`: the fastest this CPU has);
+    /// `budget` bounds the join's tables.
+    pub fn new(
+        threads: usize,
+        core: Option<Path>,
+        budget: Budget,
+        done: mpsc::UnboundedSender<Counted>,
+    ) -> Pool {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
+            core,
+            budget,
+            plan: Mutex::new(None),
         });
         for i in 0..threads.max(1) {
             let (shared, done) = (Arc::clone(&shared), done.clone());
             std::thread::Builder::new()
                 .name(format!("count-{i}"))
-                .spawn(move || count_loop(&shared, core, &done))
+                .spawn(move || count_loop(&shared, &done))
                 .expect("cannot start a counting thread");
         }
         Pool { shared }
@@ -90,7 +107,7 @@ impl Drop for Pool {
     }
 }
 
-fn count_loop(shared: &Shared, core: Option<Path>, done: &mpsc::UnboundedSender<Counted>) {
+fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
     loop {
         let (lease, stop) = {
             let mut q = shared.queue.lock().expect("queue lock");
@@ -104,17 +121,35 @@ fn count_loop(shared: &Shared, core: Option<Path>, done: &mpsc::UnboundedSender<
                 q = shared.ready.wait(q).expect("queue lock");
             }
         };
-        let out = count(&lease, core, &stop);
+        let out = count(shared, &lease, &stop);
         if done.send((lease, out)).is_err() {
             return;
         }
     }
 }
 
-/// Counts one task; `None` when stopped or when the task does not decode.
+impl Shared {
+    /// The plan of `spec`: the kept one if it is the same.
+    fn plan(&self, spec: PlanSpec) -> Option<Plan> {
+        let mut kept = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = kept.as_ref().filter(|p| p.spec == spec) {
+            return Some(p.clone());
+        }
+        let plan = Plan::new(spec)
+            .ok()?
+            .with_path(self.core)
+            .with_budget(self.budget);
+        *kept = Some(plan.clone());
+        Some(plan)
+    }
+}
+
+/// Counts one task; `None` when stopped or when the task does not decode
+/// or cannot be counted here (its lease then runs out, and the task goes
+/// to another worker).
 fn count(
+    shared: &Shared,
     lease: &v1::Lease,
-    core: Option<Path>,
     stop: &AtomicBool,
 ) -> Option<(v1::TaskResult, u64, Duration)> {
     if stop.load(Ordering::Relaxed) {
@@ -128,8 +163,18 @@ fn count(
             return None;
         }
     };
-    let plan = Plan::new(spec).ok()?.with_path(core);
-    let (tally, checksum) = plan.count_task_until(&task, stop).ok()??;
+    let plan = shared.plan(spec)?;
+    let (tally, checksum) = match plan.count_task_until(&task, stop) {
+        Ok(counted) => counted?,
+        Err(e) => {
+            tracing::error!(
+                task = task.index,
+                "cannot count this task here: {e}; it goes back to the coordinator when its lease \
+                 runs out"
+            );
+            return None;
+        }
+    };
     let elapsed = started.elapsed();
     let result = v1::TaskResult {
         checksum,

@@ -8,6 +8,7 @@ use crate::backoff::Backoff;
 use crate::metrics::{Call, Stats};
 use crate::pool::Pool;
 use crate::selftest::self_test;
+use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_proto::client::{connect_tls, tls_mismatch, Authed, ClientError};
 use nqueens_proto::u128_from_wire;
@@ -42,6 +43,8 @@ pub struct Config {
     pub self_test_fault: bool,
     /// The engine's path (`None`: the fastest this CPU has).
     pub core: Option<Path>,
+    /// What the join may hold while it counts a task (`--memory`).
+    pub budget: Budget,
 }
 
 /// What a worker did before it stopped.
@@ -174,7 +177,7 @@ pub async fn run_with(
     // Every lease handed to the pool (queued or counting), with its stop flag.
     let mut held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
     let (counted, mut finished) = mpsc::unbounded_channel();
-    let pool = Pool::new(threads, config.core, counted);
+    let pool = Pool::new(threads, config.core, config.budget, counted);
     // Results go to a reporter task, so no thread waits for an fsync.
     let (results, to_report) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(report_all(

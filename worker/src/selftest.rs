@@ -1,22 +1,29 @@
 //! The known-answer test a worker runs before taking work: N = 8..=12
-//! counted through both plan strategies must give the published totals.
+//! counted through the prefix and frame plans by backtracking, and through
+//! the halves and frame plans by the join, must give the published totals.
 //! A machine or build that miscounts must never report a result.
 
 use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 
 /// Runs the self-test; `fault` deliberately corrupts one count (to test that
 /// a failing self-test stops the worker).
 pub fn self_test(fault: bool) -> Result<(), String> {
     for n in 8..=12u32 {
-        for strategy in [Strategy::Prefix, Strategy::Frame] {
+        for (strategy, mode, depth) in [
+            (Strategy::Prefix, Mode::Backtrack, 3),
+            (Strategy::Frame, Mode::Backtrack, 2),
+            (Strategy::Halves, Mode::Join, 0),
+            (Strategy::Frame, Mode::Join, 1),
+        ] {
             let spec = PlanSpec {
                 n: Size::new(n).expect("8..=12"),
                 strategy,
-                depth: 3,
+                depth,
                 tasks: 16,
+                mode,
             };
             let plan = Plan::new(spec).map_err(|e| e.to_string())?;
             let s = solve_plan(&plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
@@ -27,8 +34,9 @@ pub fn self_test(fault: bool) -> Result<(), String> {
             let want = known(n).expect("known up to 27");
             if (total, s.unique().map_err(|e| e.to_string())?) != (want.total, want.unique) {
                 return Err(format!(
-                    "N={n} by the {strategy} strategy counted total {total}, expected {}: this machine or build miscounts, \
+                    "N={n} by the {strategy} strategy ({}) counted total {total}, expected {}: this machine or build miscounts, \
                      so it must not report results",
+                    mode.name(),
                     want.total
                 ));
             }

@@ -1,6 +1,7 @@
 //! The worker against a coordinator started by the test (in-process, real
 //! gRPC on loopback).
 
+use nqueens_common::engine::join::Budget;
 use nqueens_common::plan::Strategy;
 use nqueens_coordinator::core::{Clock, ManualClock, SystemClock};
 use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
@@ -41,6 +42,7 @@ fn worker_config(r: &Running, threads: usize) -> Config {
         grace: Duration::from_secs(30),
         self_test_fault: false,
         core: None,
+        budget: Budget::default(),
     }
 }
 
@@ -83,6 +85,31 @@ async fn a_worker_finishes_a_job_exactly_and_drains_when_idle() {
     stop.send(()).unwrap();
     let summary = worker.await.unwrap().unwrap();
     assert_eq!(summary.reported, j.tasks);
+    r.shutdown().await.unwrap();
+}
+
+/// Jobs whose plan names the join are counted by the join: the halves
+/// plan (whole boards' choices, its quarter tables built once per piece
+/// and kept across tasks) and a rings plan's parts, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_counts_jobs_in_join_mode_exactly() {
+    let dir = kit::tempdir();
+    let r = on_any_port(dir.path()).await;
+    let mut ops = kit::operators(&kit::url(&r)).await;
+    let mut ids = Vec::new();
+    for (n, strategy, depth) in [(15, Strategy::Halves, 0), (12, Strategy::Rings, 2)] {
+        let mut plan = kit::plan_spec(n, strategy, depth, 30);
+        plan.mode = v1::Mode::Join as i32;
+        ids.push(kit::submit(&mut ops, kit::job_request(plan)).await.job_id);
+    }
+    let (stop, worker) = spawn_worker(worker_config(&r, 2));
+    let halves = watch_until(&r, ids[0], kit::done).await;
+    assert_eq!(kit::counts(&halves), (2_279_184, 285_053));
+    assert_eq!(halves.plan.unwrap().mode, v1::Mode::Join as i32);
+    let rings = watch_until(&r, ids[1], kit::done).await;
+    assert_eq!(kit::counts(&rings), (14_200, 1_787));
+    stop.send(()).unwrap();
+    worker.await.unwrap().unwrap();
     r.shutdown().await.unwrap();
 }
 
@@ -200,6 +227,7 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
         grace: Duration::from_secs(1),
         self_test_fault: true,
         core: None,
+        budget: Budget::default(),
     };
     let (_tx, rx) = mpsc::unbounded_channel();
     let e = run(config, rx).await.unwrap_err();

@@ -25,6 +25,7 @@
 
 use crate::engine::counts::PieceCounts;
 use crate::engine::interior::{Interior, Start};
+use crate::engine::lanes::Path;
 
 /// An interior's free rows from a start on, with the columns each leaves
 /// open once the start's queens attack, and their places on the board.
@@ -114,6 +115,9 @@ const HALF_BYTES: u64 = 32;
 pub struct Budget {
     pub quarters: usize,
     pub halves: usize,
+    /// Threads that may each build their own tables (joins of different
+    /// subproblems): each then gets its share of `quarters`.
+    pub threads: usize,
 }
 
 impl Budget {
@@ -125,15 +129,28 @@ impl Budget {
             // A quarter table's offsets are u32.
             quarters: share(bytes / 8 * 5, QUARTER_BYTES).min(u32::MAX as usize),
             halves: share(bytes / 8 * 3 / threads.max(1) as u64 / 2, HALF_BYTES),
+            threads: threads.max(1),
+        }
+    }
+
+    /// The budget of one thread's own tables, when every thread builds
+    /// its own (the join of a prefix, frame or ring part).
+    pub fn per_thread(self) -> Budget {
+        Budget {
+            quarters: self.quarters / self.threads.max(1),
+            threads: 1,
+            ..self
         }
     }
 }
 
 impl Default for Budget {
+    /// The default bounds, for as many threads as this machine has.
     fn default() -> Budget {
         Budget {
             quarters: QUARTER_LIMIT,
             halves: HALF_LIMIT,
+            threads: crate::engine::threads::default_threads(),
         }
     }
 }
@@ -307,11 +324,11 @@ fn join_quarters(
 }
 
 /// Pairs (a, b) with `a & b == 0`, one from each list.
-fn disjoint_pairs(a: &[u64], b: &[u64]) -> u64 {
+fn disjoint_pairs(a: &[u64], b: &[u64], path: Path) -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
-    {
-        // SAFETY: the CPU has AVX2 and POPCNT (checked above).
+    if path >= Path::Avx2 {
+        // SAFETY: the CPU has AVX2 and POPCNT (a join takes the AVX2 path
+        // only on such a CPU, see `Join::on`).
         return unsafe { disjoint_pairs_avx2(a, b) };
     }
     disjoint_pairs_body(a, b)
@@ -524,15 +541,14 @@ impl Transposed {
     }
 }
 
-/// One interior (below one start) ready to be counted by choices of east
-/// rows: its rows, its column halves and the diagonals they share.
-pub struct Join {
+/// How an interior (below one start) is cut for the join: its rows, its
+/// column halves, the diagonals they share and its symmetries. Cheap to
+/// make (no tables), so a planner lists choices of east rows with it.
+pub struct Shape {
     rows: Rows,
     west: u32,
     east: u32,
     win: Window,
-    /// Placements on the upper and lower free rows, east and west.
-    quarters: [Quarter; 4],
     /// Rows that cannot take an east (west) queen: west (east) rows.
     must_w: u32,
     must_e: u32,
@@ -545,23 +561,26 @@ pub struct Join {
     /// Even whole boards: the key bits of the two long diagonals (see
     /// [`Join::count_choice`]); 0 elsewhere.
     long: u64,
+}
+
+/// A [`Shape`] with its quarter tables built: ready to count choices.
+pub struct Join {
+    shape: Shape,
+    /// Placements on the upper and lower free rows, east and west.
+    quarters: [Quarter; 4],
     /// Halves a side of a choice may hold.
     half_limit: usize,
+    /// How pairs are counted: AVX2 (and POPCNT) or portable code.
+    path: Path,
 }
 
 /// The largest board [`Join::whole`] takes: beyond it the halves of one
 /// choice of east rows outgrow memory (and the choices number millions).
 pub const MAX_WHOLE_N: u32 = 24;
 
-impl Join {
+impl Shape {
     /// The interior `it` below `start`.
-    pub fn new(it: &Interior, start: &Start) -> Result<Join, TooLarge> {
-        Join::within(it, start, Budget::default())
-    }
-
-    /// [`Join::new`] within `budget`.
-    pub fn within(it: &Interior, start: &Start, budget: Budget) -> Result<Join, TooLarge> {
-        let limit = budget.quarters;
+    pub fn of(it: &Interior, start: &Start) -> Shape {
         let rows = Rows::new(it, start);
         let k = rows.len;
         let free = rows.open[..k].iter().fold(0u32, |a, &o| a | o);
@@ -598,66 +617,52 @@ impl Join {
         } else {
             Window::new(&rows, west, east)
         };
-        let mut room = limit;
-        let h = k / 2;
-        let too = |_| TooLarge { limit };
-        let quarters = [
-            Quarter::new(&rows, 0, h, east, &mut room).map_err(too)?,
-            Quarter::new(&rows, h, k - h, east, &mut room).map_err(too)?,
-            Quarter::new(&rows, 0, h, west, &mut room).map_err(too)?,
-            Quarter::new(&rows, h, k - h, west, &mut room).map_err(too)?,
-        ];
-        Ok(Join {
+        Shape {
             rows,
             west,
             east,
             win,
-            quarters,
             must_w,
             must_e,
             flip: false,
             mirror: false,
             long: 0,
-            half_limit: budget.halves,
-        })
+        }
     }
 
-    /// The whole `n`×`n` board as joins, each with the number of boards it
-    /// stands for. Even N: the empty board, symmetric both ways. Odd N: the
-    /// queen of the middle column in each row; the others' columns then
+    /// The whole `n`×`n` board in pieces, each with the number of boards
+    /// it stands for. Even N: the empty board, symmetric both ways. Odd N:
+    /// the queen of the middle column in each row; the others' columns then
     /// mirror onto each other, and rows r and N-1-r count alike (the board
     /// turned upside down), so rows below the middle stand for two.
-    /// Each is built when the iterator reaches it, so one set of quarter
-    /// tables is in memory at a time.
-    pub fn whole(n: usize, budget: Budget) -> impl Iterator<Item = Result<(Join, u32), TooLarge>> {
+    pub fn whole(n: usize) -> impl Iterator<Item = (Shape, u32)> {
+        (0..whole_pieces(n)).map(move |piece| Shape::piece(n, piece))
+    }
+
+    /// Piece `piece` (below [`whole_pieces`]) of the whole board: the
+    /// empty board for even N, the middle queen in row `piece` for odd N.
+    pub fn piece(n: usize, piece: usize) -> (Shape, u32) {
         assert!(
-            n <= MAX_WHOLE_N as usize,
+            (1..=MAX_WHOLE_N as usize).contains(&n) && piece < whole_pieces(n),
             "the join takes whole boards up to N={MAX_WHOLE_N}"
         );
         let mid = n / 2;
-        let rows: Vec<Option<usize>> = if n.is_multiple_of(2) {
-            vec![None]
+        if n.is_multiple_of(2) {
+            let mut j = Shape::of(&Interior::new(n, &[]), &Start::default());
+            (j.flip, j.mirror) = (true, true);
+            // The long diagonals r = c (anti-diagonal key c - r + 31 =
+            // 31) and r + c = n - 1 (diagonal key n - 1): both in the
+            // window.
+            let w = j.win;
+            j.long = 1u64 << (n as u32 - 1 - w.lo1) | 1u64 << (w.width1 + 31 - w.lo2);
+            (j, 1)
         } else {
-            (0..=mid).map(Some).collect()
-        };
-        rows.into_iter().map(move |row| match row {
-            None => {
-                let mut j = Join::within(&Interior::new(n, &[]), &Start::default(), budget)?;
-                (j.flip, j.mirror) = (true, true);
-                // The long diagonals r = c (anti-diagonal key c - r + 31 =
-                // 31) and r + c = n - 1 (diagonal key n - 1): both in the
-                // window.
-                let w = j.win;
-                j.long = 1u64 << (n as u32 - 1 - w.lo1) | 1u64 << (w.width1 + 31 - w.lo2);
-                Ok((j, 1))
-            }
-            Some(r) => {
-                let queen = [(r, mid)];
-                let mut j = Join::within(&Interior::new(n, &queen), &Start::default(), budget)?;
-                (j.flip, j.mirror) = (r == mid, true);
-                Ok((j, if r == mid { 1 } else { 2 }))
-            }
-        })
+            let r = piece;
+            let queen = [(r, mid)];
+            let mut j = Shape::of(&Interior::new(n, &queen), &Start::default());
+            (j.flip, j.mirror) = (r == mid, true);
+            (j, if r == mid { 1 } else { 2 })
+        }
     }
 
     /// Free rows.
@@ -666,41 +671,32 @@ impl Join {
     }
 
     /// Every choice of east rows that can hold a completion, each with the
-    /// number of choices it stands for. On a symmetric interior a choice
-    /// stands for its images: upside down (rows reversed) an east half is
-    /// still an east half, and left to right east and west swap, so the
-    /// east rows become the others. Only the least of each class is kept.
+    /// number of choices it stands for (see [`Shape::weight`]), in
+    /// increasing order.
     pub fn choices(&self) -> Vec<(u32, u32)> {
-        let k = self.rows.len;
-        let all = if k == 32 { u32::MAX } else { (1u32 << k) - 1 };
-        let ke = self.east.count_ones();
-        let flip = |s: u32| {
-            if k == 0 {
-                0
-            } else {
-                s.reverse_bits() >> (32 - k)
-            }
-        };
-        let mirror = self.mirror && ke as usize * 2 == k;
         let mut out = Vec::new();
+        self.for_each_choice(|s, w| out.push((s, w)));
+        out
+    }
+
+    /// [`Shape::choices`], one at a time.
+    pub fn for_each_choice(&self, visit: impl FnMut(u32, u32)) {
+        self.for_each_choice_in(0, u64::MAX, visit)
+    }
+
+    /// [`Shape::for_each_choice`] of the choices `s` with `lo <= s < hi`.
+    pub fn for_each_choice_in(&self, lo: u64, hi: u64, mut visit: impl FnMut(u32, u32)) {
+        let k = self.rows.len;
+        let all = self.all_rows();
+        let ke = self.east.count_ones();
         let mut s: u32 = if ke == 0 { 0 } else { all >> (k as u32 - ke) };
         loop {
-            if s & self.must_w == 0 && self.must_e & !s == 0 {
-                if self.flip || mirror {
-                    let mut images = vec![s];
-                    if self.flip {
-                        images.push(flip(s));
-                    }
-                    if mirror {
-                        images.extend(images.clone().iter().map(|&t| all & !t));
-                    }
-                    if images.iter().all(|&t| t >= s) {
-                        images.sort_unstable();
-                        images.dedup();
-                        out.push((s, images.len() as u32));
-                    }
-                } else {
-                    out.push((s, 1));
+            if u64::from(s) >= hi {
+                break;
+            }
+            if u64::from(s) >= lo {
+                if let Some(w) = self.weight(s) {
+                    visit(s, w);
                 }
             }
             if ke == 0 || ke as usize == k {
@@ -717,33 +713,162 @@ impl Join {
                 break;
             }
         }
-        out
+    }
+
+    /// Bits of the free rows.
+    fn all_rows(&self) -> u32 {
+        let k = self.rows.len;
+        if k == 32 {
+            u32::MAX
+        } else {
+            (1u32 << k) - 1
+        }
+    }
+
+    /// The number of choices east rows `s` stand for, if `s` is one that
+    /// [`Shape::choices`] lists (any other value: `None`, so an id naming a
+    /// choice can be checked). On a symmetric interior a choice stands for
+    /// its images: upside down (rows reversed) an east half is still an
+    /// east half, and left to right east and west swap, so the east rows
+    /// become the others. Only the least of each class is listed.
+    pub fn weight(&self, s: u32) -> Option<u32> {
+        let k = self.rows.len;
+        let all = self.all_rows();
+        let ke = self.east.count_ones();
+        if s & !all != 0 || s.count_ones() != ke || s & self.must_w != 0 || self.must_e & !s != 0 {
+            return None;
+        }
+        let mirror = self.mirror && ke as usize * 2 == k;
+        // The images: s, flipped, and each mirrored (the other rows).
+        let flipped = if self.flip && k > 0 {
+            s.reverse_bits() >> (32 - k)
+        } else {
+            s
+        };
+        let mut images = [s, flipped, s, flipped];
+        if mirror {
+            images[2] = all & !s;
+            images[3] = all & !flipped;
+        }
+        if images.iter().any(|&t| t < s) {
+            return None;
+        }
+        images.sort_unstable();
+        Some(1 + images.windows(2).filter(|p| p[0] != p[1]).count() as u32)
+    }
+
+    /// Builds the quarter tables within `budget`.
+    pub fn build(self, budget: Budget) -> Result<Join, TooLarge> {
+        let limit = budget.quarters;
+        let (rows, k) = (&self.rows, self.rows.len);
+        let mut room = limit;
+        let h = k / 2;
+        let too = |_| TooLarge { limit };
+        let quarters = [
+            Quarter::new(rows, 0, h, self.east, &mut room).map_err(too)?,
+            Quarter::new(rows, h, k - h, self.east, &mut room).map_err(too)?,
+            Quarter::new(rows, 0, h, self.west, &mut room).map_err(too)?,
+            Quarter::new(rows, h, k - h, self.west, &mut room).map_err(too)?,
+        ];
+        Ok(Join {
+            shape: self,
+            quarters,
+            half_limit: budget.halves,
+            path: pair_path(None),
+        })
+    }
+}
+
+/// Pieces [`Shape::whole`] cuts an `n`×`n` board into: one for even N, a
+/// row of the middle queen for each row down to the middle for odd N.
+pub fn whole_pieces(n: usize) -> usize {
+    if n.is_multiple_of(2) {
+        1
+    } else {
+        n / 2 + 1
+    }
+}
+
+impl Join {
+    /// The interior `it` below `start`.
+    pub fn new(it: &Interior, start: &Start) -> Result<Join, TooLarge> {
+        Join::within(it, start, Budget::default())
+    }
+
+    /// [`Join::new`] within `budget`.
+    pub fn within(it: &Interior, start: &Start, budget: Budget) -> Result<Join, TooLarge> {
+        Shape::of(it, start).build(budget)
+    }
+
+    /// The whole `n`×`n` board as joins (see [`Shape::whole`]), each built
+    /// when the iterator reaches it, so one set of quarter tables is in
+    /// memory at a time.
+    pub fn whole(n: usize, budget: Budget) -> impl Iterator<Item = Result<(Join, u32), TooLarge>> {
+        Shape::whole(n).map(move |(shape, times)| Ok((shape.build(budget)?, times)))
+    }
+
+    /// Counts pairs on `path` if this CPU has it (`None`: the fastest).
+    /// The pair loop has two: AVX2 with POPCNT (taken for AVX-512 too: its
+    /// wider build measured 2–3× slower), and portable code ("scalar").
+    pub fn on(mut self, path: Option<Path>) -> Join {
+        self.path = pair_path(path);
+        self
+    }
+
+    /// The path pairs are counted on.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
+    /// Bytes its quarter tables hold.
+    pub fn table_bytes(&self) -> u64 {
+        self.quarters
+            .iter()
+            .map(|q| {
+                4 * (q.at.capacity() + q.cols.capacity()) + 8 * (q.d1.capacity() + q.d2.capacity())
+            })
+            .sum::<usize>() as u64
+    }
+
+    /// How the join's interior is cut.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// Free rows.
+    pub fn rows(&self) -> usize {
+        self.shape.rows.len
+    }
+
+    /// See [`Shape::choices`].
+    pub fn choices(&self) -> Vec<(u32, u32)> {
+        self.shape.choices()
     }
 
     /// Completions with east rows `s` (in `c1`) and half placements
     /// enumerated (in `nodes`). `halves` holds both sides' halves between
     /// calls, so a thread allocates once.
     pub fn count_choice(&self, s: u32, halves: &mut Halves) -> Result<PieceCounts, TooLarge> {
-        let k = self.rows.len;
-        let all = if k == 32 { u32::MAX } else { (1u32 << k) - 1 };
+        let shape = &self.shape;
+        let all = shape.all_rows();
         let mut counts = PieceCounts::default();
         let limit = self.half_limit;
         let [eu, el, wu, wl] = &self.quarters;
         halves.east.clear();
-        counts.nodes += join_quarters(eu, el, s, self.east, &self.win, &mut halves.east, limit)?;
+        counts.nodes += join_quarters(eu, el, s, shape.east, &shape.win, &mut halves.east, limit)?;
         if !halves.east.is_empty() {
             halves.west.clear();
             counts.nodes += join_quarters(
                 wu,
                 wl,
                 all & !s,
-                self.west,
-                &self.win,
+                shape.west,
+                &shape.win,
                 &mut halves.west,
                 limit,
             )?;
-            counts.c1 += if self.long == 0 {
-                disjoint_pairs(&halves.east, &halves.west)
+            counts.c1 += if shape.long == 0 {
+                disjoint_pairs(&halves.east, &halves.west, self.path)
             } else {
                 self.long_classes(halves)
             };
@@ -764,7 +889,7 @@ impl Join {
     /// and none east, 2^(i-1) with i east and none west, 0 with a long
     /// queen on each side. Over the choices this adds up to the total.
     fn long_classes(&self, halves: &mut Halves) -> u64 {
-        let long = self.long;
+        let long = self.shape.long;
         let split = |list: &[u64], out: &mut [Vec<u64>; 3]| {
             for v in out.iter_mut() {
                 v.clear();
@@ -784,7 +909,8 @@ impl Join {
         halves.west.extend_from_slice(&w[2]);
         halves.east.clear();
         halves.east.extend(e[1].iter().chain(&e[2]).chain(&e[2]));
-        let n = disjoint_pairs(&e[0], &halves.west) + disjoint_pairs(&halves.east, &w[0]);
+        let n = disjoint_pairs(&e[0], &halves.west, self.path)
+            + disjoint_pairs(&halves.east, &w[0], self.path);
         (halves.by_east, halves.by_west) = (e, w);
         n
     }
@@ -805,12 +931,48 @@ impl Halves {
     pub fn sizes(&self) -> (usize, usize) {
         (self.east.len(), self.west.len())
     }
+
+    /// Bytes held for halves (the most any choice so far needed).
+    pub fn bytes(&self) -> u64 {
+        let lists = [&self.east, &self.west]
+            .into_iter()
+            .chain(&self.by_east)
+            .chain(&self.by_west);
+        lists.map(|v| 8 * v.capacity() as u64).sum()
+    }
+}
+
+/// The pair loop's path for a request (`None`: the fastest): AVX2 when
+/// asked for AVX2 or better and the CPU has AVX2 and POPCNT, else portable.
+pub fn pair_path(want: Option<Path>) -> Path {
+    let has = Path::Avx2.supported() && {
+        #[cfg(target_arch = "x86_64")]
+        let popcnt = std::arch::is_x86_feature_detected!("popcnt");
+        #[cfg(not(target_arch = "x86_64"))]
+        let popcnt = false;
+        popcnt
+    };
+    if has && want.is_none_or(|p| p >= Path::Avx2) {
+        Path::Avx2
+    } else {
+        Path::Scalar
+    }
 }
 
 /// Completions (in `c1`) and half placements enumerated (in `nodes`) of
 /// `it` below `start`, by the join, on one thread.
 pub fn count_from(it: &Interior, start: &Start) -> Result<PieceCounts, TooLarge> {
-    let join = Join::new(it, start)?;
+    count_within(it, start, Budget::default(), None)
+}
+
+/// [`count_from`] within `budget`, its pairs counted on `path`.
+pub fn count_within(
+    it: &Interior,
+    start: &Start,
+    budget: Budget,
+    path: Option<Path>,
+) -> Result<PieceCounts, TooLarge> {
+    let join = Join::within(it, start, budget)?.on(path);
     let mut counts = PieceCounts::default();
     if join.rows() == 0 {
         counts.c1 = 1;
@@ -830,6 +992,15 @@ mod tests {
     use super::*;
     use crate::engine::border::Frames;
     use crate::Size;
+
+    /// The pair loop's paths this CPU has, each printed if skipped.
+    fn pair_paths() -> Vec<Path> {
+        let paths = vec![pair_path(Some(Path::Scalar)), pair_path(None)];
+        if paths[1] == Path::Scalar {
+            eprintln!("skipped the AVX2 pair loop: this CPU lacks AVX2 or POPCNT");
+        }
+        paths
+    }
 
     #[test]
     fn the_whole_board_joined_gives_every_total_up_to_twelve() {
@@ -892,7 +1063,13 @@ mod tests {
                 .iter()
                 .map(|&p| b.iter().filter(|&&q| p & q == 0).count() as u64)
                 .sum();
-            assert_eq!(disjoint_pairs(&a, &b), want, "{a_len} × {b_len}");
+            for path in pair_paths() {
+                assert_eq!(
+                    disjoint_pairs(&a, &b, path),
+                    want,
+                    "{a_len} × {b_len} {path}"
+                );
+            }
             assert_eq!(
                 disjoint_pairs_body(&b, &a),
                 want,
@@ -977,6 +1154,7 @@ mod tests {
         let within = |quarters| Budget {
             quarters,
             halves: HALF_LIMIT,
+            threads: 1,
         };
         let fits = |limit| Join::within(&it, &Start::default(), within(limit)).is_ok();
         // The least bound that fits, by bisection.

@@ -16,10 +16,16 @@
 //!
 //! The half- and quarter-turn subproblems (2N small searches) are left
 //! out: they are a vanishing part of the work.
+//!
+//! A plan in join mode is timed directly instead: random subproblems (or
+//! choices of east rows) counted by the join, the mean time times their
+//! number, plus, for a halves plan, building each piece's quarter tables.
+//! The largest tables and halves met give the memory a task needs.
 
-use crate::engine::interior::Interior;
+use crate::engine::interior::{Interior, Start};
+use crate::engine::join::{whole_pieces, Halves, Join, Shape};
 use crate::engine::lanes::{count_interiors, Path};
-use crate::plan::{Kind, Plan, PlanError, Strategy, Subproblem, KIND_SHIFT};
+use crate::plan::{Kind, Mode, Plan, PlanError, Strategy, Subproblem, KIND_SHIFT};
 use serde::Serialize;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -42,6 +48,8 @@ pub const MAX_SUBPROBLEMS: f64 = 2e10;
 /// What the estimate found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Estimate {
+    /// How the plan counts: "backtrack" or "join".
+    pub mode: &'static str,
     pub path: &'static str,
     /// Subproblems of the plan (exact, or estimated by sampling).
     pub subproblems: f64,
@@ -58,6 +66,10 @@ pub struct Estimate {
     pub sampled: u64,
     pub probes: u64,
     pub seconds_spent: f64,
+    /// Join mode: the most memory one task needed in the sample (its
+    /// quarter tables and one thread's halves), in bytes; 0 when
+    /// backtracking (a task's lanes hold a few MB).
+    pub task_bytes: u64,
 }
 
 /// A small deterministic generator (xorshift64*): the same seed gives the
@@ -125,6 +137,9 @@ impl Plan {
                 "this plan is one whole-board search: count it instead",
             ));
         }
+        if self.spec.mode == Mode::Join {
+            return self.estimate_join(&mut rng, budget, started);
+        }
         let (subproblems, exact) = self.subproblem_count(&mut rng);
         if self.spec.strategy == Strategy::Rings {
             // The parts of the rings are the rings' search cut up: the
@@ -155,6 +170,7 @@ impl Plan {
         let var = per.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (m - 1.0);
         let err = (var / m).sqrt();
         Ok(Estimate {
+            mode: Mode::Backtrack.name(),
             path: path.name(),
             subproblems,
             subproblems_exact: exact,
@@ -166,9 +182,120 @@ impl Plan {
             sampled: per.len() as u64,
             probes,
             seconds_spent: started.elapsed().as_secs_f64(),
+            task_bytes: 0,
         })
     }
 
+    /// [`Plan::estimate`] of a plan in join mode: subproblems drawn at
+    /// random and counted by the join, until `budget` is spent (at least 8
+    /// per piece of a halves plan, or in all).
+    fn estimate_join(
+        &self,
+        rng: &mut Rng,
+        budget: Duration,
+        started: Instant,
+    ) -> Result<Estimate, PlanError> {
+        let mut s = JoinSample::default();
+        let (subproblems, exact);
+        if self.spec.strategy == Strategy::Halves {
+            // Each piece apart (stratified): its tables built once, timed,
+            // then its choices sampled with an equal share of the budget.
+            let n = self.spec.n.n();
+            let pieces = whole_pieces(n);
+            let mut total = 0u64;
+            for piece in 0..pieces {
+                let (shape, _) = Shape::piece(n, piece);
+                let mut choices = Vec::new();
+                shape.for_each_choice(|c, _| choices.push(c));
+                total += choices.len() as u64;
+                let t = Instant::now();
+                let join = shape.build(self.budget)?.on(self.path);
+                s.build_seconds += t.elapsed().as_secs_f64();
+                s.table_bytes = s.table_bytes.max(join.table_bytes());
+                s.path = Some(join.path());
+                let until = budget.mul_f64((piece + 1) as f64 / pieces as f64);
+                let mut taken = Vec::new();
+                while !choices.is_empty()
+                    && (taken.len() < 8 || (started.elapsed() < until && taken.len() < 100_000))
+                {
+                    let c = choices[rng.below(choices.len() as u64) as usize];
+                    taken.push(s.time(|h| join.count_choice(c, h))?);
+                }
+                s.add_stratum(&taken, choices.len() as f64);
+            }
+            (subproblems, exact) = (total as f64, true);
+        } else {
+            (subproblems, exact) = self.subproblem_count(rng);
+            // A subproblem drawn with probability p weighs 1 / p: a ring
+            // part's time counts for all its ring's parts, and the sum over
+            // draws is scaled to the plan's rings (or subproblems).
+            let (units, _) = match self.spec.strategy {
+                Strategy::Rings => self.ring_plan().subproblem_count(rng),
+                _ => (subproblems, exact),
+            };
+            let mut taken = Vec::new();
+            while taken.len() < 8 || (started.elapsed() < budget && taken.len() < 100_000) {
+                let (it, start, times) = self.random_start(rng);
+                let (mut bytes, mut path) = (0, Path::Scalar);
+                let (mut secs, nodes) = s.time(|h| {
+                    let join = Join::within(&it, &start, self.budget)?.on(self.path);
+                    (bytes, path) = (join.table_bytes(), join.path());
+                    let mut c = crate::engine::counts::PieceCounts::default();
+                    for (choice, _) in join.choices() {
+                        c.nodes += join.count_choice(choice, h)?.nodes;
+                    }
+                    Ok(c)
+                })?;
+                s.table_bytes = s.table_bytes.max(bytes);
+                s.path = Some(path);
+                secs *= times;
+                taken.push((secs, nodes * times));
+            }
+            s.add_stratum(&taken, units);
+        }
+        Ok(Estimate {
+            mode: Mode::Join.name(),
+            path: s.path.unwrap_or(Path::Scalar).name(),
+            subproblems,
+            subproblems_exact: exact,
+            nodes_per_subproblem: s.nodes / subproblems,
+            nodes_per_subproblem_error: s.nodes * (s.variance.sqrt() / s.seconds) / subproblems,
+            nodes_per_second: s.nodes / s.seconds.max(1e-12),
+            core_seconds: s.seconds + s.build_seconds,
+            core_seconds_error: s.variance.sqrt(),
+            sampled: s.sampled,
+            probes: 1,
+            seconds_spent: started.elapsed().as_secs_f64(),
+            task_bytes: s.table_bytes + s.halves.bytes(),
+        })
+    }
+
+    /// A random subproblem of a prefix, frame or rings plan, as an interior
+    /// and a start, with the number of subproblems it stands for in the
+    /// draw (a ring's parts: a ring is drawn uniformly, then one part).
+    fn random_start(&self, rng: &mut Rng) -> (Interior, Start, f64) {
+        if self.spec.strategy != Strategy::Rings {
+            let (_, it) = self.random_subproblem(rng);
+            return (it, Start::default(), 1.0);
+        }
+        let rings = self.ring_plan();
+        let (lines, bits) = rings.id_shape();
+        let frames = self.frames.as_ref().expect("a rings plan has rings");
+        loop {
+            let Ok(Subproblem::Frame { frame, .. }) =
+                rings.decode(rings.random_id(rng, lines, bits))
+            else {
+                continue;
+            };
+            let mut starts = Vec::new();
+            self.for_each_part(frames, frame, |_, start| starts.push(start));
+            if starts.is_empty() {
+                continue;
+            }
+            let start = starts[rng.below(starts.len() as u64) as usize];
+            return (frames.interior(&frame), start, starts.len() as f64);
+        }
+    }
     /// The number of prefix or frame subproblems: enumerated when the plan
     /// is small, else the acceptance rate of random ids times their range.
     fn subproblem_count(&self, rng: &mut Rng) -> (f64, bool) {
@@ -239,7 +366,7 @@ impl Plan {
         let lines = match self.spec.strategy {
             Strategy::Prefix => self.spec.depth as usize,
             Strategy::Frame | Strategy::Rings => self.frames.as_ref().expect("frame plan").lines(),
-            Strategy::Synthetic => 0,
+            Strategy::Synthetic | Strategy::Halves => 0,
         };
         (lines, crate::engine::border::POS_BITS)
     }
@@ -251,7 +378,7 @@ impl Plan {
         let kind = match self.spec.strategy {
             Strategy::Prefix => Kind::Prefix,
             Strategy::Frame | Strategy::Rings => Kind::Frame,
-            Strategy::Synthetic => Kind::Whole,
+            Strategy::Synthetic | Strategy::Halves => Kind::Whole,
         };
         let payload = (0..lines).fold(0u64, |k, _| k << bits | rng.below(n));
         (kind as u64) << KIND_SHIFT | payload
@@ -293,6 +420,58 @@ impl Plan {
             path = used;
         }
         Ok((path, nodes as f64 / spent.as_secs_f64().max(1e-9)))
+    }
+}
+
+/// What the join's sample has gathered: projected sums over the plan.
+#[derive(Default)]
+struct JoinSample {
+    /// Projected core-seconds of the counts, their variance, and nodes.
+    seconds: f64,
+    variance: f64,
+    nodes: f64,
+    /// Core-seconds building quarter tables (a halves plan's pieces).
+    build_seconds: f64,
+    sampled: u64,
+    table_bytes: u64,
+    halves: Halves,
+    path: Option<Path>,
+}
+
+impl JoinSample {
+    /// Times one count, returning its seconds and nodes.
+    fn time(
+        &mut self,
+        count: impl FnOnce(
+            &mut Halves,
+        )
+            -> Result<crate::engine::counts::PieceCounts, crate::engine::join::TooLarge>,
+    ) -> Result<(f64, f64), PlanError> {
+        let t = Instant::now();
+        let c = count(&mut self.halves)?;
+        self.sampled += 1;
+        Ok((t.elapsed().as_secs_f64(), c.nodes as f64))
+    }
+
+    /// Adds a stratum of `units` subproblems from draws (seconds, nodes).
+    fn add_stratum(&mut self, draws: &[(f64, f64)], units: f64) {
+        let m = draws.len() as f64;
+        if m == 0.0 {
+            return;
+        }
+        let mean = draws.iter().map(|d| d.0).sum::<f64>() / m;
+        let var = if m > 1.0 {
+            draws
+                .iter()
+                .map(|d| (d.0 - mean) * (d.0 - mean))
+                .sum::<f64>()
+                / (m - 1.0)
+        } else {
+            0.0
+        };
+        self.seconds += units * mean;
+        self.variance += units * units * var / m;
+        self.nodes += units * draws.iter().map(|d| d.1).sum::<f64>() / m;
     }
 }
 
@@ -357,6 +536,7 @@ mod tests {
             strategy: Strategy::Frame,
             depth: 1,
             tasks: 10,
+            mode: Mode::Backtrack,
         })
         .unwrap();
         let mut rng = Rng(7);
@@ -411,6 +591,7 @@ mod tests {
                     strategy,
                     depth,
                     tasks: 1,
+                    mode: Mode::Backtrack,
                 })
                 .unwrap();
                 let mut rng = Rng(u64::from(n) * 1000 + u64::from(depth));
@@ -464,6 +645,7 @@ mod tests {
             strategy,
             depth,
             tasks: 1000,
+            mode: Mode::Backtrack,
         };
         for (n, depth) in [(32, 11), (32, 9), (26, 11)] {
             let e = Plan::new(spec(n, Strategy::Prefix, depth))
@@ -497,6 +679,7 @@ mod tests {
                 strategy,
                 depth,
                 tasks: 10,
+                mode: Mode::Backtrack,
             })
             .unwrap();
             let (lines, bits) = plan.id_shape();

@@ -12,7 +12,15 @@
 //!   left half (weight 2; the middle column of an odd board weight 1).
 //! - **frame**: canonical frames ([`crate::engine::border`]) weighted by orbit size.
 //!
-//! Both add the half- and quarter-turn symmetric counts
+//! - **halves** (join mode only, N=4..24): the whole board's choices of
+//!   east rows ([`crate::engine::join::Shape::choices`]), one per symmetry
+//!   class, weighted by its size; odd N one set per row of the middle
+//!   queen.
+//!
+//! A plan also names its [`Mode`]: prefixes, frames and ring parts are
+//! counted by backtracking in lanes or by the join on their interiors.
+//!
+//! All add the half- and quarter-turn symmetric counts
 //! ([`crate::engine::symmetric`]), from which the classes (and the unique count)
 //! follow by Burnside. The two decompositions share no subproblem, so a
 //! count made with one can be cross-checked with the other.
@@ -29,10 +37,12 @@ use crate::engine::board::Size;
 use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
 use crate::engine::counts::{CountOverflow, PieceCounts, Totals};
 use crate::engine::interior::{Interior, Start};
+use crate::engine::join::{self, whole_pieces, Budget, Halves, Join, Shape, TooLarge};
 use crate::engine::lanes::{count_below, Path};
 use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 pub use table::TaskTable;
 
 /// How a plan splits the search.
@@ -48,6 +58,8 @@ pub enum Strategy {
     /// load test can run millions of tasks through a coordinator and check
     /// the exact sum. Its tasks are derived from their index, never listed.
     Synthetic,
+    /// The whole board's choices of east rows, counted by the join.
+    Halves,
 }
 
 impl std::str::FromStr for Strategy {
@@ -58,8 +70,10 @@ impl std::str::FromStr for Strategy {
             "frame" => Ok(Strategy::Frame),
             "rings" => Ok(Strategy::Rings),
             "synthetic" => Ok(Strategy::Synthetic),
+            "halves" => Ok(Strategy::Halves),
             _ => Err(format!(
-                "unknown strategy '{s}': use 'frame', 'rings', 'prefix' or (load tests) 'synthetic'"
+                "unknown strategy '{s}': use 'frame', 'rings', 'prefix', 'halves' (join mode) \
+                 or (load tests) 'synthetic'"
             )),
         }
     }
@@ -73,6 +87,28 @@ impl Strategy {
             Strategy::Frame => "frame",
             Strategy::Rings => "rings",
             Strategy::Synthetic => "synthetic",
+            Strategy::Halves => "halves",
+        }
+    }
+}
+
+/// How a plan's subproblems are counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    /// Every completion walked, many subproblems at once in SIMD lanes.
+    #[default]
+    Backtrack,
+    /// The half-board join ([`crate::engine::join`]): halves enumerated
+    /// from quarter tables, compatible pairs counted.
+    Join,
+}
+
+impl Mode {
+    /// The name `--mode` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Backtrack => "backtrack",
+            Mode::Join => "join",
         }
     }
 }
@@ -92,6 +128,9 @@ pub struct PlanSpec {
     pub depth: u32,
     /// About how many tasks to make.
     pub tasks: u64,
+    /// How subproblems are counted (the halves strategy: only by the join).
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 /// Default prefix depth: deep enough for thousands of subproblems.
@@ -103,12 +142,15 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// tasks of minutes.
 pub const RING_DEFAULT_MAX_N: u32 = 21;
 
-/// The strategy a plan of N uses when none is given: frames up to
-/// [`RING_DEFAULT_MAX_N`] (rings, at their default depth), then rings cut
-/// into parts, which count rings' nodes (about half of 8-line frames') in
-/// tasks as small as a record attempt needs.
-pub fn default_strategy(n: Size) -> Strategy {
-    if n.get() <= RING_DEFAULT_MAX_N {
+/// The strategy a plan of N uses when none is given. Backtracking: frames
+/// up to [`RING_DEFAULT_MAX_N`] (rings, at their default depth), then rings
+/// cut into parts, which count rings' nodes (about half of 8-line frames')
+/// in tasks as small as a record attempt needs. The join: whole boards cut
+/// into halves while they fit ([`join::MAX_WHOLE_N`]), then ring parts.
+pub fn default_strategy(n: Size, mode: Mode) -> Strategy {
+    if mode == Mode::Join && (4..=join::MAX_WHOLE_N).contains(&n.get()) {
+        Strategy::Halves
+    } else if n.get() <= RING_DEFAULT_MAX_N {
         Strategy::Frame
     } else {
         Strategy::Rings
@@ -124,7 +166,7 @@ pub fn default_depth(strategy: Strategy, n: Size) -> u32 {
         Strategy::Rings if n.get() <= 18 => 1,
         Strategy::Rings if n.get() <= 23 => 2,
         Strategy::Rings => MAX_RING_SPLIT,
-        Strategy::Synthetic => 0,
+        Strategy::Synthetic | Strategy::Halves => 0,
     }
 }
 
@@ -196,6 +238,8 @@ pub enum Kind {
     HalfTurn = 3,
     QuarterTurn = 4,
     RingPart = 5,
+    /// A choice of east rows of a halves plan.
+    Choice = 6,
 }
 
 pub(crate) const KIND_SHIFT: u32 = 60;
@@ -226,6 +270,13 @@ pub enum Subproblem {
         part: u32,
         start: Start,
     },
+    /// East rows `choice` of piece `piece` of the whole board (see
+    /// [`Shape::piece`]), standing for `weight` choices of boards.
+    Choice {
+        piece: u8,
+        choice: u32,
+        weight: u32,
+    },
 }
 
 impl Subproblem {
@@ -242,6 +293,7 @@ impl Subproblem {
                 ..
             } => Kind::QuarterTurn,
             Subproblem::RingPart { .. } => Kind::RingPart,
+            Subproblem::Choice { .. } => Kind::Choice,
         }
     }
 
@@ -253,6 +305,7 @@ impl Subproblem {
             Subproblem::Frame { frame, .. } => frame.key(),
             Subproblem::Symmetric { first, .. } => u64::from(*first),
             Subproblem::RingPart { ring, part, .. } => ring.key() << PART_BITS | u64::from(*part),
+            Subproblem::Choice { piece, choice, .. } => choice_id(*piece, *choice) & PAYLOAD,
         };
         (self.kind() as u64) << KIND_SHIFT | payload
     }
@@ -300,6 +353,22 @@ pub enum PlanError {
     Synthetic,
     #[error("a synthetic plan has at most {max} tasks, got {0}", max = MAX_TASKS)]
     TooManySynthetic(u64),
+    #[error(
+        "the halves strategy cuts whole boards from N=4 to N={max}, not N={0}: use the rings \
+         strategy (its ring parts can be counted by the join too)",
+        max = join::MAX_WHOLE_N
+    )]
+    HalvesSize(u32),
+    #[error("the halves strategy is counted only by the join (mode join)")]
+    HalvesByBacktracking,
+    #[error("the halves strategy always cuts the whole board: its depth is 0, got {0}")]
+    HalvesDepth(u32),
+    #[error("a synthetic plan counts no queens, so it has no mode but backtrack")]
+    SyntheticMode,
+    #[error("id {0:#x}: not a choice of east rows of this board")]
+    BadChoice(u64),
+    #[error(transparent)]
+    Join(#[from] TooLarge),
 }
 
 /// A contiguous part of the enumeration: the subproblems with ids in
@@ -340,6 +409,50 @@ pub struct Plan {
     frames: Option<Frames>,
     /// The engine's path for counting (`None`: the fastest available).
     path: Option<Path>,
+    /// What the join may hold while it counts a subproblem.
+    budget: Budget,
+    /// Halves plans: the pieces' built joins, shared by clones of the plan.
+    joins: Arc<Joins>,
+}
+
+/// The built joins of a halves plan's pieces, shared by the threads
+/// counting its tasks: a piece's quarter tables are built once, not per
+/// task. Tasks come in id order (piece by piece), so the last two built
+/// are enough; a join still in use stays alive through its `Arc`.
+#[derive(Default)]
+struct Joins(Mutex<Vec<(u8, Arc<Join>)>>);
+
+/// Built joins kept by [`Joins`].
+const JOINS_KEPT: usize = 2;
+
+impl std::fmt::Debug for Joins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Joins")
+    }
+}
+
+impl Joins {
+    /// Piece `piece`'s join of an `n`×`n` board, built if not kept (under
+    /// the lock: threads that need the same piece wait for one build).
+    fn get(
+        &self,
+        n: usize,
+        piece: u8,
+        budget: Budget,
+        path: Option<Path>,
+    ) -> Result<Arc<Join>, TooLarge> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, j)) = kept.iter().find(|(p, _)| *p == piece) {
+            return Ok(j.clone());
+        }
+        let (shape, _) = Shape::piece(n, piece.into());
+        let join = Arc::new(shape.build(budget)?.on(path));
+        if kept.len() == JOINS_KEPT {
+            kept.remove(0);
+        }
+        kept.push((piece, join.clone()));
+        Ok(join)
+    }
 }
 
 /// A plan's tasks, made by enumerating it once (see [`Plan::schedule`]).
@@ -372,6 +485,20 @@ impl Plan {
         if spec.strategy == Strategy::Synthetic && spec.tasks > MAX_TASKS {
             return Err(PlanError::TooManySynthetic(spec.tasks));
         }
+        if spec.strategy == Strategy::Synthetic && spec.mode != Mode::Backtrack {
+            return Err(PlanError::SyntheticMode);
+        }
+        if spec.strategy == Strategy::Halves {
+            if !(4..=join::MAX_WHOLE_N).contains(&spec.n.get()) {
+                return Err(PlanError::HalvesSize(spec.n.get()));
+            }
+            if spec.mode != Mode::Join {
+                return Err(PlanError::HalvesByBacktracking);
+            }
+            if spec.depth != 0 {
+                return Err(PlanError::HalvesDepth(spec.depth));
+            }
+        }
         let lines = match spec.strategy {
             Strategy::Frame => Some(border_depth(spec.depth)),
             Strategy::Rings => Some(1),
@@ -384,13 +511,23 @@ impl Plan {
             spec,
             frames,
             path: None,
+            budget: Budget::default(),
+            joins: Arc::default(),
         })
+    }
+
+    /// Counts by the join within `budget` (see [`Budget::from_bytes`]).
+    pub fn with_budget(mut self, budget: Budget) -> Plan {
+        self.budget = budget;
+        self.joins = Arc::default();
+        self
     }
 
     /// Counts on `path` when the CPU and the subproblems allow it, else on
     /// the fastest path they do.
     pub fn with_path(mut self, path: Option<Path>) -> Plan {
         self.path = path;
+        self.joins = Arc::default();
         self
     }
 
@@ -430,7 +567,7 @@ impl Plan {
         match self.spec.strategy {
             Strategy::Prefix => n < 4 || self.spec.depth as usize >= self.spec.n.n() - 1,
             Strategy::Frame | Strategy::Rings => self.frames.is_none(),
-            Strategy::Synthetic => false,
+            Strategy::Synthetic | Strategy::Halves => false,
         }
     }
 
@@ -526,6 +663,25 @@ impl Plan {
                     });
                 })?;
                 classes = weight_classes("ring parts", &by_weight);
+            }
+            (Strategy::Halves, _) => {
+                let nn = n.n();
+                let mut choices = 0u64;
+                // A choice's work: the model's unit of a board of N rows,
+                // shared out, so the symmetric searches weigh next to nothing.
+                for piece in 0..whole_pieces(nn) {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(PlanError::Stopped);
+                    }
+                    let (shape, _) = Shape::piece(nn, piece);
+                    shape.for_each_choice(|s, _| {
+                        choices += 1;
+                        // A piece's choices are one group.
+                        let id = choice_id(piece as u8, s);
+                        add_to_group(&mut groups, id, 32, 2f64.powi(nn as i32));
+                    });
+                }
+                classes = vec![("choices of east rows".into(), choices)];
             }
             (Strategy::Frame | Strategy::Rings, None) => {
                 unreachable!("whole() covers border plans without frames")
@@ -629,6 +785,7 @@ impl Plan {
             Kind::HalfTurn,
             Kind::QuarterTurn,
             Kind::RingPart,
+            Kind::Choice,
         ] {
             let base = (kind as u64) << KIND_SHIFT;
             let (lo, hi) = (task.lo.max(base), task.hi.min(base | PAYLOAD));
@@ -672,6 +829,26 @@ impl Plan {
                             }
                         });
                     });
+                }
+                Kind::Choice => {
+                    if self.spec.strategy != Strategy::Halves {
+                        continue;
+                    }
+                    let nn = self.spec.n.n();
+                    let (lo, hi) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
+                    let last = whole_pieces(nn) as u64 - 1;
+                    for piece in lo >> 32..=((hi - 1) >> 32).min(last) {
+                        let (shape, times) = Shape::piece(nn, piece as usize);
+                        let first = piece << 32;
+                        let (from, to) = (lo.max(first) - first, hi.min(first + (1 << 32)) - first);
+                        shape.for_each_choice_in(from, to, |choice, w| {
+                            each(Subproblem::Choice {
+                                piece: piece as u8,
+                                choice,
+                                weight: w * times,
+                            })
+                        });
+                    }
                 }
                 Kind::HalfTurn | Kind::QuarterTurn => {
                     let turn = if kind == Kind::HalfTurn {
@@ -754,6 +931,20 @@ impl Plan {
                     start,
                 })
             }
+            6 if self.spec.strategy == Strategy::Halves => {
+                let (piece, choice) = (payload >> 32, payload as u32);
+                let nn = n.n();
+                if piece >= whole_pieces(nn) as u64 {
+                    return Err(PlanError::BadChoice(id));
+                }
+                let (shape, times) = Shape::piece(nn, piece as usize);
+                let w = shape.weight(choice).ok_or(PlanError::BadChoice(id))?;
+                Ok(Subproblem::Choice {
+                    piece: piece as u8,
+                    choice,
+                    weight: w * times,
+                })
+            }
             3 | 4 if !self.whole() => {
                 if payload >= n.get().into() {
                     return Err(PlanError::BadColumn(id));
@@ -778,7 +969,9 @@ impl Plan {
                 .collect(),
             Subproblem::Frame { frame, .. } => frame.queens(self.spec.n.n()),
             Subproblem::RingPart { ring, .. } => ring.queens(self.spec.n.n()),
-            Subproblem::Whole | Subproblem::Symmetric { .. } => Vec::new(),
+            Subproblem::Whole | Subproblem::Symmetric { .. } | Subproblem::Choice { .. } => {
+                Vec::new()
+            }
         }
     }
 
@@ -790,7 +983,7 @@ impl Plan {
             Subproblem::Frame { frame, .. } | Subproblem::RingPart { ring: frame, .. } => {
                 Some(self.frames.as_ref().expect("frame plan").interior(frame))
             }
-            Subproblem::Whole | Subproblem::Symmetric { .. } => None,
+            Subproblem::Whole | Subproblem::Symmetric { .. } | Subproblem::Choice { .. } => None,
         }
     }
 
@@ -798,9 +991,10 @@ impl Plan {
     /// the engine's lanes, the rest by their own small searches. The
     /// completions of a prefix or a frame are in `c1`, unweighted
     /// ([`Tally::add`] weights them). `None` once `stop` is set.
-    pub fn count_all(
+    fn count_all(
         &self,
         subs: &[Subproblem],
+        joined: &mut JoinRun,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<Option<(Vec<PieceCounts>, Path)>, PlanError> {
         let n = self.spec.n;
@@ -810,6 +1004,13 @@ impl Plan {
         let mut at = Vec::new();
         let mut last_ring: Option<(Frame, Interior)> = None;
         for (i, s) in subs.iter().enumerate() {
+            if let Subproblem::Choice { piece, choice, .. } = s {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                out[i] = joined.choice(self, *piece, *choice)?;
+                continue;
+            }
             if let Subproblem::RingPart { ring, start, .. } = s {
                 // A ring's parts come together: its interior is made once.
                 let it = match &last_ring {
@@ -850,6 +1051,17 @@ impl Plan {
                     }
                 }
             };
+        }
+        if self.spec.mode == Mode::Join {
+            for ((it, from), i) in interiors.iter().zip(&froms).zip(at) {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                // Each thread builds its own tables: its share of the budget.
+                let budget = self.budget.per_thread();
+                out[i] = join::count_within(it, from, budget, self.path)?;
+            }
+            return Ok(Some((out, joined.path(self.path))));
         }
         let Some((counted, path)) = count_below(&interiors, &froms, self.path, stop)? else {
             return Ok(None);
@@ -902,6 +1114,7 @@ impl Plan {
             plan: self,
             stop,
             subs: Vec::with_capacity(CHUNK),
+            joined: JoinRun::default(),
             tally: Tally::default(),
             checksum: 0xcbf2_9ce4_8422_2325,
             path: None,
@@ -941,6 +1154,36 @@ impl Plan {
     }
 }
 
+/// The join's state while a chunk of choices is counted: the piece's
+/// join, and the halves' memory kept from one choice to the next.
+#[derive(Default)]
+struct JoinRun {
+    join: Option<(u8, Arc<Join>)>,
+    halves: Halves,
+}
+
+impl JoinRun {
+    /// Counts east rows `choice` of piece `piece`.
+    fn choice(&mut self, plan: &Plan, piece: u8, choice: u32) -> Result<PieceCounts, PlanError> {
+        if self.join.as_ref().is_none_or(|(p, _)| *p != piece) {
+            let j = plan
+                .joins
+                .get(plan.spec.n.n(), piece, plan.budget, plan.path)?;
+            self.join = Some((piece, j));
+        }
+        let (_, join) = self.join.as_ref().expect("set above");
+        Ok(join.count_choice(choice, &mut self.halves)?)
+    }
+
+    /// The path the join's pairs were counted on (the one it would take,
+    /// if no choice came).
+    fn path(&self, want: Option<Path>) -> Path {
+        self.join
+            .as_ref()
+            .map_or_else(|| join::pair_path(want), |(_, j)| j.path())
+    }
+}
+
 /// Subproblems counted together (their interiors and jobs in memory at
 /// once): plenty to keep the lanes full, a few MB at most.
 const CHUNK: usize = 4096;
@@ -950,6 +1193,9 @@ struct TaskRun<'a> {
     plan: &'a Plan,
     stop: &'a std::sync::atomic::AtomicBool,
     subs: Vec<Subproblem>,
+    /// The join's state, kept from chunk to chunk (its piece's tables
+    /// stay alive while the task needs them).
+    joined: JoinRun,
     tally: Tally,
     /// FNV-1a over every subproblem's id and counts, in order.
     checksum: u64,
@@ -962,7 +1208,10 @@ struct TaskRun<'a> {
 impl TaskRun<'_> {
     /// Counts the buffered subproblems into the tally and the checksum.
     fn flush(&mut self) -> Result<bool, PlanError> {
-        let Some((counts, path)) = self.plan.count_all(&self.subs, self.stop)? else {
+        let Some((counts, path)) = self
+            .plan
+            .count_all(&self.subs, &mut self.joined, self.stop)?
+        else {
             return Ok(false);
         };
         self.path = Some(self.path.map_or(path, |p| p.min(path)));
@@ -988,6 +1237,11 @@ fn border_depth(depth: u32) -> u32 {
     } else {
         2
     }
+}
+
+/// The id of choice `choice` of piece `piece` of a halves plan.
+fn choice_id(piece: u8, choice: u32) -> u64 {
+    (Kind::Choice as u64) << KIND_SHIFT | u64::from(piece) << 32 | u64::from(choice)
 }
 
 /// The id of the prefix with these columns.
@@ -1094,7 +1348,8 @@ impl Tally {
             Subproblem::Whole => self.classes.add_piece(c)?,
             Subproblem::Prefix { weight, .. }
             | Subproblem::Frame { weight, .. }
-            | Subproblem::RingPart { weight, .. } => {
+            | Subproblem::RingPart { weight, .. }
+            | Subproblem::Choice { weight, .. } => {
                 let w = u128::from(c.c1)
                     .checked_mul((*weight).into())
                     .ok_or(CountOverflow)?;

@@ -11,12 +11,11 @@
 use crate::engine::board::Size;
 use crate::engine::border::MIN_FRAME_N;
 use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
-use crate::engine::join::{Budget, Halves, Join, TooLarge, MAX_WHOLE_N};
+use crate::engine::join::{Budget, TooLarge, MAX_WHOLE_N};
 use crate::engine::lanes::Path;
 use crate::engine::search::{split, Rules};
-use crate::engine::symmetric::{count_symmetric, Turn};
 use crate::engine::threads::on_threads;
-use crate::plan::{Plan, PlanError, PlanSpec, Schedule, Strategy, Tally};
+use crate::plan::{Mode, Plan, PlanError, PlanSpec, Schedule, Strategy, Tally};
 use std::time::{Duration, Instant};
 
 /// Tasks per thread in a local run: enough that threads finish together,
@@ -81,6 +80,7 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
         strategy: Strategy::Frame,
         depth: 1,
         tasks: (TASKS_PER_THREAD * threads) as u64,
+        mode: Mode::Backtrack,
     })?
     .with_path(path);
     let mut s = solve_plan(&plan, &plan.schedule(), threads)?;
@@ -89,62 +89,37 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
 }
 
 /// Counts all solutions of `n` by the join (see [`crate::engine::join`]):
-/// the whole board cut into halves of its columns, each choice of east rows
-/// one item for the threads. The unique count follows by Burnside from the
+/// a plan of the halves strategy, its choices of east rows taken by the
+/// threads task by task. The unique count follows by Burnside from the
 /// half- and quarter-turn symmetric searches, as in a border plan.
 pub fn solve_join(n: Size, threads: usize) -> Result<Solution, SolveError> {
-    solve_join_within(n, threads, Budget::default())
+    solve_join_within(n, threads, Budget::default(), None)
 }
 
-/// [`solve_join`] within `budget` (see [`Budget::from_bytes`]).
-pub fn solve_join_within(n: Size, threads: usize, budget: Budget) -> Result<Solution, SolveError> {
-    let start = Instant::now();
+/// [`solve_join`] within `budget` (see [`Budget::from_bytes`]), its pairs
+/// counted on `path` (`None`: the fastest; see [`crate::engine::join::Join::on`]).
+pub fn solve_join_within(
+    n: Size,
+    threads: usize,
+    budget: Budget,
+    path: Option<Path>,
+) -> Result<Solution, SolveError> {
     let threads = threads.max(1);
     if !(4..=MAX_WHOLE_N).contains(&n.get()) {
         return Err(SolveError::JoinSize(n.get()));
     }
-    #[derive(Default)]
-    struct Acc {
-        total: u128,
-        nodes: u128,
-        halves: Halves,
-    }
-    let (mut total, mut nodes, mut pieces) = (0u128, 0u128, 0usize);
-    // One board at a time (odd N: one per row of the middle queen), so
-    // only one set of quarter tables is in memory.
-    for piece in Join::whole(n.n(), budget) {
-        let (join, times) = piece?;
-        let choices = join.choices();
-        pieces += choices.len();
-        let parts = on_threads(threads, choices.len(), |acc: &mut Acc, i| {
-            let (s, weight) = choices[i];
-            let c = join.count_choice(s, &mut acc.halves)?;
-            let times = u128::from(weight) * u128::from(times);
-            acc.total = u128::from(c.c1)
-                .checked_mul(times)
-                .and_then(|x| acc.total.checked_add(x))
-                .ok_or(SolveError::Overflow(CountOverflow))?;
-            acc.nodes += u128::from(c.nodes);
-            Ok::<(), SolveError>(())
-        })?;
-        for p in parts {
-            total = total.checked_add(p.total).ok_or(CountOverflow)?;
-            nodes += p.nodes;
-        }
-    }
-    let turns = |turn| -> u128 {
-        (0..n.get() as u8)
-            .map(|first| u128::from(count_symmetric(n, turn, first).c1))
-            .sum()
-    };
-    let counts = Totals::from_turns(total, turns(Turn::Half), turns(Turn::Quarter), nodes)?;
-    Ok(Solution {
+    let plan = Plan::new(PlanSpec {
         n,
-        counts,
-        threads,
-        pieces,
-        core: "join",
-        elapsed: start.elapsed(),
+        strategy: Strategy::Halves,
+        depth: 0,
+        tasks: (TASKS_PER_THREAD * threads) as u64,
+        mode: Mode::Join,
+    })?
+    .with_budget(budget)
+    .with_path(path);
+    solve_plan(&plan, &plan.schedule(), threads).map_err(|e| match e {
+        PlanError::Join(e) => SolveError::Join(e),
+        e => e.into(),
     })
 }
 
@@ -222,9 +197,19 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
         counts: plan.finish(&tally)?,
         threads,
         pieces: schedule.subproblems as usize,
-        core: path.map_or("search", Path::name),
+        core: core_name(plan.spec.mode, path),
         elapsed: start.elapsed(),
     })
+}
+
+/// What a count names as its core: the lanes' path (or "search" for the
+/// whole search of small boards), or the join and its pair loop's path.
+fn core_name(mode: Mode, path: Option<Path>) -> &'static str {
+    match (mode, path) {
+        (Mode::Join, Some(Path::Scalar)) => "join/scalar",
+        (Mode::Join, Some(_)) => "join/avx2",
+        (_, path) => path.map_or("search", Path::name),
+    }
 }
 
 /// What one thread of [`solve_plan`] gathers.

@@ -9,7 +9,7 @@ mod whole {
     use super::super::lease_id::EPOCH_SHIFT;
     use super::super::*;
     use super::table_of;
-    use nqueens_common::plan::Strategy;
+    use nqueens_common::plan::{Mode, Strategy};
     use nqueens_common::Size;
     use nqueens_proto::tally_to_wire;
     use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDead, TaskDone};
@@ -28,6 +28,7 @@ mod whole {
             strategy,
             depth: 3,
             tasks,
+            mode: Mode::Backtrack,
         }
     }
 
@@ -248,6 +249,7 @@ mod whole {
             strategy: Strategy::Synthetic,
             depth: 0,
             tasks,
+            mode: Mode::Backtrack,
         };
         s.apply(&rec(Record::JobSubmitted(JobSubmitted {
             job_id: 1,
@@ -1086,7 +1088,7 @@ mod forged {
             epoch in 1..4u64,
             ops in proptest::collection::vec(op(), 1..120),
         ) {
-            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8 };
+            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8, mode: nqueens_common::plan::Mode::Backtrack };
             let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
             s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
             s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();

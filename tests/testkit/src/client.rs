@@ -3,7 +3,7 @@
 //! tests can also send what no real client would.
 
 use crate::wait::{within, PATIENCE};
-use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally};
+use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy, Tally};
 use nqueens_common::Size;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
@@ -39,6 +39,7 @@ pub fn plan_spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> v1::Plan
         strategy,
         depth,
         tasks,
+        mode: Mode::Backtrack,
     })
         .into()
 }
