@@ -188,7 +188,7 @@ impl Plan {
 
     /// [`Plan::estimate`] of a plan in join mode: subproblems drawn at
     /// random and counted by the join, until `budget` is spent (at least 8
-    /// per piece of a halves plan, or in all).
+    /// per piece of a halves plan, else 2 in all).
     fn estimate_join(
         &self,
         rng: &mut Rng,
@@ -233,8 +233,11 @@ impl Plan {
                 Strategy::Rings => self.ring_plan().subproblem_count(rng),
                 _ => (subproblems, exact),
             };
+            // At least two draws for an error bar, more while the budget
+            // lasts: at record N one draw counts a part of 20 free rows,
+            // tens of seconds.
             let mut taken = Vec::new();
-            while taken.len() < 8 || (started.elapsed() < budget && taken.len() < 100_000) {
+            while taken.len() < 2 || (started.elapsed() < budget && taken.len() < 100_000) {
                 let (it, start, times) = self.random_start(rng);
                 let (mut bytes, mut path) = (0, Path::Scalar);
                 let (mut secs, nodes) = s.time(|h| {
