@@ -417,13 +417,14 @@ pub struct Plan {
 
 /// The built joins of a halves plan's pieces, shared by the threads
 /// counting its tasks: a piece's quarter tables are built once, not per
-/// task. Tasks come in id order (piece by piece), so the last two built
-/// are enough; a join still in use stays alive through its `Arc`.
+/// task. Tasks come in id order (piece by piece), so the last one built is
+/// enough (one set of tables in memory, as the join alone keeps); a join
+/// still in use by a task stays alive through its `Arc`.
 #[derive(Default)]
 struct Joins(Mutex<Vec<(u8, Arc<Join>)>>);
 
 /// Built joins kept by [`Joins`].
-const JOINS_KEPT: usize = 2;
+const JOINS_KEPT: usize = 1;
 
 impl std::fmt::Debug for Joins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -445,11 +446,12 @@ impl Joins {
         if let Some((_, j)) = kept.iter().find(|(p, _)| *p == piece) {
             return Ok(j.clone());
         }
-        let (shape, _) = Shape::piece(n, piece.into());
-        let join = Arc::new(shape.build(budget)?.on(path));
+        // Let the old tables go before the new ones are built.
         if kept.len() == JOINS_KEPT {
             kept.remove(0);
         }
+        let (shape, _) = Shape::piece(n, piece.into());
+        let join = Arc::new(shape.build(budget)?.on(path));
         kept.push((piece, join.clone()));
         Ok(join)
     }
@@ -1166,6 +1168,8 @@ impl JoinRun {
     /// Counts east rows `choice` of piece `piece`.
     fn choice(&mut self, plan: &Plan, piece: u8, choice: u32) -> Result<PieceCounts, PlanError> {
         if self.join.as_ref().is_none_or(|(p, _)| *p != piece) {
+            // This task is done with its last piece's tables.
+            self.join = None;
             let j = plan
                 .joins
                 .get(plan.spec.n.n(), piece, plan.budget, plan.path)?;
