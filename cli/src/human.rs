@@ -347,13 +347,15 @@ impl JobInfo {
         )
     }
 
-    /// `N=17 prefix/4`, `N=24 frame/2`: the plan in a table's column.
+    /// `N=17 prefix/4`, `N=24 frame/2`, `N=18 halves`, `N=27 rings/3+j`:
+    /// the plan in a table's column (14 wide). The halves strategy is the
+    /// join's alone and has no depth; other plans counted by the join are
+    /// marked "+j".
     pub fn short_plan(&self) -> String {
-        let join = if self.mode == "backtrack" {
-            ""
-        } else {
-            "+join"
-        };
+        if self.strategy == "halves" {
+            return format!("N={} halves", self.n);
+        }
+        let join = if self.mode == "backtrack" { "" } else { "+j" };
         format!("N={} {}/{}{join}", self.n, self.strategy, self.depth)
     }
 }

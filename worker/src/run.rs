@@ -108,7 +108,7 @@ pub async fn run_with(
         .await
         .expect("self-test panicked")
         .map_err(WorkerError::SelfTest)?;
-    tracing::info!("self-test passed (N=8..12 by both strategies)");
+    tracing::info!("self-test passed (N=8..12 by backtracking and by the join)");
     let url = config.coordinator.clone();
     let mut client = WorkerServiceClient::new(connect_tls(
         &url,
