@@ -18,6 +18,14 @@ fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
     }
 }
 
+/// A plan of every kind of subproblem: prefixes, rings, frames, ring parts.
+const EVERY_KIND: [(Strategy, u32); 4] = [
+    (Strategy::Prefix, 3),
+    (Strategy::Frame, 1),
+    (Strategy::Frame, 2),
+    (Strategy::Rings, 2),
+];
+
 fn all_ids(plan: &Plan) -> Vec<u64> {
     let mut ids = Vec::new();
     for t in &plan.schedule().tasks {
@@ -333,12 +341,7 @@ fn both_strategies_are_exact_on_every_path_up_to_13() {
             continue;
         }
         for n in 4..=13 {
-            for (strategy, depth) in [
-                (Strategy::Prefix, 3),
-                (Strategy::Frame, 1),
-                (Strategy::Frame, 2),
-                (Strategy::Rings, 2),
-            ] {
+            for (strategy, depth) in EVERY_KIND {
                 exact_on(n, strategy, depth, path);
             }
         }
@@ -484,12 +487,7 @@ fn halves_plans_are_exact() {
 #[test]
 fn every_strategy_is_exact_in_join_mode() {
     for n in 4..=13 {
-        for (strategy, depth) in [
-            (Strategy::Prefix, 3),
-            (Strategy::Frame, 1),
-            (Strategy::Frame, 2),
-            (Strategy::Rings, 2),
-        ] {
+        for (strategy, depth) in EVERY_KIND {
             for path in [Path::Scalar, Path::fastest()] {
                 let plan = Plan::new(PlanSpec {
                     mode: Mode::Join,
