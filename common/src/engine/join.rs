@@ -574,7 +574,7 @@ pub struct Join {
     path: Path,
 }
 
-/// The largest board [`Join::whole`] takes: beyond it the halves of one
+/// The largest board [`Shape::piece`] takes: beyond it the halves of one
 /// choice of east rows outgrow memory (and the choices number millions).
 pub const MAX_WHOLE_N: u32 = 24;
 
@@ -630,17 +630,12 @@ impl Shape {
         }
     }
 
-    /// The whole `n`×`n` board in pieces, each with the number of boards
-    /// it stands for. Even N: the empty board, symmetric both ways. Odd N:
-    /// the queen of the middle column in each row; the others' columns then
-    /// mirror onto each other, and rows r and N-1-r count alike (the board
-    /// turned upside down), so rows below the middle stand for two.
-    pub fn whole(n: usize) -> impl Iterator<Item = (Shape, u32)> {
-        (0..whole_pieces(n)).map(move |piece| Shape::piece(n, piece))
-    }
-
-    /// Piece `piece` (below [`whole_pieces`]) of the whole board: the
-    /// empty board for even N, the middle queen in row `piece` for odd N.
+    /// Piece `piece` (below [`whole_pieces`]) of the whole `n`×`n` board,
+    /// with the number of boards it stands for. Even N: the empty board,
+    /// symmetric both ways. Odd N: the queen of the middle column in row
+    /// `piece`; the others' columns then mirror onto each other, and rows r
+    /// and N-1-r count alike (the board turned upside down), so rows before
+    /// the middle (r < N/2) stand for two.
     pub fn piece(n: usize, piece: usize) -> (Shape, u32) {
         assert!(
             (1..=MAX_WHOLE_N as usize).contains(&n) && piece < whole_pieces(n),
@@ -779,7 +774,7 @@ impl Shape {
     }
 }
 
-/// Pieces [`Shape::whole`] cuts an `n`×`n` board into: one for even N, a
+/// Pieces [`Shape::piece`] cuts an `n`×`n` board into: one for even N, a
 /// row of the middle queen for each row down to the middle for odd N.
 pub fn whole_pieces(n: usize) -> usize {
     if n.is_multiple_of(2) {
@@ -798,13 +793,6 @@ impl Join {
     /// [`Join::new`] within `budget`.
     pub fn within(it: &Interior, start: &Start, budget: Budget) -> Result<Join, TooLarge> {
         Shape::of(it, start).build(budget)
-    }
-
-    /// The whole `n`×`n` board as joins (see [`Shape::whole`]), each built
-    /// when the iterator reaches it, so one set of quarter tables is in
-    /// memory at a time.
-    pub fn whole(n: usize, budget: Budget) -> impl Iterator<Item = Result<(Join, u32), TooLarge>> {
-        Shape::whole(n).map(move |(shape, times)| Ok((shape.build(budget)?, times)))
     }
 
     /// Counts pairs on `path` if this CPU has it (`None`: the fastest).
@@ -828,11 +816,6 @@ impl Join {
                 4 * (q.at.capacity() + q.cols.capacity()) + 8 * (q.d1.capacity() + q.d2.capacity())
             })
             .sum::<usize>() as u64
-    }
-
-    /// How the join's interior is cut.
-    pub fn shape(&self) -> &Shape {
-        &self.shape
     }
 
     /// Free rows.
@@ -927,11 +910,6 @@ pub struct Halves {
 }
 
 impl Halves {
-    /// Halves of the last choice counted: east, west.
-    pub fn sizes(&self) -> (usize, usize) {
-        (self.east.len(), self.west.len())
-    }
-
     /// Bytes held for halves (the most any choice so far needed).
     pub fn bytes(&self) -> u64 {
         let lists = [&self.east, &self.west]
@@ -1020,8 +998,9 @@ mod tests {
         for (i, &w) in want.iter().enumerate().skip(3) {
             let mut halves = Halves::default();
             let mut total = 0;
-            for piece in Join::whole(i + 1, Budget::default()) {
-                let (join, times) = piece.unwrap();
+            for piece in 0..whole_pieces(i + 1) {
+                let (shape, times) = Shape::piece(i + 1, piece);
+                let join = shape.build(Budget::default()).unwrap();
                 for (s, weight) in join.choices() {
                     total +=
                         join.count_choice(s, &mut halves).unwrap().c1 * u64::from(weight * times);
