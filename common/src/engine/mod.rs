@@ -9,6 +9,8 @@
 //! - [`interior`]: the board a pre-placement leaves, and its scalar search.
 //! - [`join`]: the join mode, an interior counted by halves of its
 //!   columns.
+//! - [`pairs`]: pairs of disjoint bitsets counted 512 at a time (the
+//!   join's inner loop).
 //! - [`lanes`]: many interior searches stepped together in SIMD lanes
 //!   (AVX-512, AVX2, scalar; chosen at run time).
 //! - [`symmetric`]: solutions fixed by a half or quarter turn (Burnside).
@@ -29,6 +31,7 @@ pub mod counts;
 pub mod interior;
 pub mod join;
 pub mod lanes;
+pub mod pairs;
 pub mod reference;
 pub mod search;
 pub mod symmetric;
