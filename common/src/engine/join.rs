@@ -26,7 +26,7 @@
 use crate::engine::counts::PieceCounts;
 use crate::engine::interior::{Interior, Start};
 use crate::engine::lanes::Path;
-use crate::engine::pairs::Pairs;
+use crate::engine::pairs::{Pairs, Weights};
 
 /// An interior's free rows from a start on, with the columns each leaves
 /// open once the start's queens attack, and their places on the board.
@@ -273,61 +273,6 @@ impl Quarter {
         let t = ((rows_in >> self.first) & ((1u32 << self.len) - 1)) as usize;
         self.at[t] as usize..self.at[t + 1] as usize
     }
-}
-
-/// The halves on `rows_in` and side `side`: each upper placement joined
-/// to every lower one that takes the rest of the side's columns and shares
-/// no diagonal, pushed as its key. Returns the pairs tried.
-fn join_quarters(
-    upper: &Quarter,
-    lower: &Quarter,
-    rows_in: u32,
-    side: u32,
-    win: &Window,
-    out: &mut Vec<u64>,
-    limit: usize,
-) -> Result<u64, TooLarge> {
-    let (up, low) = (upper.range(rows_in), lower.range(rows_in));
-    if up.is_empty() || low.is_empty() {
-        return Ok(0);
-    }
-    let low_cols = &lower.cols[low.clone()];
-    let mut tried = 0u64;
-    let mut i = up.start;
-    while i < up.end {
-        let c = upper.cols[i];
-        let mut j = i + 1;
-        while j < up.end && upper.cols[j] == c {
-            j += 1;
-        }
-        let need = side & !c;
-        let from = low_cols.partition_point(|&x| x < need);
-        let to = from + low_cols[from..].partition_point(|&x| x == need);
-        if from < to {
-            let r = low.start + from..low.start + to;
-            let (l1, l2) = (&lower.d1[r.clone()], &lower.d2[r]);
-            for a in i..j {
-                let (a1, a2) = (upper.d1[a], upper.d2[a]);
-                tried += l1.len() as u64;
-                // Every lower placement written, only those that pass
-                // kept: no branch to mispredict on a pass rate near half.
-                out.reserve(l1.len());
-                let spare = &mut out.spare_capacity_mut()[..l1.len()];
-                let mut kept = 0;
-                for (k, (&b1, &b2)) in l1.iter().zip(l2).enumerate() {
-                    spare[kept.min(k)].write(win.key(a1 | b1, a2 | b2));
-                    kept += usize::from((a1 & b1) | (a2 & b2) == 0);
-                }
-                // SAFETY: slots 0..kept of the spare capacity were written.
-                unsafe { out.set_len(out.len() + kept) };
-                if out.len() > limit {
-                    return Err(TooLarge { limit });
-                }
-            }
-        }
-        i = j;
-    }
-    Ok(tried)
 }
 
 /// How an interior (below one start) is cut for the join: its rows, its
@@ -624,21 +569,12 @@ impl Join {
         let shape = &self.shape;
         let all = shape.all_rows();
         let mut counts = PieceCounts::default();
-        let limit = self.half_limit;
-        let [eu, el, wu, wl] = &self.quarters;
         halves.east.clear();
-        counts.nodes += join_quarters(eu, el, s, shape.east, &shape.win, &mut halves.east, limit)?;
+        counts.nodes += self.join_quarters(true, s, &mut halves.east, &mut halves.keys)?;
         if !halves.east.is_empty() {
             halves.west.clear();
-            counts.nodes += join_quarters(
-                wu,
-                wl,
-                all & !s,
-                shape.west,
-                &shape.win,
-                &mut halves.west,
-                limit,
-            )?;
+            counts.nodes +=
+                self.join_quarters(false, all & !s, &mut halves.west, &mut halves.keys)?;
             counts.c1 += if shape.long == 0 {
                 halves.pairs.count(&halves.east, &halves.west, self.path)
             } else {
@@ -646,6 +582,72 @@ impl Join {
             };
         }
         Ok(counts)
+    }
+
+    /// The halves of one side (east or west) on `rows_in`: each upper
+    /// placement joined to every lower one that takes the rest of the
+    /// side's columns and shares no diagonal, pushed as its key. `keys`
+    /// holds the lower placements' keys. Returns the pairs tried.
+    fn join_quarters(
+        &self,
+        east: bool,
+        rows_in: u32,
+        out: &mut Vec<u64>,
+        keys: &mut Vec<u64>,
+    ) -> Result<u64, TooLarge> {
+        let [eu, el, wu, wl] = &self.quarters;
+        let (upper, lower, side) = if east {
+            (eu, el, self.shape.east)
+        } else {
+            (wu, wl, self.shape.west)
+        };
+        let (win, limit) = (&self.shape.win, self.half_limit);
+        let (up, low) = (upper.range(rows_in), lower.range(rows_in));
+        if up.is_empty() || low.is_empty() {
+            return Ok(0);
+        }
+        let low_cols = &lower.cols[low.clone()];
+        let mut tried = 0u64;
+        let mut i = up.start;
+        while i < up.end {
+            let c = upper.cols[i];
+            let mut j = i + 1;
+            while j < up.end && upper.cols[j] == c {
+                j += 1;
+            }
+            let need = side & !c;
+            let from = low_cols.partition_point(|&x| x < need);
+            let to = from + low_cols[from..].partition_point(|&x| x == need);
+            if from < to {
+                let r = low.start + from..low.start + to;
+                let (l1, l2) = (&lower.d1[r.clone()], &lower.d2[r]);
+                // Keys are OR-linear: a half's is its two placements' ORed, so
+                // the lower ones are made once for every upper one.
+                keys.clear();
+                keys.extend(l1.iter().zip(l2).map(|(&b1, &b2)| win.key(b1, b2)));
+                for a in i..j {
+                    let (a1, a2) = (upper.d1[a], upper.d2[a]);
+                    let ka = win.key(a1, a2);
+                    tried += l1.len() as u64;
+                    // Every lower placement written, only those that pass
+                    // kept: no branch to mispredict on a pass rate near half.
+                    out.reserve(l1.len());
+                    let spare = &mut out.spare_capacity_mut()[..l1.len()];
+                    let mut kept = 0;
+                    for (k, ((&b1, &b2), &kb)) in l1.iter().zip(l2).zip(keys.iter()).enumerate() {
+                        spare[kept.min(k)].write(ka | kb);
+                        kept += usize::from((a1 & b1) | (a2 & b2) == 0);
+                    }
+                    // SAFETY: slots 0..kept of the spare capacity were written.
+                    unsafe { out.set_len(out.len() + kept) };
+                    if out.len() > limit {
+                        return Err(TooLarge { limit });
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(tried)
     }
 
     /// The completions a choice stands for on an even whole board, counted
@@ -661,30 +663,12 @@ impl Join {
     /// and none east, 2^(i-1) with i east and none west, 0 with a long
     /// queen on each side. Over the choices this adds up to the total.
     fn long_classes(&self, halves: &mut Halves) -> u64 {
+        // Indexed by the long queens (east, west).
+        const LONG: Weights = [[1, 1, 2], [1, 0, 0], [2, 0, 0]];
         let long = self.shape.long;
-        let split = |list: &[u64], out: &mut [Vec<u64>; 3]| {
-            for v in out.iter_mut() {
-                v.clear();
-            }
-            for &h in list {
-                out[(h & long).count_ones() as usize].push(h);
-            }
-        };
-        let (mut e, mut w) = (
-            std::mem::take(&mut halves.by_east),
-            std::mem::take(&mut halves.by_west),
-        );
-        split(&halves.east, &mut e);
-        split(&halves.west, &mut w);
-        // E0·(W + W2) + (E1 + 2·E2)·W0 gives each weight above: a half
-        // listed twice weighs two. Two tables, not four.
-        halves.west.extend_from_slice(&w[2]);
-        halves.east.clear();
-        halves.east.extend(e[1].iter().chain(&e[2]).chain(&e[2]));
-        let n = halves.pairs.count(&e[0], &halves.west, self.path)
-            + halves.pairs.count(&halves.east, &w[0], self.path);
-        (halves.by_east, halves.by_west) = (e, w);
-        n
+        halves
+            .pairs
+            .count_weighted(&halves.east, &halves.west, self.path, long, &LONG)
     }
 }
 
@@ -693,20 +677,16 @@ impl Join {
 pub struct Halves {
     east: Vec<u64>,
     west: Vec<u64>,
-    /// Halves by the number of long diagonals they hold (even whole boards).
-    by_east: [Vec<u64>; 3],
-    by_west: [Vec<u64>; 3],
+    /// Keys of the lower placements being joined.
+    keys: Vec<u64>,
     pairs: Pairs,
 }
 
 impl Halves {
     /// Bytes held for halves (the most any choice so far needed).
     pub fn bytes(&self) -> u64 {
-        let lists = [&self.east, &self.west]
-            .into_iter()
-            .chain(&self.by_east)
-            .chain(&self.by_west);
-        lists.map(|v| 8 * v.capacity() as u64).sum::<u64>() + self.pairs.bytes()
+        let lists = [&self.east, &self.west, &self.keys];
+        lists.iter().map(|v| 8 * v.capacity() as u64).sum::<u64>() + self.pairs.bytes()
     }
 }
 

@@ -31,6 +31,10 @@ const SUBSETS: usize = 1 << CHUNK;
 /// The longest key: 64 bits in runs of [`CHUNK`].
 const MAX_RUNS: usize = 13;
 
+/// Weights of pairs by the marked bits of each side (see
+/// [`Pairs::count_weighted`]).
+pub type Weights = [[u64; 3]; 3];
+
 /// Tables this small are counted by a plain double loop.
 const SMALL: usize = 64;
 
@@ -50,14 +54,31 @@ impl Pairs {
     /// Pairs (x, y), x from `a` and y from `b`, with `x & y == 0`, counted on
     /// `path` (AVX2 with POPCNT, or portable code; see `join::pair_path`).
     pub fn count(&mut self, a: &[u64], b: &[u64], path: Path) -> u64 {
+        self.count_weighted(a, b, path, 0, &[[1; 3]; 3])
+    }
+
+    /// Disjoint pairs weighed by how many of the (at most two) `marked`
+    /// bits each side holds: a pair (x, y) adds
+    /// `weight[|x & marked|][|y & marked|]`. The marked bits cut the table
+    /// (see the module notes), so a weight costs nothing per pair, and a
+    /// weight of 0 skips those parts.
+    pub fn count_weighted(
+        &mut self,
+        a: &[u64],
+        b: &[u64],
+        path: Path,
+        marked: u64,
+        weight: &Weights,
+    ) -> u64 {
+        assert!(marked.count_ones() <= 2, "at most two marked bits");
         #[cfg(target_arch = "x86_64")]
         if path >= Path::Avx2 {
             // SAFETY: a join takes the AVX2 path only on a CPU with AVX2 and
             // POPCNT (`join::pair_path`).
-            return unsafe { self.count_avx2(a, b) };
+            return unsafe { self.count_avx2(a, b, marked, weight) };
         }
         let _ = path;
-        self.count_body(a, b)
+        self.count_body(a, b, marked, weight)
     }
 
     /// Bytes held between calls.
@@ -73,25 +94,35 @@ impl Pairs {
     /// The CPU must have AVX2 and POPCNT.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn count_avx2(&mut self, a: &[u64], b: &[u64]) -> u64 {
-        self.count_body(a, b)
+    unsafe fn count_avx2(&mut self, a: &[u64], b: &[u64], marked: u64, weight: &Weights) -> u64 {
+        self.count_body(a, b, marked, weight)
     }
 
     #[inline(always)]
-    fn count_body(&mut self, a: &[u64], b: &[u64]) -> u64 {
-        let (table, items) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    fn count_body(&mut self, a: &[u64], b: &[u64], marked: u64, weight: &Weights) -> u64 {
+        // The table is the shorter side: weights then read (table, item).
+        let mut weight = *weight;
+        let (table, items) = if a.len() <= b.len() {
+            (a, b)
+        } else {
+            weight = std::array::from_fn(|i| std::array::from_fn(|j| weight[j][i]));
+            (b, a)
+        };
+        let class = |x: u64| (x & marked).count_ones() as usize;
         if table.len() < SMALL {
             let mut n = 0u64;
             for &x in items {
                 for &y in table {
-                    n += u64::from(x & y == 0);
+                    if x & y == 0 {
+                        n += weight[class(y)][class(x)];
+                    }
                 }
             }
             return n;
         }
         let or = |l: &[u64]| l.iter().fold(0u64, |m, &x| m | x);
         let shared = or(table) & or(items);
-        let cuts = cut_bits(table, shared);
+        let cuts = cut_bits(table, shared, marked);
         let squeeze = Squeeze::new(shared & !cuts.mask);
         debug_assert!(squeeze.width <= 64);
         let runs = (squeeze.width.div_ceil(CHUNK) as usize).max(1);
@@ -100,23 +131,41 @@ impl Pairs {
             lists.resize_with(parts.max(lists.len()), Vec::new);
             lists.iter_mut().for_each(Vec::clear);
         }
-        for &p in table {
-            self.parts[cuts.index(p)].push(squeeze.apply(p));
+        let (from, mask, _) = squeeze.moves[0];
+        for (list, lists) in [(table, &mut self.parts), (items, &mut self.groups)] {
+            if squeeze.single() {
+                for &p in list {
+                    lists[cuts.index(p)].push((p >> from) & mask);
+                }
+            } else {
+                for &p in list {
+                    lists[cuts.index(p)].push(squeeze.apply(p));
+                }
+            }
         }
-        for &x in items {
-            self.groups[cuts.index(x)].push(squeeze.apply(x));
-        }
-        let mut lanes = [0u64; WORDS];
+        // The marked bits a part's (or group's) cut value holds.
+        let marks = |v: usize| class(cuts.bits_of(v));
+        let mut n = 0;
         for v in 0..parts {
             if self.parts[v].is_empty() {
                 continue;
             }
-            transpose(&self.parts[v], runs, &mut self.rows);
+            let mut built = false;
             for u in (0..parts).filter(|&u| u & v == 0) {
+                let w = weight[marks(v)][marks(u)];
+                if w == 0 || self.groups[u].is_empty() {
+                    continue;
+                }
+                if !built {
+                    transpose(&self.parts[v], runs, &mut self.rows);
+                    built = true;
+                }
+                let mut lanes = [0u64; WORDS];
                 count_blocks(runs, &self.rows, &self.groups[u], &mut lanes);
+                n += w * lanes.iter().sum::<u64>();
             }
         }
-        lanes.iter().sum()
+        n
     }
 }
 
@@ -127,6 +176,15 @@ struct Cuts {
 }
 
 impl Cuts {
+    /// The bits a part's index `v` stands for.
+    fn bits_of(&self, v: usize) -> u64 {
+        self.bits
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| v >> i & 1 == 1)
+            .fold(0, |m, (_, &j)| m | 1 << j)
+    }
+
     /// The value of the cut bits of `p`, as a part's index.
     #[inline(always)]
     fn index(&self, p: u64) -> usize {
@@ -137,22 +195,24 @@ impl Cuts {
     }
 }
 
-/// The table's most frequent bits among `shared` (in a sample of 256 of
-/// its patterns: any cut is exact, the sample only has to find good ones),
-/// as many as its size pays for: each cut halves the work of an item that
-/// lacks it and doubles the parts (and their last, partly filled blocks).
-fn cut_bits(table: &[u64], shared: u64) -> Cuts {
-    let want = match table.len() {
+/// The `marked` bits, then the table's most frequent bits among `shared`
+/// (in a sample of 256 of its patterns: any cut is exact, the sample only
+/// has to find good ones), as many as its size pays for: each cut halves
+/// the work of an item that lacks it and doubles the parts (and their
+/// last, partly filled blocks).
+fn cut_bits(table: &[u64], shared: u64, marked: u64) -> Cuts {
+    let want: usize = match table.len() {
         0..512 => 0,
         512..2048 => 2,
         2048..8192 => 3,
         _ => 4,
     };
-    let mut bits = Vec::new();
+    let mut bits: Vec<u32> = (0..64).filter(|&j| marked >> j & 1 == 1).collect();
+    let want = want.saturating_sub(bits.len());
     if want > 0 {
         let mut freq = [0u32; 64];
         for &p in table.iter().step_by((table.len() / 256).max(1)) {
-            let mut m = p & shared;
+            let mut m = p & shared & !marked;
             while m != 0 {
                 freq[m.trailing_zeros() as usize] += 1;
                 m &= m - 1;
@@ -161,8 +221,8 @@ fn cut_bits(table: &[u64], shared: u64) -> Cuts {
         let mut order: Vec<u32> = (0..64).filter(|&j| freq[j as usize] > 0).collect();
         order.sort_by_key(|&j| std::cmp::Reverse(freq[j as usize]));
         order.truncate(want);
-        order.sort_unstable();
-        bits = order;
+        bits.extend(order);
+        bits.sort_unstable();
     }
     let mask = bits.iter().fold(0u64, |m, &j| m | 1 << j);
     Cuts { bits, mask }
@@ -175,8 +235,9 @@ fn cut_bits(table: &[u64], shared: u64) -> Cuts {
 /// between that no pattern or no item has, and cut bits, clash with
 /// nothing, so they may stay.
 struct Squeeze {
-    /// (from, length, to) of each run.
-    moves: [(u32, u32, u32); 32],
+    /// (from, mask of its length, to) of each run; the first is always
+    /// there (an empty mask moves nothing).
+    moves: [(u32, u64, u32); 32],
     len: usize,
     width: u32,
 }
@@ -196,7 +257,7 @@ impl Squeeze {
         while m != 0 {
             let from = m.trailing_zeros();
             let length = (m >> from).trailing_ones();
-            s.moves[s.len] = (from, length, s.width);
+            s.moves[s.len] = (from, u64::MAX >> (64 - length), s.width);
             s.len += 1;
             s.width += length;
             m &= if from + length >= 64 {
@@ -210,12 +271,17 @@ impl Squeeze {
 
     #[inline(always)]
     fn apply(&self, x: u64) -> u64 {
-        self.moves[..self.len]
-            .iter()
-            .fold(0, |y, &(from, length, to)| {
-                let run = (x >> from) & (u64::MAX >> (64 - length));
-                y | run << to
-            })
+        let (from, mask, _) = self.moves[0];
+        let mut y = (x >> from) & mask;
+        for &(from, mask, to) in &self.moves[1..self.len.max(1)] {
+            y |= ((x >> from) & mask) << to;
+        }
+        y
+    }
+
+    /// Whether one shift does it (the common case, kept out of the loop).
+    fn single(&self) -> bool {
+        self.len <= 1
     }
 }
 
@@ -235,14 +301,16 @@ fn transpose(patterns: &[u64], runs: usize, rows: &mut Vec<Row>) {
                 (1u64 << held) - 1
             };
         }
+        // lacks[j][w] bit t: pattern 64·w + t lacks bit j.
         let mut lacks = [[u64::MAX; WORDS]; MAX_RUNS * CHUNK as usize];
-        for (i, &p) in chunk.iter().enumerate() {
-            let (w, bit) = (i / 64, 1u64 << (i % 64));
-            let mut has = p;
-            while has != 0 {
-                let j = has.trailing_zeros() as usize;
-                has &= has - 1;
-                lacks[j][w] &= !bit;
+        for (w, group) in chunk.chunks(64).enumerate() {
+            let mut m = [u64::MAX; 64];
+            for (t, &p) in group.iter().enumerate() {
+                m[t] = !p;
+            }
+            transpose64(&mut m);
+            for (j, row) in m.iter().enumerate() {
+                lacks[j][w] = *row;
             }
         }
         for c in 0..runs {
@@ -258,6 +326,24 @@ fn transpose(patterns: &[u64], runs: usize, rows: &mut Vec<Row>) {
                 rows.push(e);
             }
         }
+    }
+}
+
+/// Transposes a 64×64 bit matrix in place: afterwards word j bit t is
+/// what word t bit j was. Quadrants swap, then their quadrants, down to
+/// single bits: six rounds of 32 swaps, against a loop per set bit.
+#[inline(always)]
+fn transpose64(a: &mut [u64; 64]) {
+    let mut j = 32;
+    let mut mask = u64::MAX >> 32;
+    while j != 0 {
+        for k in (0..64).filter(|k| k & j == 0) {
+            let t = ((a[k] >> j) ^ a[k + j]) & mask;
+            a[k] ^= t << j;
+            a[k + j] ^= t;
+        }
+        j >>= 1;
+        mask ^= mask << j;
     }
 }
 
@@ -313,7 +399,8 @@ mod tests {
 
     /// Every size class (plain loop, one partial block, cut by 2, 3 and 4
     /// bits, both sides the table), sparse and dense words, words of every
-    /// width up to 64 bits: the count is a plain double loop's.
+    /// width up to 64 bits: the count, plain and weighed by marked bits, is
+    /// a plain double loop's.
     #[test]
     fn pairs_match_a_double_loop() {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -345,9 +432,42 @@ mod tests {
                 .map(|&p| b.iter().filter(|&&q| p & q == 0).count() as u64)
                 .sum();
             assert!(a_len * b_len == 0 || want > 0, "a weak case");
+            // Two marked bits (ones that words often have), weights that
+            // differ by side, with zeros: weighed the same way by hand.
+            let marked = 1u64 << 9 | 1 << 40 >> shift.min(30);
+            let weight: Weights = [[1, 3, 5], [7, 0, 11], [13, 17, 0]];
+            let class = |x: u64| (x & marked).count_ones() as usize;
+            let weighed: u64 = a
+                .iter()
+                .flat_map(|&p| b.iter().map(move |&q| (p, q)))
+                .filter(|&(p, q)| p & q == 0)
+                .map(|(p, q)| weight[class(p)][class(q)])
+                .sum();
             for path in paths() {
                 assert_eq!(pairs.count(&a, &b, path), want, "{a_len} × {b_len} {path}");
                 assert_eq!(pairs.count(&b, &a, path), want, "{b_len} × {a_len} {path}");
+                let got = pairs.count_weighted(&a, &b, path, marked, &weight);
+                assert_eq!(got, weighed, "{a_len} × {b_len} {path} weighed");
+            }
+        }
+    }
+
+    /// Word j bit t of the transpose is word t bit j.
+    #[test]
+    fn transpose64_swaps_rows_and_columns() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut a = [0u64; 64];
+        for w in a.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *w = x;
+        }
+        let mut t = a;
+        transpose64(&mut t);
+        for (j, row) in t.iter().enumerate() {
+            for (k, w) in a.iter().enumerate() {
+                assert_eq!(row >> k & 1, w >> j & 1, "{j} {k}");
             }
         }
     }
