@@ -327,6 +327,58 @@ fn solve_through_either_plan_is_exact() {
     assert_eq!(kit::dec(&v["total"]), 73_712, "{v}");
 }
 
+/// Without --mode and --strategy, N=18 to 21 are planned as halves for
+/// the join and the boards around them backtrack; a strategy or a mode
+/// named wins over that default.
+#[test]
+fn the_planner_joins_18_to_21_unless_told_otherwise() {
+    let summary = |args: &[&str]| {
+        let o = nqueens(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let v = json(stdout(&o).trim());
+        (
+            v["mode"].as_str().unwrap().to_string(),
+            v["strategy"].as_str().unwrap().to_string(),
+        )
+    };
+    let pair = |m: &str, s: &str| (m.to_string(), s.to_string());
+    for n in ["18", "21"] {
+        assert_eq!(
+            summary(&["plan", n, "--json"]),
+            pair("join", "halves"),
+            "N={n}"
+        );
+    }
+    assert_eq!(
+        summary(&["plan", "17", "--json"]),
+        pair("backtrack", "frame")
+    );
+    assert_eq!(
+        summary(&["plan", "22", "--json"]),
+        pair("backtrack", "rings")
+    );
+    assert_eq!(
+        summary(&["plan", "18", "--strategy", "frame", "--json"]),
+        pair("backtrack", "frame")
+    );
+    assert_eq!(
+        summary(&["plan", "19", "--mode", "backtrack", "--json"]),
+        pair("backtrack", "frame")
+    );
+    // `solve` counts in that mode: the default join is held to --memory
+    // (refused at once within 1 MB), a backtracking board refuses --memory.
+    let o = nqueens(&["solve", "18", "--memory", "1M"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("memory bound"), "{}", stderr(&o));
+    let o = nqueens(&["solve", "17", "--memory", "1M"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--memory bounds the join"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A plan cut finer than its groups says how small the table a coordinator
 /// keeps of it is: runs, not tasks.
 #[test]

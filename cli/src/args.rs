@@ -4,8 +4,8 @@ use crate::exit::Failure;
 use clap::{Parser, Subcommand, ValueEnum};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::{
-    default_depth, default_strategy, default_tasks, Mode as PlanMode, Plan, PlanError, PlanSpec,
-    Strategy, MAX_RING_SPLIT,
+    default_depth, default_mode, default_strategy, default_tasks, Mode as PlanMode, Plan,
+    PlanError, PlanSpec, Strategy, MAX_RING_SPLIT,
 };
 use nqueens_common::Size;
 use std::path::PathBuf;
@@ -611,24 +611,27 @@ pub struct PlanShape {
     /// How to count each subproblem: search every completion (backtrack),
     /// or join halves of it (join: a second, independent algorithm, so a
     /// count made one way can be checked the other; without --strategy it
-    /// cuts whole boards into halves, N=4 to 24) [default: backtrack].
+    /// cuts whole boards into halves, N=4 to 24) [default: join for N=18
+    /// to 21 without --strategy, where it is fastest and fits; else
+    /// backtrack].
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
 }
 
 impl PlanShape {
     /// The mode asked for: the join for the halves strategy, which only
-    /// the join counts.
-    pub fn mode(&self, strategy: Option<Strategy>) -> PlanMode {
+    /// the join counts; without a mode or a strategy, N's default.
+    pub fn mode(&self, n: Size, strategy: Option<Strategy>) -> PlanMode {
         match (self.mode, strategy) {
             (Some(Mode::Join), _) | (None, Some(Strategy::Halves)) => PlanMode::Join,
+            (None, None) => default_mode(n),
             _ => PlanMode::Backtrack,
         }
     }
 
     /// The strategy asked for, or the default of N and the mode.
     pub fn strategy(&self, n: Size, strategy: Option<Strategy>) -> Strategy {
-        strategy.unwrap_or_else(|| default_strategy(n, self.mode(None)))
+        strategy.unwrap_or_else(|| default_strategy(n, self.mode(n, None)))
     }
 
     /// The spec asked for, checked (a wrong depth is bad input).
@@ -646,7 +649,7 @@ impl PlanShape {
                  rows placed inside each ring: more rows, more and smaller parts)"
             )));
         }
-        let mode = self.mode(Some(strategy));
+        let mode = self.mode(n, Some(strategy));
         if strategy == Strategy::Halves && self.mode == Some(Mode::Backtrack) {
             return Err(Failure::BadInput(
                 "the halves strategy is counted only by the join: use --mode join, or another \

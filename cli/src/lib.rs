@@ -57,7 +57,7 @@ fn run(command: Command) -> Result<(), Failure> {
             json,
         } => {
             let threads = threads.get();
-            let join = shape.mode(strategy) == nqueens_common::plan::Mode::Join;
+            let join = shape.mode(n, strategy) == nqueens_common::plan::Mode::Join;
             if memory.is_some() && !join {
                 return Err(Failure::BadInput(
                     "--memory bounds the join: add --mode join, or leave --memory out".into(),

@@ -161,7 +161,7 @@ pub fn estimate(
             Err(f) if modes.len() > 1 => {
                 eprintln!(
                     "{} mode: {}",
-                    shape.mode(Some(strategy)).name(),
+                    shape.mode(n, Some(strategy)).name(),
                     f.message()
                 );
                 failed = Some(f);

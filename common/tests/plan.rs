@@ -462,6 +462,30 @@ fn the_default_strategy_is_rings_cut_into_parts_beyond_21() {
     }
 }
 
+/// Without a mode, N=18 to 21 are joined by halves (faster, and their
+/// tables fit the default bound); smaller and larger boards backtrack.
+#[test]
+fn the_default_mode_is_the_join_from_18_to_21() {
+    use nqueens_common::plan::{default_mode, default_strategy, JOIN_DEFAULT};
+    for n in 1..=32 {
+        let size = Size::new(n).unwrap();
+        let mode = default_mode(size);
+        let want = if (18..=21).contains(&n) {
+            Mode::Join
+        } else {
+            Mode::Backtrack
+        };
+        assert_eq!(mode, want, "N={n}");
+        if mode == Mode::Join {
+            assert_eq!(default_strategy(size, mode), Strategy::Halves, "N={n}");
+            // The halves' tables fit the default bound.
+            assert!(JOIN_DEFAULT.contains(&n));
+            let (shape, _) = nqueens_common::engine::join::Shape::piece(n as usize, 0);
+            assert!(shape.build(Default::default()).is_ok(), "N={n}");
+        }
+    }
+}
+
 fn halves(n: u32, tasks: u64) -> Plan {
     Plan::new(PlanSpec {
         mode: Mode::Join,

@@ -15,7 +15,8 @@
 //! joined to the lower-east ones that take the other east columns and
 //! share no diagonal (west likewise). Each half is kept as a bitset of the
 //! diagonals both sides can reach (at most 62 bits up to N=32), and the
-//! pairs are counted 512 at a time on a transposed table of one side.
+//! pairs are counted 512 at a time on a transposed table of one side
+//! ([`crate::engine::pairs`]).
 //!
 //! The work is Σ |east halves| × |west halves| / 512 over the choices of
 //! east rows, against the completions and dead ends a search visits: the
@@ -127,8 +128,7 @@ impl Budget {
     pub fn from_bytes(bytes: u64, threads: usize) -> Budget {
         let share = |part: u64, each: u64| usize::try_from(part / each).unwrap_or(usize::MAX);
         Budget {
-            // A quarter table's offsets are u32.
-            quarters: share(bytes / 8 * 5, QUARTER_BYTES).min(u32::MAX as usize),
+            quarters: share(bytes / 8 * 5, QUARTER_BYTES),
             halves: share(bytes / 8 * 3 / threads.max(1) as u64 / 2, HALF_BYTES),
             threads: threads.max(1),
         }
@@ -179,8 +179,9 @@ struct Quarter {
     first: usize,
     len: usize,
     /// Placements on row set `t` (bit i: row `first + i`) are
-    /// `at[t]..at[t + 1]`.
-    at: Vec<u32>,
+    /// `at[t]..at[t + 1]` (64-bit: a table may pass 2^32 placements
+    /// when the budget allows).
+    at: Vec<u64>,
     cols: Vec<u32>,
     d1: Vec<u64>,
     d2: Vec<u64>,
@@ -256,7 +257,7 @@ impl Quarter {
             d2: Vec::with_capacity(total),
         };
         for mut list in lists {
-            q.at.push(q.cols.len() as u32);
+            q.at.push(q.cols.len() as u64);
             list.sort_unstable_by_key(|e| e.0);
             for (c, d1, d2) in list {
                 q.cols.push(c);
@@ -264,7 +265,7 @@ impl Quarter {
                 q.d2.push(d2);
             }
         }
-        q.at.push(q.cols.len() as u32);
+        q.at.push(q.cols.len() as u64);
         Ok(q)
     }
 
@@ -547,7 +548,9 @@ impl Join {
         self.quarters
             .iter()
             .map(|q| {
-                4 * (q.at.capacity() + q.cols.capacity()) + 8 * (q.d1.capacity() + q.d2.capacity())
+                8 * q.at.capacity()
+                    + 4 * q.cols.capacity()
+                    + 8 * (q.d1.capacity() + q.d2.capacity())
             })
             .sum::<usize>() as u64
     }
@@ -661,7 +664,9 @@ impl Join {
     /// two sums, taken here from this choice's halves, share the mirror
     /// pair's weight: pairs weigh 1 with no long queen, 2^(j-1) with j west
     /// and none east, 2^(i-1) with i east and none west, 0 with a long
-    /// queen on each side. Over the choices this adds up to the total.
+    /// queen on each side. Over the choices this adds up to the total. The
+    /// weights are the pair count's: the long diagonals cut its table, so
+    /// the pairs that weigh 0 are never visited.
     fn long_classes(&self, halves: &mut Halves) -> u64 {
         // Indexed by the long queens (east, west).
         const LONG: Weights = [[1, 1, 2], [1, 0, 0], [2, 0, 0]];

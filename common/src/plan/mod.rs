@@ -142,6 +142,25 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// tasks of minutes.
 pub const RING_DEFAULT_MAX_N: u32 = 21;
 
+/// The boards counted by the join when no mode is asked for: from N=18,
+/// where it is 9× the backtracking (one thread, N=18 on a Zen 4: 3.7 s
+/// against 34.5 s on AVX-512), to N=21, the last whose whole-board tables fit the
+/// join's default memory bound. Below, a count takes seconds either way and
+/// the classic search stays the one benchmarks and lessons measure; above,
+/// records are cut into ring parts and counted by backtracking unless the
+/// join is asked for (`plan N --estimate` says which is faster there).
+pub const JOIN_DEFAULT: std::ops::RangeInclusive<u32> = 18..=21;
+
+/// The mode a plan of N counts with when none is given: the join over
+/// [`JOIN_DEFAULT`], backtracking elsewhere.
+pub fn default_mode(n: Size) -> Mode {
+    if JOIN_DEFAULT.contains(&n.get()) {
+        Mode::Join
+    } else {
+        Mode::Backtrack
+    }
+}
+
 /// The strategy a plan of N uses when none is given. Backtracking: frames
 /// up to [`RING_DEFAULT_MAX_N`] (rings, at their default depth), then rings
 /// cut into parts, which count rings' nodes (about half of 8-line frames')
