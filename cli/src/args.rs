@@ -83,7 +83,7 @@ pub enum Command {
         n: Size,
         /// How to split the search [default: as `solve --state` and
         /// `submit` do: frame up to N=21, else rings; halves in join mode
-        /// up to N=24].
+        /// up to N=21, else rings].
         #[arg(long, value_parser = strategies())]
         strategy: Option<Strategy>,
         #[command(flatten)]
@@ -588,7 +588,7 @@ fn strategies() -> impl clap::builder::TypedValueParser<Value = Strategy> {
         ),
         PossibleValue::new("prefix").help("the first K rows of the symmetry-pruned search"),
         PossibleValue::new("halves").help(
-            "the whole board's choices of east rows, N=4 to 24 (join mode only; the default there)",
+            "the whole board's choices of east rows, N=4 to 24 (join mode only; its default up to N=21)",
         ),
         PossibleValue::new("synthetic")
             .help("load tests (submit only): no queens; task i answers a fixed function of i"),
@@ -611,7 +611,7 @@ pub struct PlanShape {
     /// How to count each subproblem: search every completion (backtrack),
     /// or join halves of it (join: a second, independent algorithm, so a
     /// count made one way can be checked the other; without --strategy it
-    /// cuts whole boards into halves, N=4 to 24) [default: join for N=18
+    /// cuts whole boards into halves up to N=21, then ring parts) [default: join for N=18
     /// to 21 without --strategy, where it is fastest and fits; else
     /// backtrack].
     #[arg(long, value_enum)]

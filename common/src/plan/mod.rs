@@ -165,9 +165,11 @@ pub fn default_mode(n: Size) -> Mode {
 /// up to [`RING_DEFAULT_MAX_N`] (rings, at their default depth), then rings
 /// cut into parts, which count rings' nodes (about half of 8-line frames')
 /// in tasks as small as a record attempt needs. The join: whole boards cut
-/// into halves while they fit ([`join::MAX_WHOLE_N`]), then ring parts.
+/// into halves while their tables fit the default memory bound (up to the
+/// end of [`JOIN_DEFAULT`]; `--strategy halves` takes them on to
+/// [`join::MAX_WHOLE_N`] with more `--memory`), then ring parts.
 pub fn default_strategy(n: Size, mode: Mode) -> Strategy {
-    if mode == Mode::Join && (4..=join::MAX_WHOLE_N).contains(&n.get()) {
+    if mode == Mode::Join && (4..=*JOIN_DEFAULT.end()).contains(&n.get()) {
         Strategy::Halves
     } else if n.get() <= RING_DEFAULT_MAX_N {
         Strategy::Frame
