@@ -578,7 +578,8 @@ mod tests {
     /// Seeded random subproblems of real plans of N=19..=32, both
     /// strategies (frames of depth 1 and 2), taken down to 10 free rows:
     /// every path this CPU has gives the reference's completions and the
-    /// scalar loop's node counts.
+    /// scalar loop's node counts, and the join (a second algorithm) gives
+    /// the same completions on each of its pair loops.
     #[test]
     fn every_path_matches_the_reference_on_random_pieces_of_real_plans() {
         let never = AtomicBool::new(false);
@@ -629,6 +630,19 @@ mod tests {
                         path.name()
                     );
                     assert_eq!(got, scalar, "N={n} nodes on path {}", path.name());
+                }
+                let loops = [None, Some(Path::Scalar)];
+                for (piece, &w) in pieces.iter().zip(&want) {
+                    for path in loops.map(crate::engine::join::pair_path) {
+                        let joined = crate::engine::join::count_within(
+                            piece,
+                            &Start::default(),
+                            crate::engine::join::Budget::default(),
+                            Some(path),
+                        )
+                        .unwrap();
+                        assert_eq!(joined.c1, w, "N={n} {strategy} depth {depth} join {path}");
+                    }
                 }
                 completions += want.iter().sum::<u64>();
             }
