@@ -119,13 +119,33 @@ const RUNS_PER_VALUE: usize = 4096;
 const CACHE_BYTES: u64 = 64 << 20;
 
 /// sled without its background flusher: [`StoreWriter`] flushes.
+///
+/// A store closed a moment ago may still hold its file lock while sled's
+/// own threads finish with it (a restart in the same process, as tests and
+/// `solve --state` do): that is waited for, up to [`LOCK_WAIT`], instead of
+/// counting the store as damaged and rebuilding it from the journal.
 fn open_sled(path: &Path) -> sled::Result<sled::Db> {
-    sled::Config::new()
-        .path(path)
-        .flush_every_ms(None)
-        .cache_capacity(CACHE_BYTES)
-        .open()
+    let started = std::time::Instant::now();
+    loop {
+        let opened = sled::Config::new()
+            .path(path)
+            .flush_every_ms(None)
+            .cache_capacity(CACHE_BYTES)
+            .open();
+        match opened {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
+
+/// How long a store's lock, held by a handle being closed, is waited for.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// How long sled may take to open (recover) a store before it counts as
 /// damaged. Rebuilding from the journal is always possible.
@@ -671,6 +691,32 @@ mod tests {
             (back.worker_id, back.lease_id),
             (row.worker_id, row.lease_id)
         );
+    }
+
+    /// A store still open elsewhere (a handle being closed) is waited for,
+    /// not moved aside as damaged: its rows are there when it opens.
+    #[test]
+    fn a_store_still_closing_is_waited_for_not_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (store, _) = Store::open(&path).unwrap();
+        store.add_results(Vec::new(), Some(42)).unwrap();
+        store.flush();
+        // The old handle closes a little later, on another thread.
+        let (opening, wait) = mpsc::channel::<()>();
+        let closer = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(store);
+        });
+        opening.send(()).unwrap();
+        let (again, opened) = Store::open(&path).unwrap();
+        closer.join().unwrap();
+        assert!(
+            matches!(opened, Opened::Existing),
+            "rebuilt instead of waited for"
+        );
+        assert_eq!(again.caught_up(), 42);
     }
 
     #[test]
