@@ -69,6 +69,28 @@ fn the_join_and_the_backtracking_agree_with_oeis_for_4_to_16() {
     }
 }
 
+/// The whole of N=17 by the join on each pair loop this CPU has (the
+/// portable one always): the published total and unique count.
+#[test]
+fn the_join_counts_17_exactly_on_every_pair_loop() {
+    use nqueens_common::engine::join::{pair_path, Budget};
+    use nqueens_common::plan::solve::solve_join_within;
+    let k = known(17).unwrap();
+    let loops = [pair_path(Some(Path::Scalar)), pair_path(None)];
+    if loops[1] == Path::Scalar {
+        eprintln!("skipped the AVX2 pair loop: this CPU lacks AVX2 or POPCNT");
+    }
+    for path in loops {
+        let joined = solve_join_within(size(17), 2, Budget::default(), Some(path)).unwrap();
+        assert_eq!(
+            (joined.total().unwrap(), joined.unique().unwrap()),
+            (k.total, k.unique),
+            "{}",
+            joined.core
+        );
+    }
+}
+
 /// The path a local count of `n` names when `path` is asked for: AVX-512
 /// lanes take a batch only if every ring interior in it fits them, and a
 /// count names the slowest path any batch took.
