@@ -73,14 +73,10 @@ fn the_join_and_the_backtracking_agree_with_oeis_for_4_to_16() {
 /// portable one always): the published total and unique count.
 #[test]
 fn the_join_counts_17_exactly_on_every_pair_loop() {
-    use nqueens_common::engine::join::{pair_path, Budget};
+    use nqueens_common::engine::join::{pair_loops, Budget};
     use nqueens_common::plan::solve::solve_join_within;
     let k = known(17).unwrap();
-    let loops = [pair_path(Some(Path::Scalar)), pair_path(None)];
-    if loops[1] == Path::Scalar {
-        eprintln!("skipped the AVX2 pair loop: this CPU lacks AVX2 or POPCNT");
-    }
-    for path in loops {
+    for path in pair_loops() {
         let joined = solve_join_within(size(17), 2, Budget::default(), Some(path)).unwrap();
         assert_eq!(
             (joined.total().unwrap(), joined.unique().unwrap()),

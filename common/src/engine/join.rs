@@ -695,6 +695,17 @@ impl Halves {
     }
 }
 
+/// The pair loops this CPU has, the portable one first (for tests that
+/// check each): the AVX2 one when there is one, else the portable one
+/// again, with the reason printed.
+pub fn pair_loops() -> [Path; 2] {
+    let loops = [pair_path(Some(Path::Scalar)), pair_path(None)];
+    if loops[1] == Path::Scalar {
+        eprintln!("skipped the AVX2 pair loop: this CPU lacks AVX2 or POPCNT");
+    }
+    loops
+}
+
 /// The pair loop's path for a request (`None`: the fastest): AVX2 when
 /// asked for AVX2 or better and the CPU has AVX2 and POPCNT, else portable.
 pub fn pair_path(want: Option<Path>) -> Path {

@@ -385,18 +385,6 @@ fn blocks<const R: usize>(rows: &[Row], items: &[u64], lanes: &mut [u64; WORDS])
 mod tests {
     use super::*;
 
-    /// The paths this CPU has, each printed if skipped.
-    fn paths() -> Vec<Path> {
-        let paths = vec![
-            crate::engine::join::pair_path(Some(Path::Scalar)),
-            crate::engine::join::pair_path(None),
-        ];
-        if paths[1] == Path::Scalar {
-            eprintln!("skipped the AVX2 pair loop: this CPU lacks AVX2 or POPCNT");
-        }
-        paths
-    }
-
     /// Every size class (plain loop, one partial block, cut by 2, 3 and 4
     /// bits, both sides the table), sparse and dense words, words of every
     /// width up to 64 bits: the count, plain and weighed by marked bits, is
@@ -443,7 +431,7 @@ mod tests {
                 .filter(|&(p, q)| p & q == 0)
                 .map(|(p, q)| weight[class(p)][class(q)])
                 .sum();
-            for path in paths() {
+            for path in crate::engine::join::pair_loops() {
                 assert_eq!(pairs.count(&a, &b, path), want, "{a_len} × {b_len} {path}");
                 assert_eq!(pairs.count(&b, &a, path), want, "{b_len} × {a_len} {path}");
                 let got = pairs.count_weighted(&a, &b, path, marked, &weight);

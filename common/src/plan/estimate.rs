@@ -631,9 +631,8 @@ mod tests {
                     );
                     assert_eq!(got, scalar, "N={n} nodes on path {}", path.name());
                 }
-                let loops = [None, Some(Path::Scalar)];
                 for (piece, &w) in pieces.iter().zip(&want) {
-                    for path in loops.map(crate::engine::join::pair_path) {
+                    for path in crate::engine::join::pair_loops() {
                         let joined = crate::engine::join::count_within(
                             piece,
                             &Start::default(),
