@@ -16,9 +16,6 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-/// The least time between two snapshots of one watched job.
-const WATCH_SPACING: std::time::Duration = std::time::Duration::from_millis(250);
-
 /// Most workers that may be asked to agree on one task.
 pub const MAX_REDUNDANCY: u32 = 3;
 
@@ -401,10 +398,15 @@ impl OperatorService for Operators {
         let core = Arc::clone(self.0.core()?);
         let mut changes = core.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let spacing = std::time::Duration::from_millis(core.limits().watch_spacing_ms);
+        let ended = move |core: &Coordinator| {
+            core.job(id)
+                .is_ok_and(|v| matches!(v.state, JobState::Done | JobState::Cancelled))
+        };
         tokio::spawn(async move {
             while let Ok(view) = core.job(id) {
-                let ended = matches!(view.state, JobState::Done | JobState::Cancelled);
-                if tx.send(Ok(job_to_wire(&view))).await.is_err() || ended {
+                let over = matches!(view.state, JobState::Done | JobState::Cancelled);
+                if tx.send(Ok(job_to_wire(&view))).await.is_err() || over {
                     break;
                 }
                 // Wait for a change, or for the client to go away (so no
@@ -413,18 +415,17 @@ impl OperatorService for Operators {
                     changed = changes.changed() => if changed.is_err() { break },
                     () = tx.closed() => break,
                 }
-                // Coalesce the changes of the next moment into one snapshot:
-                // a job of short tasks changes thousands of times a second.
-                // The last snapshot of a job is sent at once.
-                if core
-                    .job(id)
-                    .is_ok_and(|v| v.state == JobState::Done || v.state == JobState::Cancelled)
-                {
-                    continue;
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(WATCH_SPACING) => {}
-                    () = tx.closed() => break,
+                // Coalesce the changes of the next moment into one
+                // snapshot, but send a job's last snapshot at once, even
+                // when it ends in the middle of the pause (a run that
+                // waits on it would otherwise wait out the pause).
+                let until = tokio::time::Instant::now() + spacing;
+                while !ended(&core) {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until) => break,
+                        changed = changes.changed() => if changed.is_err() { break },
+                        () = tx.closed() => return,
+                    }
                 }
             }
         });

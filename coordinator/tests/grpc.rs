@@ -82,6 +82,42 @@ async fn a_job_is_leased_counted_and_finished_exactly() {
     r.shutdown().await.unwrap();
 }
 
+/// A watched job's last snapshot is sent when the job ends, even if the
+/// watcher is pausing between snapshots: here the pause is an hour, so a
+/// watcher that waited it out would miss the test's patience.
+#[tokio::test]
+async fn a_watch_sends_the_finished_job_without_waiting_out_its_pause() {
+    let dir = kit::tempdir();
+    let config = Config {
+        limits: Limits {
+            watch_spacing_ms: 3_600_000,
+            ..limits()
+        },
+        ..config(dir.path())
+    };
+    let r = start(config, Arc::new(ManualClock::default()) as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(10, Strategy::Frame, 8)).await;
+    assert!(job.tasks > 2);
+    let mut watch = ops
+        .watch_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    // The snapshot of the job as it was; the first change then starts
+    // the watcher's pause.
+    assert_eq!(watch.message().await.unwrap().unwrap().done, 0);
+    assert_eq!(kit::work(&mut w, "w1", 1).await, 1);
+    assert_eq!(kit::work(&mut w, "w1", usize::MAX).await as u64, job.tasks - 1);
+    let last = kit::last(watch).await;
+    assert_eq!(last.state, v1::JobState::Done as i32);
+    assert_eq!(last.done, job.tasks);
+    assert_eq!(kit::counts(&last), (724, 92));
+    r.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_restart_keeps_every_acknowledged_result_and_takes_old_leases() {
     let dir = kit::tempdir();

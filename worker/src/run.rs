@@ -103,8 +103,8 @@ pub async fn run_with(
     mut signals: mpsc::UnboundedReceiver<()>,
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
-    let fault = config.self_test_fault;
-    tokio::task::spawn_blocking(move || self_test(fault))
+    let (fault, threads) = (config.self_test_fault, config.threads.max(1));
+    tokio::task::spawn_blocking(move || self_test(fault, threads))
         .await
         .expect("self-test panicked")
         .map_err(WorkerError::SelfTest)?;

@@ -56,6 +56,10 @@ pub struct Limits {
     /// Counted results each job keeps in memory, the latest ones (older
     /// ones are read from the store when needed); `None`: all (an audit).
     pub results_in_memory: Option<usize>,
+    /// The least time between two snapshots of one watched job: a job of
+    /// short tasks changes thousands of times a second. A job's last
+    /// snapshot (done or cancelled) is never held back.
+    pub watch_spacing_ms: u64,
 }
 
 impl Default for Limits {
@@ -67,6 +71,7 @@ impl Default for Limits {
             backoff_max_ms: 300_000,
             max_tasks: nqueens_common::plan::MAX_TASKS,
             results_in_memory: Some(RESULTS_IN_MEMORY),
+            watch_spacing_ms: 250,
         }
     }
 }
