@@ -46,9 +46,14 @@ for i in 1 2 3; do
     pids+=("$!")
 done
 
-# 4. The operator: submit, follow to the end (exit 0 only if the counts
-#    match OEIS), then audit the job from the journal.
+# 4. The operator: wait for the three workers to join (each runs its
+#    self-test first), submit, follow to the end (exit 0 only if the
+#    counts match OEIS), then audit the job from the journal.
 export NQUEENS_OPERATOR_TOKEN="$(cat "$work/operator.token")"
+for _ in $(seq 100); do
+    [ "$("$nqueens" workers 2>/dev/null | grep -c quick-)" -ge 3 ] && break
+    sleep 0.1
+done
 "$nqueens" submit "$n" --strategy frame --watch --interval 1
 "$nqueens" audit 1
 "$nqueens" workers

@@ -125,8 +125,8 @@ pub enum Command {
         then by the baseline (a Somers-style bitmap search using only the mirror symmetry) on\n\
         one thread. Times are medians of --runs in-process runs; every count is checked.\n\
         speedup = baseline time / fast core time, both on one thread. The core column says\n\
-        which inner loop counted: avx512 (16 searches per instruction, chosen at run time when\n\
-        the CPU has AVX-512F), scalar, or search (N < 6)."
+        which inner loop counted: avx512 or avx2 (16 searches in lanes; the faster of the two on\n\
+        this CPU unless --core says), scalar, or search (N < 6)."
     )]
     Bench {
         /// Range of N, both ends included: FROM..TO (or a single N).
@@ -830,13 +830,14 @@ pub enum Mode {
 /// Which inner loop the engine counts with (`--core`).
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Core {
-    /// The fastest this CPU has (AVX-512, else AVX2, else scalar).
+    /// The fastest this CPU has: AVX-512 or AVX2 (whichever a short race at start-up finds
+    /// faster), else scalar.
     Auto,
     /// One search at a time, on any CPU.
     Scalar,
-    /// Eight searches at a time in AVX2 lanes (x86-64 CPUs since 2013), any N.
+    /// Sixteen searches at a time in AVX2 lanes (x86-64 CPUs since 2013), any N.
     Avx2,
-    /// Sixteen searches at a time in AVX-512 lanes (CPUs with AVX-512F), N <= 18.
+    /// The AVX2 lanes built for AVX-512 (F, VL, BW, DQ: 32 registers, rotates, masks), any N.
     Avx512,
 }
 

@@ -1,8 +1,7 @@
 //! Exactness of the solver core: known values, a brute-force reference,
 //! thread-count and split independence, and rejection of forged pieces.
 
-use nqueens_common::engine::border::Frames;
-use nqueens_common::engine::lanes::{fits_lanes, Path};
+use nqueens_common::engine::lanes::Path;
 use nqueens_common::engine::reference::brute_force;
 use nqueens_common::engine::search::{cases, split, Case, Piece, PieceError, Rules};
 use nqueens_common::known::known;
@@ -87,22 +86,6 @@ fn the_join_counts_17_exactly_on_every_pair_loop() {
     }
 }
 
-/// The path a local count of `n` names when `path` is asked for: AVX-512
-/// lanes take a batch only if every ring interior in it fits them, and a
-/// count names the slowest path any batch took.
-fn path_named(n: u32, path: Path) -> &'static str {
-    let frames = Frames::new(size(n), 1).unwrap();
-    let mut all_fit = true;
-    frames.for_each_in(0, u64::MAX, |f, _, _| {
-        let it = frames.interior(&f);
-        all_fit &= fits_lanes(&it);
-    });
-    match path {
-        Path::Avx512 if !all_fit => Path::Avx2.name(),
-        _ => path.name(),
-    }
-}
-
 /// The ring counter on every path this CPU has (scalar always, AVX2 and
 /// AVX-512 where present) gives the same counts, nodes included, and the
 /// same classes as the symmetry-pruned search, which sorts solutions at
@@ -114,7 +97,7 @@ fn every_path_and_the_classic_search_agree() {
         assert_eq!(scalar.core, "scalar");
         for path in Path::available() {
             let s = solve_on(size(n), 2, Some(path)).unwrap();
-            assert_eq!(s.core, path_named(n, path), "N={n}");
+            assert_eq!(s.core, path.name(), "N={n}");
             assert_eq!(s.counts, scalar.counts, "N={n} path {}", path.name());
         }
         if n <= 12 {

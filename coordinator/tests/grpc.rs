@@ -99,7 +99,15 @@ async fn a_watch_sends_the_finished_job_without_waiting_out_its_pause() {
         .await
         .unwrap();
     let (mut w, mut ops) = clients(&r).await;
-    let job = submit(&mut ops, spec(10, Strategy::Frame, 8)).await;
+    // Polled, not watched: the watch would hold the planned job back.
+    let id = kit::submit(&mut ops, kit::job_request(spec(10, Strategy::Frame, 8)))
+        .await
+        .job_id;
+    let job = kit::eventually("the plan", async || {
+        let j = kit::job(&mut ops, id).await;
+        (j.tasks > 0).then_some(j)
+    })
+    .await;
     assert!(job.tasks > 2);
     let mut watch = ops
         .watch_job(v1::JobRef { job_id: job.job_id })
@@ -110,7 +118,10 @@ async fn a_watch_sends_the_finished_job_without_waiting_out_its_pause() {
     // the watcher's pause.
     assert_eq!(watch.message().await.unwrap().unwrap().done, 0);
     assert_eq!(kit::work(&mut w, "w1", 1).await, 1);
-    assert_eq!(kit::work(&mut w, "w1", usize::MAX).await as u64, job.tasks - 1);
+    assert_eq!(
+        kit::work(&mut w, "w1", usize::MAX).await as u64,
+        job.tasks - 1
+    );
     let last = kit::last(watch).await;
     assert_eq!(last.state, v1::JobState::Done as i32);
     assert_eq!(last.done, job.tasks);

@@ -32,7 +32,8 @@ pub struct Solution {
     pub counts: Totals,
     pub threads: usize,
     pub pieces: usize,
-    /// How the pieces were counted: "avx512", "scalar" or (small N) "search".
+    /// How the pieces were counted: "avx512", "avx2", "scalar", "join/…"
+    /// or (small N) "search".
     pub core: &'static str,
     pub elapsed: Duration,
 }

@@ -2,22 +2,25 @@
 //!
 //! A scalar depth-first search spends most of its time on branches it
 //! cannot predict (does this row have a candidate left?). Here sixteen
-//! independent searches (jobs) share one instruction stream, one per AVX-512
-//! lane: every step, each lane either places its next candidate or backs up
-//! one row, under a mask instead of a branch. A lane whose job is finished
-//! takes the next job, so lanes stay busy until the job list runs dry.
+//! independent searches (jobs) share one instruction stream, two groups of
+//! eight 32-bit lanes: every step, each lane either places its next
+//! candidate or backs up one row, under a mask instead of a branch. A lane
+//! whose job is finished takes the next job, so lanes stay busy until the
+//! job list runs dry.
 //!
-//! Each lane keeps only the bit it placed per row on its stack. The
-//! diagonal masks move by rotation, not shift, so no bit is ever lost and
-//! backing up a row is exact: rotate back, take the queen off, and
-//! recompute the row's candidates above it. A rotated bit must not wrap
-//! onto the board: [`fits_lanes`] checks there is room. Tables pack each
-//! free row's open columns with the gap to the next free row, so one
-//! gather per step fetches both.
+//! Two kernels, each built for AVX2 and for AVX-512 (the same source; the
+//! AVX-512 build has 32 registers, rotates and masks):
+//! - [`narrow`]: diagonals rotate instead of shifting, so no bit is lost
+//!   and a lane's stack keeps one word per row. A rotated bit must not
+//!   wrap onto the board: [`fits_lanes`] checks there is room (ring
+//!   interiors up to N=18).
+//! - [`wide`]: plain shifts and a 16-byte record per row, for any interior
+//!   up to N=32.
 //!
-//! The path is chosen at run time ([`Path::available`]); the scalar path
-//! ([`crate::engine::interior::Interior::count_from`]) is always there and gives the
-//! same counts, which the tests check on every path the machine has.
+//! The path is chosen at run time ([`Path::ranked`]); the scalar path
+//! ([`crate::engine::interior::Interior::count_from`]) is always there and
+//! gives the same counts, which the tests check on every path the machine
+//! has.
 
 use crate::engine::counts::{CountOverflow, PieceCounts};
 use crate::engine::interior::{Interior, Start};
@@ -108,10 +111,10 @@ impl Sums {
 pub enum Path {
     /// One job at a time, any CPU.
     Scalar,
-    /// Eight jobs in the 32-bit lanes of AVX2 registers, any N up to 32.
+    /// Two groups of eight jobs in the 32-bit lanes of AVX2 registers,
+    /// any N up to 32.
     Avx2,
-    /// Sixteen jobs in the 32-bit lanes of AVX-512 registers (interiors
-    /// that [`fits_lanes`]: ring interiors up to N=18).
+    /// The same kernels built for AVX-512 (F, VL, BW, DQ), any N up to 32.
     Avx512,
 }
 
@@ -126,25 +129,30 @@ impl Path {
             #[cfg(target_arch = "x86_64")]
             Path::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Path::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx2")
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
     }
 
-    /// The fastest path this CPU can run (for interiors the AVX-512 lanes
-    /// cannot take, a batch steps down to the next): the first of
-    /// [`Path::ranked`].
+    /// The fastest path this CPU can run: the first of [`Path::ranked`].
     pub fn fastest() -> Path {
         Path::ranked()[0]
     }
 
     /// Every path this CPU can run, fastest first, scalar last. A CPU with
-    /// both AVX-512 and AVX2 has them raced once per process (a few
-    /// milliseconds, [`race_avx512_against_avx2`]): AVX-512 is not the
-    /// faster everywhere. A Zen 4 runs 512-bit operations in two halves
-    /// and scatters slowly, and there N=17 took 4.88 s on the AVX-512
-    /// lanes against 3.46 s on the AVX2 ones (one thread).
+    /// both AVX-512 and AVX2 has them raced once per process (under 30 ms,
+    /// [`race_avx512_against_avx2`]): the AVX-512 build is the faster on a
+    /// Zen 4 (N=17, one thread: 2.94 s against 3.44 s), but a CPU that
+    /// slows its clock for AVX-512 code may not gain. (An earlier AVX-512
+    /// kernel, with gathers and scatters, took 4.88 s there: a Zen 4
+    /// scatters slowly.)
     pub fn ranked() -> &'static [Path] {
         static RANKED: std::sync::OnceLock<Vec<Path>> = std::sync::OnceLock::new();
         RANKED.get_or_init(|| {
@@ -210,8 +218,8 @@ const RACE_N: u32 = 13;
 /// hits both). The CPU must have both.
 fn race_avx512_against_avx2() -> bool {
     use crate::engine::border::Frames;
-    let frames = Frames::new(crate::Size::new(RACE_N).expect("a board size"), 1)
-        .expect("rings of N=12");
+    let frames =
+        Frames::new(crate::Size::new(RACE_N).expect("a board size"), 1).expect("rings of N=12");
     let mut interiors = Vec::new();
     frames.for_each_in(0, u64::MAX, |f, _, _| interiors.push(frames.interior(&f)));
     let never = std::sync::atomic::AtomicBool::new(false);
@@ -227,8 +235,8 @@ fn race_avx512_against_avx2() -> bool {
     best[1] < best[0]
 }
 
-/// Whether the lanes can step this interior (otherwise its jobs are
-/// counted on the scalar path): three free rows or more, gaps between free
+/// Whether the narrow (rotating) lanes can step this interior (otherwise
+/// the wide kernel takes it): three free rows or more, gaps between free
 /// rows that fit in two bits, and room in 32 bits for every diagonal to
 /// rotate through: a diagonal bit moves one column per row, so from the
 /// first free row to the last it travels at most the row span, and it must
@@ -267,12 +275,10 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The paths these interiors can be counted on, scalar first.
+    /// The paths these interiors can be counted on, scalar first: every
+    /// path the CPU has.
     pub fn paths(&self) -> Vec<Path> {
         Path::available()
-            .into_iter()
-            .filter(|&p| p != Path::Avx512 || self.tables.is_some())
-            .collect()
     }
 
     /// The fastest path of [`Batch::paths`] (the first of
@@ -307,35 +313,26 @@ impl<'a> Batch<'a> {
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            (Path::Avx512, Some(tables)) => {
-                assert!(
-                    std::arch::is_x86_feature_detected!("avx512f"),
-                    "the AVX-512 path needs a CPU with AVX-512F"
-                );
-                // SAFETY: AVX-512F is present (checked above) and every
-                // interior fits the lanes (tables exist).
-                unsafe { avx512::count(tables, jobs, &mut counted)? }
-            }
-            #[cfg(target_arch = "x86_64")]
-            (Path::Avx2, _) => {
-                assert!(
-                    std::arch::is_x86_feature_detected!("avx2"),
-                    "the AVX2 path needs a CPU with AVX2"
-                );
-                match &self.tables {
+            (Path::Avx2 | Path::Avx512, tables) => {
+                assert!(path.supported(), "the {path} path needs a CPU with it");
+                // SAFETY (each call): the CPU has the kernel's features
+                // (checked above); the narrow kernel gets tables only when
+                // every interior fits its lanes, the wide tables cover
+                // every interior; callers give starts with three free rows
+                // (as Interior::split makes them).
+                match (path, tables) {
                     // Rotated diagonals when every interior fits: one word
                     // per row on the stacks instead of four.
-                    // SAFETY: AVX2 is present (checked above), every
-                    // interior fits the lanes (tables exist), and callers
-                    // give starts with three free rows.
-                    Some(tables) => unsafe { avx2_narrow::count(tables, jobs, &mut counted)? },
-                    // SAFETY: AVX2 is present (checked above); the wide
-                    // tables cover every interior, and callers give starts
-                    // with three free rows (as Interior::split makes them).
-                    None => unsafe { avx2::count(&self.wide, jobs, &mut counted)? },
+                    (Path::Avx2, Some(t)) => unsafe { narrow::avx2::count(t, jobs, &mut counted)? },
+                    (_, Some(t)) => unsafe { narrow::avx512::count(t, jobs, &mut counted)? },
+                    (Path::Avx2, None) => unsafe {
+                        wide::avx2::count(&self.wide, jobs, &mut counted)?
+                    },
+                    (_, None) => unsafe { wide::avx512::count(&self.wide, jobs, &mut counted)? },
                 }
             }
-            (p, _) => panic!("path {} is not available for this batch", p.name()),
+            #[cfg(not(target_arch = "x86_64"))]
+            (p, _) => panic!("path {} is not available on this CPU", p.name()),
         }
         Ok(counted)
     }
@@ -403,7 +400,7 @@ pub fn count_below(
     Ok(Some((out, path)))
 }
 
-/// What a lane needs of each interior, flat for gathers.
+/// What the narrow kernel needs of each interior.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Tables {
     /// 32 entries per interior: open columns of free row k (relabelled so
@@ -414,7 +411,6 @@ struct Tables {
     pen: Vec<u32>,
     /// Open columns of the last free row (relabelled).
     last: Vec<u32>,
-    weight: Vec<u32>,
     /// The relabelling: the interior's lowest open column...
     low: Vec<u32>,
     /// ...and the mask of its columns after relabelling.
@@ -485,7 +481,6 @@ impl Tables {
             entries: vec![0u32; interiors.len() * 32],
             pen: Vec::with_capacity(interiors.len()),
             last: Vec::with_capacity(interiors.len()),
-            weight: vec![1; interiors.len()],
             low: Vec::with_capacity(interiors.len()),
             span: Vec::with_capacity(interiors.len()),
         };
@@ -504,13 +499,11 @@ impl Tables {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+mod narrow;
 #[cfg(target_arch = "x86_64")]
-mod avx2_narrow;
+mod wide;
 #[cfg(target_arch = "x86_64")]
-mod avx2_ops;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
+mod x86_ops;
 
 #[cfg(test)]
 mod tests {
@@ -590,17 +583,24 @@ mod tests {
         batch_agrees(12, |_| true);
     }
 
-    /// The wide AVX2 kernel (plain shifts, row records), which the AVX2
-    /// path uses only for interiors the rotating lanes cannot take, on
-    /// every ring job of N=12 and random subsets of N=9..15: it must give
-    /// the scalar loop's counts and nodes.
+    /// The wide kernel (plain shifts, row records), which the SIMD paths
+    /// use only for interiors the rotating lanes cannot take, in both its
+    /// builds, on every ring job of N=12 and random subsets of N=9..15: it
+    /// must give the scalar loop's counts and nodes.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_wide_avx2_kernel_agrees_on_ring_jobs() {
-        if !Path::Avx2.supported() {
-            println!("wide AVX2 kernel skipped: this CPU lacks AVX2");
-            return;
+    fn the_wide_kernel_agrees_on_ring_jobs_in_both_builds() {
+        for path in [Path::Avx2, Path::Avx512] {
+            if path.supported() {
+                wide_agrees(path);
+            } else {
+                println!("wide kernel's {path} build skipped: this CPU lacks {path}");
+            }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn wide_agrees(path: Path) {
         for n in 9..=15 {
             let rj = RingJobs::new(Size::new(n).unwrap());
             let b = Batch::new(&rj.interiors, &rj.weights);
@@ -612,15 +612,21 @@ mod tests {
                 .collect();
             let want = b.count_each(Path::Scalar, &jobs).unwrap();
             let mut got = Counted::new(rj.interiors.len());
-            // SAFETY: AVX2 checked above; ring jobs leave three free rows.
-            unsafe { avx2::count(&b.wide, &jobs, &mut got).unwrap() };
-            assert_eq!(got, want, "N={n}");
+            // SAFETY: the CPU has the path (the caller checks); ring jobs
+            // leave three free rows.
+            unsafe {
+                match path {
+                    Path::Avx2 => wide::avx2::count(&b.wide, &jobs, &mut got).unwrap(),
+                    _ => wide::avx512::count(&b.wide, &jobs, &mut got).unwrap(),
+                }
+            };
+            assert_eq!(got, want, "N={n} {path}");
         }
     }
 
     /// The ranking keeps every path once, scalar last; the race's verdict
-    /// only swaps AVX2 and AVX-512. A batch without room for AVX-512 lanes
-    /// takes the best-ranked path it has.
+    /// only swaps AVX2 and AVX-512. A batch takes the best-ranked path, or
+    /// the one asked for.
     #[test]
     fn paths_are_ranked_fastest_first_with_scalar_last() {
         use Path::{Avx2, Avx512, Scalar};
@@ -636,15 +642,17 @@ mod tests {
         assert_eq!(Path::fastest(), ranked[0]);
         let rj = RingJobs::new(Size::new(19).unwrap());
         let wide = Batch::new(&rj.interiors, &rj.weights);
-        let want = *ranked.iter().find(|&&p| p != Avx512).unwrap();
-        assert_eq!(wide.path(None), want);
-        assert_eq!(wide.path(Some(Avx512)), want, "a path the batch lacks is not taken");
-        assert_eq!(wide.path(Some(Scalar)), Scalar);
+        assert_eq!(wide.path(None), ranked[0]);
+        for &p in ranked {
+            assert_eq!(wide.path(Some(p)), p);
+        }
         println!("ranked on this CPU: {ranked:?}");
     }
 
+    /// Ring interiors fit the rotating (narrow) lanes up to N=18; past
+    /// that the wide kernel takes them, so every path counts every N.
     #[test]
-    fn avx512_lanes_cover_ring_interiors_up_to_eighteen_and_avx2_every_n() {
+    fn narrow_lanes_cover_ring_interiors_up_to_eighteen_and_every_path_every_n() {
         for n in [8, 13, 17, 18] {
             let rj = RingJobs::new(Size::new(n).unwrap());
             assert!(rj.interiors.iter().all(fits_lanes), "N={n}");
@@ -652,8 +660,7 @@ mod tests {
         let rj = RingJobs::new(Size::new(19).unwrap());
         assert!(!rj.interiors.iter().all(fits_lanes));
         let paths = Batch::new(&rj.interiors, &rj.weights).paths();
-        assert!(!paths.contains(&Path::Avx512));
-        assert_eq!(paths.contains(&Path::Avx2), Path::Avx2.supported());
+        assert_eq!(paths, Path::available());
     }
 
     /// Completions of `queens` on an `n`-board by plain recursion with a
@@ -730,8 +737,8 @@ mod tests {
         queens
     }
 
-    /// Seeded random subproblems of N=19..=32 (where the AVX-512 lanes
-    /// stop): every path this CPU has gives the reference's count.
+    /// Seeded random subproblems of N=19..=32 (where the narrow lanes
+    /// stop and the wide kernel counts): every path this CPU has gives the reference's count.
     #[test]
     fn every_path_matches_the_reference_on_random_subproblems_up_to_32() {
         for n in 19..=32u32 {
@@ -756,10 +763,7 @@ mod tests {
                 assert_eq!(got.weighted, want, "N={n} path {}", path.name());
             }
             for path in Path::ALL.into_iter().filter(|p| !b.paths().contains(p)) {
-                println!(
-                    "N={n}: path {} skipped (not on this CPU, or AVX-512 lanes too narrow)",
-                    path.name()
-                );
+                println!("N={n}: path {} skipped (not on this CPU)", path.name());
             }
         }
     }

@@ -1,0 +1,512 @@
+//! Eight 32-bit lanes per AVX2 register, diagonals rotated as in the
+//! AVX-512 kernel: for batches whose interiors all [`super::fits_lanes`].
+//!
+//! Rotation makes backing up exact from the row's candidate set alone, so
+//! a lane's stack holds one record per row. AVX2 has no scatter, no
+//! rotate and a slow gather: stack and table are read and written by
+//! scalar loads and stores, and a rotation is two variable shifts.
+//!
+//! Each step a lane needs one 64-bit word, and the stack and the row table
+//! share its layout, so one load per lane serves both: a lane that backs
+//! up pops its stack record of the row above, any other lane reads its
+//! current row from the table. Either way the low half is the row's
+//! candidates (or open columns) with the gap to the next free row in bits
+//! 30..32, and the high half the open columns of the next free row, with
+//! bit 31 set on the second-to-last free row, whose next row (the last) is
+//! counted inline.
+//!
+//! The kernel is built twice, for AVX2 and for AVX-512 ([`avx2`],
+//! [`avx512`]): the same source, and on a CPU with AVX-512 the compiler
+//! has 32 vector registers, rotates and masks to use (15% faster on a
+//! Zen 4 than the AVX2 build).
+/// The kernel, for the target features `$features` (AVX2 at least).
+macro_rules! kernel {
+    ($features:literal) => {
+        crate::engine::lanes::x86_ops::ops!($features);
+        use crate::engine::lanes::{CountOverflow, Counted, Job, Tables};
+        use core::arch::x86_64::*;
+
+        const LANES: usize = 8;
+        /// Groups stepped interleaved, so one group's loads overlap another's
+        /// arithmetic (each step of a group depends on its previous step).
+        const GROUPS: usize = 2;
+        const _: () = assert!(GROUPS == 2, "run steps two groups");
+        /// Stack records per lane: rows 0..32, and below them row -1 (a job
+        /// that starts at row 0 has its end marker there).
+        const ROWS: usize = 33;
+        /// Words of every group's stacks, at the start of the kernel's memory.
+        const STACKS: usize = GROUPS * LANES * ROWS;
+        /// Open columns (and candidates) sit below bit 30.
+        const LOW30: u32 = (1 << 30) - 1;
+        /// Marks the second-to-last free row in a record's high half.
+        const PEN: u32 = 1 << 31;
+        /// The interior of a lane that is out of jobs.
+        const PARKED: u32 = u32::MAX;
+        /// Lane counters are added into the sums this often (in steps): a lane
+        /// counts nodes in its low 16 bits (at most 2 a step) and completions in
+        /// its high 16 bits (at most 1 a step), so neither can carry over.
+        const FLUSH_EVERY: u32 = 1 << 14;
+
+        /// Eight lanes, one search each.
+        #[derive(Clone, Copy)]
+        struct Group {
+            /// Where each lane's stack record of its current row k is.
+            at: __m256i,
+            /// From there to the table record of row k.
+            to_table: __m256i,
+            /// Candidates left in row k.
+            bm: __m256i,
+            ld: __m256i,
+            rd: __m256i,
+            col: __m256i,
+            /// Nodes (low 16 bits) and completions (high 16 bits), counted down.
+            tally: __m256i,
+            /// Each lane's interior (for its counters; [`PARKED`] for a lane out
+            /// of jobs) and its stack's row -1.
+            interior: [u32; LANES],
+            stack: [u32; LANES],
+            /// Lanes on a job that counts.
+            busy: u32,
+        }
+
+        /// A group's lane state in memory, while lanes take new jobs.
+        #[derive(Default)]
+        struct Spill {
+            at: [u32; LANES],
+            to_table: [u32; LANES],
+            bm: [u32; LANES],
+            ld: [u32; LANES],
+            rd: [u32; LANES],
+            col: [u32; LANES],
+        }
+
+        /// The other half of a rotation by `s` (0..=3): `-s mod 32`. Masked, so
+        /// the compiler knows the count is below 32 and adds no zeroing of its own
+        /// (a count of 0 gives `x | x`).
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn other(s: __m256i) -> __m256i {
+            _mm256_and_si256(
+                _mm256_sub_epi32(_mm256_setzero_si256(), s),
+                _mm256_set1_epi32(31),
+            )
+        }
+
+        /// `x` rotated left by `s` per lane; `t` is [`other`] of `s`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn rol(x: __m256i, s: __m256i, t: __m256i) -> __m256i {
+            _mm256_or_si256(_mm256_sllv_epi32(x, s), _mm256_srlv_epi32(x, t))
+        }
+
+        /// `x` rotated right by `s` per lane; `t` is [`other`] of `s`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn ror(x: __m256i, s: __m256i, t: __m256i) -> __m256i {
+            _mm256_or_si256(_mm256_srlv_epi32(x, s), _mm256_sllv_epi32(x, t))
+        }
+
+        /// The eight lanes' offsets as four 64-bit words (two lanes each): fewer
+        /// moves out of the vector registers than one per lane.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn halves(v: __m256i) -> [u64; 4] {
+            let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            [
+                _mm_cvtsi128_si64(lo) as u64,
+                _mm_extract_epi64::<1>(lo) as u64,
+                _mm_cvtsi128_si64(hi) as u64,
+                _mm_extract_epi64::<1>(hi) as u64,
+            ]
+        }
+
+        /// The records at `at` per lane, split into their low and high halves.
+        ///
+        /// # Safety
+        /// Every offset must index `mem`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn read(mem: *const u64, at: __m256i) -> (__m256i, __m256i) {
+            let [a, b, c, d] = halves(at);
+            // SAFETY: in bounds (caller).
+            let two = |o: u64| unsafe {
+                let x = _mm_loadl_epi64(mem.add(o as u32 as usize).cast());
+                _mm_castpd_si128(_mm_loadh_pd(
+                    _mm_castsi128_pd(x),
+                    mem.add((o >> 32) as usize).cast(),
+                ))
+            };
+            // Lanes 0, 1, 4, 5 and lanes 2, 3, 6, 7, a record each.
+            let p = _mm256_castsi256_ps(_mm256_set_m128i(two(c), two(a)));
+            let q = _mm256_castsi256_ps(_mm256_set_m128i(two(d), two(b)));
+            (
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(p, q)),
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(p, q)),
+            )
+        }
+
+        /// Writes the records `(low, high)` at `at` per lane.
+        ///
+        /// # Safety
+        /// Every offset must index `mem`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn write(mem: *mut u64, at: __m256i, low: __m256i, high: __m256i) {
+            let [a, b, c, d] = halves(at);
+            // Lanes 0, 1 | 4, 5 and lanes 2, 3 | 6, 7, a record each.
+            let (p, q) = (
+                _mm256_unpacklo_epi32(low, high),
+                _mm256_unpackhi_epi32(low, high),
+            );
+            // SAFETY: in bounds (caller).
+            let two = |o: u64, x: __m128i| unsafe {
+                let x = _mm_castsi128_pd(x);
+                _mm_storel_pd(mem.add(o as u32 as usize).cast(), x);
+                _mm_storeh_pd(mem.add((o >> 32) as usize).cast(), x);
+            };
+            two(a, _mm256_castsi256_si128(p));
+            two(b, _mm256_castsi256_si128(q));
+            two(c, _mm256_extracti128_si256::<1>(p));
+            two(d, _mm256_extracti128_si256::<1>(q));
+        }
+
+        impl Group {
+            #[target_feature(enable = $features)]
+            fn spill(&self) -> Spill {
+                let mut s = Spill::default();
+                for (a, v) in [
+                    (&mut s.at, self.at),
+                    (&mut s.to_table, self.to_table),
+                    (&mut s.bm, self.bm),
+                    (&mut s.ld, self.ld),
+                    (&mut s.rd, self.rd),
+                    (&mut s.col, self.col),
+                ] {
+                    store(a, v);
+                }
+                s
+            }
+
+            #[target_feature(enable = $features)]
+            fn reload(&mut self, s: &Spill) {
+                (self.at, self.to_table) = (load(&s.at), load(&s.to_table));
+                (self.bm, self.ld, self.rd) = (load(&s.bm), load(&s.ld), load(&s.rd));
+                self.col = load(&s.col);
+            }
+
+            /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
+            /// the lane counters into `sums` first.
+            ///
+            /// # Safety
+            /// `mem` must be `m`'s words.
+            #[target_feature(enable = $features)]
+            unsafe fn refill(
+                &mut self,
+                m: &Memory,
+                mem: *mut u64,
+                jobs: &[Job],
+                next: &mut usize,
+                lanes: u32,
+                sums: &mut Counted,
+            ) -> Result<(), CountOverflow> {
+                self.flush(sums)?;
+                let t = m.tables;
+                let mut s = self.spill();
+                for lane in 0..LANES {
+                    if lanes >> lane & 1 == 0 {
+                        continue;
+                    }
+                    // A lane out of jobs searches the last one again, uncounted, so
+                    // that the step needs no mask of busy lanes.
+                    let (job, interior) = match jobs.get(*next) {
+                        Some(job) => {
+                            *next += 1;
+                            (job, job.interior)
+                        }
+                        None => (jobs.last().expect("jobs are not empty"), PARKED),
+                    };
+                    let i = job.interior as usize;
+                    let (row, lo, on) = (u32::from(job.start.row), t.low[i], t.span[i]);
+                    // The start's masks in the interior's own columns; bits off
+                    // its columns never come back on (the lane never backs above
+                    // its start).
+                    let (l, d, r) = (
+                        job.start.l >> lo & on,
+                        job.start.d >> lo & on,
+                        job.start.r >> lo & on,
+                    );
+                    // The record above the start row marks the job's end: no
+                    // candidates (and no gap), so the lane that pops it stays put.
+                    let above = self.stack[lane] + row;
+                    // SAFETY: row < 32, so above is in this lane's stack (caller).
+                    unsafe { *mem.add(above as usize) = 0 };
+                    s.at[lane] = above + 1;
+                    s.to_table[lane] = m.base(i) - (self.stack[lane] + 1);
+                    self.interior[lane] = interior;
+                    s.ld[lane] = l;
+                    s.rd[lane] = r;
+                    s.col[lane] = d;
+                    s.bm[lane] = t.entries[i * 32 + row as usize] & LOW30 & !(l | d | r);
+                }
+                self.busy = self.interior.iter().filter(|&&i| i != PARKED).count() as u32;
+                self.reload(&s);
+                Ok(())
+            }
+
+            /// [`Group::refill`] by value, out of line: the caller's group stays
+            /// in registers.
+            ///
+            /// # Safety
+            /// As [`Group::refill`].
+            #[inline(never)]
+            #[target_feature(enable = $features)]
+            unsafe fn refilled(
+                mut self,
+                m: &Memory,
+                mem: *mut u64,
+                jobs: &[Job],
+                next: &mut usize,
+                lanes: u32,
+                sums: &mut Counted,
+            ) -> Result<Group, CountOverflow> {
+                // SAFETY: as the caller's.
+                unsafe { self.refill(m, mem, jobs, next, lanes, sums)? };
+                Ok(self)
+            }
+
+            /// Whether every lane is out of jobs.
+            fn parked(&self) -> bool {
+                self.busy == 0
+            }
+
+            #[target_feature(enable = $features)]
+            fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
+                let mut tally = [0u32; LANES];
+                store(
+                    &mut tally,
+                    _mm256_sub_epi32(_mm256_setzero_si256(), self.tally),
+                );
+                for (&t, &i) in tally.iter().zip(&self.interior) {
+                    if t != 0 && i != PARKED {
+                        sums.add(i as usize, (t >> 16).into(), (t & 0xFFFF).into())?;
+                    }
+                }
+                self.tally = _mm256_setzero_si256();
+                Ok(())
+            }
+
+            /// One step of every lane; returns the lanes whose job is done (bits).
+            ///
+            /// # Safety
+            /// `mem` must hold every group's stacks and the records of every
+            /// interior a lane is on.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn step(&mut self, mem: *mut u64) -> u32 {
+                let zero = _mm256_setzero_si256();
+                let low30 = _mm256_set1_epi32(LOW30 as i32);
+                let g = self;
+
+                // Lanes out of candidates back up a row first: pop the row's
+                // record (the lowest candidate is the queen that was placed),
+                // take the queen off (rotations undo exactly) and keep the
+                // candidates above it. Every other lane reads its row's record
+                // from the table: one load per lane either way. A lane that pops
+                // its job's end marker is done: the marker has no queen to take
+                // off and no candidate, so the lane changes nothing.
+                let back = _mm256_cmpeq_epi32(g.bm, zero);
+                // back is all ones (-1) where a lane backs up.
+                g.at = _mm256_add_epi32(g.at, back);
+                let at = pick(back, g.at, _mm256_add_epi32(g.at, g.to_table));
+                // Every lane's record is in bounds: a lane stays within its
+                // interior's 32 records and its stack's rows -1..32 (k <= pen <=
+                // 30), so lanes that do not need a value read a harmless one.
+                // SAFETY: as above.
+                let (low, below) = unsafe { read(mem, at) };
+                let sh = _mm256_srli_epi32::<30>(low);
+                let st = other(sh);
+                let popped = _mm256_and_si256(low, low30);
+                let done = _mm256_and_si256(back, _mm256_cmpeq_epi32(popped, zero));
+                let pbit = _mm256_and_si256(popped, _mm256_sub_epi32(zero, popped));
+                g.col = _mm256_xor_si256(g.col, _mm256_and_si256(back, pbit));
+                g.ld = pick(back, _mm256_xor_si256(ror(g.ld, sh, st), pbit), g.ld);
+                g.rd = pick(back, _mm256_xor_si256(rol(g.rd, sh, st), pbit), g.rd);
+                g.bm = pick(back, _mm256_xor_si256(popped, pbit), g.bm);
+
+                // Then every lane with a candidate places it (lowest first), in
+                // the same step, so backing up costs no step of its own.
+                let has = _mm256_xor_si256(_mm256_cmpeq_epi32(g.bm, zero), _mm256_set1_epi32(-1));
+                let bit = _mm256_and_si256(g.bm, _mm256_sub_epi32(zero, g.bm));
+                let nl = rol(_mm256_or_si256(g.ld, bit), sh, st);
+                let nr = ror(_mm256_or_si256(g.rd, bit), sh, st);
+                let nc = _mm256_or_si256(g.col, bit);
+                let attacked = _mm256_or_si256(_mm256_or_si256(nl, nr), nc);
+                let open = _mm256_andnot_si256(attacked, _mm256_and_si256(below, low30));
+
+                // A queen in the second-to-last row: the last row has at most one
+                // square left; count it here instead of moving down.
+                let at_pen = _mm256_and_si256(has, _mm256_srai_epi32::<31>(below));
+                let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(open, zero), at_pen);
+                // Counted down (a mask is -1): a node for every queen placed, and
+                // a completion and its node for every last row that fits.
+                g.tally = _mm256_add_epi32(
+                    _mm256_add_epi32(g.tally, has),
+                    _mm256_and_si256(fits, _mm256_set1_epi32(-0x1_0001)),
+                );
+
+                // Every lane writes its row's record (placed queen still in) at
+                // row k; a lane that does not descend writes it again before it
+                // is read, so no mask is needed.
+                let rec = _mm256_or_si256(g.bm, _mm256_andnot_si256(low30, low));
+                // SAFETY: as the read: this lane's stack.
+                unsafe { write(mem, g.at, rec, below) };
+
+                // A lane descends only into a row with candidates: a dead end
+                // costs no step of its own to come back from.
+                let push = _mm256_andnot_si256(
+                    at_pen,
+                    _mm256_andnot_si256(_mm256_cmpeq_epi32(open, zero), has),
+                );
+                g.bm = _mm256_xor_si256(g.bm, _mm256_and_si256(has, bit));
+                g.at = _mm256_sub_epi32(g.at, push);
+                g.ld = pick(push, nl, g.ld);
+                g.rd = pick(push, nr, g.rd);
+                g.col = pick(push, nc, g.col);
+                g.bm = pick(push, open, g.bm);
+                bits(done)
+            }
+        }
+
+        /// The kernel's memory: every group's stacks, then a record per row of
+        /// the interiors the jobs are on (`first..`, 32 rows each).
+        struct Memory<'a> {
+            tables: &'a Tables,
+            words: Vec<u64>,
+            first: usize,
+        }
+
+        impl<'a> Memory<'a> {
+            fn new(t: &'a Tables, jobs: &[Job]) -> Memory<'a> {
+                let first = jobs.iter().map(|j| j.interior).min().unwrap_or(0) as usize;
+                let end = jobs
+                    .iter()
+                    .map(|j| j.interior)
+                    .max()
+                    .map_or(0, |i| i as usize + 1);
+                let mut words = vec![0u64; STACKS + (end - first) * 32];
+                for (i, rows) in (first..end).zip(words[STACKS..].chunks_exact_mut(32)) {
+                    let e = &t.entries[i * 32..i * 32 + 32];
+                    let pen = t.pen[i] as usize;
+                    for (k, r) in rows.iter_mut().enumerate() {
+                        let below = e.get(k + 1).map_or(0, |&b| b & LOW30);
+                        let flag = if k == pen { PEN } else { 0 };
+                        *r = u64::from(e[k]) | u64::from(below | flag) << 32;
+                    }
+                }
+                Memory {
+                    tables: t,
+                    words,
+                    first,
+                }
+            }
+
+            /// Where interior `i`'s records start.
+            fn base(&self, i: usize) -> u32 {
+                (STACKS + (i - self.first) * 32) as u32
+            }
+        }
+
+        /// # Safety
+        /// The CPU must support AVX2; every job's interior must fit the lanes and
+        /// its start leave three free rows.
+        #[target_feature(enable = $features)]
+        pub(in crate::engine::lanes) unsafe fn count(
+            t: &Tables,
+            jobs: &[Job],
+            sums: &mut Counted,
+        ) -> Result<(), CountOverflow> {
+            if jobs.is_empty() {
+                return Ok(());
+            }
+            let mut m = Memory::new(t, jobs);
+            let mem = m.words.as_mut_ptr();
+            let zero = _mm256_setzero_si256();
+            let mut groups: [Group; GROUPS] = core::array::from_fn(|g| Group {
+                at: zero,
+                to_table: zero,
+                bm: zero,
+                ld: zero,
+                rd: zero,
+                col: zero,
+                tally: zero,
+                interior: [0; LANES],
+                stack: core::array::from_fn(|lane| ((g * LANES + lane) * ROWS) as u32),
+                busy: 0,
+            });
+            let mut next = 0usize;
+            // SAFETY: the memory holds both groups' stacks and the records of
+            // every interior of the jobs; the words are not touched otherwise
+            // while the kernel runs.
+            unsafe {
+                for g in &mut groups {
+                    g.refill(&m, mem, jobs, &mut next, 0xFF, sums)?;
+                }
+                let [a, b] = groups;
+                run(&m, jobs, sums, &mut next, a, b, mem)
+            }
+        }
+
+        /// Steps two filled groups in turn until every job is counted. The groups
+        /// are locals passed by value (not an array), so their hot state can stay
+        /// in registers.
+        ///
+        /// # Safety
+        /// As [`Group::step`].
+        #[target_feature(enable = $features)]
+        unsafe fn run(
+            m: &Memory,
+            jobs: &[Job],
+            sums: &mut Counted,
+            next: &mut usize,
+            mut a: Group,
+            mut b: Group,
+            mem: *mut u64,
+        ) -> Result<(), CountOverflow> {
+            let mut steps = 0u32;
+            while !(a.parked() && b.parked()) {
+                // SAFETY: as the caller's.
+                let (da, db) = unsafe { (a.step(mem), b.step(mem)) };
+                if da | db != 0 {
+                    if da != 0 {
+                        // SAFETY: as the caller's.
+                        a = unsafe { a.refilled(m, mem, jobs, next, da, sums)? };
+                    }
+                    if db != 0 {
+                        // SAFETY: as the caller's.
+                        b = unsafe { b.refilled(m, mem, jobs, next, db, sums)? };
+                    }
+                }
+                steps += 1;
+                if steps == FLUSH_EVERY {
+                    a.flush(sums)?;
+                    b.flush(sums)?;
+                    steps = 0;
+                }
+            }
+            a.flush(sums)?;
+            b.flush(sums)
+        }
+    };
+}
+
+/// Built for AVX2: any x86-64 CPU since 2013.
+pub(super) mod avx2 {
+    kernel!("avx2");
+}
+
+/// The same kernel built for AVX-512 (F, VL, BW, DQ): the same 256-bit
+/// vectors, but 32 registers instead of 16 (no spills), one-instruction
+/// rotates, three-input logic and mask registers.
+pub(super) mod avx512 {
+    kernel!("avx2,avx512f,avx512vl,avx512bw,avx512dq");
+}

@@ -1,0 +1,40 @@
+//! The small vector helpers both kernels use (8 lanes of 32 bits), built
+//! into each kernel module for its own target features.
+
+/// Defines `load`, `store`, `bits` and `pick` for the target features
+/// `$features` in the module that invokes it.
+macro_rules! ops {
+    ($features:literal) => {
+        const OP_LANES: usize = 8;
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn load(a: &[u32; OP_LANES]) -> __m256i {
+            // SAFETY: reads exactly 32 bytes from a 32-byte array.
+            unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn store(a: &mut [u32; OP_LANES], v: __m256i) {
+            // SAFETY: writes exactly 32 bytes into a 32-byte array.
+            unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) }
+        }
+
+        /// Lanes set in a mask vector, as bits.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn bits(m: __m256i) -> u32 {
+            _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
+        }
+
+        /// `if m { a } else { b }` per lane.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            _mm256_blendv_epi8(b, a, m)
+        }
+    };
+}
+
+pub(super) use ops;
