@@ -104,7 +104,8 @@ pub async fn run_with(
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
     let (fault, threads) = (config.self_test_fault, config.threads.max(1));
-    tokio::task::spawn_blocking(move || self_test(fault, threads))
+    let path = config.core.unwrap_or_else(Path::fastest);
+    tokio::task::spawn_blocking(move || self_test(fault, threads, path))
         .await
         .expect("self-test panicked")
         .map_err(WorkerError::SelfTest)?;

@@ -3,11 +3,16 @@
 //! the halves and frame plans by the join, must give the published totals.
 //! A machine or build that miscounts must never report a result.
 //!
+//! The plans of small boards count on the narrow lanes kernel only, so
+//! N=12 is also counted by the wide kernel alone (every board past N=18
+//! counts with it), on the engine path the worker counts with.
+//!
 //! It runs on the worker's threads and takes a few tens of milliseconds:
 //! ring parts rather than depth-2 frames, whose 50,000 tiny pieces at N=12
 //! cost more to set up than to count and made it 140 ms on one thread,
 //! a start-up cost every short run paid.
 
+use nqueens_common::engine::lanes::{ring_total_by_wide_kernel, Path};
 use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
@@ -15,7 +20,16 @@ use nqueens_common::Size;
 
 /// Runs the self-test on `threads` threads; `fault` deliberately corrupts
 /// one count (to test that a failing self-test stops the worker).
-pub fn self_test(fault: bool, threads: usize) -> Result<(), String> {
+pub fn self_test(fault: bool, threads: usize, path: Path) -> Result<(), String> {
+    let n12 = Size::new(12).expect("a board size");
+    let want = known(12).expect("known up to 27").total;
+    let got = ring_total_by_wide_kernel(n12, path).map_err(|e| e.to_string())?;
+    if got != want {
+        return Err(format!(
+            "N=12 by the wide kernel on the {path} path counted total {got}, expected {want}: \
+             this machine or build miscounts, so it must not report results"
+        ));
+    }
     for n in 8..=12u32 {
         for (strategy, mode, depth) in [
             (Strategy::Prefix, Mode::Backtrack, 3),

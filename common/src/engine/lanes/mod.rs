@@ -338,6 +338,40 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// The total of `n` (N >= 6) counted from its ring interiors (a depth-1
+/// border plan: every solution has one queen on each border line, so
+/// total = Σ weight × completions) on `path`, by the wide kernel even
+/// where the narrow one could take every interior. Every board past N=18
+/// counts with the wide kernel, but small boards never reach it: this is
+/// how a worker's self-test checks it against a published total.
+pub fn ring_total_by_wide_kernel(n: crate::Size, path: Path) -> Result<u128, CountOverflow> {
+    let frames = crate::engine::border::Frames::new(n, 1).expect("rings need N >= 6");
+    let (mut interiors, mut weights, mut total) = (Vec::new(), Vec::new(), 0u128);
+    frames.for_each_in(0, u64::MAX, |f, weight, _| {
+        let it = frames.interior(&f);
+        if it.rows() < 3 {
+            total += u128::from(weight) * u128::from(it.count().c1);
+        } else {
+            interiors.push(it);
+            weights.push(weight);
+        }
+    });
+    let mut jobs = Vec::new();
+    for (i, it) in interiors.iter().enumerate() {
+        let (starts, _) = it.split(SPLIT_ROWS);
+        jobs.extend(starts.into_iter().map(|start| Job {
+            interior: i as u32,
+            start,
+        }));
+    }
+    let batch = Batch {
+        tables: None,
+        ..Batch::new(&interiors, &weights)
+    };
+    let counted = batch.count(batch.path(Some(path)), &jobs)?.weighted;
+    total.checked_add(counted).ok_or(CountOverflow)
+}
+
 /// Free rows of each interior placed before its search is cut into jobs:
 /// enough jobs that lanes and threads stay evenly loaded.
 pub const SPLIT_ROWS: usize = 1;
@@ -647,6 +681,19 @@ mod tests {
             assert_eq!(wide.path(Some(p)), p);
         }
         println!("ranked on this CPU: {ranked:?}");
+    }
+
+    /// The wide kernel alone, on every path this CPU has, gives the
+    /// published totals from ring interiors that all fit the narrow one.
+    #[test]
+    fn the_wide_kernel_alone_counts_small_boards_exactly() {
+        for n in [8u32, 11, 12] {
+            let want = crate::known::known(n).unwrap().total;
+            for path in Path::available() {
+                let got = ring_total_by_wide_kernel(Size::new(n).unwrap(), path).unwrap();
+                assert_eq!(got, want, "N={n} {path}");
+            }
+        }
     }
 
     /// Ring interiors fit the rotating (narrow) lanes up to N=18; past
