@@ -28,11 +28,18 @@ macro_rules! ops {
             _mm256_movemask_ps(_mm256_castsi256_ps(m)) as u32
         }
 
-        /// `if m { a } else { b }` per lane.
+        /// `if m { a } else { b }` per lane (`m` all ones or all zeros
+        /// per lane). A 32-bit select, not a byte one: the AVX-512 build
+        /// turns a byte select into a mask move and a masked byte move
+        /// (N=16 on a Zen 4: 0.446 s, against 0.416 s with this).
         #[inline]
         #[target_feature(enable = $features)]
         fn pick(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
-            _mm256_blendv_epi8(b, a, m)
+            _mm256_castps_si256(_mm256_blendv_ps(
+                _mm256_castsi256_ps(b),
+                _mm256_castsi256_ps(a),
+                _mm256_castsi256_ps(m),
+            ))
         }
     };
 }
