@@ -149,7 +149,7 @@ impl Path {
     /// Every path this CPU can run, fastest first, scalar last. A CPU with
     /// both AVX-512 and AVX2 has them raced once per process (under 30 ms,
     /// [`race_avx512_against_avx2`]): the AVX-512 build is the faster on a
-    /// Zen 4 (N=17, one thread: 2.99 s against 3.42 s), but a CPU that
+    /// Zen 4 (N=17, one thread: 2.84 s against 3.42 s), but a CPU that
     /// slows its clock for AVX-512 code may not gain. (An earlier AVX-512
     /// kernel, with gathers and scatters, took 4.88 s there: a Zen 4
     /// scatters slowly.)
