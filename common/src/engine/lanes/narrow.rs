@@ -504,14 +504,4 @@ macro_rules! kernel {
     };
 }
 
-/// Built for AVX2: any x86-64 CPU since 2013.
-pub(super) mod avx2 {
-    kernel!("avx2");
-}
-
-/// The same kernel built for AVX-512 (F, VL, BW, DQ): the same 256-bit
-/// vectors, but 32 registers instead of 16 (no spills), one-instruction
-/// rotates, three-input logic and mask registers.
-pub(super) mod avx512 {
-    kernel!("avx2,avx512f,avx512vl,avx512bw,avx512dq");
-}
+crate::engine::lanes::x86_ops::builds!(kernel);

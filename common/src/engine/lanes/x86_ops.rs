@@ -44,4 +44,22 @@ macro_rules! ops {
     };
 }
 
-pub(super) use ops;
+/// The two builds of a kernel: `$kernel!` is the kernel's source, taking
+/// the target features it is compiled for.
+macro_rules! builds {
+    ($kernel:ident) => {
+        /// Built for AVX2: any x86-64 CPU since 2013.
+        pub(super) mod avx2 {
+            $kernel!("avx2");
+        }
+
+        /// The same kernel built for AVX-512 (F, VL, BW, DQ): the same
+        /// 256-bit vectors, but 32 registers instead of 16 (no spills),
+        /// one-instruction rotates, three-input logic and mask registers.
+        pub(super) mod avx512 {
+            $kernel!("avx2,avx512f,avx512vl,avx512bw,avx512dq");
+        }
+    };
+}
+
+pub(super) use {builds, ops};
