@@ -104,8 +104,10 @@ pub async fn run_with(
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
     let (fault, threads) = (config.self_test_fault, config.threads.max(1));
-    let path = config.core.unwrap_or_else(Path::fastest);
-    tokio::task::spawn_blocking(move || self_test(fault, threads, path))
+    // The version names the engine path too, so operators see in the
+    // worker list which inner loop each machine counts with.
+    let core = config.core.unwrap_or_else(Path::fastest);
+    tokio::task::spawn_blocking(move || self_test(fault, threads, core))
         .await
         .expect("self-test panicked")
         .map_err(WorkerError::SelfTest)?;
@@ -126,14 +128,10 @@ pub async fn run_with(
     // what the operator sees.
     let display = config.name.clone().unwrap_or_else(|| host.clone());
     let name = format!("{display}-{}", instance_suffix());
-    let threads = config.threads.max(1);
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     let mut summary = Summary::default();
     let mut told_tls = false;
 
-    // The version names the engine path too, so operators see in the
-    // worker list which inner loop each machine counts with.
-    let core = config.core.unwrap_or_else(Path::fastest);
     let version = format!("{} {core}", env!("CARGO_PKG_VERSION"));
     stats.started(&name, &display, &core.to_string(), threads);
     // Sent again whenever the coordinator asks (it restarted, or lost us).
