@@ -66,6 +66,8 @@ fn solve_by_the_join_is_exact_and_refuses_what_it_cannot_take() {
             "2",
         ],
         &["solve", "11", "--strategy", "halves", "--tasks", "5"],
+        // --tasks without --strategy: the default plan (here halves).
+        &["solve", "12", "--mode", "join", "--tasks", "7"],
     ] {
         let o = nqueens(&[args, &["--json"]].concat());
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));

@@ -81,6 +81,12 @@ fn run(command: Command) -> Result<(), Failure> {
             if join && strategy.is_none() && shape.tasks.is_none() {
                 return local::solve_join(n, threads, budget, core, json);
             }
+            // --tasks shapes a plan: without --strategy, the default one
+            // of N and the mode (as `solve --state` and `submit` take).
+            let strategy = match (strategy, shape.tasks) {
+                (None, Some(_)) => Some(shape.strategy(n, None)),
+                (s, _) => s,
+            };
             local::solve(n, threads, strategy, &shape, core, budget, json)
         }
         Command::Plan {

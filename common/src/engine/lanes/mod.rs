@@ -147,7 +147,7 @@ impl Path {
     }
 
     /// Every path this CPU can run, fastest first, scalar last. A CPU with
-    /// both AVX-512 and AVX2 has them raced once per process (under 30 ms,
+    /// both AVX-512 and AVX2 has them raced once per process (about 7 ms,
     /// [`race_avx512_against_avx2`]): the AVX-512 build is the faster on a
     /// Zen 4 (N=17, one thread: 2.84 s against 3.42 s), but a CPU that
     /// slows its clock for AVX-512 code may not gain. (An earlier AVX-512
@@ -207,11 +207,12 @@ fn rank(available: &[Path], avx2_faster: bool) -> Vec<Path> {
     ranked
 }
 
-/// The board whose ring interiors the race counts: 3.5 ms (AVX2) and
-/// 5.4 ms (AVX-512) a run on a Zen 4, the same ratio as at N=17; at N=12
-/// the interiors are too small to show it. Three runs each: under 30 ms
-/// at every start of a process that counts.
-const RACE_N: u32 = 13;
+/// The board whose ring interiors the race counts. On a Zen 4 a run takes
+/// 1.2 ms (AVX2) and 1.1 ms (AVX-512): the ratio, 0.87 to 0.91 over runs,
+/// picks as N=13's (0.85 to 0.90, at 3 times the cost) and N=17's (0.83)
+/// do. Three runs each: about 7 ms at every start of a process that
+/// counts, which a short `solve --state` or worker start pays.
+const RACE_N: u32 = 12;
 
 /// Whether AVX2 counts the ring interiors of [`RACE_N`] faster than
 /// AVX-512 (best of three runs each, in turn, so a change of clock speed
