@@ -52,7 +52,8 @@ macro_rules! kernel {
         /// its high 16 bits (at most 1 a step), so neither can carry over.
         const FLUSH_EVERY: u32 = 1 << 14;
 
-        /// Eight lanes, one search each.
+        /// Eight lanes, one search each: vectors only, so that the stepping
+        /// loop keeps both groups in registers from step to step.
         #[derive(Clone, Copy)]
         struct Group {
             /// Where each lane's stack record of its current row k is.
@@ -66,15 +67,18 @@ macro_rules! kernel {
             col: __m256i,
             /// Nodes (low 16 bits) and completions (high 16 bits), counted down.
             tally: __m256i,
-            /// Each lane's interior (for its counters; [`PARKED`] for a lane out
-            /// of jobs) and its stack's row -1.
-            interior: [u32; LANES],
-            stack: [u32; LANES],
-            /// Lanes on a job that counts.
-            busy: u32,
         }
 
-        /// A group's lane state in memory, while lanes take new jobs.
+        /// Which job each lane of a group is on: read only between steps.
+        struct Seats {
+            /// Each lane's interior (for its counters; [`PARKED`] for a lane out
+            /// of jobs).
+            interior: [u32; LANES],
+            /// Each lane's stack's row -1.
+            stack: [u32; LANES],
+        }
+
+        /// A group's lanes in memory, between steps.
         #[derive(Default)]
         struct Spill {
             at: [u32; LANES],
@@ -83,6 +87,7 @@ macro_rules! kernel {
             ld: [u32; LANES],
             rd: [u32; LANES],
             col: [u32; LANES],
+            tally: [u32; LANES],
         }
 
         /// The other half of a rotation by `s` (0..=3): `-s mod 32`. Masked, so
@@ -176,128 +181,33 @@ macro_rules! kernel {
         }
 
         impl Group {
+            /// The group in memory, with no call while its vectors are live
+            /// (see [`super::x86_ops`]).
             #[target_feature(enable = $features)]
             fn spill(&self) -> Spill {
-                let mut s = Spill::default();
-                for (a, v) in [
-                    (&mut s.at, self.at),
-                    (&mut s.to_table, self.to_table),
-                    (&mut s.bm, self.bm),
-                    (&mut s.ld, self.ld),
-                    (&mut s.rd, self.rd),
-                    (&mut s.col, self.col),
-                ] {
-                    store(a, v);
+                Spill {
+                    at: lanes(self.at),
+                    to_table: lanes(self.to_table),
+                    bm: lanes(self.bm),
+                    ld: lanes(self.ld),
+                    rd: lanes(self.rd),
+                    col: lanes(self.col),
+                    tally: lanes(self.tally),
                 }
-                s
             }
 
+            /// The group stored in `s`, in registers (see [`super::x86_ops`]).
             #[target_feature(enable = $features)]
-            fn reload(&mut self, s: &Spill) {
-                (self.at, self.to_table) = (load(&s.at), load(&s.to_table));
-                (self.bm, self.ld, self.rd) = (load(&s.bm), load(&s.ld), load(&s.rd));
-                self.col = load(&s.col);
-            }
-
-            /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
-            /// the lane counters into `sums` first.
-            ///
-            /// # Safety
-            /// `mem` must be `m`'s words.
-            #[target_feature(enable = $features)]
-            unsafe fn refill(
-                &mut self,
-                m: &Memory,
-                mem: *mut u64,
-                jobs: &[Job],
-                next: &mut usize,
-                lanes: u32,
-                sums: &mut Counted,
-            ) -> Result<(), CountOverflow> {
-                self.flush(sums)?;
-                let t = m.tables;
-                let mut s = self.spill();
-                for lane in 0..LANES {
-                    if lanes >> lane & 1 == 0 {
-                        continue;
-                    }
-                    // A lane out of jobs searches the last one again, uncounted, so
-                    // that the step needs no mask of busy lanes.
-                    let (job, interior) = match jobs.get(*next) {
-                        Some(job) => {
-                            *next += 1;
-                            (job, job.interior)
-                        }
-                        None => (jobs.last().expect("jobs are not empty"), PARKED),
-                    };
-                    let i = job.interior as usize;
-                    let (row, lo, on) = (u32::from(job.start.row), t.low[i], t.span[i]);
-                    // The start's masks in the interior's own columns; bits off
-                    // its columns never come back on (the lane never backs above
-                    // its start).
-                    let (l, d, r) = (
-                        job.start.l >> lo & on,
-                        job.start.d >> lo & on,
-                        job.start.r >> lo & on,
-                    );
-                    // The record above the start row marks the job's end: no
-                    // candidates (and no gap), so the lane that pops it stays put.
-                    let above = self.stack[lane] + row;
-                    // SAFETY: row < 32, so above is in this lane's stack (caller).
-                    unsafe { *mem.add(above as usize) = 0 };
-                    s.at[lane] = above + 1;
-                    s.to_table[lane] = m.base(i) - (self.stack[lane] + 1);
-                    self.interior[lane] = interior;
-                    s.ld[lane] = l;
-                    s.rd[lane] = r;
-                    s.col[lane] = d;
-                    s.bm[lane] = t.entries[i * 32 + row as usize] & LOW30 & !(l | d | r);
+            fn reload(s: &Spill) -> Group {
+                Group {
+                    at: opaque(load(&s.at)),
+                    to_table: opaque(load(&s.to_table)),
+                    bm: opaque(load(&s.bm)),
+                    ld: opaque(load(&s.ld)),
+                    rd: opaque(load(&s.rd)),
+                    col: opaque(load(&s.col)),
+                    tally: opaque(load(&s.tally)),
                 }
-                self.busy = self.interior.iter().filter(|&&i| i != PARKED).count() as u32;
-                self.reload(&s);
-                Ok(())
-            }
-
-            /// [`Group::refill`] by value, out of line: the caller's group stays
-            /// in registers.
-            ///
-            /// # Safety
-            /// As [`Group::refill`].
-            #[inline(never)]
-            #[target_feature(enable = $features)]
-            unsafe fn refilled(
-                mut self,
-                m: &Memory,
-                mem: *mut u64,
-                jobs: &[Job],
-                next: &mut usize,
-                lanes: u32,
-                sums: &mut Counted,
-            ) -> Result<Group, CountOverflow> {
-                // SAFETY: as the caller's.
-                unsafe { self.refill(m, mem, jobs, next, lanes, sums)? };
-                Ok(self)
-            }
-
-            /// Whether every lane is out of jobs.
-            fn parked(&self) -> bool {
-                self.busy == 0
-            }
-
-            #[target_feature(enable = $features)]
-            fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
-                let mut tally = [0u32; LANES];
-                store(
-                    &mut tally,
-                    _mm256_sub_epi32(_mm256_setzero_si256(), self.tally),
-                );
-                for (&t, &i) in tally.iter().zip(&self.interior) {
-                    if t != 0 && i != PARKED {
-                        sums.add(i as usize, (t >> 16).into(), (t & 0xFFFF).into())?;
-                    }
-                }
-                self.tally = _mm256_setzero_si256();
-                Ok(())
             }
 
             /// One step of every lane; returns the lanes whose job is done (bits).
@@ -382,6 +292,113 @@ macro_rules! kernel {
             }
         }
 
+        impl Spill {
+            /// Gives each lane in `lanes` (bits) the next job, or parks it.
+            /// Adds the lane counters into `sums` first.
+            ///
+            /// # Safety
+            /// `mem` must be `m`'s words.
+            unsafe fn refill(
+                &mut self,
+                seats: &mut Seats,
+                m: &Memory,
+                mem: *mut u64,
+                jobs: &[Job],
+                next: &mut usize,
+                lanes: u32,
+                sums: &mut Counted,
+            ) -> Result<(), CountOverflow> {
+                self.flush(seats, sums)?;
+                let t = m.tables;
+                for lane in 0..LANES {
+                    if lanes >> lane & 1 == 0 {
+                        continue;
+                    }
+                    // A lane out of jobs searches the last one again, uncounted, so
+                    // that the step needs no mask of busy lanes.
+                    let (job, interior) = match jobs.get(*next) {
+                        Some(job) => {
+                            *next += 1;
+                            (job, job.interior)
+                        }
+                        None => (jobs.last().expect("jobs are not empty"), PARKED),
+                    };
+                    let i = job.interior as usize;
+                    let (row, lo, on) = (u32::from(job.start.row), t.low[i], t.span[i]);
+                    // The start's masks in the interior's own columns; bits off
+                    // its columns never come back on (the lane never backs above
+                    // its start).
+                    let (l, d, r) = (
+                        job.start.l >> lo & on,
+                        job.start.d >> lo & on,
+                        job.start.r >> lo & on,
+                    );
+                    // The record above the start row marks the job's end: no
+                    // candidates (and no gap), so the lane that pops it stays put.
+                    let above = seats.stack[lane] + row;
+                    // SAFETY: row < 32, so above is in this lane's stack (caller).
+                    unsafe { *mem.add(above as usize) = 0 };
+                    self.at[lane] = above + 1;
+                    self.to_table[lane] = m.base(i) - (seats.stack[lane] + 1);
+                    seats.interior[lane] = interior;
+                    self.ld[lane] = l;
+                    self.rd[lane] = r;
+                    self.col[lane] = d;
+                    self.bm[lane] = t.entries[i * 32 + row as usize] & LOW30 & !(l | d | r);
+                }
+                Ok(())
+            }
+
+            /// Adds the lane counters into `sums` and clears them.
+            fn flush(&mut self, seats: &Seats, sums: &mut Counted) -> Result<(), CountOverflow> {
+                for (t, &i) in self.tally.iter_mut().zip(&seats.interior) {
+                    // Counted down from zero.
+                    let up = t.wrapping_neg();
+                    if up != 0 && i != PARKED {
+                        sums.add(i as usize, (up >> 16).into(), (up & 0xFFFF).into())?;
+                    }
+                    *t = 0;
+                }
+                Ok(())
+            }
+        }
+
+        /// The work between steps, out of line, on groups stored to memory:
+        /// refills the lanes in `done` (bits per group) and, if `flush`, adds
+        /// every lane counter into `sums`. Gives whether any lane is still on
+        /// a job. The stepping loop stores its groups before the call and
+        /// loads them after, so no vector is live across a call (a call keeps
+        /// no vector register): otherwise the compiler keeps the groups in
+        /// memory, stored and reloaded every step.
+        ///
+        /// # Safety
+        /// As [`Spill::refill`].
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn tend(
+            groups: &mut [Spill; GROUPS],
+            seats: &mut [Seats; GROUPS],
+            m: &Memory,
+            mem: *mut u64,
+            jobs: &[Job],
+            next: &mut usize,
+            done: [u32; GROUPS],
+            flush: bool,
+            sums: &mut Counted,
+        ) -> Result<bool, CountOverflow> {
+            for ((g, seat), lanes) in groups.iter_mut().zip(seats.iter_mut()).zip(done) {
+                if lanes != 0 {
+                    // SAFETY: as the caller's.
+                    unsafe { g.refill(seat, m, mem, jobs, next, lanes, sums)? };
+                } else if flush {
+                    g.flush(seat, sums)?;
+                }
+            }
+            Ok(seats
+                .iter()
+                .any(|s| s.interior.iter().any(|&i| i != PARKED)))
+        }
+
         /// The kernel's memory: every group's stacks, then a record per row of
         /// the interiors the jobs are on (`first..`, 32 rows each).
         struct Memory<'a> {
@@ -435,35 +452,35 @@ macro_rules! kernel {
             }
             let mut m = Memory::new(t, jobs);
             let mem = m.words.as_mut_ptr();
-            let zero = _mm256_setzero_si256();
-            let mut groups: [Group; GROUPS] = core::array::from_fn(|g| Group {
-                at: zero,
-                to_table: zero,
-                bm: zero,
-                ld: zero,
-                rd: zero,
-                col: zero,
-                tally: zero,
+            let mut groups: [Spill; GROUPS] = Default::default();
+            let mut seats: [Seats; GROUPS] = core::array::from_fn(|g| Seats {
                 interior: [0; LANES],
                 stack: core::array::from_fn(|lane| ((g * LANES + lane) * ROWS) as u32),
-                busy: 0,
             });
             let mut next = 0usize;
             // SAFETY: the memory holds both groups' stacks and the records of
             // every interior of the jobs; the words are not touched otherwise
             // while the kernel runs.
             unsafe {
-                for g in &mut groups {
-                    g.refill(&m, mem, jobs, &mut next, 0xFF, sums)?;
-                }
-                let [a, b] = groups;
-                run(&m, jobs, sums, &mut next, a, b, mem)
+                let all = [(1 << LANES) - 1; GROUPS];
+                tend(
+                    &mut groups,
+                    &mut seats,
+                    &m,
+                    mem,
+                    jobs,
+                    &mut next,
+                    all,
+                    false,
+                    sums,
+                )?;
+                run(&m, jobs, sums, &mut next, groups, seats, mem)
             }
         }
 
-        /// Steps two filled groups in turn until every job is counted. The groups
-        /// are locals passed by value (not an array), so their hot state can stay
-        /// in registers.
+        /// Steps two filled groups in turn until every job is counted. The
+        /// groups are locals that only [`tend`] sees in memory, so their
+        /// state stays in registers from step to step.
         ///
         /// # Safety
         /// As [`Group::step`].
@@ -473,33 +490,45 @@ macro_rules! kernel {
             jobs: &[Job],
             sums: &mut Counted,
             next: &mut usize,
-            mut a: Group,
-            mut b: Group,
+            mut groups: [Spill; GROUPS],
+            mut seats: [Seats; GROUPS],
             mem: *mut u64,
         ) -> Result<(), CountOverflow> {
+            let (mut a, mut b) = (Group::reload(&groups[0]), Group::reload(&groups[1]));
             let mut steps = 0u32;
-            while !(a.parked() && b.parked()) {
+            let mut busy = true;
+            while busy {
                 // SAFETY: as the caller's.
                 let (da, db) = unsafe { (a.step(mem), b.step(mem)) };
-                if da | db != 0 {
-                    if da != 0 {
-                        // SAFETY: as the caller's.
-                        a = unsafe { a.refilled(m, mem, jobs, next, da, sums)? };
-                    }
-                    if db != 0 {
-                        // SAFETY: as the caller's.
-                        b = unsafe { b.refilled(m, mem, jobs, next, db, sums)? };
-                    }
-                }
                 steps += 1;
-                if steps == FLUSH_EVERY {
-                    a.flush(sums)?;
-                    b.flush(sums)?;
-                    steps = 0;
+                let flush = steps == FLUSH_EVERY;
+                if da | db != 0 || flush {
+                    groups = [a.spill(), b.spill()];
+                    // SAFETY: as the caller's.
+                    busy = unsafe {
+                        tend(
+                            &mut groups,
+                            &mut seats,
+                            m,
+                            mem,
+                            jobs,
+                            next,
+                            [da, db],
+                            flush,
+                            sums,
+                        )?
+                    };
+                    (a, b) = (Group::reload(&groups[0]), Group::reload(&groups[1]));
+                    if flush {
+                        steps = 0;
+                    }
                 }
             }
-            a.flush(sums)?;
-            b.flush(sums)
+            groups = [a.spill(), b.spill()];
+            for (g, seat) in groups.iter_mut().zip(&seats) {
+                g.flush(seat, sums)?;
+            }
+            Ok(())
         }
     };
 }

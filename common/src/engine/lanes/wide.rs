@@ -63,7 +63,7 @@ macro_rules! kernel {
             stack: *mut u32,
         }
 
-        /// A group's lane state in memory, while lanes take new jobs.
+        /// A group's lanes in memory, between steps.
         #[derive(Default)]
         struct Spill {
             k: [u32; LANES],
@@ -76,6 +76,8 @@ macro_rules! kernel {
             sh: [u32; LANES],
             pen: [u32; LANES],
             last: [u32; LANES],
+            nodes: [u32; LANES],
+            sols: [u32; LANES],
             active: [u32; LANES],
         }
 
@@ -102,40 +104,9 @@ macro_rules! kernel {
             ]
         }
 
-        impl Group {
-            #[target_feature(enable = $features)]
-            fn spill(&self) -> Spill {
-                let mut s = Spill::default();
-                for (a, v) in [
-                    (&mut s.k, self.k),
-                    (&mut s.k0, self.k0),
-                    (&mut s.base, self.base),
-                    (&mut s.bm, self.bm),
-                    (&mut s.l, self.l),
-                    (&mut s.r, self.r),
-                    (&mut s.col, self.col),
-                    (&mut s.sh, self.sh),
-                    (&mut s.pen, self.pen),
-                    (&mut s.last, self.last),
-                    (&mut s.active, self.active),
-                ] {
-                    store(a, v);
-                }
-                s
-            }
-
-            #[target_feature(enable = $features)]
-            fn reload(&mut self, s: &Spill) {
-                (self.k, self.k0, self.base) = (load(&s.k), load(&s.k0), load(&s.base));
-                (self.bm, self.l, self.r) = (load(&s.bm), load(&s.l), load(&s.r));
-                (self.col, self.sh, self.pen) = (load(&s.col), load(&s.sh), load(&s.pen));
-                self.last = load(&s.last);
-                self.active = load(&s.active);
-            }
-
-            /// Gives each lane in `lanes` (bits) the next job, or retires it. Adds
-            /// the lane counters into `sums` first.
-            #[target_feature(enable = $features)]
+        impl Spill {
+            /// Gives each lane in `lanes` (bits) the next job, or retires it.
+            /// Adds the lane counters into `sums` first.
             fn refill(
                 &mut self,
                 t: &WideTables,
@@ -145,7 +116,7 @@ macro_rules! kernel {
                 sums: &mut Counted,
             ) -> Result<(), CountOverflow> {
                 self.flush(sums)?;
-                let mut s = self.spill();
+                let s = self;
                 for lane in 0..LANES {
                     if lanes >> lane & 1 == 0 {
                         continue;
@@ -173,36 +144,84 @@ macro_rules! kernel {
                     s.pen[lane] = t.pen[i];
                     s.last[lane] = t.last[i];
                 }
-                self.reload(&s);
                 Ok(())
             }
 
-            /// [`Group::refill`] by value, out of line: the caller's group stays
-            /// in registers.
-            #[inline(never)]
-            #[target_feature(enable = $features)]
-            fn refilled(
-                mut self,
-                t: &WideTables,
-                jobs: &[Job],
-                next: &mut usize,
-                lanes: u32,
-                sums: &mut Counted,
-            ) -> Result<Group, CountOverflow> {
-                self.refill(t, jobs, next, lanes, sums)?;
-                Ok(self)
-            }
-
-            #[target_feature(enable = $features)]
+            /// Adds the lane counters into `sums` and clears them.
             fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
-                let (mut sols, mut nodes, mut base) = ([0u32; LANES], [0u32; LANES], [0u32; LANES]);
-                store(&mut sols, self.sols);
-                store(&mut nodes, self.nodes);
-                store(&mut base, self.base);
-                sums.add_lanes(&sols, &nodes, &base)?;
-                self.sols = _mm256_setzero_si256();
-                self.nodes = _mm256_setzero_si256();
+                sums.add_lanes(&self.sols, &self.nodes, &self.base)?;
+                self.sols = [0; LANES];
+                self.nodes = [0; LANES];
                 Ok(())
+            }
+        }
+
+        /// The work between steps, out of line, on groups stored to memory
+        /// (see [`super::x86_ops`]): refills the lanes in `done` (bits per
+        /// group) and, if `flush`, adds every lane counter into `sums`.
+        /// Gives whether any lane still holds a job.
+        #[inline(never)]
+        fn tend(
+            groups: &mut [Spill; GROUPS],
+            t: &WideTables,
+            jobs: &[Job],
+            next: &mut usize,
+            done: [u32; GROUPS],
+            flush: bool,
+            sums: &mut Counted,
+        ) -> Result<bool, CountOverflow> {
+            for (g, lanes) in groups.iter_mut().zip(done) {
+                if lanes != 0 {
+                    g.refill(t, jobs, next, lanes, sums)?;
+                } else if flush {
+                    g.flush(sums)?;
+                }
+            }
+            Ok(groups.iter().any(|g| g.active.iter().any(|&a| a != 0)))
+        }
+
+        impl Group {
+            /// The group in memory, with no call while its vectors are live
+            /// (see [`super::x86_ops`]).
+            #[target_feature(enable = $features)]
+            fn spill(&self) -> Spill {
+                Spill {
+                    k: lanes(self.k),
+                    k0: lanes(self.k0),
+                    base: lanes(self.base),
+                    bm: lanes(self.bm),
+                    l: lanes(self.l),
+                    r: lanes(self.r),
+                    col: lanes(self.col),
+                    sh: lanes(self.sh),
+                    pen: lanes(self.pen),
+                    last: lanes(self.last),
+                    nodes: lanes(self.nodes),
+                    sols: lanes(self.sols),
+                    active: lanes(self.active),
+                }
+            }
+
+            /// The group stored in `s`, on the stacks at `stack`, in registers
+            /// (see [`super::x86_ops`]).
+            #[target_feature(enable = $features)]
+            fn reload(s: &Spill, stack: *mut u32) -> Group {
+                Group {
+                    k: opaque(load(&s.k)),
+                    k0: opaque(load(&s.k0)),
+                    base: opaque(load(&s.base)),
+                    bm: opaque(load(&s.bm)),
+                    l: opaque(load(&s.l)),
+                    r: opaque(load(&s.r)),
+                    col: opaque(load(&s.col)),
+                    sh: opaque(load(&s.sh)),
+                    pen: opaque(load(&s.pen)),
+                    last: opaque(load(&s.last)),
+                    nodes: opaque(load(&s.nodes)),
+                    sols: opaque(load(&s.sols)),
+                    active: opaque(load(&s.active)),
+                    stack,
+                }
             }
 
             /// The records of every lane's row `k - 1` (slot `k`), as
@@ -367,48 +386,27 @@ macro_rules! kernel {
                     .cast::<i32>(),
                 t.shift.as_ptr().cast::<i32>(),
             );
-            let zero = _mm256_setzero_si256();
-            let mut groups: [Group; GROUPS] = core::array::from_fn(|_| Group {
-                k: zero,
-                k0: zero,
-                base: zero,
-                bm: zero,
-                l: zero,
-                r: zero,
-                col: zero,
-                sh: zero,
-                pen: zero,
-                last: zero,
-                nodes: zero,
-                sols: zero,
-                active: zero,
-                stack: core::ptr::null_mut(),
-            });
-            for (g, c) in groups
-                .iter_mut()
-                .zip(stacks.chunks_mut(LANES * SLOTS * REC))
-            {
-                g.stack = c.as_mut_ptr();
-            }
+            let mut groups: [Spill; GROUPS] = Default::default();
             let mut next = 0usize;
-            for g in &mut groups {
-                g.refill(t, jobs, &mut next, 0xFF, sums)?;
-            }
-            let [a, b] = groups;
+            let all = [(1 << LANES) - 1; GROUPS];
+            tend(&mut groups, t, jobs, &mut next, all, false, sums)?;
+            let mut chunks = stacks.chunks_mut(LANES * SLOTS * REC);
+            let mut stack = || chunks.next().expect("a stack per group").as_mut_ptr();
+            let stacks = [stack(), stack()];
             // SAFETY: the tables hold every interior's 32 rows plus a spare; the
             // stacks were sized above.
             unsafe {
                 if packed {
-                    run::<true>(t, jobs, sums, &mut next, a, b, allowed, shift)
+                    run::<true>(t, jobs, sums, &mut next, groups, stacks, allowed, shift)
                 } else {
-                    run::<false>(t, jobs, sums, &mut next, a, b, allowed, shift)
+                    run::<false>(t, jobs, sums, &mut next, groups, stacks, allowed, shift)
                 }
             }
         }
 
-        /// Steps two filled groups in turn until every job is counted. The groups
-        /// are locals passed by value (not an array), so their hot state can stay
-        /// in registers.
+        /// Steps two filled groups in turn until every job is counted. The
+        /// groups are locals that only [`tend`] sees in memory, so their
+        /// state stays in registers from step to step.
         ///
         /// # Safety
         /// As [`Group::step`].
@@ -419,14 +417,16 @@ macro_rules! kernel {
             jobs: &[Job],
             sums: &mut Counted,
             next: &mut usize,
-            mut a: Group,
-            mut b: Group,
+            mut groups: [Spill; GROUPS],
+            stacks: [*mut u32; GROUPS],
             allowed: *const i32,
             shift: *const i32,
         ) -> Result<(), CountOverflow> {
+            let mut a = Group::reload(&groups[0], stacks[0]);
+            let mut b = Group::reload(&groups[1], stacks[1]);
             let mut steps = 0u32;
-            // Lanes only retire at a refill, so activity is checked there.
-            while bits(_mm256_or_si256(a.active, b.active)) != 0 {
+            let mut busy = groups.iter().any(|g| g.active.iter().any(|&a| a != 0));
+            while busy {
                 // SAFETY: as the caller's.
                 let (da, db) = unsafe {
                     (
@@ -434,26 +434,23 @@ macro_rules! kernel {
                         b.step::<PACKED>(allowed, shift),
                     )
                 };
-                if da | db != 0 {
-                    if da != 0 {
-                        a = a.refilled(t, jobs, next, da, sums)?;
-                    }
-                    if db != 0 {
-                        b = b.refilled(t, jobs, next, db, sums)?;
-                    }
-                    if bits(_mm256_or_si256(a.active, b.active)) == 0 {
-                        break;
-                    }
-                }
                 steps += 1;
-                if steps == FLUSH_EVERY {
-                    a.flush(sums)?;
-                    b.flush(sums)?;
-                    steps = 0;
+                let flush = steps == FLUSH_EVERY;
+                if da | db != 0 || flush {
+                    groups = [a.spill(), b.spill()];
+                    busy = tend(&mut groups, t, jobs, next, [da, db], flush, sums)?;
+                    a = Group::reload(&groups[0], stacks[0]);
+                    b = Group::reload(&groups[1], stacks[1]);
+                    if flush {
+                        steps = 0;
+                    }
                 }
             }
-            a.flush(sums)?;
-            b.flush(sums)
+            groups = [a.spill(), b.spill()];
+            for g in &mut groups {
+                g.flush(sums)?;
+            }
+            Ok(())
         }
     };
 }
