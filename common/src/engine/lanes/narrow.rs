@@ -298,6 +298,7 @@ macro_rules! kernel {
             ///
             /// # Safety
             /// `mem` must be `m`'s words.
+            #[allow(clippy::too_many_arguments)]
             unsafe fn refill(
                 &mut self,
                 seats: &mut Seats,
