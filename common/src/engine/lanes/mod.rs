@@ -147,7 +147,7 @@ impl Path {
     }
 
     /// Every path this CPU can run, fastest first, scalar last. A CPU with
-    /// both AVX-512 and AVX2 has them raced once per process (about 7 ms,
+    /// both AVX-512 and AVX2 has them raced once per process (about 12 ms,
     /// [`race_avx512_against_avx2`]): the AVX-512 build is the faster on a
     /// Zen 4 (N=17, one thread: 2.84 s against 3.42 s), but a CPU that
     /// slows its clock for AVX-512 code may not gain. (An earlier AVX-512
@@ -210,13 +210,19 @@ fn rank(available: &[Path], avx2_faster: bool) -> Vec<Path> {
 /// The board whose ring interiors the race counts. On a Zen 4 a run takes
 /// 1.2 ms (AVX2) and 1.1 ms (AVX-512): the ratio, 0.87 to 0.91 over runs,
 /// picks as N=13's (0.85 to 0.90, at 3 times the cost) and N=17's (0.83)
-/// do. Three runs each: about 7 ms at every start of a process that
-/// counts, which a short `solve --state` or worker start pays.
+/// do, at a third of the cost: about 12 ms for [`RACE_RUNS`] each, at
+/// every start of a process that counts (a short `solve --state` or a
+/// worker start pays it).
 const RACE_N: u32 = 12;
 
+/// Runs of each build in the race: the best counts, so a run that another
+/// process interrupted does not decide (three were too few under the test
+/// suite's load, which once made AVX2 win on a Zen 4).
+const RACE_RUNS: usize = 5;
+
 /// Whether AVX2 counts the ring interiors of [`RACE_N`] faster than
-/// AVX-512 (best of three runs each, in turn, so a change of clock speed
-/// hits both). The CPU must have both.
+/// AVX-512 (best of [`RACE_RUNS`] each, in turn, so a change of clock
+/// speed hits both). The CPU must have both.
 fn race_avx512_against_avx2() -> bool {
     use crate::engine::border::Frames;
     let frames =
@@ -225,7 +231,7 @@ fn race_avx512_against_avx2() -> bool {
     frames.for_each_in(0, u64::MAX, |f, _, _| interiors.push(frames.interior(&f)));
     let never = std::sync::atomic::AtomicBool::new(false);
     let mut best = [std::time::Duration::MAX; 2];
-    for _ in 0..3 {
+    for _ in 0..RACE_RUNS {
         for (b, path) in best.iter_mut().zip([Path::Avx512, Path::Avx2]) {
             let t = std::time::Instant::now();
             let counted = count_interiors(&interiors, Some(path), &never);

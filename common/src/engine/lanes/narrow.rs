@@ -54,22 +54,19 @@ macro_rules! kernel {
         /// its high 16 bits (at most 1 a step), so neither can carry over.
         const FLUSH_EVERY: u32 = 1 << 14;
 
-        /// Eight lanes, one search each: vectors only, so that the stepping
-        /// loop keeps both groups in registers from step to step.
-        #[derive(Clone, Copy)]
-        struct Group {
+        crate::engine::lanes::x86_ops::group!($features;
             /// Where each lane's stack record of its current row k is.
-            at: __m256i,
+            at,
             /// From there to the table record of row k.
-            to_table: __m256i,
+            to_table,
             /// Candidates left in row k.
-            bm: __m256i,
-            ld: __m256i,
-            rd: __m256i,
-            col: __m256i,
+            bm,
+            ld,
+            rd,
+            col,
             /// Nodes (low 16 bits) and completions (high 16 bits), counted down.
-            tally: __m256i,
-        }
+            tally,
+        );
 
         /// Which job each lane of a group is on: read only between steps.
         struct Seats {
@@ -78,18 +75,6 @@ macro_rules! kernel {
             interior: [u32; LANES],
             /// Each lane's stack's row -1.
             stack: [u32; LANES],
-        }
-
-        /// A group's lanes in memory, between steps.
-        #[derive(Default)]
-        struct Spill {
-            at: [u32; LANES],
-            to_table: [u32; LANES],
-            bm: [u32; LANES],
-            ld: [u32; LANES],
-            rd: [u32; LANES],
-            col: [u32; LANES],
-            tally: [u32; LANES],
         }
 
         /// The other half of a rotation by `s` (0..=3): `-s mod 32`. Masked, so
@@ -183,35 +168,6 @@ macro_rules! kernel {
         }
 
         impl Group {
-            /// The group in memory, with no call while its vectors are live
-            /// (see [`super::x86_ops`]).
-            #[target_feature(enable = $features)]
-            fn spill(&self) -> Spill {
-                Spill {
-                    at: lanes(self.at),
-                    to_table: lanes(self.to_table),
-                    bm: lanes(self.bm),
-                    ld: lanes(self.ld),
-                    rd: lanes(self.rd),
-                    col: lanes(self.col),
-                    tally: lanes(self.tally),
-                }
-            }
-
-            /// The group stored in `s`, in registers (see [`super::x86_ops`]).
-            #[target_feature(enable = $features)]
-            fn reload(s: &Spill) -> Group {
-                Group {
-                    at: opaque(load(&s.at)),
-                    to_table: opaque(load(&s.to_table)),
-                    bm: opaque(load(&s.bm)),
-                    ld: opaque(load(&s.ld)),
-                    rd: opaque(load(&s.rd)),
-                    col: opaque(load(&s.col)),
-                    tally: opaque(load(&s.tally)),
-                }
-            }
-
             /// One step of every lane; returns the lanes whose job is done (bits).
             ///
             /// # Safety

@@ -38,48 +38,26 @@ macro_rules! kernel {
         /// before a 32-bit lane counter could wrap (at most 2 nodes per step).
         const FLUSH_EVERY: u32 = 1 << 20;
 
-        /// Eight lanes, one search each.
-        #[derive(Clone, Copy)]
-        struct Group {
+        crate::engine::lanes::x86_ops::group!($features;
             /// Free row, and the row the job started at.
-            k: __m256i,
-            k0: __m256i,
+            k,
+            k0,
             /// The job's interior's first entry.
-            base: __m256i,
+            base,
             /// Candidates left in row k (the placed queen of row k is already out).
-            bm: __m256i,
-            l: __m256i,
-            r: __m256i,
-            col: __m256i,
+            bm,
+            l,
+            r,
+            col,
             /// Rows from row k to the next free row.
-            sh: __m256i,
-            pen: __m256i,
-            last: __m256i,
-            nodes: __m256i,
-            sols: __m256i,
+            sh,
+            pen,
+            last,
+            nodes,
+            sols,
             /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
-            active: __m256i,
-            /// This group's stacks: `LANES * SLOTS` records.
-            stack: *mut u32,
-        }
-
-        /// A group's lanes in memory, between steps.
-        #[derive(Default)]
-        struct Spill {
-            k: [u32; LANES],
-            k0: [u32; LANES],
-            base: [u32; LANES],
-            bm: [u32; LANES],
-            l: [u32; LANES],
-            r: [u32; LANES],
-            col: [u32; LANES],
-            sh: [u32; LANES],
-            pen: [u32; LANES],
-            last: [u32; LANES],
-            nodes: [u32; LANES],
-            sols: [u32; LANES],
-            active: [u32; LANES],
-        }
+            active,
+        );
 
         /// Each lane's record at `slot`, as u32 offsets into the group's stacks.
         #[inline]
@@ -181,49 +159,6 @@ macro_rules! kernel {
         }
 
         impl Group {
-            /// The group in memory, with no call while its vectors are live
-            /// (see [`super::x86_ops`]).
-            #[target_feature(enable = $features)]
-            fn spill(&self) -> Spill {
-                Spill {
-                    k: lanes(self.k),
-                    k0: lanes(self.k0),
-                    base: lanes(self.base),
-                    bm: lanes(self.bm),
-                    l: lanes(self.l),
-                    r: lanes(self.r),
-                    col: lanes(self.col),
-                    sh: lanes(self.sh),
-                    pen: lanes(self.pen),
-                    last: lanes(self.last),
-                    nodes: lanes(self.nodes),
-                    sols: lanes(self.sols),
-                    active: lanes(self.active),
-                }
-            }
-
-            /// The group stored in `s`, on the stacks at `stack`, in registers
-            /// (see [`super::x86_ops`]).
-            #[target_feature(enable = $features)]
-            fn reload(s: &Spill, stack: *mut u32) -> Group {
-                Group {
-                    k: opaque(load(&s.k)),
-                    k0: opaque(load(&s.k0)),
-                    base: opaque(load(&s.base)),
-                    bm: opaque(load(&s.bm)),
-                    l: opaque(load(&s.l)),
-                    r: opaque(load(&s.r)),
-                    col: opaque(load(&s.col)),
-                    sh: opaque(load(&s.sh)),
-                    pen: opaque(load(&s.pen)),
-                    last: opaque(load(&s.last)),
-                    nodes: opaque(load(&s.nodes)),
-                    sols: opaque(load(&s.sols)),
-                    active: opaque(load(&s.active)),
-                    stack,
-                }
-            }
-
             /// The records of every lane's row `k - 1` (slot `k`), as
             /// `[candidates, left, right, shift]` registers.
             ///
@@ -231,12 +166,12 @@ macro_rules! kernel {
             /// Every lane's `k` must be below `SLOTS`.
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn pop(&self, slot: __m256i) -> [__m256i; 4] {
+            unsafe fn pop(stack: *mut u32, slot: __m256i) -> [__m256i; 4] {
                 let at = record_offsets(slot);
                 // SAFETY: slot < SLOTS in every lane (caller), so each 16-byte read
                 // lies in that lane's own stack.
                 let rec =
-                    |off: usize| unsafe { _mm_loadu_si128(self.stack.add(off).cast::<__m128i>()) };
+                    |off: usize| unsafe { _mm_loadu_si128(stack.add(off).cast::<__m128i>()) };
                 let a = _mm256_set_m128i(rec(at[4]), rec(at[0]));
                 let b = _mm256_set_m128i(rec(at[5]), rec(at[1]));
                 let c = _mm256_set_m128i(rec(at[6]), rec(at[2]));
@@ -259,7 +194,7 @@ macro_rules! kernel {
             /// Every `slot[i]` must be below `SLOTS`.
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn push(&self, slot: __m256i, rec: [__m256i; 4]) {
+            unsafe fn push(stack: *mut u32, slot: __m256i, rec: [__m256i; 4]) {
                 let at = record_offsets(slot);
                 let t0 = _mm256_unpacklo_epi32(rec[0], rec[1]);
                 let t1 = _mm256_unpackhi_epi32(rec[0], rec[1]);
@@ -274,7 +209,7 @@ macro_rules! kernel {
                 // SAFETY: slot < SLOTS in every lane (caller): each write stays in
                 // that lane's own stack.
                 let put = |i: usize, v: __m128i| unsafe {
-                    _mm_storeu_si128(self.stack.add(at[i]).cast::<__m128i>(), v)
+                    _mm_storeu_si128(stack.add(at[i]).cast::<__m128i>(), v)
                 };
                 for (i, v) in rows.into_iter().enumerate() {
                     put(i, _mm256_castsi256_si128(v));
@@ -286,12 +221,13 @@ macro_rules! kernel {
             ///
             /// # Safety
             /// `allowed` and `shift` must hold 32 entries for every interior a lane
-            /// is on (plus one spare row), and the group's stack `LANES * SLOTS`
-            /// records.
+            /// is on (plus one spare row), and `stack` the group's stacks,
+            /// `LANES * SLOTS` records.
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn step<const PACKED: bool>(
                 &mut self,
+                stack: *mut u32,
                 allowed: *const i32,
                 shift: *const i32,
             ) -> u32 {
@@ -306,7 +242,7 @@ macro_rules! kernel {
                 let back = _mm256_andnot_si256(done, empty);
                 let live = _mm256_andnot_si256(done, g.active);
                 // SAFETY: k < 32 < SLOTS for every lane.
-                let [pbm, pl, pr, psh] = unsafe { g.pop(g.k) };
+                let [pbm, pl, pr, psh] = unsafe { Group::pop(stack, g.k) };
                 let pbit = _mm256_and_si256(pbm, _mm256_sub_epi32(zero, pbm));
                 g.col = _mm256_xor_si256(g.col, _mm256_and_si256(back, pbit));
                 g.l = pick(back, pl, g.l);
@@ -353,7 +289,7 @@ macro_rules! kernel {
                 // Every lane writes its row's record (candidates with the placed
                 // queen still in); the others' slot is dead, so no mask is needed.
                 // SAFETY: k + 1 <= 32 < SLOTS.
-                unsafe { g.push(_mm256_add_epi32(g.k, one), [g.bm, g.l, g.r, g.sh]) };
+                unsafe { Group::push(stack, _mm256_add_epi32(g.k, one), [g.bm, g.l, g.r, g.sh]) };
 
                 let push = _mm256_andnot_si256(at_pen, has);
                 g.bm = _mm256_xor_si256(g.bm, _mm256_and_si256(has, bit));
@@ -392,7 +328,7 @@ macro_rules! kernel {
             tend(&mut groups, t, jobs, &mut next, all, false, sums)?;
             let mut chunks = stacks.chunks_mut(LANES * SLOTS * REC);
             let mut stack = || chunks.next().expect("a stack per group").as_mut_ptr();
-            let stacks = [stack(), stack()];
+            let stacks: [*mut u32; GROUPS] = core::array::from_fn(|_| stack());
             // SAFETY: the tables hold every interior's 32 rows plus a spare; the
             // stacks were sized above.
             unsafe {
@@ -404,7 +340,7 @@ macro_rules! kernel {
             }
         }
 
-        /// Steps two filled groups in turn until every job is counted. The
+        /// Steps the two filled groups in turn until every job is counted. The
         /// groups are locals that only [`tend`] sees in memory, so their
         /// state stays in registers from step to step.
         ///
@@ -422,16 +358,18 @@ macro_rules! kernel {
             allowed: *const i32,
             shift: *const i32,
         ) -> Result<(), CountOverflow> {
-            let mut a = Group::reload(&groups[0], stacks[0]);
-            let mut b = Group::reload(&groups[1], stacks[1]);
+            // Two named groups, not an array of them as in the narrow kernel:
+            // with this kernel's many live vectors the array's loop came out
+            // slower (N=17: 4.17-4.29 s against 3.85-3.97 s).
+            let (mut a, mut b) = (Group::reload(&groups[0]), Group::reload(&groups[1]));
             let mut steps = 0u32;
             let mut busy = groups.iter().any(|g| g.active.iter().any(|&a| a != 0));
             while busy {
                 // SAFETY: as the caller's.
                 let (da, db) = unsafe {
                     (
-                        a.step::<PACKED>(allowed, shift),
-                        b.step::<PACKED>(allowed, shift),
+                        a.step::<PACKED>(stacks[0], allowed, shift),
+                        b.step::<PACKED>(stacks[1], allowed, shift),
                     )
                 };
                 steps += 1;
@@ -439,8 +377,7 @@ macro_rules! kernel {
                 if da | db != 0 || flush {
                     groups = [a.spill(), b.spill()];
                     busy = tend(&mut groups, t, jobs, next, [da, db], flush, sums)?;
-                    a = Group::reload(&groups[0], stacks[0]);
-                    b = Group::reload(&groups[1], stacks[1]);
+                    (a, b) = (Group::reload(&groups[0]), Group::reload(&groups[1]));
                     if flush {
                         steps = 0;
                     }

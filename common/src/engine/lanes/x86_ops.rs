@@ -71,6 +71,48 @@ macro_rules! ops {
     };
 }
 
+/// Defines a kernel's lane state: `Group`, one vector per field (eight
+/// lanes, one search each), and `Spill`, the same fields as arrays, with
+/// `Group::spill` and `Group::reload` between them (see the module
+/// documentation for why both exist). Invoke after [`ops`], with the
+/// kernel's target features and its fields, each with its documentation.
+macro_rules! group {
+    ($features:literal; $($(#[$doc:meta])* $field:ident),* $(,)?) => {
+        /// Eight lanes, one search each: vectors only, so that the loop
+        /// that steps them keeps them in registers.
+        #[derive(Clone, Copy)]
+        struct Group {
+            $($(#[$doc])* $field: __m256i,)*
+        }
+
+        /// A group's lanes in memory, between steps.
+        #[derive(Default)]
+        struct Spill {
+            $($field: [u32; OP_LANES],)*
+        }
+
+        impl Group {
+            /// The group in memory, with no call while its vectors are live.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn spill(&self) -> Spill {
+                Spill {
+                    $($field: lanes(self.$field),)*
+                }
+            }
+
+            /// The group stored in `s`, in registers.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn reload(s: &Spill) -> Group {
+                Group {
+                    $($field: opaque(load(&s.$field)),)*
+                }
+            }
+        }
+    };
+}
+
 /// The two builds of a kernel: `$kernel!` is the kernel's source, taking
 /// the target features it is compiled for.
 macro_rules! builds {
@@ -89,4 +131,4 @@ macro_rules! builds {
     };
 }
 
-pub(super) use {builds, ops};
+pub(super) use {builds, group, ops};
