@@ -474,10 +474,6 @@ struct WideTables {
     /// `allowed | shift << 30`, when every column is below 30 and every gap
     /// below 4 (saves the kernel a gather per step).
     packed: Option<Vec<u32>>,
-    /// Index of the second-to-last free row, finished inline.
-    pen: Vec<u32>,
-    /// Open columns of the last free row.
-    last: Vec<u32>,
 }
 
 impl WideTables {
@@ -487,14 +483,10 @@ impl WideTables {
             allowed: vec![0; rows],
             shift: vec![0; rows],
             packed: None,
-            pen: Vec::with_capacity(interiors.len()),
-            last: Vec::with_capacity(interiors.len()),
         };
         for (i, it) in interiors.iter().enumerate() {
             t.allowed[i * 32..i * 32 + 32].copy_from_slice(&it.allowed);
             t.shift[i * 32..i * 32 + 32].copy_from_slice(&it.shift);
-            t.pen.push(it.rows.saturating_sub(2) as u32);
-            t.last.push(it.allowed[it.rows.saturating_sub(1)]);
         }
         let fits =
             t.allowed.iter().all(|&a| a & !PACKED_COLUMNS == 0) && t.shift.iter().all(|&s| s < 4);

@@ -51,8 +51,6 @@ macro_rules! kernel {
             col,
             /// Rows from row k to the next free row.
             sh,
-            pen,
-            last,
             nodes,
             sols,
             /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
@@ -119,8 +117,6 @@ macro_rules! kernel {
                     s.col[lane] = d;
                     s.bm[lane] = t.allowed[i * 32 + row] & !(l | d | r);
                     s.sh[lane] = t.shift[i * 32 + row];
-                    s.pen[lane] = t.pen[i];
-                    s.last[lane] = t.last[i];
                 }
                 Ok(())
             }
@@ -280,8 +276,11 @@ macro_rules! kernel {
 
                 // A queen in the second-to-last row: the last row has at most one
                 // square left; count it here instead of moving down.
-                let at_pen = _mm256_and_si256(has, _mm256_cmpeq_epi32(g.k, g.pen));
-                let left = _mm256_andnot_si256(attacked, g.last);
+                // The row below is the last exactly when its gap is 0 (no
+                // row follows it), and its open columns are then the last
+                // row's: neither needs a register of its own.
+                let at_pen = _mm256_and_si256(has, _mm256_cmpeq_epi32(gap, zero));
+                let left = _mm256_andnot_si256(attacked, open);
                 let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(left, zero), at_pen);
                 g.nodes = _mm256_sub_epi32(g.nodes, fits);
                 g.sols = _mm256_sub_epi32(g.sols, fits);
