@@ -34,9 +34,10 @@ macro_rules! kernel {
         const SLOTS: usize = 34;
         /// u32 words per record.
         const REC: usize = 4;
-        /// Lane counters are added into the u128 sums this often (in steps), long
-        /// before a 32-bit lane counter could wrap (at most 2 nodes per step).
-        const FLUSH_EVERY: u32 = 1 << 20;
+        /// Lane counters are added into the u128 sums this often (in steps): a lane
+        /// counts nodes in its low 16 bits (at most 2 a step) and completions in
+        /// its high 16 bits (at most 1 a step), so neither can carry over.
+        const FLUSH_EVERY: u32 = 1 << 14;
 
         crate::engine::lanes::x86_ops::group!($features;
             /// Free row, and the row the job started at.
@@ -51,8 +52,8 @@ macro_rules! kernel {
             col,
             /// Rows from row k to the next free row.
             sh,
-            nodes,
-            sols,
+            /// Nodes (low 16 bits) and completions (high 16 bits).
+            tally,
             /// Lanes holding a job, as an all-ones/all-zeros mask per lane.
             active,
         );
@@ -123,9 +124,10 @@ macro_rules! kernel {
 
             /// Adds the lane counters into `sums` and clears them.
             fn flush(&mut self, sums: &mut Counted) -> Result<(), CountOverflow> {
-                sums.add_lanes(&self.sols, &self.nodes, &self.base)?;
-                self.sols = [0; LANES];
-                self.nodes = [0; LANES];
+                let nodes = self.tally.map(|t| t & 0xFFFF);
+                let sols = self.tally.map(|t| t >> 16);
+                sums.add_lanes(&sols, &nodes, &self.base)?;
+                self.tally = [0; LANES];
                 Ok(())
             }
         }
@@ -272,7 +274,7 @@ macro_rules! kernel {
                 let nr = _mm256_srlv_epi32(_mm256_or_si256(g.r, bit), g.sh);
                 let nc = _mm256_or_si256(g.col, bit);
                 let attacked = _mm256_or_si256(_mm256_or_si256(nl, nr), nc);
-                g.nodes = _mm256_sub_epi32(g.nodes, has);
+                g.tally = _mm256_sub_epi32(g.tally, has);
 
                 // A queen in the second-to-last row: the last row has at most one
                 // square left; count it here instead of moving down.
@@ -282,8 +284,9 @@ macro_rules! kernel {
                 let at_pen = _mm256_and_si256(has, _mm256_cmpeq_epi32(gap, zero));
                 let left = _mm256_andnot_si256(attacked, open);
                 let fits = _mm256_andnot_si256(_mm256_cmpeq_epi32(left, zero), at_pen);
-                g.nodes = _mm256_sub_epi32(g.nodes, fits);
-                g.sols = _mm256_sub_epi32(g.sols, fits);
+                // A completion and its node: 1 in each half.
+                let found = _mm256_and_si256(fits, _mm256_set1_epi32(0x1_0001));
+                g.tally = _mm256_add_epi32(g.tally, found);
 
                 // Every lane writes its row's record (candidates with the placed
                 // queen still in); the others' slot is dead, so no mask is needed.
