@@ -49,10 +49,6 @@ macro_rules! kernel {
         const PEN: u32 = 1 << 31;
         /// The interior of a lane that is out of jobs.
         const PARKED: u32 = u32::MAX;
-        /// Lane counters are added into the sums this often (in steps): a lane
-        /// counts nodes in its low 16 bits (at most 2 a step) and completions in
-        /// its high 16 bits (at most 1 a step), so neither can carry over.
-        const FLUSH_EVERY: u32 = 1 << 14;
 
         crate::engine::lanes::x86_ops::group!($features;
             /// Where each lane's stack record of its current row k is.

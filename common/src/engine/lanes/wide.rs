@@ -34,10 +34,6 @@ macro_rules! kernel {
         const SLOTS: usize = 34;
         /// u32 words per record.
         const REC: usize = 4;
-        /// Lane counters are added into the u128 sums this often (in steps): a lane
-        /// counts nodes in its low 16 bits (at most 2 a step) and completions in
-        /// its high 16 bits (at most 1 a step), so neither can carry over.
-        const FLUSH_EVERY: u32 = 1 << 14;
 
         crate::engine::lanes::x86_ops::group!($features;
             /// Free row, and the row the job started at.

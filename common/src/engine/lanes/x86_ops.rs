@@ -9,11 +9,17 @@
 //! groups with [`lanes`] before the call and loads them after it through
 //! [`opaque`].
 
-/// Defines `load`, `lanes`, `opaque`, `bits` and `pick` for the target
-/// features `$features` in the module that invokes it.
+/// Defines `load`, `lanes`, `opaque`, `bits`, `pick` and `FLUSH_EVERY` for
+/// the target features `$features` in the module that invokes it.
 macro_rules! ops {
     ($features:literal) => {
         const OP_LANES: usize = 8;
+
+        /// Lane counters are added into the sums this often (in steps): a
+        /// lane counts nodes in its low 16 bits (at most 2 a step) and
+        /// completions in its high 16 bits (at most 1 a step), so neither
+        /// can carry over.
+        const FLUSH_EVERY: u32 = 1 << 14;
 
         #[inline]
         #[target_feature(enable = $features)]
