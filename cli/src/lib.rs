@@ -213,7 +213,11 @@ fn run(command: Command) -> Result<(), Failure> {
                 tls_identity: tls_cert.zip(tls_key),
                 name,
                 grace: std::time::Duration::from_secs(grace),
-                self_test_fault,
+                self_test: if self_test_fault {
+                    nqueens_worker::run::SelfTest::Fault
+                } else {
+                    nqueens_worker::run::SelfTest::Run
+                },
                 core: core.core.path()?,
                 budget: {
                     let threads = args::Threads { threads }.get();

@@ -39,12 +39,27 @@ pub struct Config {
     pub name: Option<String>,
     /// How long a drain waits for running tasks before handing them back.
     pub grace: Duration,
-    /// Corrupt the self-test on purpose (to test that it stops the worker).
-    pub self_test_fault: bool,
+    /// The known-answer test to run before any work.
+    pub self_test: SelfTest,
     /// The engine's path (`None`: the fastest this CPU has).
     pub core: Option<Path>,
     /// What the join may hold while it counts a task (`--memory`).
     pub budget: Budget,
+}
+
+/// The known-answer test a worker runs before it takes work
+/// ([`crate::selftest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelfTest {
+    /// Run it, on the worker's threads and engine path.
+    Run,
+    /// Run it with one count corrupted on purpose (to test that a failing
+    /// self-test stops the worker).
+    Fault,
+    /// This process already ran it and it passed, on the same threads and
+    /// path: `solve --state` runs it while its coordinator starts, so the
+    /// worker it embeds counts at once.
+    Passed,
 }
 
 /// What a worker did before it stopped.
@@ -103,15 +118,18 @@ pub async fn run_with(
     mut signals: mpsc::UnboundedReceiver<()>,
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
-    let (fault, threads) = (config.self_test_fault, config.threads.max(1));
+    let threads = config.threads.max(1);
     // The version names the engine path too, so operators see in the
     // worker list which inner loop each machine counts with.
     let core = config.core.unwrap_or_else(Path::fastest);
-    tokio::task::spawn_blocking(move || self_test(fault, threads, core))
-        .await
-        .expect("self-test panicked")
-        .map_err(WorkerError::SelfTest)?;
-    tracing::info!("self-test passed (N=8..12 by backtracking and by the join)");
+    if config.self_test != SelfTest::Passed {
+        let fault = config.self_test == SelfTest::Fault;
+        tokio::task::spawn_blocking(move || self_test(fault, threads, core))
+            .await
+            .expect("self-test panicked")
+            .map_err(WorkerError::SelfTest)?;
+        tracing::info!("self-test passed (N=8..12 by backtracking and by the join)");
+    }
     let url = config.coordinator.clone();
     let mut client = WorkerServiceClient::new(connect_tls(
         &url,

@@ -8,7 +8,7 @@ use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
 use nqueens_coordinator::state::Limits;
 use nqueens_proto::v1;
 use nqueens_testkit as kit;
-use nqueens_worker::run::{run, run_with, Config, Summary, WorkerError};
+use nqueens_worker::run::{run, run_with, Config, SelfTest, Summary, WorkerError};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ fn worker_config(r: &Running, threads: usize) -> Config {
         tls_identity: None,
         name: None,
         grace: Duration::from_secs(30),
-        self_test_fault: false,
+        self_test: SelfTest::Run,
         core: None,
         budget: Budget::default(),
     }
@@ -225,7 +225,7 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
         tls_identity: None,
         name: None,
         grace: Duration::from_secs(1),
-        self_test_fault: true,
+        self_test: SelfTest::Fault,
         core: None,
         budget: Budget::default(),
     };
