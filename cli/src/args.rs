@@ -65,6 +65,10 @@ pub enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// With --state: corrupt the self-test (to check that a bad build
+        /// refuses to count).
+        #[arg(long, hide = true, requires = "state")]
+        self_test_fault: bool,
     },
     /// Split one N into subproblems and tasks, and summarise (or list) them.
     #[command(

@@ -44,17 +44,25 @@ fn text(job: &JobInfo, run: &RunInfo) -> String {
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How an embedded run counts and reports, beside its plan and directory.
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub threads: usize,
+    /// The engine's path (`None`: the fastest this CPU has).
+    pub core: Option<Path>,
+    pub budget: Budget,
+    pub progress: Progress,
+    pub json: bool,
+    /// Corrupt the self-test on purpose (to test that it stops the run).
+    pub self_test_fault: bool,
+}
+
 pub fn solve(
     n: Size,
-    threads: usize,
     strategy: Option<Strategy>,
     shape: &PlanShape,
     state: PathBuf,
-    core: Option<Path>,
-    budget: Budget,
-    progress: Progress,
-    json: bool,
+    run: Run,
 ) -> Result<(), Failure> {
     let plan = shape.local_plan(n, shape.strategy(n, strategy))?;
     init_logs("warn", crate::args::LogFormat::Text);
@@ -63,33 +71,37 @@ pub fn solve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let job = runtime.block_on(run(plan, threads, state, core, budget, progress, json))?;
+    let job = runtime.block_on(count(plan, state, run))?;
     let mut out = io::stdout().lock();
-    match (&job.run, json) {
+    match (&job.run, run.json) {
         (_, true) => json_line(&mut out, &job)?,
         (Some(run), false) => write!(out, "{}", text(&job, run))?,
-        (None, false) => unreachable!("run() fills the run in"),
+        (None, false) => unreachable!("count() fills the run in"),
     }
     out.flush()?;
     check_known(job.n, job.total, job.unique)
 }
 
-async fn run(
-    plan: Plan,
-    threads: usize,
-    dir: PathBuf,
-    core: Option<Path>,
-    budget: Budget,
-    progress: Progress,
-    json: bool,
-) -> Result<JobInfo, Failure> {
+async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
+    let Run {
+        threads,
+        core,
+        budget,
+        progress,
+        json,
+        self_test_fault,
+    } = run;
     let started = Instant::now();
     // The worker's self-test, and the race that picks the engine path
     // before it, run while the coordinator opens its store and plans:
     // together the run's longest start-up step (about 30 ms on a Zen 4),
     // and neither needs the coordinator. The worker then counts at once.
     let self_test = tokio::task::spawn_blocking(move || {
-        self_test(false, threads.max(1), core.unwrap_or_else(Path::fastest))
+        self_test(
+            self_test_fault,
+            threads.max(1),
+            core.unwrap_or_else(Path::fastest),
+        )
     });
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
@@ -122,10 +134,14 @@ async fn run(
             thousands(tasks_before.into())
         );
     }
-    self_test
-        .await
-        .expect("the self-test panicked")
-        .map_err(|e| Failure::Failed(WorkerError::SelfTest(e).to_string()))?;
+    if let Err(e) = self_test.await.expect("the self-test panicked") {
+        // Nothing was counted: the plan stays as it is for a sound build.
+        running
+            .shutdown()
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        return Err(Failure::Failed(WorkerError::SelfTest(e).to_string()));
+    }
     let url = format!("http://{}", running.addr);
     let (stop_worker, signals) = tokio::sync::mpsc::unbounded_channel();
     let worker = tokio::spawn(nqueens_worker::run::run(

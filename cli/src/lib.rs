@@ -55,6 +55,7 @@ fn run(command: Command) -> Result<(), Failure> {
             core,
             progress,
             json,
+            self_test_fault,
         } => {
             let threads = threads.get();
             let join = shape.mode(n, strategy) == nqueens_common::plan::Mode::Join;
@@ -66,9 +67,15 @@ fn run(command: Command) -> Result<(), Failure> {
             let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
             let core = core.core.path()?;
             if let Some(dir) = state {
-                return embedded::solve(
-                    n, threads, strategy, &shape, dir, core, budget, progress, json,
-                );
+                let run = embedded::Run {
+                    threads,
+                    core,
+                    budget,
+                    progress,
+                    json,
+                    self_test_fault,
+                };
+                return embedded::solve(n, strategy, &shape, dir, run);
             }
             if strategy.is_none() && shape.depth.is_some() {
                 return Err(Failure::BadInput(
