@@ -83,14 +83,6 @@ pub fn solve(
 }
 
 async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
-    let Run {
-        threads,
-        core,
-        budget,
-        progress,
-        json,
-        self_test_fault,
-    } = run;
     let started = Instant::now();
     // The worker's self-test, and the race that picks the engine path
     // before it, run while the coordinator opens its store and plans:
@@ -98,9 +90,9 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     // and neither needs the coordinator. The worker then counts at once.
     let self_test = tokio::task::spawn_blocking(move || {
         self_test(
-            self_test_fault,
-            threads.max(1),
-            core.unwrap_or_else(Path::fastest),
+            run.self_test_fault,
+            run.threads.max(1),
+            run.core.unwrap_or_else(Path::fastest),
         )
     });
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
@@ -127,7 +119,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
         }
     }
     let tasks_before = job.done;
-    if tasks_before > 0 && !json {
+    if tasks_before > 0 && !run.json {
         eprintln!(
             "resuming from {}: {} tasks already stored",
             dir.display(),
@@ -147,15 +139,15 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let worker = tokio::spawn(nqueens_worker::run::run(
         nqueens_worker::run::Config {
             coordinator: url.clone(),
-            threads,
+            threads: run.threads,
             token: None,
             tls_ca: None,
             name: Some(format!("embedded-{}", std::process::id())),
             // Hand running tasks back at once: they are redone next time.
             grace: Duration::ZERO,
             self_test: SelfTest::Passed,
-            core,
-            budget,
+            core: run.core,
+            budget: run.budget,
             tls_identity: None,
         },
         signals,
@@ -166,11 +158,11 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
         tls_ca: None,
         tls_cert: None,
         tls_key: None,
-        json,
+        json: run.json,
     })?;
-    let show = if json { Show::Nothing } else { Show::Text };
+    let show = if run.json { Show::Nothing } else { Show::Text };
     let ended = tokio::select! {
-        r = follow(&mut op, job.id, progress, show) => Some(r),
+        r = follow(&mut op, job.id, run.progress, show) => Some(r),
         () = signal() => None,
     };
     let _ = stop_worker.send(());
