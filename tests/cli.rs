@@ -705,25 +705,30 @@ fn bench_every_core_times_each_path_this_cpu_has() {
 }
 
 /// `solve --state` runs the worker's self-test itself (while its
-/// coordinator starts): a failing one stops the run with the self-test's
-/// message before anything is counted, and a sound run in the same
-/// directory then counts every task.
+/// coordinator starts), of the search its plan counts with: a failing one
+/// stops the run with the self-test's message before anything is counted,
+/// and a sound run in the same directory then counts every task.
 #[test]
 fn a_failing_self_test_stops_solve_state_before_any_count() {
-    let dir = kit::tempdir();
-    let state = dir.path().join("state");
-    let state = state.to_str().unwrap();
-    let o = nqueens(&["solve", "10", "--state", state, "--self-test-fault"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("self-test failed") && stderr(&o).contains("must not report results"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
-    let o = nqueens(&["solve", "10", "--state", state, "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v = json(stdout(&o).trim().lines().last().unwrap());
-    assert_eq!(kit::dec(&v["run"]["tasks_before"]), 0, "{v}");
-    assert_eq!(kit::dec(&v["total"]), 724, "{v}");
+    for mode in ["backtrack", "join"] {
+        let dir = kit::tempdir();
+        let state = dir.path().join("state");
+        let state = state.to_str().unwrap();
+        let args = ["solve", "10", "--mode", mode, "--state", state];
+        let o = nqueens(&[&args[..], &["--self-test-fault"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("self-test failed")
+                && stderr(&o).contains(&format!("({mode})"))
+                && stderr(&o).contains("must not report results"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+        let o = nqueens(&[&args[..], &["--json"]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v = json(stdout(&o).trim().lines().last().unwrap());
+        assert_eq!(kit::dec(&v["run"]["tasks_before"]), 0, "{v}");
+        assert_eq!(kit::dec(&v["total"]), 724, "{v}");
+    }
 }

@@ -15,7 +15,8 @@ use crate::serve::{init_logs, signal};
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
-use nqueens_common::plan::{Plan, Strategy};
+use nqueens_common::engine::join::pair_path;
+use nqueens_common::plan::{Mode, Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{self, Config};
@@ -84,16 +85,13 @@ pub fn solve(
 
 async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let started = Instant::now();
-    // The worker's self-test, and the race that picks the engine path
-    // before it, run while the coordinator opens its store and plans:
-    // together the run's longest start-up step (about 30 ms on a Zen 4),
-    // and neither needs the coordinator. The worker then counts at once.
+    // The worker's self-test of the search this plan counts with runs while
+    // the coordinator opens its store and plans (it needs no coordinator),
+    // and the worker then counts at once. A backtracking run's self-test
+    // also races the engine paths; a join run needs no race.
+    let mode = plan.spec.mode;
     let self_test = tokio::task::spawn_blocking(move || {
-        self_test(
-            run.self_test_fault,
-            run.threads.max(1),
-            run.core.unwrap_or_else(Path::fastest),
-        )
+        self_test(run.self_test_fault, run.threads.max(1), run.core, Some(mode))
     });
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
@@ -146,7 +144,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
             // Hand running tasks back at once: they are redone next time.
             grace: Duration::ZERO,
             self_test: SelfTest::Passed,
-            core: run.core,
+            core: worker_path(run.core, mode),
             budget: run.budget,
             tls_identity: None,
         },
@@ -197,6 +195,16 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
         }),
         ..info
     })
+}
+
+/// The path the embedded worker counts on and names: a join counts its
+/// pairs on the join's path, and naming it spares the worker the race that
+/// picks the backtracking path (about 12 ms), which a join never uses.
+fn worker_path(core: Option<Path>, mode: Mode) -> Option<Path> {
+    match mode {
+        Mode::Join => Some(pair_path(core)),
+        Mode::Backtrack => core,
+    }
 }
 
 fn cancelled(dir: &std::path::Path) -> Failure {

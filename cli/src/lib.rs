@@ -193,6 +193,7 @@ fn run(command: Command) -> Result<(), Failure> {
                     records: checkpoint_every,
                     ..Default::default()
                 },
+                audit_when_done: true,
             },
             logs,
         ),

@@ -146,6 +146,8 @@ pub struct Coordinator {
     planning: Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>,
     /// Set at shutdown: no planning starts or continues.
     stopping: AtomicBool,
+    /// Whether a job that finishes is audited in the background.
+    audit_when_done: AtomicBool,
     /// Held open for the lifetime of the process: the data directory's lock.
     _lock: File,
 }
@@ -309,6 +311,7 @@ impl Coordinator {
             data_dir: data_dir.to_path_buf(),
             planning: Mutex::default(),
             stopping: AtomicBool::new(false),
+            audit_when_done: AtomicBool::new(true),
             _lock: lock,
         });
         let mut replanned = 0;
@@ -443,7 +446,9 @@ impl Coordinator {
         };
         if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
             tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
-            self.audit_in_background(j.id, j.tasks);
+            if self.audit_when_done.load(Ordering::Relaxed) {
+                self.audit_in_background(j.id, j.tasks);
+            }
         }
         self.bump();
         Ok(v)
@@ -745,6 +750,12 @@ impl Coordinator {
 
     fn planning_flags(&self) -> MutexGuard<'_, std::collections::HashMap<u64, Arc<AtomicBool>>> {
         self.planning.lock().expect("planning lock poisoned")
+    }
+
+    /// Whether a job that finishes is audited in the background (on by
+    /// default; see [`crate::server::Config::audit_when_done`]).
+    pub fn set_audit_when_done(&self, on: bool) {
+        self.audit_when_done.store(on, Ordering::Relaxed);
     }
 
     /// Stops every plan being computed, and any later one (at shutdown:

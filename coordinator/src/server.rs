@@ -36,6 +36,10 @@ pub struct Config {
     pub tls: Option<Tls>,
     pub limits: Limits,
     pub checkpoints: Checkpoints,
+    /// Audit each job in the background when it finishes, and log its
+    /// digest. `solve --state` does not: it exits as its job ends, before
+    /// an audit could finish (`nqueens audit` checks its directory).
+    pub audit_when_done: bool,
 }
 
 /// When the coordinator checkpoints its state (and seals the journal's
@@ -73,7 +77,8 @@ impl Default for Checkpoints {
 
 impl Config {
     /// A coordinator on a free loopback port with its data in `dir`:
-    /// default limits, no tokens, TLS or metrics (an embedded run, a test).
+    /// default limits, no tokens, TLS, metrics or audit when a job ends (an
+    /// embedded run, a test).
     pub fn local(dir: &Path) -> Config {
         Config {
             listen: ([127, 0, 0, 1], 0).into(),
@@ -86,6 +91,7 @@ impl Config {
             tls: None,
             limits: Limits::default(),
             checkpoints: Checkpoints::default(),
+            audit_when_done: false,
         }
     }
 }
@@ -635,6 +641,7 @@ pub async fn start_announced(
             crate::credentials::FILE
         );
     }
+    core.set_audit_when_done(config.audit_when_done);
     ready.set(Arc::clone(&core));
 
     // NOT_SERVING while the journal cannot be written (a full disk): no

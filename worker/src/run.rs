@@ -119,17 +119,18 @@ pub async fn run_with(
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
     let threads = config.threads.max(1);
-    // The version names the engine path too, so operators see in the
-    // worker list which inner loop each machine counts with.
-    let core = config.core.unwrap_or_else(Path::fastest);
     if config.self_test != SelfTest::Passed {
-        let fault = config.self_test == SelfTest::Fault;
-        tokio::task::spawn_blocking(move || self_test(fault, threads, core))
+        let (fault, forced) = (config.self_test == SelfTest::Fault, config.core);
+        tokio::task::spawn_blocking(move || self_test(fault, threads, forced, None))
             .await
             .expect("self-test panicked")
             .map_err(WorkerError::SelfTest)?;
         tracing::info!("self-test passed (N=8..12 by backtracking and by the join)");
     }
+    // The version names the engine path too, so operators see in the
+    // worker list which inner loop each machine counts with (the self-test
+    // has settled it: no second race).
+    let core = config.core.unwrap_or_else(Path::fastest);
     let url = config.coordinator.clone();
     let mut client = WorkerServiceClient::new(connect_tls(
         &url,

@@ -8,6 +8,10 @@
 //! N=12 is also counted by the wide kernel alone (every board past N=18
 //! counts with it), on the engine path the worker counts with.
 //!
+//! A worker checks both searches, since any job may come to it; `solve
+//! --state` checks only the one its plan counts with (a join run then
+//! skips the race that picks the backtracking path, about 12 ms).
+//!
 //! It runs on the worker's threads and takes about 14 ms of CPU, a start-up
 //! cost every short run (and every `solve --state`) pays: ring parts rather
 //! than depth-2 frames, whose 50,000 tiny pieces at N=12 cost more to set up
@@ -24,35 +28,72 @@ use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 
-/// Runs the self-test on `threads` threads; `fault` deliberately corrupts
-/// one count (to test that a failing self-test stops the worker).
-pub fn self_test(fault: bool, threads: usize, path: Path) -> Result<(), String> {
-    // Largest boards first, so no thread is left with a long check at the end.
-    let mut specs = Vec::new();
-    for n in (8..=12u32).rev() {
-        for (strategy, mode, depth, largest) in [
-            (Strategy::Prefix, Mode::Backtrack, 3, 12),
-            (Strategy::Rings, Mode::Backtrack, 2, 11),
-            (Strategy::Halves, Mode::Join, 0, 12),
-            (Strategy::Frame, Mode::Join, 1, 11),
-        ] {
-            if n <= largest {
-                specs.push(PlanSpec {
-                    n: Size::new(n).expect("8..=12"),
-                    strategy,
-                    depth,
-                    tasks: 16,
-                    mode,
-                });
-            }
+/// One check of the self-test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Check {
+    /// Settle the backtracking path: on a CPU with AVX-512 and AVX2, the
+    /// race between them (about 12 ms), made while other threads count
+    /// the join's checks rather than by whichever check needs it first.
+    Path,
+    Plan(PlanSpec),
+    WideKernel,
+}
+
+/// Runs the self-test on `threads` threads, of the searches of `mode`
+/// (`None`: both); backtracking is checked on `path` (`None`: the fastest
+/// this CPU has). `fault` deliberately corrupts one count (to test that a
+/// failing self-test stops the worker).
+pub fn self_test(
+    fault: bool,
+    threads: usize,
+    path: Option<Path>,
+    mode: Option<Mode>,
+) -> Result<(), String> {
+    let checks = checks(mode);
+    let settled = || path.unwrap_or_else(Path::fastest);
+    on_threads(threads, checks.len(), |(): &mut (), i| match checks[i] {
+        Check::Path => {
+            settled();
+            Ok(())
         }
-    }
-    // Check 0 is the wide kernel's; check i > 0 is plan i - 1's.
-    on_threads(threads, specs.len() + 1, |(): &mut (), i| match i {
-        0 => wide_kernel(path),
-        i => plan(specs[i - 1], fault),
+        Check::Plan(spec) => plan(spec, path, fault),
+        Check::WideKernel => wide_kernel(settled()),
     })
     .map(drop)
+}
+
+/// The checks of `mode`'s searches (`None`: both), in the order threads
+/// take them.
+fn checks(mode: Option<Mode>) -> Vec<Check> {
+    let wants = |m: Mode| mode.is_none_or(|want| want == m);
+    let plans = |strategy, mode, depth, largest: u32| {
+        (8..=largest).rev().map(move |n| {
+            Check::Plan(PlanSpec {
+                n: Size::new(n).expect("8..=12"),
+                strategy,
+                depth,
+                tasks: 16,
+                mode,
+            })
+        })
+    };
+    // The path first, on one thread, while the others count the join's
+    // checks (they need no path); then the ones that wait for it. Largest
+    // first, so no thread is left with a long check at the end.
+    let mut checks = Vec::new();
+    if wants(Mode::Backtrack) {
+        checks.push(Check::Path);
+    }
+    if wants(Mode::Join) {
+        checks.extend(plans(Strategy::Halves, Mode::Join, 0, 12));
+        checks.extend(plans(Strategy::Frame, Mode::Join, 1, 11));
+    }
+    if wants(Mode::Backtrack) {
+        checks.push(Check::WideKernel);
+        checks.extend(plans(Strategy::Prefix, Mode::Backtrack, 3, 12));
+        checks.extend(plans(Strategy::Rings, Mode::Backtrack, 2, 11));
+    }
+    checks
 }
 
 /// N=12 by the wide kernel alone, on `path`.
@@ -69,10 +110,13 @@ fn wide_kernel(path: Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One plan counted on one thread; `fault` adds one to N=12's total.
-fn plan(spec: PlanSpec, fault: bool) -> Result<(), String> {
+/// One plan counted on one thread, on `path` (`None`: the fastest);
+/// `fault` adds one to N=12's total.
+fn plan(spec: PlanSpec, path: Option<Path>, fault: bool) -> Result<(), String> {
     let (n, strategy, mode) = (spec.n.get(), spec.strategy, spec.mode);
-    let plan = Plan::new(spec).map_err(|e| e.to_string())?;
+    let plan = Plan::new(spec)
+        .map_err(|e| e.to_string())?
+        .with_path(path);
     let s = solve_plan(&plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
     let mut total = s.total().map_err(|e| e.to_string())?;
     if fault && n == 12 {
@@ -88,4 +132,53 @@ fn plan(spec: PlanSpec, fault: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A join run's self-test checks the join's plans only, and never
+    /// races the backtracking paths (about 12 ms of its start-up).
+    #[test]
+    fn a_join_run_checks_the_join_alone_and_a_worker_checks_both_searches() {
+        let join = checks(Some(Mode::Join));
+        assert!(!join.is_empty());
+        assert!(
+            join.iter()
+                .all(|c| matches!(c, Check::Plan(s) if s.mode == Mode::Join)),
+            "{join:?}"
+        );
+        let backtrack = checks(Some(Mode::Backtrack));
+        assert_eq!(backtrack[0], Check::Path);
+        assert!(backtrack.contains(&Check::WideKernel));
+        assert!(
+            backtrack
+                .iter()
+                .all(|c| !matches!(c, Check::Plan(s) if s.mode == Mode::Join)),
+            "{backtrack:?}"
+        );
+        // A worker, which any job may reach: the path is settled first,
+        // while the other threads count the join's checks.
+        let all = checks(None);
+        assert_eq!(all.len(), join.len() + backtrack.len());
+        assert_eq!(all[0], Check::Path);
+        assert!(matches!(all[1], Check::Plan(s) if s.mode == Mode::Join));
+        for s in [Strategy::Prefix, Strategy::Rings, Strategy::Halves, Strategy::Frame] {
+            assert!(
+                all.iter()
+                    .any(|c| matches!(c, Check::Plan(p) if p.strategy == s && p.n.get() >= 11)),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fault_fails_the_self_test_of_either_search() {
+        for mode in [Mode::Join, Mode::Backtrack] {
+            let e = self_test(true, 2, None, Some(mode)).unwrap_err();
+            assert!(e.contains("N=12") && e.contains(mode.name()), "{e}");
+            self_test(false, 2, None, Some(mode)).unwrap();
+        }
+    }
 }
