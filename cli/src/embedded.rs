@@ -12,10 +12,10 @@ use crate::local::{check_known, json_line};
 use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
+use nqueens_common::engine::join::pair_path;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
-use nqueens_common::engine::join::pair_path;
 use nqueens_common::plan::{Mode, Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
@@ -91,7 +91,12 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     // also races the engine paths; a join run needs no race.
     let mode = plan.spec.mode;
     let self_test = tokio::task::spawn_blocking(move || {
-        self_test(run.self_test_fault, run.threads.max(1), run.core, Some(mode))
+        self_test(
+            run.self_test_fault,
+            run.threads.max(1),
+            run.core,
+            Some(mode),
+        )
     });
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await

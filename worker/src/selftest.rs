@@ -114,9 +114,7 @@ fn wide_kernel(path: Path) -> Result<(), String> {
 /// `fault` adds one to N=12's total.
 fn plan(spec: PlanSpec, path: Option<Path>, fault: bool) -> Result<(), String> {
     let (n, strategy, mode) = (spec.n.get(), spec.strategy, spec.mode);
-    let plan = Plan::new(spec)
-        .map_err(|e| e.to_string())?
-        .with_path(path);
+    let plan = Plan::new(spec).map_err(|e| e.to_string())?.with_path(path);
     let s = solve_plan(&plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
     let mut total = s.total().map_err(|e| e.to_string())?;
     if fault && n == 12 {
@@ -164,7 +162,12 @@ mod tests {
         assert_eq!(all.len(), join.len() + backtrack.len());
         assert_eq!(all[0], Check::Path);
         assert!(matches!(all[1], Check::Plan(s) if s.mode == Mode::Join));
-        for s in [Strategy::Prefix, Strategy::Rings, Strategy::Halves, Strategy::Frame] {
+        for s in [
+            Strategy::Prefix,
+            Strategy::Rings,
+            Strategy::Halves,
+            Strategy::Frame,
+        ] {
             assert!(
                 all.iter()
                     .any(|c| matches!(c, Check::Plan(p) if p.strategy == s && p.n.get() >= 11)),

@@ -28,6 +28,7 @@ use crate::engine::counts::PieceCounts;
 use crate::engine::interior::{Interior, Start};
 use crate::engine::lanes::Path;
 use crate::engine::pairs::{Pairs, Weights};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// An interior's free rows from a start on, with the columns each leaves
 /// open once the start's queens attack, and their places on the board.
@@ -174,7 +175,7 @@ pub struct TooLarge {
 /// one on the lower rows that takes the side's other columns and shares
 /// no diagonal: so halves come from two small tables built once, not
 /// from a search per choice.
-struct Quarter {
+pub struct Quarter {
     /// First row of the run, and its length.
     first: usize,
     len: usize,
@@ -190,13 +191,70 @@ struct Quarter {
 /// Placements kept in one join's four quarters: 2^26 (1.3 GiB).
 pub const QUARTER_LIMIT: usize = 1 << 26;
 
+/// The placements one join's quarter tables may still take, shared by the
+/// threads that build its quarters at once ([`Shape::quarter`]). A walk
+/// takes a block at a time (one atomic operation per block, not per
+/// placement) and gives back what it did not use, so quarters built one
+/// after another are bound exactly.
+pub struct Room {
+    left: AtomicUsize,
+    limit: usize,
+}
+
+/// Placements a walk takes from its [`Room`] at once.
+const ROOM_BLOCK: usize = 4096;
+
+impl Room {
+    pub fn new(limit: usize) -> Room {
+        Room {
+            left: AtomicUsize::new(limit),
+            limit,
+        }
+    }
+
+    /// Up to [`ROOM_BLOCK`] placements; 0 when the room is used up.
+    fn take(&self) -> usize {
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                (left > 0).then(|| left - left.min(ROOM_BLOCK))
+            })
+            .map_or(0, |left| left.min(ROOM_BLOCK))
+    }
+
+    fn give_back(&self, unused: usize) {
+        self.left.fetch_add(unused, Ordering::Relaxed);
+    }
+}
+
+/// A walk's share of a [`Room`]: the placements it has taken and not used.
+struct Taken<'a> {
+    room: &'a Room,
+    left: usize,
+}
+
+impl Taken<'_> {
+    /// Room for one more placement, if the join has any.
+    fn one(&mut self) -> bool {
+        if self.left == 0 {
+            self.left = self.room.take();
+        }
+        self.left.checked_sub(1).map(|l| self.left = l).is_some()
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.room.give_back(self.left);
+    }
+}
+
 impl Quarter {
     fn new(
         rows: &Rows,
         first: usize,
         len: usize,
         side: u32,
-        room: &mut usize,
+        room: &Room,
     ) -> Result<Quarter, TooLarge> {
         let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); 1 << len];
         #[allow(clippy::too_many_arguments)]
@@ -209,14 +267,14 @@ impl Quarter {
             set: usize,
             (c, d1, d2): (u32, u64, u64),
             lists: &mut [Vec<(u32, u64, u64)>],
-            room: &mut usize,
+            room: &mut Taken,
         ) -> Result<(), TooLarge> {
             if i == len {
-                if *room == 0 {
-                    // The caller names its limit (see Join::within).
-                    return Err(TooLarge { limit: 0 });
+                if !room.one() {
+                    return Err(TooLarge {
+                        limit: room.room.limit,
+                    });
                 }
-                *room -= 1;
                 lists[set].push((c, d1, d2));
                 return Ok(());
             }
@@ -246,7 +304,19 @@ impl Quarter {
             }
             Ok(())
         }
-        walk(rows, first, len, side, 0, 0, (0, 0, 0), &mut lists, room)?;
+        let mut taken = Taken { room, left: 0 };
+        walk(
+            rows,
+            first,
+            len,
+            side,
+            0,
+            0,
+            (0, 0, 0),
+            &mut lists,
+            &mut taken,
+        )?;
+        drop(taken);
         let total: usize = lists.iter().map(Vec::len).sum();
         let mut q = Quarter {
             first,
@@ -302,12 +372,15 @@ pub struct Shape {
 pub struct Join {
     shape: Shape,
     /// Placements on the upper and lower free rows, east and west.
-    quarters: [Quarter; 4],
+    quarters: [Quarter; QUARTERS],
     /// Halves a side of a choice may hold.
     half_limit: usize,
     /// How pairs are counted: AVX2 (and POPCNT) or portable code.
     path: Path,
 }
+
+/// The quarter tables of a join.
+pub const QUARTERS: usize = 4;
 
 /// The largest board [`Shape::piece`] takes: beyond it the halves of one
 /// choice of east rows outgrow memory (and the choices number millions).
@@ -489,23 +562,38 @@ impl Shape {
 
     /// Builds the quarter tables within `budget`.
     pub fn build(self, budget: Budget) -> Result<Join, TooLarge> {
-        let limit = budget.quarters;
-        let (rows, k) = (&self.rows, self.rows.len);
-        let mut room = limit;
-        let h = k / 2;
-        let too = |_| TooLarge { limit };
+        let room = Room::new(budget.quarters);
         let quarters = [
-            Quarter::new(rows, 0, h, self.east, &mut room).map_err(too)?,
-            Quarter::new(rows, h, k - h, self.east, &mut room).map_err(too)?,
-            Quarter::new(rows, 0, h, self.west, &mut room).map_err(too)?,
-            Quarter::new(rows, h, k - h, self.west, &mut room).map_err(too)?,
+            self.quarter(0, &room)?,
+            self.quarter(1, &room)?,
+            self.quarter(2, &room)?,
+            self.quarter(3, &room)?,
         ];
-        Ok(Join {
+        Ok(self.join(quarters, budget))
+    }
+
+    /// Quarter table `i` of [`QUARTERS`] (the east side's upper and lower
+    /// free rows, then the west side's), its placements taken from `room`:
+    /// threads may build a join's quarters at once.
+    pub fn quarter(&self, i: usize, room: &Room) -> Result<Quarter, TooLarge> {
+        let (k, h) = (self.rows.len, self.rows.len / 2);
+        let (first, len) = if i.is_multiple_of(2) {
+            (0, h)
+        } else {
+            (h, k - h)
+        };
+        let side = if i < 2 { self.east } else { self.west };
+        Quarter::new(&self.rows, first, len, side, room)
+    }
+
+    /// The join of the quarter tables [`Shape::quarter`] built, in order.
+    pub fn join(self, quarters: [Quarter; QUARTERS], budget: Budget) -> Join {
+        Join {
             shape: self,
             quarters,
             half_limit: budget.halves,
             path: pair_path(None),
-        })
+        }
     }
 }
 

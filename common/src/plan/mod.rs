@@ -37,12 +37,14 @@ use crate::engine::board::Size;
 use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
 use crate::engine::counts::{CountOverflow, PieceCounts, Totals};
 use crate::engine::interior::{Interior, Start};
-use crate::engine::join::{self, whole_pieces, Budget, Halves, Join, Shape, TooLarge};
+use crate::engine::join::{
+    self, whole_pieces, Budget, Halves, Join, Quarter, Room, Shape, TooLarge, QUARTERS,
+};
 use crate::engine::lanes::{count_below, Path};
 use crate::engine::symmetric::{count_symmetric, Turn};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 pub use table::TaskTable;
 
 /// How a plan splits the search.
@@ -441,8 +443,40 @@ pub struct Plan {
 /// task. Tasks come in id order (piece by piece), so the last one built is
 /// enough (one set of tables in memory, as the join alone keeps); a join
 /// still in use by a task stays alive through its `Arc`.
+///
+/// The threads that need a piece build its four quarter tables together,
+/// one table each, rather than one building while the rest wait: at N=18
+/// the one piece's tables take about 120 ms of CPU, a core left idle that
+/// long on 2 threads.
 #[derive(Default)]
-struct Joins(Mutex<Vec<(u8, Arc<Join>)>>);
+struct Joins {
+    state: Mutex<JoinsState>,
+    /// Told when a build ends (done or failed).
+    built: Condvar,
+}
+
+#[derive(Default)]
+struct JoinsState {
+    kept: Vec<(u8, Arc<Join>)>,
+    building: Option<Building>,
+    /// The last piece whose build failed, and why (a waiter gives the same
+    /// answer rather than building it again).
+    failed: Option<(u8, TooLarge)>,
+}
+
+/// A piece's join being built: the quarter tables handed out so far and
+/// those finished.
+struct Building {
+    piece: u8,
+    shape: Arc<Shape>,
+    room: Arc<Room>,
+    /// The next quarter table to hand out.
+    next: usize,
+    quarters: [Option<Quarter>; QUARTERS],
+    /// Quarter tables handed out and not yet finished.
+    running: usize,
+    failed: Option<TooLarge>,
+}
 
 /// Built joins kept by [`Joins`].
 const JOINS_KEPT: usize = 1;
@@ -454,8 +488,9 @@ impl std::fmt::Debug for Joins {
 }
 
 impl Joins {
-    /// Piece `piece`'s join of an `n`×`n` board, built if not kept (under
-    /// the lock: threads that need the same piece wait for one build).
+    /// Piece `piece`'s join of an `n`×`n` board, built if not kept. A
+    /// thread that needs a piece being built builds one of its quarter
+    /// tables not yet handed out, or waits for the others'.
     fn get(
         &self,
         n: usize,
@@ -463,18 +498,73 @@ impl Joins {
         budget: Budget,
         path: Option<Path>,
     ) -> Result<Arc<Join>, TooLarge> {
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, j)) = kept.iter().find(|(p, _)| *p == piece) {
-            return Ok(j.clone());
+        let lock = || self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = lock();
+        loop {
+            if let Some((_, j)) = s.kept.iter().find(|(p, _)| *p == piece) {
+                return Ok(j.clone());
+            }
+            match &mut s.building {
+                None => {
+                    if let Some((_, e)) = s.failed.filter(|(p, _)| *p == piece) {
+                        return Err(e);
+                    }
+                    // Let the old tables go before the new ones are built.
+                    if s.kept.len() == JOINS_KEPT {
+                        s.kept.remove(0);
+                    }
+                    s.building = Some(Building {
+                        piece,
+                        shape: Arc::new(Shape::piece(n, piece.into()).0),
+                        room: Arc::new(Room::new(budget.quarters)),
+                        next: 0,
+                        quarters: Default::default(),
+                        running: 0,
+                        failed: None,
+                    });
+                }
+                Some(b) if b.piece == piece && b.next < QUARTERS && b.failed.is_none() => {
+                    let (i, shape, room) = (b.next, b.shape.clone(), b.room.clone());
+                    b.next += 1;
+                    b.running += 1;
+                    drop(s);
+                    let quarter = shape.quarter(i, &room);
+                    // The last to finish takes the shape back for the join.
+                    drop((shape, room));
+                    s = lock();
+                    let b = s
+                        .building
+                        .as_mut()
+                        .expect("a build ends with its last table");
+                    b.running -= 1;
+                    match quarter {
+                        Ok(q) => b.quarters[i] = Some(q),
+                        Err(e) => b.failed = Some(e),
+                    }
+                    let last = b.running == 0 && (b.next == QUARTERS || b.failed.is_some());
+                    if last {
+                        let b = s.building.take().expect("checked above");
+                        self.finish(&mut s, b, budget, path);
+                        self.built.notify_all();
+                    }
+                }
+                // Another thread builds this piece's last tables, or
+                // another piece: wait for it to end.
+                Some(_) => s = self.built.wait(s).unwrap_or_else(|e| e.into_inner()),
+            }
         }
-        // Let the old tables go before the new ones are built.
-        if kept.len() == JOINS_KEPT {
-            kept.remove(0);
+    }
+
+    /// Keeps a build's join, or its failure.
+    fn finish(&self, s: &mut JoinsState, b: Building, budget: Budget, path: Option<Path>) {
+        if let Some(e) = b.failed {
+            s.failed = Some((b.piece, e));
+            return;
         }
-        let (shape, _) = Shape::piece(n, piece.into());
-        let join = Arc::new(shape.build(budget)?.on(path));
-        kept.push((piece, join.clone()));
-        Ok(join)
+        let quarters = b.quarters.map(|q| q.expect("every table built"));
+        let shape = Arc::into_inner(b.shape).expect("the builders are done with the shape");
+        s.kept
+            .push((b.piece, Arc::new(shape.join(quarters, budget).on(path))));
     }
 }
 
@@ -1402,5 +1492,80 @@ impl Tally {
         self.half = add(self.half, o.half)?;
         self.quarter = add(self.quarter, o.quarter)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables of every piece of N=13 (seven pieces) built by four
+    /// threads at once, each thread asking for the pieces in turn as tasks
+    /// do: all get one join per piece, and it counts as one built alone.
+    #[test]
+    fn threads_that_need_a_piece_build_it_together_and_count_alike() {
+        let (n, budget) = (13, Budget::default());
+        let joins = Joins::default();
+        let got: Vec<Vec<Arc<Join>>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..whole_pieces(n))
+                            .map(|p| joins.get(n, p as u8, budget, None).unwrap())
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut halves = Halves::default();
+        let mut total = 0;
+        for p in 0..whole_pieces(n) {
+            let alone = Shape::piece(n, p).0.build(budget).unwrap();
+            let count = |j: &Join, halves: &mut Halves| -> Vec<u64> {
+                j.choices()
+                    .iter()
+                    .map(|&(c, _)| j.count_choice(c, halves).unwrap().c1)
+                    .collect()
+            };
+            let want = count(&alone, &mut halves);
+            for thread in &got {
+                assert_eq!(count(&thread[p], &mut halves), want, "piece {p}");
+            }
+            let (_, weight) = Shape::piece(n, p);
+            let choices = alone.choices();
+            total += want
+                .iter()
+                .zip(&choices)
+                .map(|(c, &(_, w))| c * u64::from(w) * u64::from(weight))
+                .sum::<u64>();
+        }
+        assert_eq!(u128::from(total), crate::known::known(13).unwrap().total);
+        // One set of tables kept: the last piece's.
+        assert_eq!(joins.state.lock().unwrap().kept.len(), JOINS_KEPT);
+    }
+
+    /// A piece past the budget fails for every thread that needs it, with
+    /// the budget's limit, and is not built again for each of them.
+    #[test]
+    fn a_piece_past_the_budget_fails_for_every_thread_that_needs_it() {
+        let budget = Budget {
+            quarters: 100,
+            ..Budget::default()
+        };
+        let joins = Joins::default();
+        let answers: Vec<_> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| joins.get(14, 0, budget, None).map(drop)))
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(
+            answers.iter().all(|a| *a == Err(TooLarge { limit: 100 })),
+            "{answers:?}"
+        );
+        let s = joins.state.lock().unwrap();
+        assert!(s.building.is_none() && s.kept.is_empty());
+        assert_eq!(s.failed, Some((0, TooLarge { limit: 100 })));
     }
 }
