@@ -476,6 +476,36 @@ struct Building {
     /// Quarter tables handed out and not yet finished.
     running: usize,
     failed: Option<TooLarge>,
+    /// A table's build panicked: nothing more is handed out, nothing kept
+    /// (the threads that need the piece then build it again).
+    panicked: bool,
+}
+
+impl Building {
+    /// Whether the rest of the tables are to be built.
+    fn going(&self) -> bool {
+        self.failed.is_none() && !self.panicked
+    }
+}
+
+/// Ends its thread's part of a build if the thread panics while building a
+/// table, so that the threads waiting for the build do not wait forever.
+struct EndOnPanic<'a>(&'a Joins);
+
+impl Drop for EndOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = s.building.as_mut() {
+                b.running -= 1;
+                b.panicked = true;
+                if b.running == 0 {
+                    s.building = None;
+                }
+            }
+            self.0.built.notify_all();
+        }
+    }
 }
 
 /// Built joins kept by [`Joins`].
@@ -521,14 +551,18 @@ impl Joins {
                         quarters: Default::default(),
                         running: 0,
                         failed: None,
+                        panicked: false,
                     });
                 }
-                Some(b) if b.piece == piece && b.next < QUARTERS && b.failed.is_none() => {
+                Some(b) if b.piece == piece && b.next < QUARTERS && b.going() => {
                     let (i, shape, room) = (b.next, b.shape.clone(), b.room.clone());
                     b.next += 1;
                     b.running += 1;
                     drop(s);
-                    let quarter = shape.quarter(i, &room);
+                    let quarter = {
+                        let _end_on_panic = EndOnPanic(self);
+                        shape.quarter(i, &room)
+                    };
                     // The last to finish takes the shape back for the join.
                     drop((shape, room));
                     s = lock();
@@ -541,10 +575,10 @@ impl Joins {
                         Ok(q) => b.quarters[i] = Some(q),
                         Err(e) => b.failed = Some(e),
                     }
-                    let last = b.running == 0 && (b.next == QUARTERS || b.failed.is_some());
+                    let last = b.running == 0 && (b.next == QUARTERS || !b.going());
                     if last {
                         let b = s.building.take().expect("checked above");
-                        self.finish(&mut s, b, budget, path);
+                        s.finish(b, budget, path);
                         self.built.notify_all();
                     }
                 }
@@ -554,16 +588,21 @@ impl Joins {
             }
         }
     }
+}
 
-    /// Keeps a build's join, or its failure.
-    fn finish(&self, s: &mut JoinsState, b: Building, budget: Budget, path: Option<Path>) {
+impl JoinsState {
+    /// Keeps a build's join, or its failure (nothing, if a table panicked).
+    fn finish(&mut self, b: Building, budget: Budget, path: Option<Path>) {
         if let Some(e) = b.failed {
-            s.failed = Some((b.piece, e));
+            self.failed = Some((b.piece, e));
+            return;
+        }
+        if b.panicked {
             return;
         }
         let quarters = b.quarters.map(|q| q.expect("every table built"));
         let shape = Arc::into_inner(b.shape).expect("the builders are done with the shape");
-        s.kept
+        self.kept
             .push((b.piece, Arc::new(shape.join(quarters, budget).on(path))));
     }
 }
