@@ -238,7 +238,11 @@ impl Taken<'_> {
         if self.left == 0 {
             self.left = self.room.take();
         }
-        self.left.checked_sub(1).map(|l| self.left = l).is_some()
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
     }
 }
 
