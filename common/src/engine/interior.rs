@@ -28,6 +28,8 @@ pub struct Interior {
     pub(crate) shift: [u32; 32],
     /// Free rows.
     pub(crate) rows: usize,
+    /// Columns no placed queen holds (as many as the free rows).
+    pub(crate) cols: u32,
 }
 
 impl Interior {
@@ -46,6 +48,7 @@ impl Interior {
             allowed: [0; 32],
             shift: [0; 32],
             rows: free_rows.len(),
+            cols: mask & !col_used,
         };
         for (i, &y) in free_rows.iter().enumerate() {
             let mut blocked = col_used;
@@ -163,7 +166,6 @@ impl Interior {
             "a start needs three free rows below it"
         );
         let pen = self.rows - 2;
-        let (last, last_shift) = (self.allowed[pen + 1], self.shift[pen]);
         let (mut solutions, mut nodes) = (0u64, 0u64);
         // The rows to come back to: candidates left (never none), the
         // masks before the row's queen, the row.
@@ -183,34 +185,14 @@ impl Interior {
         }
         let (mut i, mut ld, mut col, mut rd) = (i0, start.l, start.d, start.r);
         let mut bm = self.allowed[i & 31] & !(start.l | start.d | start.r);
-        // Both candidates of the second-to-last row (either may be absent),
-        // each with the last row's square if it is open: the completions
-        // and the queens placed.
-        let tail = |nl: u32, nr: u32, nc: u32, next: u32| {
-            let b1 = next & next.wrapping_neg();
-            let b2 = next ^ b1;
-            // The last row's open squares before this row's queen; a
-            // queen at b closes b and one diagonal step either side.
-            let open = last & !seen(nl << last_shift, nr >> last_shift, nc);
-            let fits =
-                |b: u32| u64::from(b != 0 && open & !(b | b << last_shift | b >> last_shift) != 0);
-            let found = fits(b1) + fits(b2);
-            (found, u64::from(next.count_ones()) + found)
-        };
+        let three = LastThree::new(self);
         if i0 + 3 == self.rows {
-            // The start's row is the third-to-last: each of its candidates
-            // ends in the tail. (The loop below enters no row after the
-            // third-to-last, so it need not look for this.)
-            while bm != 0 {
-                let bit = bm & bm.wrapping_neg();
-                bm ^= bit;
-                let sh = self.shift[i & 31];
-                let (nl, nr, nc) = ((ld | bit) << sh, (rd | bit) >> sh, col | bit);
-                let next = self.allowed[(i + 1) & 31] & !seen(nl, nr, nc);
-                let (found, placed) = tail(nl, nr, nc, next);
-                solutions += found;
-                nodes += 1 + placed;
-            }
+            // The start's row is A. (The loop below enters no row after
+            // the fourth-to-last, so it need not look for this.)
+            let open_b = self.allowed[pen] & !seen(ld << three.gap_ab, rd >> three.gap_ab, col);
+            let (found, placed) = three.count(ld, rd, col, bm, open_b);
+            solutions += found;
+            nodes += placed;
             return PieceCounts {
                 c1: solutions,
                 nodes,
@@ -236,17 +218,11 @@ impl Interior {
             if next == 0 || ahead == 0 {
                 nodes += u64::from(next.count_ones());
             } else if i + 2 == pen {
-                // Row i + 1 is the third-to-last: its candidates are
-                // counted here, each with the two rows below, not pushed.
-                let mut m = next;
-                while m != 0 {
-                    let b = m & m.wrapping_neg();
-                    m ^= b;
-                    let (l2, r2, c2) = ((nl | b) << sh1, (nr | b) >> sh1, nc | b);
-                    let (found, placed) = tail(l2, r2, c2, ahead & !(b | b << sh1 | b >> sh1));
-                    solutions += found;
-                    nodes += 1 + placed;
-                }
+                // Row i + 1 is the third-to-last: the last three rows are
+                // counted here, not pushed.
+                let (found, placed) = three.count(nl, nr, nc, next, ahead);
+                solutions += found;
+                nodes += placed;
             } else {
                 stack[depth & 31] = (bm, ld, rd, col, i as u32);
                 depth += usize::from(bm != 0);
@@ -273,6 +249,12 @@ impl Interior {
 
     /// Two free rows or fewer (small boards only): plain recursion.
     fn count_short(&self) -> PieceCounts {
+        self.plain(&Start::default())
+    }
+
+    /// Completions and queens placed below `start` by plain recursion, row
+    /// by row: what [`Interior::count_from`] must give.
+    fn plain(&self, start: &Start) -> PieceCounts {
         fn walk(it: &Interior, i: usize, l: u32, d: u32, r: u32, c: &mut PieceCounts) {
             if i == it.rows {
                 c.c1 += 1;
@@ -288,15 +270,200 @@ impl Interior {
             }
         }
         let mut c = PieceCounts::default();
-        walk(self, 0, 0, 0, 0, &mut c);
+        walk(self, start.row.into(), start.l, start.d, start.r, &mut c);
         c
+    }
+}
+
+/// The six ways three rows A, B and C (from the top) take three columns:
+/// the column each takes, 0 being the leftmost of the three.
+const WAYS: [[u32; 3]; 6] = [
+    [0, 1, 2],
+    [0, 2, 1],
+    [1, 0, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+];
+
+/// The ways whose rows take open columns: by `rows`' open columns (three
+/// bits each, the first row lowest), a bit for each way.
+const fn taking(rows: [usize; 2]) -> [u8; 64] {
+    let mut table = [0u8; 64];
+    let mut open = 0;
+    while open < 64 {
+        let mut way = 0;
+        while way < 6 {
+            let a = open >> WAYS[way][rows[0]] & 1;
+            let b = open >> (3 + WAYS[way][rows[1]]) & 1;
+            table[open as usize] |= ((a & b) as u8) << way;
+            way += 1;
+        }
+        open += 1;
+    }
+    table
+}
+
+/// Ways whose A and B take open columns, by A's open columns | B's << 3.
+const TAKE_AB: [u8; 64] = taking([0, 1]);
+
+/// Ways whose C takes an open column, by C's open columns (the table's
+/// second row: C alone, looked up with its columns shifted up by three).
+const TAKE_C: [u8; 8] = {
+    let both = taking([2, 2]);
+    let mut table = [0u8; 8];
+    let mut open = 0;
+    while open < 8 {
+        table[open] = both[open | open << 3];
+        open += 1;
+    }
+    table
+};
+
+/// Which ways the diagonals allow, for rows `gap_ab` and `gap_bc` apart
+/// and columns `d01` and `d12` apart: the ways whose A and B queens do not
+/// attack each other, and those whose three queens do not.
+fn fitting(gap_ab: u32, gap_bc: u32, d01: u32, d12: u32) -> (u8, u8) {
+    let at = [0, d01, d01 + d12];
+    let (mut pairs, mut ways) = (0u8, 0u8);
+    for (w, &[a, b, c]) in WAYS.iter().enumerate() {
+        let (ca, cb, cc) = (at[a as usize], at[b as usize], at[c as usize]);
+        if ca.abs_diff(cb) != gap_ab {
+            pairs |= 1 << w;
+            if cb.abs_diff(cc) != gap_bc && ca.abs_diff(cc) != gap_ab + gap_bc {
+                ways |= 1 << w;
+            }
+        }
+    }
+    (pairs, ways)
+}
+
+/// Row gaps below this are looked up (every plan's are: a gap is one more
+/// than the queens placed between two free rows).
+const NEAR: u32 = 8;
+
+/// [`fitting`] for every pair of gaps below [`NEAR`], by column distances
+/// cut at 15: no two of the three rows are that far apart, so a longer
+/// distance fits as 15 does.
+static FITS: std::sync::LazyLock<Vec<[(u8, u8); 256]>> = std::sync::LazyLock::new(|| {
+    (0..NEAR * NEAR)
+        .map(|g| {
+            let mut t = [(0, 0); 256];
+            for (d, fit) in t.iter_mut().enumerate() {
+                *fit = fitting(g / NEAR, g % NEAR, d as u32 / 16, d as u32 % 16);
+            }
+            t
+        })
+        .collect()
+});
+
+/// The last three free rows of an interior (A, B and C), counted from
+/// their open squares before any of them is taken, without a branch:
+/// three columns are left, so the rows can take them in six ways, and
+/// tables say which of the six the open squares allow and which the
+/// diagonals between the three rows allow (at N=16 on a Zen 4, 6% faster
+/// than a loop over A's candidates).
+struct LastThree {
+    /// C's open columns before the search's queens.
+    last: u32,
+    /// Rows from A to B and from B to C.
+    gap_ab: u32,
+    gap_bc: u32,
+    /// Columns no placed queen holds.
+    cols: u32,
+    /// The diagonals' ways for these gaps, if they are in [`FITS`].
+    fits: Option<&'static [(u8, u8); 256]>,
+}
+
+impl LastThree {
+    fn new(it: &Interior) -> LastThree {
+        let pen = it.rows - 2;
+        let (gap_ab, gap_bc) = (it.shift[pen - 1], it.shift[pen]);
+        LastThree {
+            last: it.allowed[pen + 1],
+            gap_ab,
+            gap_bc,
+            cols: it.cols,
+            fits: (gap_ab < NEAR && gap_bc < NEAR)
+                .then(|| &FITS[(gap_ab * NEAR + gap_bc) as usize]),
+        }
+    }
+
+    /// The completions and the queens placed (every candidate of A, each
+    /// (A, B) pair that fits, each completion), as the plain search counts
+    /// them, from the search's masks on A and the open squares of A and B.
+    #[inline(always)]
+    fn count(&self, l: u32, r: u32, c: u32, open_a: u32, open_b: u32) -> (u64, u64) {
+        let g = self.gap_ab + self.gap_bc;
+        let open_c = self.last & !(l << g | r >> g | c);
+        let free = self.cols & !c;
+        debug_assert_eq!(free.count_ones(), 3, "three rows, three columns");
+        let (c0, c2) = (free.trailing_zeros(), 31 - free.leading_zeros());
+        let c1 = (free & (free - 1)).trailing_zeros();
+        let slots = |x: u32| (x >> c0 & 1) | (x >> c1 & 1) << 1 | (x >> c2 & 1) << 2;
+        let (a, b) = (slots(open_a), slots(open_b));
+        let (d01, d12) = (c1 - c0, c2 - c1);
+        let fit = match self.fits {
+            Some(t) => t[(d01.min(15) * 16 + d12.min(15)) as usize],
+            None => fitting(self.gap_ab, self.gap_bc, d01, d12),
+        };
+        let pairs = u32::from(TAKE_AB[(a | b << 3) as usize] & fit.0);
+        let ways = pairs & u32::from(TAKE_C[slots(open_c) as usize] & fit.1);
+        let found = u64::from(ways.count_ones());
+        (
+            found,
+            u64::from(a.count_ones() + pairs.count_ones()) + found,
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{Interior, Start};
     use crate::engine::border::Frames;
     use crate::Size;
+
+    /// Every start of `it` from `depth` free rows down, counted by the
+    /// search and by plain recursion.
+    fn check_every_start(it: &Interior, from: usize) {
+        for depth in from..=it.rows() - 3 {
+            for start in it.split(depth).0 {
+                assert_eq!(it.count_from(&start), it.plain(&start), "{start:?}");
+            }
+        }
+    }
+
+    /// The search, whose last three rows come from tables, counts what
+    /// plain recursion counts (completions and queens placed) below every
+    /// start of every ring of N=10 to 13: starts on the third-to-last row
+    /// and above, with the gaps between rows that rings leave.
+    #[test]
+    fn the_search_counts_what_plain_recursion_counts() {
+        for n in 10..=13 {
+            let frames = Frames::new(Size::new(n).unwrap(), 1).unwrap();
+            frames.for_each_in(0, u64::MAX, |f, _, _| {
+                let it = frames.interior(&f);
+                if it.rows() >= 3 {
+                    check_every_start(&it, 0);
+                }
+            });
+        }
+    }
+
+    /// Queens placed on seven rows in a row leave a gap of eight between
+    /// two of the last free rows: past the tables of gaps, still exact.
+    #[test]
+    fn a_wide_gap_between_the_last_rows_is_counted_exactly() {
+        // Rows 8 to 14 of a solution of 16 queens; rows 0 to 7 and 15 free.
+        let solution = [0, 2, 4, 1, 12, 8, 13, 11, 14, 5, 15, 6, 3, 10, 7, 9];
+        let queens: Vec<(usize, usize)> = (8..15).map(|r| (r, solution[r])).collect();
+        let it = Interior::new(16, &queens);
+        assert_eq!(it.shift[it.rows() - 2], 8, "the gap between rows 7 and 15");
+        let counted = it.count_from(&Start::default());
+        assert_eq!(counted, it.plain(&Start::default()));
+        assert!(counted.c1 > 0, "the solution itself completes it");
+        check_every_start(&it, 0);
+    }
 
     /// The portable build of the search (the one CPUs without BMI2 run)
     /// gives the counts and nodes of the dispatched one, on every job of
