@@ -472,8 +472,8 @@ mod tests {
     use crate::engine::border::Frames;
     use crate::Size;
 
-    /// Every start of `it` from `depth` free rows down, counted by the
-    /// search and by plain recursion.
+    /// Every start of `it`, `from` free rows placed and deeper, counted by
+    /// the search and by plain recursion.
     fn check_every_start(it: &Interior, from: usize) {
         for depth in from..=it.rows() - 3 {
             for start in it.split(depth).0 {
