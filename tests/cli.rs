@@ -732,3 +732,113 @@ fn a_failing_self_test_stops_solve_state_before_any_count() {
         assert_eq!(kit::dec(&v["total"]), 724, "{v}");
     }
 }
+
+/// `--core gpu` counts on the machine's card (lavapipe in CI): exact,
+/// named in the text and JSON output and in `bench`, resumable with
+/// `--state`, and the join (which counts on the CPU) is refused with exit 2.
+#[test]
+fn solve_on_a_card_is_exact_and_names_the_card() {
+    if !kit::gpu_here() {
+        return;
+    }
+    let o = nqueens(&["solve", "13", "--core", "gpu", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("total    73712\n"), "{text}");
+    assert!(text.contains("matches OEIS"), "{text}");
+    assert!(text.contains("pieces, gpu:"), "{text}");
+
+    let o = nqueens(&[
+        "solve",
+        "12",
+        "--core",
+        "gpu",
+        "--strategy",
+        "prefix",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = json(stdout(&o).trim());
+    assert!(j["core"].as_str().unwrap().starts_with("gpu:"), "{j}");
+    assert_eq!(kit::dec(&j["total"]), 14_200, "{j}");
+
+    let dir = kit::tempdir();
+    let state = dir.path().join("s");
+    let o = nqueens(&[
+        "solve",
+        "12",
+        "--core",
+        "gpu",
+        "--state",
+        state.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("total    14200\n"), "{}", stdout(&o));
+
+    let o = nqueens(&[
+        "bench",
+        "9..10",
+        "--core",
+        "gpu",
+        "--runs",
+        "1",
+        "--no-baseline",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.lines().nth(1).unwrap().starts_with("gpu:"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" gpu ")).count(),
+        2,
+        "{text}"
+    );
+
+    let o = nqueens(&["solve", "12", "--core", "gpu", "--mode", "join"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("counts by backtracking"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `plan --estimate --gpu-rate R` projects the backtracking's nodes at R
+/// nodes/s per card, in text and JSON; the join has no GPU time.
+#[test]
+fn estimate_projects_gpu_hours_from_a_measured_rate() {
+    let o = nqueens(&[
+        "plan",
+        "19",
+        "--estimate",
+        "--mode",
+        "backtrack",
+        "--seconds",
+        "1",
+        "--gpu-rate",
+        "2e9",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(stdout(&o).trim());
+    let nodes = v["core_seconds"].as_f64().unwrap() * v["nodes_per_second"].as_f64().unwrap();
+    let hours = v["gpu_hours"].as_f64().unwrap();
+    assert!((hours - nodes / 2e9 / 3600.0).abs() <= 1e-9 * hours, "{v}");
+    let o = nqueens(&[
+        "plan",
+        "19",
+        "--estimate",
+        "--seconds",
+        "1",
+        "--gpu-rate",
+        "2e9",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert_eq!(
+        text.matches("GPU-hours").count(),
+        1,
+        "only the backtracking: {text}"
+    );
+    let o = nqueens(&["plan", "19", "--estimate", "--gpu-rate", "-1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

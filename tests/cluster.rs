@@ -203,3 +203,66 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
         assert!(w.wait().unwrap().success());
     }
 }
+
+/// A worker counting on a card (`--core gpu`: lavapipe in CI) and one
+/// counting on the CPU, under redundancy 2 with `--cross-device`: every
+/// task is counted by both kinds of device and their results (counts and
+/// checksums) agree, so the job ends exact with no conflict; the card is
+/// named in the worker list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_and_a_cpu_agree_on_every_task() {
+    if !kit::gpu_here() {
+        return;
+    }
+    let _watchdog = kit::watchdog("a_card_and_a_cpu_agree_on_every_task");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    let (code, lines, err) = kit::operator(
+        &c.url,
+        &[
+            "submit",
+            "13",
+            "--strategy",
+            "rings",
+            "--tasks",
+            "12",
+            "--redundancy",
+            "2",
+            "--cross-device",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id = kit::dec(&lines[0]["job"]).to_string();
+    let mut card = kit::Worker(
+        kit::worker_cmd(&c.url, "card", 1)
+            .args(["--core", "gpu", "--gpus", "auto"])
+            .spawn()
+            .unwrap(),
+    );
+    let mut cpu = kit::Worker(
+        kit::worker_cmd(&c.url, "cpu", 1)
+            .args(["--gpus", "none"])
+            .spawn()
+            .unwrap(),
+    );
+    let (code, lines, err) = kit::operator(&c.url, &["watch", &id, "--interval", "0.2"]);
+    assert_eq!(code, 0, "{err}");
+    let job = lines.last().unwrap();
+    assert_eq!(
+        (kit::dec(&job["total"]), kit::dec(&job["unique"])),
+        (73_712, 9_233)
+    );
+    assert_eq!(kit::dec(&job["conflicts"]), 0, "{job}");
+    assert_eq!(job["cross_device"], true, "{job}");
+    let (_, workers, _) = kit::operator(&c.url, &["workers"]);
+    for (name, gpu) in [("card", true), ("cpu", false)] {
+        let w = workers.iter().find(|w| w["name"] == name).unwrap();
+        assert_eq!(kit::dec(&w["tasks_done"]), kit::dec(&job["tasks"]), "{w}");
+        let version = w["solver_version"].as_str().unwrap();
+        assert_eq!(version.contains("gpu:"), gpu, "{w}");
+    }
+    for w in [&mut card, &mut cpu] {
+        kit::terminate(w);
+        assert!(w.wait().unwrap().success());
+    }
+}

@@ -257,6 +257,56 @@ fn the_kubernetes_manifests_wire_ports_probes_tokens_storage_and_cpus() {
     assert!(wpod["terminationGracePeriodSeconds"].as_u64().unwrap() > grace);
 }
 
+/// GPU workers, in compose (a profile, an NVIDIA device reservation) and
+/// Kubernetes (`nvidia.com/gpu`): real `worker` flags, `--gpus` given,
+/// one GPU asked for, CPUs for the threads and the card's two feeders;
+/// the image has the Vulkan loader and asks the container toolkit for
+/// the driver's Vulkan files.
+#[test]
+fn gpu_workers_ask_for_a_card_and_the_image_can_reach_it() {
+    let feeders = 2;
+    let compose = &yaml("compose.yaml")[0]["services"]["gpu-worker"];
+    let cargs = strings(&compose["command"]);
+    flags_exist(&cargs);
+    assert_eq!(
+        (cargs[0].as_str(), arg(&cargs, "--gpus")),
+        ("worker", "auto")
+    );
+    assert_eq!(strings(&compose["profiles"]), ["gpu"]);
+    let device = &compose["deploy"]["resources"]["reservations"]["devices"][0];
+    assert_eq!(device["driver"], "nvidia");
+    assert_eq!(device["count"], 1);
+    assert!(strings(&device["capabilities"]).contains(&"gpu".to_string()));
+    let threads: f64 = arg(&cargs, "--threads").parse().unwrap();
+    assert_eq!(
+        compose["cpus"].as_f64().unwrap(),
+        threads + f64::from(feeders)
+    );
+
+    let k8s = &yaml("k8s/worker-gpu.yaml")[0];
+    assert_eq!(k8s["kind"], "Deployment");
+    let c = &k8s["spec"]["template"]["spec"]["containers"][0];
+    let kargs = strings(&c["args"]);
+    flags_exist(&kargs);
+    assert_eq!(arg(&kargs, "--gpus"), "auto");
+    for side in ["requests", "limits"] {
+        assert_eq!(c["resources"][side]["nvidia.com/gpu"], 1, "{side}");
+    }
+    let threads: u32 = arg(&kargs, "--threads").parse().unwrap();
+    assert_eq!(
+        c["resources"]["requests"]["cpu"],
+        (threads + feeders).to_string()
+    );
+
+    let image = read("Dockerfile");
+    assert!(image.contains("libvulkan1"), "the Vulkan loader");
+    let caps = image
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ENV NVIDIA_DRIVER_CAPABILITIES="))
+        .expect("NVIDIA_DRIVER_CAPABILITIES");
+    assert!(caps.split(',').any(|c| c == "graphics"), "{caps}");
+}
+
 #[test]
 fn the_image_builds_in_stages_runs_unprivileged_and_checks_grpc_health() {
     let file = read("Dockerfile");

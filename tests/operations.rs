@@ -569,7 +569,7 @@ fn completion_lists_the_values_of_enumerated_flags() {
     for (flag, values) in [
         ("--strategy", "frame rings prefix halves synthetic"),
         ("--mode", "backtrack join"),
-        ("--core", "auto scalar avx2 avx512"),
+        ("--core", "auto scalar avx2 avx512 gpu"),
         ("--format", "rows board"),
         ("--log-format", "text json"),
         ("--log-level", "error warn info debug trace"),

@@ -25,6 +25,7 @@ async fn submit(ops: &mut Operators, tasks: u64, redundancy: u32) -> v1::Job {
         plan: Some(kit::plan_spec(8, Strategy::Frame, 3, tasks)),
         redundancy,
         verify_fraction: 0.0,
+        cross_device: false,
     };
     let planned = kit::submit_planned(ops, req);
     kit::within(Duration::from_secs(30), "the job planned", planned).await
@@ -458,6 +459,7 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
                 plan: Some(kit::plan_spec(8, Strategy::Frame, 3, 1)),
                 redundancy: 2,
                 verify_fraction: 0.0,
+                cross_device: false,
             })
             .await
             .unwrap()

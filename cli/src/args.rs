@@ -116,6 +116,10 @@ pub enum Command {
         /// --memory` with one thread).
         #[arg(long, value_name = "SIZE", value_parser = parse_bytes, requires = "estimate")]
         memory: Option<u64>,
+        /// A graphics card's rate in nodes per second (the nodes/s of `nqueens bench --core
+        /// gpu` at a large N): --estimate then also projects the backtracking in GPU-hours.
+        #[arg(long, value_name = "NODES/S", requires = "estimate", value_parser = parse_rate)]
+        gpu_rate: Option<f64>,
         #[command(flatten)]
         core: CoreArg,
         /// Print JSON (one object; with --list or --task, one per subproblem).
@@ -240,8 +244,9 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  nqueens worker --coordinator http://127.0.0.1:7700\n  \
         NQUEENS_COORDINATOR=http://coord:7700 nqueens worker --token-file /etc/nqueens/worker.token\n\n\
-        The worker first checks itself on N=8..12 and refuses to work if it miscounts. It keeps\n\
-        every thread busy with one batch of tasks in hand, heartbeats its leases, and keeps each\n\
+        The worker first checks itself on N=8..12 (and each card on N=10..12) and refuses to work\n\
+        if it miscounts. It counts on every thread and every hardware GPU (--gpus), keeps about\n\
+        5 seconds of tasks in hand at its measured rate, heartbeats its leases, and keeps each\n\
         result until the coordinator has stored it, reconnecting with backoff when it is away.\n\
         SIGTERM or Ctrl-C: stop leasing, hand back unstarted tasks, finish running ones within\n\
         --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk.\n\
@@ -303,6 +308,16 @@ pub enum Command {
         metrics_public: bool,
         #[command(flatten)]
         core: CoreArg,
+        /// Graphics cards to count on beside the CPU threads: auto (every hardware GPU; none
+        /// if the machine has no Vulkan, Metal or DX12 driver), none, or card numbers such
+        /// as 0,1 (software devices too). Each card gets its own stream of tasks.
+        #[arg(
+            long,
+            value_name = "LIST",
+            env = "NQUEENS_GPUS",
+            default_value = "auto"
+        )]
+        gpus: nqueens_gpu::Choice,
         /// Memory the join may use in all while it counts a task (e.g. 4G):
         /// five eighths for its quarter tables, the rest shared by the
         /// threads. A task that needs more is not counted here: its lease
@@ -792,6 +807,14 @@ pub struct CoreArg {
     pub core: Core,
 }
 
+/// A rate above 0: `4.2e10`, `42000000000`.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("'{s}': give nodes per second above 0, e.g. 4.2e10")),
+    }
+}
+
 /// A size in bytes: digits with an optional K, M, G or T (powers of 1024).
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -843,6 +866,10 @@ pub enum Core {
     Avx2,
     /// The AVX2 lanes built for AVX-512 (F, VL, BW, DQ: 32 registers, rotates, masks), any N.
     Avx512,
+    /// The best graphics card here (Vulkan, Metal or DX12; a software device such as lavapipe
+    /// if it is all there is), one search per GPU thread, by backtracking. A worker then
+    /// counts on its cards alone.
+    Gpu,
 }
 
 impl Core {
@@ -853,6 +880,7 @@ impl Core {
             Core::Scalar => Path::Scalar,
             Core::Avx2 => Path::Avx2,
             Core::Avx512 => Path::Avx512,
+            Core::Gpu => return Ok(Some(Path::Gpu)),
         };
         let have = Path::available();
         if have.contains(&want) {
@@ -992,4 +1020,9 @@ pub struct Check {
     /// chosen by a hash of job and task.
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = share)]
     pub verify_fraction: f64,
+    /// With --redundancy, a checked task is done only when a result counted on a graphics
+    /// card and one counted on a CPU agree (each task then goes to a worker of the kind it
+    /// still lacks): different hardware checks each other.
+    #[arg(long)]
+    pub cross_device: bool,
 }

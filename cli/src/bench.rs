@@ -6,10 +6,12 @@
 use crate::format::si;
 use nqueens_common::engine::baseline::mirror_count;
 use nqueens_common::engine::board::Size;
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::known;
-use nqueens_common::plan::solve::solve_on;
+use nqueens_common::plan::solve::solve_with;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The CPU's model name (Linux: /proc/cpuinfo), with the engine paths it
@@ -69,13 +71,15 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Times one N: fast core on 1 and `threads` threads, and the baseline
 /// unless `baseline` is false. `path` picks the lanes' path (`None`: the
-/// best this CPU has).
+/// best this CPU has); with `device`, the card counts the backtracking,
+/// fed by 1 and `threads` threads.
 pub fn bench(
     n: Size,
     threads: usize,
     runs: usize,
     baseline: bool,
     path: Option<Path>,
+    device: Option<&Arc<dyn Device>>,
 ) -> Result<BenchRow, BenchError> {
     let runs = runs.max(1);
     let want = known(n.get()).map(|k| k.total);
@@ -92,7 +96,8 @@ pub fn bench(
         let mut secs = Vec::with_capacity(runs);
         let (mut nodes, mut core) = (0, "");
         for _ in 0..runs {
-            let s = solve_on(n, t, path).expect("the core's counts are consistent");
+            let s =
+                solve_with(n, t, path, device.cloned()).expect("the core's counts are consistent");
             check("fast core", s.total().expect("checked"))?;
             secs.push(s.elapsed.as_secs_f64());
             (nodes, core) = (s.counts.nodes, s.core);

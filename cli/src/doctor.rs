@@ -329,9 +329,10 @@ fn clock_check(theirs: Option<i128>, sent: std::time::SystemTime, took: Duration
     Check::new("clock", outcome, said, Duration::ZERO)
 }
 
-/// The CPU and the engine path a worker here would count with.
+/// The CPU and the engine path a worker here would count with, and the
+/// graphics devices it could count on (`--gpus`).
 fn machine(core: Option<Path>) -> Check {
-    let path = core.unwrap_or_else(Path::fastest);
+    let path = cpu_path(core).unwrap_or_else(Path::fastest);
     let forced = if core.is_some() {
         "forced by --core"
     } else {
@@ -340,9 +341,18 @@ fn machine(core: Option<Path>) -> Check {
     Check::new(
         "cpu",
         Outcome::Info,
-        format!("{}; counts with the {path} path ({forced})", cpu_model()),
+        format!(
+            "{}; counts with the {path} path ({forced}); {}",
+            cpu_model(),
+            nqueens_gpu::describe(&nqueens_gpu::adapters())
+        ),
         Duration::ZERO,
     )
+}
+
+/// The CPU path `--core` forces (none for `--core gpu`, which names a card).
+fn cpu_path(core: Option<Path>) -> Option<Path> {
+    core.filter(|p| *p != Path::Gpu)
 }
 
 /// Counts N=15 on one thread again and again for about `seconds`, each
@@ -353,7 +363,7 @@ fn speed(core: Option<Path>, seconds: f64) -> Check {
     let start = Instant::now();
     let (mut nodes, mut counts) = (0u128, 0u32);
     while counts == 0 || start.elapsed().as_secs_f64() < seconds {
-        let s = match solve_on(n, 1, core) {
+        let s = match solve_on(n, 1, cpu_path(core)) {
             Ok(s) => s,
             Err(e) => {
                 return Check::new("speed", Outcome::Fail, e.to_string(), start.elapsed());

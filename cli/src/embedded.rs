@@ -12,6 +12,7 @@ use crate::local::{check_known, json_line};
 use crate::operator::Operator;
 use crate::progress::{follow, Show};
 use crate::serve::{init_logs, signal};
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::{pair_path, Budget};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
@@ -19,9 +20,9 @@ use nqueens_common::plan::{Mode, Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::core::SystemClock;
 use nqueens_coordinator::server::{self, Config};
-use nqueens_coordinator::state::{JobState, JobView};
+use nqueens_coordinator::state::{Checking, JobState, JobView};
 use nqueens_worker::run::{SelfTest, WorkerError};
-use nqueens_worker::selftest::self_test;
+use nqueens_worker::selftest::{self_test, self_test_cards};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,11 +46,13 @@ fn text(job: &JobInfo, run: &RunInfo) -> String {
 }
 
 /// How an embedded run counts and reports, beside its plan and directory.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Run {
     pub threads: usize,
     /// The engine's path (`None`: the fastest this CPU has).
     pub core: Option<Path>,
+    /// The card that counts instead of the CPU threads (`--core gpu`).
+    pub device: Option<Arc<dyn Device>>,
     pub budget: Budget,
     pub progress: Progress,
     pub json: bool,
@@ -71,9 +74,10 @@ pub fn solve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let json = run.json;
     let job = runtime.block_on(count(plan, state, run))?;
     let mut out = io::stdout().lock();
-    match (&job.run, run.json) {
+    match (&job.run, json) {
         (_, true) => json_line(&mut out, &job)?,
         (Some(run), false) => write!(out, "{}", text(&job, run))?,
         (None, false) => unreachable!("count() fills the run in"),
@@ -89,13 +93,11 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     // and the worker then counts at once. A backtracking run's self-test
     // also races the engine paths; a join run needs no race.
     let mode = plan.spec.mode;
+    let (fault, threads, core) = (run.self_test_fault, run.threads.max(1), run.core);
+    let cards: Vec<Arc<dyn Device>> = run.device.iter().cloned().collect();
     let self_test = tokio::task::spawn_blocking(move || {
-        self_test(
-            run.self_test_fault,
-            run.threads.max(1),
-            run.core,
-            Some(mode),
-        )
+        self_test(fault, threads, core, Some(mode))?;
+        self_test_cards(&cards, fault)
     });
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
@@ -104,7 +106,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
         Some(job) => job,
         None => running
             .core
-            .submit(plan.spec, 1, 1.0)
+            .submit(plan.spec, Checking::NONE)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?,
     };
@@ -141,7 +143,8 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let worker = tokio::spawn(nqueens_worker::run::run(
         nqueens_worker::run::Config {
             coordinator: url.clone(),
-            threads: run.threads,
+            // A card counts alone: the CPU threads would only slow its feeders.
+            threads: if run.device.is_some() { 0 } else { run.threads },
             token: None,
             tls_ca: None,
             name: Some(format!("embedded-{}", std::process::id())),
@@ -149,6 +152,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
             grace: Duration::ZERO,
             self_test: SelfTest::Passed,
             core: worker_path(run.core, mode),
+            devices: run.device.iter().cloned().collect(),
             budget: run.budget,
             tls_identity: None,
         },

@@ -87,6 +87,8 @@ pub struct JobInfo {
     pub redundancy: u32,
     /// The share of tasks checked by `redundancy` workers.
     pub verify_fraction: f64,
+    /// Checked tasks need agreeing results from a GPU and a CPU.
+    pub cross_device: bool,
     /// Tasks whose result waits for another worker's agreement.
     #[serde(serialize_with = "dec")]
     pub checking: u64,
@@ -166,6 +168,7 @@ impl JobInfo {
             } else {
                 1.0
             },
+            cross_device: j.cross_device,
             checking: j.checking,
             waiting_for: (!ended && !j.waiting_for.is_empty()).then(|| j.waiting_for.clone()),
             active_workers: j.active_workers,
@@ -283,8 +286,9 @@ impl JobInfo {
         let check = match self.redundancy {
             1 => String::new(),
             r => format!(
-                "\ncheck     {:.0}% of the tasks by {r} workers\nagreement {} tasks waiting for it, {} conflicting results",
+                "\ncheck     {:.0}% of the tasks by {r} workers{}\nagreement {} tasks waiting for it, {} conflicting results",
                 self.verify_fraction * 100.0,
+                if self.cross_device { ", a GPU and a CPU" } else { "" },
                 thousands(self.checking.into()),
                 self.conflicts
             ),
@@ -448,6 +452,17 @@ impl WorkerRow {
         }
     }
 
+    /// The CORES column: threads and path (`2 avx512`), or with cards
+    /// the threads and the number of cards (`16+1 gpu`; the cards' names
+    /// are in the version, in `--json`).
+    fn cores_column(&self) -> String {
+        let path = self.path();
+        match path.split('+').filter(|p| p.starts_with("gpu:")).count() {
+            0 => format!("{} {path}", self.cores),
+            cards => format!("{}+{cards} gpu", self.cores),
+        }
+    }
+
     /// The header of `nqueens workers` (at most 80 columns; the id,
     /// version, host, leases, errors and conflicts are in `--json`).
     pub fn table_header() -> String {
@@ -469,7 +484,7 @@ impl WorkerRow {
         format!(
             "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>5}  {}",
             cut(name, 12),
-            cut(&format!("{} {}", self.cores, self.path()), 9),
+            cut(&self.cores_column(), 9),
             thousands(self.tasks_done.into()),
             thousands(self.subproblems_per_second.round() as u128),
             cut(self.in_hand.as_deref().unwrap_or("-"), 11),

@@ -18,6 +18,7 @@ pub mod embedded;
 pub mod exit;
 pub mod export;
 pub mod format;
+pub mod gpu;
 pub mod human;
 pub mod loadgen;
 pub mod local;
@@ -58,6 +59,10 @@ fn run(command: Command) -> Result<(), Failure> {
             self_test_fault,
         } => {
             let threads = threads.get();
+            let core = core.core.path()?;
+            let on_card = core == Some(nqueens_common::engine::lanes::Path::Gpu);
+            let (strategy, shape) = gpu::backtracking(n, strategy, shape, on_card)?;
+            let device = gpu::forced(core)?;
             let join = shape.mode(n, strategy) == nqueens_common::plan::Mode::Join;
             if memory.is_some() && !join {
                 return Err(Failure::BadInput(
@@ -65,11 +70,11 @@ fn run(command: Command) -> Result<(), Failure> {
                 ));
             }
             let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
-            let core = core.core.path()?;
             if let Some(dir) = state {
                 let run = embedded::Run {
                     threads,
                     core,
+                    device,
                     budget,
                     progress,
                     json,
@@ -94,7 +99,13 @@ fn run(command: Command) -> Result<(), Failure> {
                 (None, Some(_)) => Some(shape.strategy(n, None)),
                 (s, _) => s,
             };
-            local::solve(n, threads, strategy, &shape, core, budget, json)
+            let run = local::Counting {
+                threads,
+                core,
+                device,
+                budget,
+            };
+            local::solve(n, strategy, &shape, run, json)
         }
         Command::Plan {
             n,
@@ -105,20 +116,19 @@ fn run(command: Command) -> Result<(), Failure> {
             seed,
             core,
             memory,
+            gpu_rate,
             json,
             ..
         } => {
             let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, 1));
-            local::estimate(
-                n,
-                strategy,
-                &shape,
+            let sample = local::Sample {
                 seconds,
                 seed,
-                core.core.path()?,
+                core: core.core.path()?,
                 budget,
-                json,
-            )
+                gpu_rate,
+            };
+            local::estimate(n, strategy, &shape, &sample, json)
         }
         Command::Plan {
             n,
@@ -209,35 +219,47 @@ fn run(command: Command) -> Result<(), Failure> {
             metrics,
             metrics_public,
             core,
+            gpus,
             memory,
             self_test_fault,
             logs,
-        } => serve::worker(
-            nqueens_worker::run::Config {
-                coordinator,
-                threads: args::Threads { threads }.get(),
-                token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
-                tls_ca,
-                tls_identity: tls_cert.zip(tls_key),
-                name,
-                grace: std::time::Duration::from_secs(grace),
-                self_test: if self_test_fault {
-                    nqueens_worker::run::SelfTest::Fault
-                } else {
-                    nqueens_worker::run::SelfTest::Run
+        } => {
+            let core = core.core.path()?;
+            let devices = gpu::for_worker(core, &gpus)?;
+            // With --core gpu the cards count alone, unless --threads asks
+            // for CPU threads beside them.
+            let cpu_threads = match (core, threads) {
+                (Some(nqueens_common::engine::lanes::Path::Gpu), None) => 0,
+                _ => args::Threads { threads }.get(),
+            };
+            serve::worker(
+                nqueens_worker::run::Config {
+                    coordinator,
+                    threads: cpu_threads,
+                    token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+                    tls_ca,
+                    tls_identity: tls_cert.zip(tls_key),
+                    name,
+                    grace: std::time::Duration::from_secs(grace),
+                    self_test: if self_test_fault {
+                        nqueens_worker::run::SelfTest::Fault
+                    } else {
+                        nqueens_worker::run::SelfTest::Run
+                    },
+                    core,
+                    devices,
+                    budget: {
+                        let threads = args::Threads { threads }.get();
+                        memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads))
+                    },
                 },
-                core: core.core.path()?,
-                budget: {
-                    let threads = args::Threads { threads }.get();
-                    memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads))
-                },
-            },
-            metrics.map(|at| serve::Metrics {
-                at,
-                public: metrics_public,
-            }),
-            logs,
-        ),
+                metrics.map(|at| serve::Metrics {
+                    at,
+                    public: metrics_public,
+                }),
+                logs,
+            )
+        }
         Command::Submit {
             n,
             strategy,

@@ -8,6 +8,7 @@ use crate::format::{human_duration, si};
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::{solve_join_within, solve_on, solve_plan, SolveError};
@@ -15,6 +16,7 @@ use nqueens_common::plan::{Mode, Strategy, Task};
 use nqueens_common::Size;
 use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};
+use std::sync::Arc;
 
 fn stdout() -> BufWriter<io::StdoutLock<'static>> {
     BufWriter::new(io::stdout().lock())
@@ -29,30 +31,46 @@ pub fn json_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()>
     )
 }
 
+/// How a local count runs: threads, the CPU path, a card.
+pub struct Counting {
+    pub threads: usize,
+    /// The engine's path (`None`: the fastest this CPU has).
+    pub core: Option<Path>,
+    /// The card that counts the backtracking (`--core gpu`).
+    pub device: Option<Arc<dyn Device>>,
+    pub budget: Budget,
+}
+
 pub fn solve(
     n: Size,
-    threads: usize,
     strategy: Option<Strategy>,
     shape: &PlanShape,
-    core: Option<Path>,
-    budget: Budget,
+    run: Counting,
     json: bool,
 ) -> Result<(), Failure> {
+    let Counting {
+        threads,
+        core,
+        device,
+        budget,
+    } = run;
     let plan = match strategy {
         Some(strategy) => Some(
             shape
                 .local_plan(n, strategy)?
                 .with_path(core)
-                .with_budget(budget),
+                .with_budget(budget)
+                .with_device(device.clone()),
         ),
         None => None,
     };
-    let path = match &plan {
-        Some(p) if p.spec.mode == Mode::Join => "join",
+    let path = match (&plan, &device) {
+        (Some(p), _) if p.spec.mode == Mode::Join => "join",
+        (_, Some(card)) => card.name(),
         _ => core.unwrap_or_else(Path::fastest).name(),
     };
     announce_long_run(n, threads, path);
-    let report = match plan {
+    let mut report = match plan {
         None => count(n, threads, core)?,
         Some(plan) => {
             let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
@@ -61,6 +79,9 @@ pub fn solve(
             Report::new(&solution).map_err(|e| failed(e.to_string()))?
         }
     };
+    if let Some(card) = device.filter(|_| report.core == Path::Gpu.name()) {
+        report.core = card.name().to_string();
+    }
     print_report(&report, json)
 }
 
@@ -122,17 +143,32 @@ async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
 
 /// `plan N --estimate`: the projected core-time of the whole plan, in the
 /// mode asked for or (without `--mode`) in both, then which is faster.
-#[allow(clippy::too_many_arguments)]
+/// How `plan --estimate` samples, and the card rate it projects with.
+pub struct Sample {
+    pub seconds: u64,
+    pub seed: u64,
+    pub core: Option<Path>,
+    pub budget: Budget,
+    /// A card's nodes per second (`--gpu-rate`).
+    pub gpu_rate: Option<f64>,
+}
+
 pub fn estimate(
     n: Size,
     strategy: Option<Strategy>,
     shape: &PlanShape,
-    seconds: u64,
-    seed: u64,
-    core: Option<Path>,
-    budget: Budget,
+    sample: &Sample,
     json: bool,
 ) -> Result<(), Failure> {
+    let Sample {
+        seconds,
+        seed,
+        core,
+        budget,
+        gpu_rate,
+    } = *sample;
+    // The estimate samples on the CPU; a card's time comes from --gpu-rate.
+    let core = core.filter(|p| *p != Path::Gpu);
     let modes = match shape.mode {
         Some(m) => vec![m],
         None if strategy == Some(Strategy::Halves) => vec![ModeArg::Join],
@@ -178,6 +214,10 @@ pub fn estimate(
                 v[key] = v[key].to_string().into();
             }
             v["strategy"] = plan.spec.strategy.name().into();
+            if let Some(h) = gpu_hours(&e, gpu_rate) {
+                v["gpu_nodes_per_second"] = gpu_rate.into();
+                v["gpu_hours"] = h.into();
+            }
             json_line(&mut out, &v)?;
             continue;
         }
@@ -185,6 +225,15 @@ pub fn estimate(
             writeln!(out)?;
         }
         write_estimate(&mut out, &plan, &e, seed)?;
+        if let (Some(h), Some(rate)) = (gpu_hours(&e, gpu_rate), gpu_rate) {
+            writeln!(
+                out,
+                "gpu time    {h:.4e} GPU-hours ± {:.1}% (≈ {}) at {}nodes/s per card (--gpu-rate)",
+                100.0 * e.nodes_per_subproblem_error / e.nodes_per_subproblem,
+                human_duration(std::time::Duration::from_secs_f64((h * 3600.0).min(1e15))),
+                si(rate)
+            )?;
+        }
     }
     match (best, failed) {
         (None, Some(f)) => return Err(f),
@@ -194,6 +243,14 @@ pub fn estimate(
         _ => {}
     }
     Ok(out.flush()?)
+}
+
+/// The backtracking's projected time on one card of `rate` nodes/s:
+/// every node the plan places, at that rate (none for the join, which
+/// counts on the CPU).
+fn gpu_hours(e: &nqueens_common::plan::estimate::Estimate, rate: Option<f64>) -> Option<f64> {
+    let rate = rate?;
+    (e.mode != "join").then(|| e.subproblems * e.nodes_per_subproblem / rate / 3600.0)
 }
 
 /// One mode's estimate, as text.
@@ -347,19 +404,33 @@ pub fn bench_range(
 ) -> Result<(), Failure> {
     let mut out = stdout();
     let cpu = crate::bench::cpu_model();
+    let device = crate::gpu::forced(
+        paths
+            .iter()
+            .copied()
+            .find(|p| *p == Some(Path::Gpu))
+            .flatten(),
+    )?;
     if !json {
-        // Every speed figure names the CPU it came from.
+        // Every speed figure names the CPU (or card) it came from.
         writeln!(out, "cpu: {cpu}")?;
+        if let Some(card) = &device {
+            writeln!(out, "{}", card.name())?;
+        }
         writeln!(out, "{}", BenchRow::header())?;
     }
     for n in range.0.get()..=range.1.get() {
         let n = Size::new(n).expect("inside a checked range");
         for &path in paths {
-            let row = bench(n, threads, runs as usize, baseline, path)
+            let on = device.as_ref().filter(|_| path == Some(Path::Gpu));
+            let row = bench(n, threads, runs as usize, baseline, path, on)
                 .map_err(|e| Failure::Failed(e.to_string()))?;
             if json {
                 let mut v = serde_json::to_value(&row).expect("our types serialize");
                 v["cpu"] = cpu.clone().into();
+                if let Some(card) = on {
+                    v["gpu"] = card.name().into();
+                }
                 json_line(&mut out, &v)?;
             } else {
                 writeln!(out, "{}", row.text())?;

@@ -54,16 +54,12 @@ impl Operator {
         Ok(r.map_err(|s| self.fail(&s))?.into_inner())
     }
 
-    pub async fn submit(
-        &mut self,
-        plan: &Plan,
-        redundancy: u32,
-        verify_fraction: f64,
-    ) -> Result<JobInfo, Failure> {
+    pub async fn submit(&mut self, plan: &Plan, check: Check) -> Result<JobInfo, Failure> {
         let req = v1::SubmitJobRequest {
             plan: Some((&plan.spec).into()),
-            redundancy,
-            verify_fraction,
+            redundancy: check.redundancy,
+            verify_fraction: check.verify_fraction,
+            cross_device: check.cross_device,
         };
         let r = self.client.submit_job(req).await;
         Ok(JobInfo::new(&r.map_err(|s| self.fail(&s))?.into_inner()))
@@ -167,11 +163,16 @@ pub fn submit(
             "--verify-fraction chooses which tasks a second worker checks: give --redundancy 2 or 3 with it".into(),
         ));
     }
+    if check.cross_device && check.redundancy < 2 {
+        return Err(Failure::BadInput(
+            "--cross-device has each checked task counted on a GPU and on a CPU: give \
+             --redundancy 2 or 3 with it"
+                .into(),
+        ));
+    }
     on_runtime(async {
         let mut op = Operator::new(c)?;
-        let job = op
-            .submit(&plan, check.redundancy, check.verify_fraction)
-            .await?;
+        let job = op.submit(&plan, check).await?;
         if c.json {
             json_line(&mut io::stdout().lock(), &job)?;
         } else {
@@ -182,6 +183,11 @@ pub fn submit(
                     job.verify_fraction * 100.0
                 ),
                 r => format!(", every task checked by {r} workers"),
+            };
+            let check = if job.cross_device {
+                format!("{check}, on a GPU and on a CPU")
+            } else {
+                check
             };
             let mut out = io::stdout();
             writeln!(out, "submitted job {}: {}{check}", job.job, job.plan())?;

@@ -32,8 +32,9 @@ pub struct Report {
     pub threads: usize,
     #[serde(serialize_with = "dec")]
     pub pieces: usize,
-    /// How the pieces were counted (see [`Solution::core`]).
-    pub core: &'static str,
+    /// How the pieces were counted (see [`Solution::core`]), or the card
+    /// that counted them.
+    pub core: String,
     /// Whether total and unique equal the published values; absent past N=27.
     pub matches_known: Option<bool>,
 }
@@ -55,7 +56,7 @@ impl Report {
             nodes_per_second: s.counts.nodes as f64 / seconds.max(1e-9),
             threads: s.threads,
             pieces: s.pieces,
-            core: s.core,
+            core: s.core.to_string(),
             matches_known: matches(s.n.get(), total, unique),
         })
     }

@@ -9,13 +9,7 @@ use nqueens_common::Size;
 use proptest::prelude::*;
 
 fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
-    PlanSpec {
-        n: Size::new(n).unwrap(),
-        strategy,
-        depth,
-        tasks,
-        mode: Mode::Backtrack,
-    }
+    PlanSpec::backtracking(Size::new(n).unwrap(), strategy, depth, tasks)
 }
 
 /// A plan of every kind of subproblem: prefixes, rings, frames, ring parts.

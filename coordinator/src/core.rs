@@ -6,7 +6,8 @@ use crate::checkpoint;
 use crate::journal::{Journal, JournalError};
 use crate::seen::Seen;
 use crate::state::{
-    Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict, WorkerInfo,
+    Checking, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict,
+    WorkerInfo,
 };
 use crate::store::{Opened, Store, StoreError, StoreWriter};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally, Task};
@@ -696,8 +697,7 @@ impl Coordinator {
     pub async fn submit(
         self: &Arc<Self>,
         spec: PlanSpec,
-        redundancy: u32,
-        verify_fraction: f64,
+        checking: Checking,
     ) -> Result<JobView, CoordError> {
         // A plan too large to schedule is refused now, with its size,
         // rather than planned without bound.
@@ -719,11 +719,12 @@ impl Coordinator {
             job_id: id,
             plan: Some((&spec).into()),
             unix_ms: self.now_ms(),
-            redundancy,
-            verify_fraction,
+            redundancy: checking.redundancy,
+            verify_fraction: checking.fraction,
+            cross_device: checking.cross_device,
         })))
         .await?;
-        tracing::info!(job = id, n = spec.n.get(), strategy = ?spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy, "job submitted");
+        tracing::info!(job = id, n = spec.n.get(), strategy = ?spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy = checking.redundancy, cross_device = checking.cross_device, "job submitted");
         self.plan_in_background(id, spec);
         self.job(id)
     }

@@ -4,7 +4,7 @@
 use crate::audit::{self, AuditError};
 use crate::core::{CoordError, Coordinator};
 use crate::journal::JournalError;
-use crate::state::{JobState, LeaseRef, StateError, Verdict};
+use crate::state::{Checking, JobState, LeaseRef, StateError, Verdict};
 use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
 use nqueens_common::plan::PlanSpec;
 use nqueens_proto::v1::{
@@ -25,7 +25,7 @@ pub const MAX_LEASE_BATCH: u32 = 1024;
 /// Size limits of request fields (bytes for strings, entries for lists).
 pub const MAX_WORKER_ID: usize = 128;
 pub const MAX_HOST: usize = 256;
-pub const MAX_VERSION: usize = 64;
+pub const MAX_VERSION: usize = nqueens_proto::MAX_VERSION;
 pub const MAX_LEASE_REFS: usize = 4096;
 pub const MAX_CORES: u32 = 1 << 16;
 /// Most entries in one ListJobs or ListWorkers reply (the rest are counted).
@@ -363,11 +363,17 @@ impl OperatorService for Operators {
                 req.verify_fraction
             )));
         }
-        let job = self
-            .0
-            .core()?
-            .submit(spec, req.redundancy.max(1), req.verify_fraction)
-            .await?;
+        if req.cross_device && req.redundancy < 2 {
+            return Err(Status::invalid_argument(
+                "cross_device checks a task on a card and on a CPU: it needs redundancy 2 or 3",
+            ));
+        }
+        let checking = Checking {
+            redundancy: req.redundancy.max(1),
+            fraction: req.verify_fraction,
+            cross_device: req.cross_device,
+        };
+        let job = self.0.core()?.submit(spec, checking).await?;
         Ok(Response::new(job_to_wire(&job)))
     }
 

@@ -10,7 +10,7 @@
 //! (`set_state`) and read back in `state.rs` (`apply`).
 
 use crate::audit::Audit;
-use crate::state::{Granted, JobState, JobView, LeaseRef, Verdict, WorkerInfo};
+use crate::state::{CountOn, Granted, JobState, JobView, LeaseRef, Verdict, WorkerInfo};
 use nqueens_proto::v1;
 use nqueens_proto::{known_to_wire, task_to_wire, u128_to_wire};
 
@@ -49,6 +49,7 @@ pub fn job_to_wire(j: &JobView) -> v1::Job {
         active_workers: j.workers,
         redundancy: j.redundancy,
         verify_fraction: j.verify_fraction,
+        cross_device: j.cross_device,
         checking: j.checking,
     }
 }
@@ -90,6 +91,11 @@ pub fn lease_to_wire(g: &Granted) -> v1::Lease {
         task: Some(task_to_wire(&g.spec, &g.task)),
         lease_id: g.lease_id,
         deadline_unix_ms: g.deadline,
+        count_on: match g.count_on {
+            CountOn::Any => v1::CountOn::Any,
+            CountOn::Card => v1::CountOn::Card,
+            CountOn::Cpu => v1::CountOn::Cpu,
+        } as i32,
     }
 }
 
@@ -213,6 +219,7 @@ mod tests {
                 workers: 3,
                 redundancy: 2,
                 verify_fraction: 0.25,
+                cross_device: true,
                 checking: 6,
                 work_per_second: 9.5,
                 eta_seconds: Some(12.0),
@@ -245,7 +252,10 @@ mod tests {
                 ),
                 (4, view.submitted_ms, 3, 6)
             );
-            assert_eq!((w.redundancy, w.verify_fraction), (2, 0.25));
+            assert_eq!(
+                (w.redundancy, w.verify_fraction, w.cross_device),
+                (2, 0.25, true)
+            );
             assert_eq!(
                 (w.work_total, w.work_done, w.work_per_second),
                 (123.5, 40.25, 9.5)
@@ -273,9 +283,12 @@ mod tests {
                 task,
                 lease_id: 0xdead_beef_0000 + task.index,
                 deadline: 99,
+                count_on: [CountOn::Any, CountOn::Card, CountOn::Cpu][task.index as usize % 3],
             };
             let w = through_bytes(&v1::Lease::from(&g));
             assert_eq!(w, lease_to_wire(&g));
+            let on = [v1::CountOn::Any, v1::CountOn::Card, v1::CountOn::Cpu];
+            assert_eq!(w.count_on, on[task.index as usize % 3] as i32);
             assert_eq!(
                 task_from_wire(w.task.as_ref().unwrap()).unwrap(),
                 (spec, task)

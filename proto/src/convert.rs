@@ -524,6 +524,7 @@ mod tests {
             task: Some(task_to_wire(&p.spec, &t)),
             lease_id: 0xfeed,
             deadline_unix_ms: 1,
+            count_on: 0,
         };
         let r = l.lease_ref();
         assert_eq!((r.job_id, r.task_index, r.lease_id), (5, t.index, 0xfeed));

@@ -2,6 +2,7 @@
 //! the moment it finishes one, so a core never waits for the async side
 //! (or the scheduler's wake-up latency) between tasks.
 
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::{Plan, PlanSpec};
@@ -32,6 +33,9 @@ struct Shared {
     /// The plan of the last task, kept for the next of the same job: a
     /// halves plan's quarter tables are built once, not per task.
     plan: Mutex<Option<Plan>>,
+    /// Whether the pool has CPU threads, and card feeders: a task asked
+    /// for on a kind of device the pool lacks is counted on what it has.
+    kinds: (bool, bool),
 }
 
 #[derive(Default)]
@@ -41,13 +45,15 @@ struct Queue {
 }
 
 impl Pool {
-    /// Starts `threads` counting threads; each result goes to `done`.
-    /// `core` is the engine's path (`None`: the fastest this CPU has);
-    /// `budget` bounds the join's tables.
+    /// Starts `threads` counting threads on the CPU and
+    /// [`FEEDERS_PER_CARD`] for each of `devices`; each result goes to
+    /// `done`. `core` is the engine's path (`None`: the fastest this CPU
+    /// has); `budget` bounds the join's tables.
     pub fn new(
         threads: usize,
         core: Option<Path>,
         budget: Budget,
+        devices: &[Arc<dyn Device>],
         done: mpsc::UnboundedSender<Counted>,
     ) -> Pool {
         let shared = Arc::new(Shared {
@@ -56,12 +62,17 @@ impl Pool {
             core,
             budget,
             plan: Mutex::new(None),
+            kinds: (threads > 0, !devices.is_empty()),
         });
-        for i in 0..threads.max(1) {
+        let cpu = (0..threads).map(|i| (format!("count-{i}"), None));
+        let feeders = devices.iter().enumerate().flat_map(|(g, d)| {
+            (0..FEEDERS_PER_CARD).map(move |i| (format!("gpu-{g}-{i}"), Some(Arc::clone(d))))
+        });
+        for (name, device) in cpu.chain(feeders) {
             let (shared, done) = (Arc::clone(&shared), done.clone());
             std::thread::Builder::new()
-                .name(format!("count-{i}"))
-                .spawn(move || count_loop(&shared, &done))
+                .name(name)
+                .spawn(move || count_loop(&shared, device, &done))
                 .expect("cannot start a counting thread");
         }
         Pool { shared }
@@ -77,7 +88,8 @@ impl Pool {
     /// Queues a task; `stop` set later makes it end early with no result.
     pub fn push(&self, lease: v1::Lease, stop: Arc<AtomicBool>) {
         self.queue().tasks.push_back((lease, stop));
-        self.shared.ready.notify_one();
+        // Wake them all: the first awake may be of the wrong kind for it.
+        self.shared.ready.notify_all();
     }
 
     /// Tasks queued and not yet started.
@@ -107,7 +119,18 @@ impl Drop for Pool {
     }
 }
 
-fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
+/// Threads that feed one card, each counting its own task: while the card
+/// counts one task's batch, the other thread cuts its next batch into
+/// jobs, so the card does not wait for the host.
+pub const FEEDERS_PER_CARD: usize = 2;
+
+/// Takes tasks until the pool closes, counting them on `device` (a card)
+/// or on the CPU.
+fn count_loop(
+    shared: &Shared,
+    device: Option<Arc<dyn Device>>,
+    done: &mpsc::UnboundedSender<Counted>,
+) {
     loop {
         let (lease, stop) = {
             let mut q = shared.queue.lock().expect("queue lock");
@@ -115,13 +138,14 @@ fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
                 if q.closed {
                     return;
                 }
-                if let Some(t) = q.tasks.pop_front() {
-                    break t;
+                let card = device.is_some();
+                if let Some(i) = q.tasks.iter().position(|(l, _)| shared.takes(l, card)) {
+                    break q.tasks.remove(i).expect("found above");
                 }
                 q = shared.ready.wait(q).expect("queue lock");
             }
         };
-        let out = count(shared, &lease, &stop);
+        let out = count(shared, device.as_ref(), &lease, &stop);
         if done.send((lease, out)).is_err() {
             return;
         }
@@ -129,6 +153,18 @@ fn count_loop(shared: &Shared, done: &mpsc::UnboundedSender<Counted>) {
 }
 
 impl Shared {
+    /// Whether a thread on a card (`card`) or on the CPU takes `lease`:
+    /// a task asked for on one kind of device goes to a thread of that
+    /// kind, where the pool has one.
+    fn takes(&self, lease: &v1::Lease, card: bool) -> bool {
+        let (cpu, cards) = self.kinds;
+        match v1::CountOn::try_from(lease.count_on).unwrap_or(v1::CountOn::Any) {
+            v1::CountOn::Any => true,
+            v1::CountOn::Card => card || !cards,
+            v1::CountOn::Cpu => !card || !cpu,
+        }
+    }
+
     /// The plan of `spec`: the kept one if it is the same.
     fn plan(&self, spec: PlanSpec) -> Option<Plan> {
         let mut kept = self.plan.lock().unwrap_or_else(|e| e.into_inner());
@@ -149,6 +185,7 @@ impl Shared {
 /// to another worker).
 fn count(
     shared: &Shared,
+    device: Option<&Arc<dyn Device>>,
     lease: &v1::Lease,
     stop: &AtomicBool,
 ) -> Option<(v1::TaskResult, u64, Duration)> {
@@ -163,8 +200,8 @@ fn count(
             return None;
         }
     };
-    let plan = shared.plan(spec)?;
-    let (tally, checksum) = match plan.count_task_until(&task, stop) {
+    let plan = shared.plan(spec)?.with_device(device.cloned());
+    let (tally, checksum, path) = match plan.count_task_on(&task, stop) {
         Ok(counted) => counted?,
         Err(e) => {
             tracing::error!(
@@ -179,8 +216,19 @@ fn count(
     let result = v1::TaskResult {
         checksum,
         elapsed_ms: elapsed.as_millis() as u64,
-        solver_version: env!("CARGO_PKG_VERSION").to_string(),
+        solver_version: result_version(path, device),
         ..tally_to_wire(&tally)
     };
     Some((result, task.subproblems, elapsed))
+}
+
+/// A result's version: the build and what counted it, `0.1.0 avx512` or
+/// `0.1.0 gpu:NVIDIA H100 (vulkan)` (a cross-device check tells the kinds
+/// apart by it).
+fn result_version(path: Path, device: Option<&Arc<dyn Device>>) -> String {
+    let on = match (path, device) {
+        (Path::Gpu, Some(card)) => card.name(),
+        _ => path.name(),
+    };
+    nqueens_proto::fit_version(&format!("{} {on}", env!("CARGO_PKG_VERSION")))
 }

@@ -6,8 +6,10 @@
 
 use crate::backoff::Backoff;
 use crate::metrics::{Call, Stats};
-use crate::pool::Pool;
-use crate::selftest::self_test;
+use crate::pace::Pace;
+use crate::pool::{Pool, FEEDERS_PER_CARD};
+use crate::selftest::{self_test, self_test_cards};
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_proto::client::{connect_tls, tls_mismatch, Authed, ClientError};
@@ -43,6 +45,9 @@ pub struct Config {
     pub self_test: SelfTest,
     /// The engine's path (`None`: the fastest this CPU has).
     pub core: Option<Path>,
+    /// Graphics cards to count on beside the CPU threads (each fed by its
+    /// own threads, [`crate::pool::FEEDERS_PER_CARD`]).
+    pub devices: Vec<Arc<dyn Device>>,
     /// What the join may hold while it counts a task (`--memory`).
     pub budget: Budget,
 }
@@ -95,6 +100,20 @@ fn transient(s: &Status) -> bool {
     )
 }
 
+/// The most tasks one lease call asks for (the coordinator's bound).
+const MAX_LEASE_BATCH: usize = 1024;
+
+/// The engine path and the cards a worker counts with, as the worker
+/// list and the metrics show it: `avx512`, or `avx512+gpu:NVIDIA H100
+/// (vulkan)` (a worker counting on cards alone still has the CPU path
+/// for the tasks a card does not take, such as the join's).
+fn core_name(path: Path, devices: &[Arc<dyn Device>]) -> String {
+    std::iter::once(path.name())
+        .chain(devices.iter().map(|d| d.name()))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
 fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
     v1::LeaseRef {
         job_id: l.job_id,
@@ -118,19 +137,31 @@ pub async fn run_with(
     mut signals: mpsc::UnboundedReceiver<()>,
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
-    let threads = config.threads.max(1);
+    // A worker may count on its cards alone (`--core gpu`).
+    let cards = config.devices.len();
+    let threads = if cards > 0 {
+        config.threads
+    } else {
+        config.threads.max(1)
+    };
     if config.self_test != SelfTest::Passed {
         let (fault, forced) = (config.self_test == SelfTest::Fault, config.core);
-        tokio::task::spawn_blocking(move || self_test(fault, threads, forced, None))
-            .await
-            .expect("self-test panicked")
-            .map_err(WorkerError::SelfTest)?;
-        tracing::info!("self-test passed (N=8..12 by backtracking and by the join)");
+        let devices = config.devices.clone();
+        tokio::task::spawn_blocking(move || {
+            self_test(fault, threads.max(1), forced, None)?;
+            self_test_cards(&devices, fault)
+        })
+        .await
+        .expect("self-test panicked")
+        .map_err(WorkerError::SelfTest)?;
+        tracing::info!(
+            "self-test passed (N=8..12 by backtracking and by the join, N=10..12 on each card)"
+        );
     }
-    // The version names the engine path too, so operators see in the
-    // worker list which inner loop each machine counts with (the self-test
-    // has settled it: no second race).
-    let core = config.core.unwrap_or_else(Path::fastest);
+    // The version names the engine path and the cards too, so operators
+    // see in the worker list what each machine counts with (the self-test
+    // has settled the path: no second race).
+    let core = core_name(config.core.unwrap_or_else(Path::fastest), &config.devices);
     let url = config.coordinator.clone();
     let mut client = WorkerServiceClient::new(connect_tls(
         &url,
@@ -151,7 +182,7 @@ pub async fn run_with(
     let mut summary = Summary::default();
     let mut told_tls = false;
 
-    let version = format!("{} {core}", env!("CARGO_PKG_VERSION"));
+    let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
     stats.started(&name, &display, &core.to_string(), threads);
     // Sent again whenever the coordinator asks (it restarted, or lost us).
     let registration = v1::RegisterRequest {
@@ -195,7 +226,17 @@ pub async fn run_with(
     // Every lease handed to the pool (queued or counting), with its stop flag.
     let mut held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
     let (counted, mut finished) = mpsc::unbounded_channel();
-    let pool = Pool::new(threads, config.core, config.budget, counted);
+    let pool = Pool::new(
+        threads,
+        config.core,
+        config.budget,
+        &config.devices,
+        counted,
+    );
+    // Tasks counted at once: every CPU thread and every card's feeders;
+    // how many more are held follows the measured rate.
+    let slots = threads + cards * FEEDERS_PER_CARD;
+    let mut pace = Pace::new(slots);
     // Results go to a reporter task, so no thread waits for an fsync.
     let (results, to_report) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(report_all(
@@ -214,10 +255,14 @@ pub async fn run_with(
     loop {
         stats.set_leases(held.len());
         // Keep a batch queued behind the running tasks, and lease in
-        // batches (once fewer than a thread's worth are queued), so there is
-        // about one lease call per `threads` tasks.
-        let want = (3 * threads).saturating_sub(held.len());
-        let low = pool.queued() < threads;
+        // batches (once fewer than half of it is queued), so there are few
+        // lease calls per task.
+        let now = std::time::Instant::now();
+        let want = pace
+            .target(now)
+            .saturating_sub(held.len())
+            .min(MAX_LEASE_BATCH);
+        let low = pool.queued() < pace.ahead(now).div_ceil(2);
         if drain_deadline.is_none() && low && want > 0 && Instant::now() >= next_lease_at {
             let req = v1::LeaseRequest {
                 worker_id: name.clone(),
@@ -277,6 +322,7 @@ pub async fn run_with(
         tokio::select! {
             Some((lease, out)) = finished.recv() => {
                 held.remove(&lease.lease_id);
+                pace.finished(std::time::Instant::now());
                 if let Some((result, subproblems, elapsed)) = out {
                     subproblems_done += subproblems;
                     stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);

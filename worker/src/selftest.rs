@@ -21,12 +21,14 @@
 //! plans are too small for their tasks to be worth spreading (two threads
 //! started per plan took about 16 ms on a Zen 4, against 10 ms this way).
 
+use nqueens_common::engine::device::Device;
 use nqueens_common::engine::lanes::{ring_total_by_wide_kernel, Path};
 use nqueens_common::engine::threads::on_threads;
 use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
+use std::sync::Arc;
 
 /// One check of the self-test.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,12 +112,48 @@ fn wide_kernel(path: Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Every card counts N = 10..=12 through ring parts and N=12 through
+/// prefixes (the same kernel every board up to 32 runs, stacks of every
+/// height up to 9 rows, with resumed searches), each against the
+/// published totals; `fault` adds one to N=12's. A card that miscounts
+/// stops the worker before it takes work, naming the card.
+pub fn self_test_cards(devices: &[Arc<dyn Device>], fault: bool) -> Result<(), String> {
+    for device in devices {
+        for (n, strategy, depth) in [
+            (12, Strategy::Prefix, 3),
+            (12, Strategy::Rings, 2),
+            (11, Strategy::Rings, 2),
+            (10, Strategy::Rings, 2),
+        ] {
+            let spec = PlanSpec {
+                n: Size::new(n).expect("10..=12"),
+                strategy,
+                depth,
+                tasks: 4,
+                mode: Mode::Backtrack,
+            };
+            let plan = Plan::new(spec)
+                .map_err(|e| e.to_string())?
+                .with_device(Some(Arc::clone(device)));
+            let on = format!("on {}", device.name());
+            checked(&plan, fault, &on)?;
+        }
+    }
+    Ok(())
+}
+
 /// One plan counted on one thread, on `path` (`None`: the fastest);
 /// `fault` adds one to N=12's total.
 fn plan(spec: PlanSpec, path: Option<Path>, fault: bool) -> Result<(), String> {
-    let (n, strategy, mode) = (spec.n.get(), spec.strategy, spec.mode);
     let plan = Plan::new(spec).map_err(|e| e.to_string())?.with_path(path);
-    let s = solve_plan(&plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
+    checked(&plan, fault, "")
+}
+
+/// `plan` counted on one thread against the published counts; `fault`
+/// adds one to N=12's total; `on` says where it counted, for the message.
+fn checked(plan: &Plan, fault: bool, on: &str) -> Result<(), String> {
+    let (n, strategy, mode) = (plan.spec.n.get(), plan.spec.strategy, plan.spec.mode);
+    let s = solve_plan(plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
     let mut total = s.total().map_err(|e| e.to_string())?;
     if fault && n == 12 {
         total += 1;
@@ -123,9 +161,10 @@ fn plan(spec: PlanSpec, path: Option<Path>, fault: bool) -> Result<(), String> {
     let want = known(n).expect("known up to 27");
     if (total, s.unique().map_err(|e| e.to_string())?) != (want.total, want.unique) {
         return Err(format!(
-            "N={n} by the {strategy} strategy ({}) counted total {total}, expected {}: this \
+            "N={n} by the {strategy} strategy ({}{}{on}) counted total {total}, expected {}: this \
              machine or build miscounts, so it must not report results",
             mode.name(),
+            if on.is_empty() { "" } else { " " },
             want.total
         ));
     }

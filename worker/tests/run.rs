@@ -42,6 +42,7 @@ fn worker_config(r: &Running, threads: usize) -> Config {
         grace: Duration::from_secs(30),
         self_test: SelfTest::Run,
         core: None,
+        devices: Vec::new(),
         budget: Budget::default(),
     }
 }
@@ -227,6 +228,7 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
         grace: Duration::from_secs(1),
         self_test: SelfTest::Fault,
         core: None,
+        devices: Vec::new(),
         budget: Budget::default(),
     };
     let (_tx, rx) = mpsc::unbounded_channel();

@@ -72,6 +72,13 @@ impl Interior {
         self.rows
     }
 
+    /// Per free row: the columns open before the search's own queens
+    /// attack, and the rows to the next free row (0 after the last). What
+    /// a device outside the CPU needs to run the same search.
+    pub fn tables(&self) -> (&[u32; 32], &[u32; 32]) {
+        (&self.allowed, &self.shift)
+    }
+
     /// Completions (in `c1`) and queens placed (in `nodes`), one thread.
     pub fn count(&self) -> PieceCounts {
         if self.rows < 3 {

@@ -4,6 +4,7 @@
 //!
 //! - [`board`]: board sizes, boards, the 8 symmetries.
 //! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
+//! - [`device`]: the seam for counting devices beyond the CPU (GPUs).
 //! - [`border`]: frames (queens pre-placed on the border lines), canonical
 //!   under the 8 symmetries, with their weights.
 //! - [`interior`]: the board a pre-placement leaves, and its scalar search.
@@ -28,6 +29,7 @@ pub mod boards;
 pub mod border;
 pub mod complete;
 pub mod counts;
+pub mod device;
 pub mod interior;
 pub mod join;
 pub mod lanes;

@@ -387,6 +387,23 @@ impl Plan {
         (kind as u64) << KIND_SHIFT | payload
     }
 
+    /// Seeded random subproblems of this prefix or frame plan, each taken
+    /// down by random queens to `free_rows` free rows (draws that cannot
+    /// reach it are dropped): pieces of real plans small enough to count
+    /// at any N, for tests that hold a counting device to the CPU's lanes.
+    pub fn random_pieces(&self, seed: u64, count: usize, free_rows: usize) -> Vec<Interior> {
+        let n = self.spec.n.n();
+        let mut rng = Rng(seed | 1);
+        let mut pieces = Vec::with_capacity(count);
+        while pieces.len() < count {
+            let (mut queens, _) = self.random_subproblem(&mut rng);
+            if descend(n, &mut queens, free_rows, &mut rng) {
+                pieces.push(Interior::new(n, &queens));
+            }
+        }
+        pieces
+    }
+
     /// A uniformly random subproblem of the plan (rejection sampling), with
     /// its interior.
     fn random_subproblem(&self, rng: &mut Rng) -> (Vec<(usize, usize)>, Interior) {

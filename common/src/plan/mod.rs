@@ -36,6 +36,7 @@ pub mod table;
 use crate::engine::board::Size;
 use crate::engine::border::{Frame, FrameError, Frames, MIN_FRAME_N, POS_BITS};
 use crate::engine::counts::{CountOverflow, PieceCounts, Totals};
+use crate::engine::device::{Device, DeviceError};
 use crate::engine::interior::{Interior, Start};
 use crate::engine::join::{
     self, whole_pieces, Budget, Halves, Join, Quarter, Room, Shape, TooLarge, QUARTERS,
@@ -133,6 +134,20 @@ pub struct PlanSpec {
     /// How subproblems are counted (the halves strategy: only by the join).
     #[serde(default)]
     pub mode: Mode,
+}
+
+impl PlanSpec {
+    /// A plan of `n` by `strategy` at `depth` in about `tasks` tasks,
+    /// counted by backtracking.
+    pub fn backtracking(n: Size, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
+        PlanSpec {
+            n,
+            strategy,
+            depth,
+            tasks,
+            mode: Mode::Backtrack,
+        }
+    }
 }
 
 /// Default prefix depth: deep enough for thousands of subproblems.
@@ -392,6 +407,8 @@ pub enum PlanError {
     BadChoice(u64),
     #[error(transparent)]
     Join(#[from] TooLarge),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
 }
 
 /// A contiguous part of the enumeration: the subproblems with ids in
@@ -432,6 +449,9 @@ pub struct Plan {
     frames: Option<Frames>,
     /// The engine's path for counting (`None`: the fastest available).
     path: Option<Path>,
+    /// Where backtracking subproblems are counted instead of the CPU's
+    /// lanes (a graphics card), if anywhere.
+    device: Option<Arc<dyn Device>>,
     /// What the join may hold while it counts a subproblem.
     budget: Budget,
     /// Halves plans: the pieces' built joins, shared by clones of the plan.
@@ -663,6 +683,7 @@ impl Plan {
             spec,
             frames,
             path: None,
+            device: None,
             budget: Budget::default(),
             joins: Arc::default(),
         })
@@ -681,6 +702,20 @@ impl Plan {
         self.path = path;
         self.joins = Arc::default();
         self
+    }
+
+    /// Counts backtracking subproblems on `device` (a graphics card)
+    /// instead of the CPU's lanes; a join plan still counts on the CPU.
+    /// The tallies and checksums are those of the CPU (the device counts
+    /// the same completions and queens placed).
+    pub fn with_device(mut self, device: Option<Arc<dyn Device>>) -> Plan {
+        self.device = device;
+        self
+    }
+
+    /// The device backtracking subproblems are counted on, if not the CPU.
+    pub fn device(&self) -> Option<&Arc<dyn Device>> {
+        self.device.as_ref()
     }
 
     /// Enumerates the plan once and cuts it into about `spec.tasks` tasks of
@@ -1215,7 +1250,13 @@ impl Plan {
             }
             return Ok(Some((out, joined.path(self.path))));
         }
-        let Some((counted, path)) = count_below(&interiors, &froms, self.path, stop)? else {
+        let counted = match &self.device {
+            Some(device) => device
+                .count_below(&interiors, &froms, stop)?
+                .map(|counted| (counted, Path::Gpu)),
+            None => count_below(&interiors, &froms, self.path, stop)?,
+        };
+        let Some((counted, path)) = counted else {
             return Ok(None);
         };
         for (i, c) in at.into_iter().zip(counted) {

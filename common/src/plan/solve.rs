@@ -11,11 +11,13 @@
 use crate::engine::board::Size;
 use crate::engine::border::MIN_FRAME_N;
 use crate::engine::counts::{CountOverflow, Inconsistent, Totals};
+use crate::engine::device::Device;
 use crate::engine::join::{Budget, TooLarge, MAX_WHOLE_N};
 use crate::engine::lanes::Path;
 use crate::engine::search::{split, Rules};
 use crate::engine::threads::on_threads;
 use crate::plan::{Mode, Plan, PlanError, PlanSpec, Schedule, Strategy, Tally};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Tasks per thread in a local run: enough that threads finish together,
@@ -71,6 +73,17 @@ pub fn solve(n: Size, threads: usize) -> Result<Solution, SolveError> {
 /// [`solve`] with the lanes' path chosen (`None`: the best available).
 /// A path the CPU lacks is not taken: ask [`crate::engine::lanes::Path::available`].
 pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution, SolveError> {
+    solve_with(n, threads, path, None)
+}
+
+/// [`solve_on`], the backtracking counted on `device` (a graphics card)
+/// when one is given: the same plan, the same counts.
+pub fn solve_with(
+    n: Size,
+    threads: usize,
+    path: Option<Path>,
+    device: Option<Arc<dyn Device>>,
+) -> Result<Solution, SolveError> {
     let start = Instant::now();
     let threads = threads.max(1);
     if n.get() < MIN_FRAME_N {
@@ -83,7 +96,8 @@ pub fn solve_on(n: Size, threads: usize, path: Option<Path>) -> Result<Solution,
         tasks: (TASKS_PER_THREAD * threads) as u64,
         mode: Mode::Backtrack,
     })?
-    .with_path(path);
+    .with_path(path)
+    .with_device(device);
     let mut s = solve_plan(&plan, &plan.schedule(), threads)?;
     s.elapsed = start.elapsed();
     Ok(s)

@@ -4,7 +4,7 @@
 use super::ledger::{Conflict, Ledger, StoredResult};
 use super::rate::Rate;
 use super::schedule::Schedule;
-use super::votes::Votes;
+use super::votes::{Checking, Votes};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Task, TaskTable};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
@@ -115,6 +115,8 @@ pub struct JobView {
     pub workers: u64,
     pub redundancy: u32,
     pub verify_fraction: f64,
+    /// Checked tasks need agreeing results from a card and a CPU.
+    pub cross_device: bool,
     /// Tasks with a result that waits for another worker's agreement.
     pub checking: u64,
     /// Estimated work done per second over the latest results.
@@ -132,7 +134,7 @@ impl Job {
         id: u64,
         spec: PlanSpec,
         submitted_ms: u64,
-        (redundancy, fraction): (u32, f64),
+        checking: Checking,
         keep: Option<usize>,
     ) -> Job {
         Job {
@@ -145,7 +147,7 @@ impl Job {
             work_total: 0.0,
             work_done: 0.0,
             schedule: Schedule::default(),
-            votes: Votes::new(id, redundancy, fraction),
+            votes: Votes::new(id, checking),
             ledger: Ledger::keeping(keep),
             rate: Rate::default(),
         }
@@ -268,6 +270,7 @@ impl Job {
                 .len() as u64,
             redundancy: self.votes.redundancy,
             verify_fraction: self.votes.fraction,
+            cross_device: self.votes.cross_device,
             checking: self.votes.checking() as u64,
             work_per_second: rate,
             eta_seconds: (rate > 0.0).then(|| (self.work_total - self.work_done).max(0.0) / rate),

@@ -27,6 +27,7 @@ mod workers;
 pub use job::{Job, JobState, JobView, TaskList};
 pub use lease_id::{lease_id, random_key, LeaseKey};
 pub use ledger::{Conflict, StoredResult};
+pub use votes::{on_card, Checking, CountOn};
 pub use workers::{WorkerInfo, MAX_WORKERS};
 
 use ledger::StoredResult as Stored;
@@ -88,6 +89,8 @@ pub struct Granted {
     pub task: Task,
     pub lease_id: u64,
     pub deadline: u64,
+    /// The kind of device to count it on (a cross-device check).
+    pub count_on: CountOn,
 }
 
 /// A worker's reference to one of its leases.
@@ -363,15 +366,23 @@ impl State {
             JobState::Running if job.redundancy() > 1 => {}
             _ => return None,
         }
-        let voters = self
-            .workers
-            .voters_since(now_ms.saturating_sub(self.limits.lease_ttl_ms));
+        let since = now_ms.saturating_sub(self.limits.lease_ttl_ms);
+        let voters = self.workers.voters_since(since);
         let needed = job.redundancy() as usize;
-        (voters < needed).then(|| {
-            format!(
+        if voters < needed {
+            return Some(format!(
                 "workers: redundancy {needed} needs {needed} distinct worker credentials, and {voters} \
                  connected (an issued token counts once, however many workers use it: give each \
                  machine its own with `nqueens token issue NAME`)"
+            ));
+        }
+        let (card, cpu) = self.workers.devices_since(since);
+        (job.votes.cross_device && !(card && cpu)).then(|| {
+            format!(
+                "workers: --cross-device needs results counted on a GPU and on a CPU, and no \
+                 connected worker counts on {} (start one with `nqueens worker --gpus auto`, or \
+                 `--gpus none` for a CPU)",
+                if card { "a CPU" } else { "a GPU" }
             )
         })
     }
@@ -447,7 +458,11 @@ impl State {
                         s.job_id,
                         spec,
                         s.unix_ms,
-                        (s.redundancy, s.verify_fraction),
+                        Checking {
+                            redundancy: s.redundancy,
+                            fraction: s.verify_fraction,
+                            cross_device: s.cross_device,
+                        },
                         self.limits.results_in_memory,
                     ),
                 );
@@ -653,6 +668,7 @@ impl State {
         let ttl = self.limits.lease_ttl_ms;
         let (key, epoch) = (self.lease_key, self.epoch);
         let me = self.workers.voter(worker);
+        let (card, cpu) = self.workers.devices(worker);
         let mut granted = Vec::new();
         for job in self.jobs.values_mut() {
             if granted.len() >= max {
@@ -663,9 +679,11 @@ impl State {
             }
             job.schedule.wake(now);
             while granted.len() < max {
-                // With redundancy, a credential never checks its own result.
+                // With redundancy, a credential never checks its own
+                // result, and a cross-device check goes to the other kind.
                 let votes = &job.votes;
-                let Some(task) = job.schedule.next(|t| votes.voted(t, worker, &me)) else {
+                let skip = |t| votes.voted(t, worker, &me) || !votes.wants(t, card, cpu);
+                let Some(task) = job.schedule.next(skip) else {
                     break;
                 };
                 let lease_id = lease_id(&key, epoch, job.id, task, worker);
@@ -685,6 +703,7 @@ impl State {
                     task: job.task(task).expect("running jobs are planned"),
                     lease_id,
                     deadline,
+                    count_on: job.votes.count_on(task, card),
                 });
             }
         }

@@ -34,7 +34,7 @@ mod whole {
 
     /// A state with one planned, running job (id 1), booted in `epoch`.
     fn running(spec: PlanSpec, epoch: u64) -> (State, Plan, Vec<Task>) {
-        running_checked(spec, epoch, 0, 1.0)
+        running_checked(spec, epoch, 0, 1.0, false)
     }
 
     /// [`running`] with every task needing `redundancy` agreeing workers.
@@ -43,6 +43,7 @@ mod whole {
         epoch: u64,
         redundancy: u32,
         verify_fraction: f64,
+        cross_device: bool,
     ) -> (State, Plan, Vec<Task>) {
         let mut s = State::new(Limits {
             lease_ttl_ms: TTL,
@@ -60,6 +61,7 @@ mod whole {
             unix_ms: 5,
             redundancy,
             verify_fraction,
+            cross_device,
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
@@ -125,7 +127,7 @@ mod whole {
 
     #[test]
     fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
-        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0);
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);
         let right = plan.count_task(&tasks[0]).unwrap();
         let mut wrong = right;
         wrong.weighted += 8; // plausible, but not the truth
@@ -178,7 +180,7 @@ mod whole {
 
     #[test]
     fn a_verify_fraction_checks_a_stable_share_of_the_tasks() {
-        let (mut s, plan, tasks) = running_checked(spec(10, Strategy::Frame, 40), 1, 2, 0.5);
+        let (mut s, plan, tasks) = running_checked(spec(10, Strategy::Frame, 40), 1, 2, 0.5, false);
         let checked: Vec<u64> = (0..tasks.len() as u64)
             .filter(|&t| s.job(1).unwrap().needs(t) == 2)
             .collect();
@@ -257,6 +259,7 @@ mod whole {
             unix_ms: 0,
             redundancy: 1,
             verify_fraction: 1.0,
+            cross_device: false,
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
@@ -764,7 +767,7 @@ mod whole {
 
     #[test]
     fn redundancy_needs_votes_from_distinct_credentials() {
-        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0, false);
         let right = plan.count_task(&tasks[0]).unwrap();
         s.bind("a1", "alice").unwrap();
         s.bind("a2", "alice").unwrap();
@@ -792,7 +795,7 @@ mod whole {
 
     #[test]
     fn a_job_says_when_its_redundancy_cannot_be_met_by_the_connected_credentials() {
-        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0);
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0, false);
         let now = 5 * TTL;
         for (w, cred) in [("a1", "alice"), ("a2", "alice")] {
             s.bind(w, cred).unwrap();
@@ -828,6 +831,46 @@ mod whole {
         // Redundancy 1 never waits for credentials.
         let (s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
         assert_eq!(s.waiting_for(1, now), None);
+    }
+
+    /// Under `--cross-device`, a task one kind of device counted is
+    /// offered only to a worker with the other kind, is done only once a
+    /// card and a CPU agree, and a job without both kinds connected says so.
+    #[test]
+    fn cross_device_checks_go_to_the_kind_of_device_a_task_lacks() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 1), 1, 2, 1.0, true);
+        let now = 5 * TTL;
+        let join = |s: &mut State, w: &str, version: &str, cores: u32| {
+            let info = s.touch_worker(w, now);
+            (info.solver_version, info.cores) = (version.into(), cores);
+        };
+        join(&mut s, "cpu-1", "0.1.0 avx2", 2);
+        join(&mut s, "cpu-2", "0.1.0 avx512", 2);
+        let why = s.waiting_for(1, now).expect("no card is connected");
+        assert!(why.contains("no connected worker counts on a GPU"), "{why}");
+        join(&mut s, "card", "0.1.0 avx2+gpu:llvmpipe (vulkan)", 1);
+        assert_eq!(s.waiting_for(1, now), None);
+
+        let right = plan.count_task(&tasks[0]).unwrap();
+        let vote = |s: &mut State, w: &str, on: &str| {
+            let g = s.lease(w, 1, now).remove(0);
+            let mut d = done(1, g.task.index, &right, w, g.lease_id);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.result.as_mut().unwrap().solver_version = on.into();
+            }
+            (s.apply(&d).unwrap().unwrap(), g.count_on)
+        };
+        let cpu = vote(&mut s, "cpu-1", "0.1.0 avx2");
+        assert_eq!(cpu, (Verdict::AwaitingCheck, CountOn::Cpu));
+        assert!(
+            s.lease("cpu-2", 5, now).is_empty(),
+            "a second CPU adds nothing"
+        );
+        // The card worker has CPU threads too: it is asked for its card.
+        let card = vote(&mut s, "card", "0.1.0 gpu:llvmpipe (vulkan)");
+        assert_eq!(card, (Verdict::New, CountOn::Card));
+        assert_eq!(s.job(1).unwrap().view().state, JobState::Done);
+        assert!(s.job(1).unwrap().view().cross_device);
     }
 
     #[test]
@@ -941,7 +984,7 @@ mod whole {
     fn a_state_restored_from_a_checkpoint_goes_on_as_the_original() {
         use crate::checkpoint;
         use crate::seen::Seen;
-        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 8), 1, 2, 1.0);
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 8), 1, 2, 1.0, false);
         assert!(tasks.len() > 4);
         let right = plan.count_task(&tasks[0]).unwrap();
         let mut wrong = right;
@@ -1018,6 +1061,7 @@ mod whole {
             unix_ms: 5,
             redundancy: 1,
             verify_fraction: 0.0,
+            cross_device: false,
         })))
         .unwrap();
         let plan = Plan::new(spec).unwrap();
@@ -1091,7 +1135,7 @@ mod forged {
             let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8, mode: nqueens_common::plan::Mode::Backtrack };
             let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
             s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
-            s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0 }))).unwrap();
+            s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0, cross_device: false }))).unwrap();
             let plan = Plan::new(spec).unwrap();
             let table = table_of(&plan);
             let tasks: Vec<Task> = table.iter().collect();

@@ -5,6 +5,44 @@ use super::ledger::StoredResult;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
+/// How a job's results are checked (`submit --redundancy`,
+/// `--verify-fraction`, `--cross-device`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Checking {
+    /// Agreeing results from different credentials a checked task needs.
+    pub redundancy: u32,
+    /// The share of tasks that are checked (0 or 1: all).
+    pub fraction: f64,
+    /// A checked task's agreeing results must include one counted on a
+    /// graphics card and one on a CPU.
+    pub cross_device: bool,
+}
+
+impl Checking {
+    /// One result per task, unchecked.
+    pub const NONE: Checking = Checking {
+        redundancy: 1,
+        fraction: 1.0,
+        cross_device: false,
+    };
+}
+
+/// The device a result was counted on, as its version names it (`0.1.0
+/// avx512`, `0.1.0 gpu:NVIDIA H100 (vulkan)`): a card, or a CPU.
+pub fn on_card(solver_version: &str) -> bool {
+    solver_version
+        .split([' ', '+'])
+        .any(|w| w.starts_with("gpu:"))
+}
+
+/// Where a leased task should be counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountOn {
+    Any,
+    Card,
+    Cpu,
+}
+
 /// A job's redundancy rule and its results waiting for agreement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Votes {
@@ -13,6 +51,9 @@ pub struct Votes {
     pub redundancy: u32,
     /// The share of tasks that are checked (the others need one result).
     pub fraction: f64,
+    /// Checked tasks need agreeing results from a card and a CPU.
+    #[serde(default)]
+    pub cross_device: bool,
     /// Results of tasks not yet agreed on, by task.
     candidates: HashMap<u64, Vec<StoredResult>>,
 }
@@ -31,16 +72,55 @@ pub enum Ballot {
 }
 
 impl Votes {
-    pub fn new(job: u64, redundancy: u32, fraction: f64) -> Votes {
+    pub fn new(job: u64, checking: Checking) -> Votes {
+        let redundancy = checking.redundancy.max(1);
         Votes {
             job,
-            redundancy: redundancy.max(1),
-            fraction: if fraction > 0.0 && fraction < 1.0 {
-                fraction
+            redundancy,
+            fraction: if checking.fraction > 0.0 && checking.fraction < 1.0 {
+                checking.fraction
             } else {
                 1.0
             },
+            cross_device: checking.cross_device && redundancy > 1,
             candidates: HashMap::new(),
+        }
+    }
+
+    /// Where a worker that counts on cards (`card`) should count the task:
+    /// under `cross_device`, on the kind of device its agreement lacks (a
+    /// fresh task on a card, where the worker has one); else anywhere.
+    pub fn count_on(&self, task: u64, card: bool) -> CountOn {
+        if !self.cross_device {
+            return CountOn::Any;
+        }
+        let seen = self.candidates.get(&task).map_or(&[][..], Vec::as_slice);
+        let cards = seen.iter().filter(|c| on_card(&c.solver_version)).count();
+        match (seen.len(), cards) {
+            (0, _) if card => CountOn::Card,
+            (0, _) => CountOn::Cpu,
+            (n, 0) if n > 0 => CountOn::Card,
+            (n, c) if n == c => CountOn::Cpu,
+            _ => CountOn::Any,
+        }
+    }
+
+    /// Whether a worker that counts on cards (`card`) and on its CPU
+    /// (`cpu`) could bring what the task's agreement lacks: under
+    /// `cross_device`, once every waiting result came from one kind of
+    /// device, only a worker with the other kind.
+    pub fn wants(&self, task: u64, card: bool, cpu: bool) -> bool {
+        if !self.cross_device {
+            return true;
+        }
+        let Some(seen) = self.candidates.get(&task).filter(|c| !c.is_empty()) else {
+            return true;
+        };
+        let cards = seen.iter().filter(|c| on_card(&c.solver_version)).count();
+        match cards {
+            0 => card,
+            n if n == seen.len() => cpu,
+            _ => true,
         }
     }
 
@@ -93,13 +173,21 @@ impl Votes {
         let (tally, checksum) = (result.tally, result.checksum);
         let seen = self.candidates.entry(task).or_default();
         seen.push(result);
-        let agree = seen
+        let agreeing: Vec<&StoredResult> = seen
             .iter()
             .filter(|c| c.same(&tally, checksum) && !quarantined(&c.worker))
+            .collect();
+        let agree = agreeing
+            .iter()
             .map(|c| c.credential.as_str())
             .collect::<HashSet<_>>()
             .len();
-        if agree < needed {
+        let cards = agreeing
+            .iter()
+            .filter(|c| on_card(&c.solver_version))
+            .count();
+        let both = cards > 0 && cards < agreeing.len();
+        if agree < needed || (self.cross_device && needed > 1 && !both) {
             return Ballot::Waiting;
         }
         let (same, odd) = self
@@ -116,6 +204,86 @@ impl Votes {
 mod tests {
     use super::*;
     use nqueens_common::plan::Tally;
+
+    fn check(redundancy: u32, fraction: f64) -> Checking {
+        Checking {
+            redundancy,
+            fraction,
+            cross_device: false,
+        }
+    }
+
+    fn on(mut r: StoredResult, version: &str) -> StoredResult {
+        r.solver_version = version.into();
+        r
+    }
+
+    /// Under `cross_device`, two CPUs (or two cards) that agree are not
+    /// enough: a card and a CPU are; and a task waiting on one kind is
+    /// offered only to a worker with the other.
+    #[test]
+    fn cross_device_agreement_needs_a_card_and_a_cpu() {
+        let mut v = Votes::new(
+            1,
+            Checking {
+                cross_device: true,
+                ..check(2, 1.0)
+            },
+        );
+        let none = |_: &str| false;
+        let cpu = "0.1.0 avx512";
+        let card = "0.1.0 gpu:llvmpipe (vulkan)";
+        assert!(v.wants(0, false, true), "nothing waits yet");
+        assert_eq!(
+            (v.count_on(0, true), v.count_on(0, false)),
+            (CountOn::Card, CountOn::Cpu)
+        );
+        assert_eq!(
+            v.vote(0, on(result("a", "x", 5), cpu), none),
+            Ballot::Waiting
+        );
+        assert!(!v.wants(0, false, true) && v.wants(0, true, false));
+        assert_eq!(
+            v.count_on(0, true),
+            CountOn::Card,
+            "a CPU counted it: a card next"
+        );
+        assert_eq!(
+            v.vote(0, on(result("b", "y", 5), cpu), none),
+            Ballot::Waiting
+        );
+        let Ballot::Agreed { same, odd } = v.vote(0, on(result("c", "z", 5), card), none) else {
+            panic!("a card agrees with the CPUs")
+        };
+        assert_eq!((same.len(), odd.len()), (3, 0));
+
+        assert_eq!(
+            v.vote(1, on(result("c", "z", 7), card), none),
+            Ballot::Waiting
+        );
+        assert!(v.wants(1, false, true) && !v.wants(1, true, false));
+        assert_eq!(
+            v.count_on(1, true),
+            CountOn::Cpu,
+            "a card counted it: a CPU next"
+        );
+        assert!(matches!(
+            v.vote(
+                1,
+                on(result("a", "x", 7), "0.1.0 avx2+gpu:x (vulkan)"),
+                none
+            ),
+            Ballot::Waiting
+        ));
+        assert!(matches!(
+            v.vote(1, on(result("b", "y", 7), cpu), none),
+            Ballot::Agreed { .. }
+        ));
+        assert!(on_card(card) && !on_card(cpu) && on_card("0.1.0 avx2+gpu:x (vulkan)"));
+        let plain = Votes::new(1, check(2, 1.0));
+        assert!(plain.wants(0, false, true) && !plain.cross_device);
+        assert_eq!(plain.count_on(0, true), CountOn::Any);
+    }
 
     fn result(worker: &str, credential: &str, weighted: u128) -> StoredResult {
         StoredResult {
@@ -135,7 +303,7 @@ mod tests {
 
     #[test]
     fn agreement_needs_distinct_credentials_and_names_the_odd_one_out() {
-        let mut v = Votes::new(1, 2, 1.0);
+        let mut v = Votes::new(1, check(2, 1.0));
         let none = |_: &str| false;
         assert_eq!(v.vote(0, result("a", "x", 5), none), Ballot::Waiting);
         assert!(v.voted(0, "a", "?") && v.voted(0, "?", "x") && !v.voted(0, "b", "y"));
@@ -156,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_quarantined_worker_does_not_vote() {
-        let mut v = Votes::new(1, 2, 1.0);
+        let mut v = Votes::new(1, check(2, 1.0));
         let bad = |w: &str| w == "a";
         assert_eq!(v.vote(3, result("a", "x", 5), bad), Ballot::Waiting);
         assert_eq!(v.vote(3, result("b", "y", 5), bad), Ballot::Waiting);
@@ -164,12 +332,12 @@ mod tests {
 
     #[test]
     fn a_fraction_checks_a_stable_share() {
-        let v = Votes::new(7, 3, 0.25);
+        let v = Votes::new(7, check(3, 0.25));
         let checked = (0..10_000).filter(|&t| v.needs(t) == 3).count();
         assert!((2_200..2_800).contains(&checked), "{checked}");
         assert!((0..10_000).all(|t| matches!(v.needs(t), 1 | 3)));
-        let again = Votes::new(7, 3, 0.25);
+        let again = Votes::new(7, check(3, 0.25));
         assert!((0..1_000).all(|t| v.needs(t) == again.needs(t)));
-        assert_eq!(Votes::new(7, 1, 0.0).needs(5), 1);
+        assert_eq!(Votes::new(7, check(1, 0.0)).needs(5), 1);
     }
 }

@@ -51,6 +51,13 @@ impl WorkerInfo {
     pub fn quarantined(&self) -> bool {
         self.conflicts > 0
     }
+
+    /// Whether it counts on cards (its version names one), and on its
+    /// CPU (it has counting threads, or names no card).
+    pub fn devices(&self) -> (bool, bool) {
+        let card = super::votes::on_card(&self.solver_version);
+        (card, self.cores > 0 || !card)
+    }
 }
 
 /// Every worker id seen, and who may use it.
@@ -165,6 +172,24 @@ impl Workers {
 
     /// Distinct credentials among the workers seen since `since_ms` that
     /// are not quarantined: the votes a redundant job can get now.
+    /// Whether `id` counts on cards, and on its CPU, as its registration
+    /// says (an unknown worker: a CPU).
+    pub fn devices(&self, id: &str) -> (bool, bool) {
+        self.known
+            .get(id)
+            .map_or((false, true), WorkerInfo::devices)
+    }
+
+    /// Whether any worker seen since `since_ms` (and not quarantined)
+    /// counts on a card, and any on a CPU.
+    pub fn devices_since(&self, since_ms: u64) -> (bool, bool) {
+        self.known
+            .values()
+            .filter(|w| w.last_seen_ms >= since_ms && !w.quarantined())
+            .map(WorkerInfo::devices)
+            .fold((false, false), |(a, b), (c, d)| (a || c, b || d))
+    }
+
     pub fn voters_since(&self, since_ms: u64) -> usize {
         self.known
             .values()

@@ -3,7 +3,7 @@
 //! tests can also send what no real client would.
 
 use crate::wait::{within, PATIENCE};
-use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy, Tally};
+use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally};
 use nqueens_common::Size;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
@@ -34,14 +34,7 @@ pub async fn operators(url: &str) -> Operators {
 /// The wire form of a plan (a frame plan's depth picks its kind: see
 /// `PlanSpec`).
 pub fn plan_spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> v1::PlanSpec {
-    (&PlanSpec {
-        n: Size::new(n).unwrap(),
-        strategy,
-        depth,
-        tasks,
-        mode: Mode::Backtrack,
-    })
-        .into()
+    (&PlanSpec::backtracking(Size::new(n).unwrap(), strategy, depth, tasks)).into()
 }
 
 /// A job of `plan`, counted once (no redundancy).

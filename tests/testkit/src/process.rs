@@ -263,3 +263,25 @@ pub fn worker_cmd(url: &str, name: &str, threads: u32) -> Command {
     c.args(["--threads", &threads.to_string()]);
     c
 }
+
+/// Whether `--core gpu` finds a device here (a GPU, or Mesa's lavapipe,
+/// which CI installs). Without one the GPU tests print why and pass,
+/// unless `NQUEENS_REQUIRE_GPU` is set (as CI sets it), where they fail.
+pub fn gpu_here() -> bool {
+    static HERE: OnceLock<bool> = OnceLock::new();
+    *HERE.get_or_init(|| {
+        let o = nqueens(&["solve", "6", "--core", "gpu"])
+            .output()
+            .expect("start nqueens");
+        if o.status.success() {
+            return true;
+        }
+        let why = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            std::env::var_os("NQUEENS_REQUIRE_GPU").is_none(),
+            "NQUEENS_REQUIRE_GPU is set, and `solve --core gpu` failed: {why}"
+        );
+        println!("skipped: no GPU or software Vulkan device here ({why})");
+        false
+    })
+}

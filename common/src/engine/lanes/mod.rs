@@ -116,10 +116,14 @@ pub enum Path {
     Avx2,
     /// The same kernels built for AVX-512 (F, VL, BW, DQ), any N up to 32.
     Avx512,
+    /// One search per thread of a graphics card (`common/gpu`), any N up
+    /// to 32: counted through the [`crate::engine::device::Device`] a plan
+    /// was given, never by these lanes (no CPU runs it).
+    Gpu,
 }
 
 impl Path {
-    /// Every path, in the order of preference (worst first).
+    /// Every CPU path, in the order of preference (worst first).
     pub const ALL: [Path; 3] = [Path::Scalar, Path::Avx2, Path::Avx512];
 
     /// Whether this CPU can run the path.
@@ -137,7 +141,8 @@ impl Path {
                     && std::arch::is_x86_feature_detected!("avx2")
             }
             #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
+            Path::Avx2 | Path::Avx512 => false,
+            Path::Gpu => false,
         }
     }
 
@@ -172,6 +177,7 @@ impl Path {
             Path::Scalar => "scalar",
             Path::Avx2 => "avx2",
             Path::Avx512 => "avx512",
+            Path::Gpu => "gpu",
         }
     }
 }
@@ -202,6 +208,7 @@ fn rank(available: &[Path], avx2_faster: bool) -> Vec<Path> {
             Path::Avx2 => 0,
             Path::Avx512 => 1,
             Path::Scalar => 2,
+            Path::Gpu => 3,
         });
     }
     ranked
@@ -312,6 +319,7 @@ impl<'a> Batch<'a> {
     pub fn count_each(&self, path: Path, jobs: &[Job]) -> Result<Counted, CountOverflow> {
         let mut counted = Counted::new(self.interiors.len());
         match (path, &self.tables) {
+            (Path::Gpu, _) => panic!("the GPU path counts through a Device, not the lanes"),
             (Path::Scalar, _) => {
                 for j in jobs {
                     let i = j.interior as usize;

@@ -1,0 +1,241 @@
+//! The graphics cards of this machine, each opened as a counting
+//! [`Device`].
+
+use crate::jobs::Prepared;
+use crate::kernel::{Kernel, Launch};
+use nqueens_common::engine::counts::PieceCounts;
+use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::engine::interior::{Interior, Start};
+use std::sync::atomic::AtomicBool;
+
+/// Which adapters to open (a worker's `--gpus`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Every hardware GPU (a software device such as lavapipe is slower
+    /// than the CPU it runs on, so it is left out).
+    Auto,
+    /// None: count on the CPU only.
+    None,
+    /// These adapters by their index in [`adapters`], software ones too.
+    Listed(Vec<usize>),
+}
+
+impl std::str::FromStr for Choice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Choice, String> {
+        match s {
+            "auto" => Ok(Choice::Auto),
+            "none" => Ok(Choice::None),
+            _ => s
+                .split(',')
+                .map(|i| {
+                    i.trim().parse::<usize>().map_err(|_| {
+                        format!("'{s}': give auto, none, or card numbers such as 0 or 0,1")
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Choice::Listed),
+        }
+    }
+}
+
+/// How a card's counts are cut and launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    pub launch: Launch,
+    /// Jobs to cut a batch into, at least, where its interiors allow.
+    pub jobs: usize,
+}
+
+impl Tuning {
+    /// For an adapter of this type: a hardware GPU runs 131,072 searches
+    /// at once and long launches; a software device (lavapipe, in CI) a
+    /// few thousand and short ones. `NQUEENS_GPU_STEPS` and
+    /// `NQUEENS_GPU_SLOTS` override the steps per launch and the
+    /// searches in flight (for tuning on a new card).
+    pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
+        let software = kind == wgpu::DeviceType::Cpu;
+        let env = |name: &str, default: u32| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let steps = env("NQUEENS_GPU_STEPS", if software { 4096 } else { 16384 });
+        let slots = env("NQUEENS_GPU_SLOTS", if software { 2048 } else { 131_072 });
+        Tuning {
+            launch: Launch {
+                steps: steps.clamp(1, 65_535),
+                slots: slots.max(1),
+                max_launches: if software { 4 } else { 64 },
+                bias: 0,
+            },
+            jobs: slots as usize * 4,
+        }
+    }
+}
+
+/// One opened card.
+pub struct Card {
+    name: String,
+    software: bool,
+    tuning: Tuning,
+    kernel: Kernel,
+}
+
+impl std::fmt::Debug for Card {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Card")
+            .field("name", &self.name)
+            .field("tuning", &self.tuning)
+            .finish()
+    }
+}
+
+impl Card {
+    fn open(adapter: &wgpu::Adapter) -> Result<Card, String> {
+        let info = adapter.get_info();
+        Ok(Card {
+            name: format!("gpu:{} ({})", info.name, info.backend.to_str()),
+            software: info.device_type == wgpu::DeviceType::Cpu,
+            tuning: Tuning::for_type(info.device_type),
+            kernel: Kernel::open(adapter)?,
+        })
+    }
+
+    /// Whether it is a software device (lavapipe) rather than a GPU.
+    pub fn software(&self) -> bool {
+        self.software
+    }
+
+    /// This card with other tuning (tests: short launches, biased counters).
+    pub fn tuned(mut self, tuning: Tuning) -> Card {
+        self.tuning = tuning;
+        self
+    }
+
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+}
+
+impl Device for Card {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn count_below(
+        &self,
+        interiors: &[Interior],
+        froms: &[Start],
+        stop: &AtomicBool,
+    ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
+        let p = Prepared::new(interiors, froms, self.tuning.jobs);
+        let Some(counted) = self.kernel.count(&p, &self.tuning.launch, stop)? else {
+            return Ok(None);
+        };
+        let mut out = p.host;
+        for (&i, (sols, nodes)) in p.owner.iter().zip(counted) {
+            let c = &mut out[i as usize];
+            c.c1 = c.c1.checked_add(sols).ok_or(DeviceError::Overflow)?;
+            c.nodes = c.nodes.checked_add(nodes).ok_or(DeviceError::Overflow)?;
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Every adapter wgpu finds on this machine (Vulkan, Metal, DX12), in a
+/// stable order: the numbers `--gpus` takes.
+pub fn adapters() -> Vec<wgpu::Adapter> {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let mut all = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    all.sort_by_key(|a| {
+        let i = a.get_info();
+        (
+            i.backend as u32,
+            i.vendor,
+            i.device,
+            i.device_pci_bus_id,
+            i.name,
+        )
+    });
+    all
+}
+
+/// The cards `choice` names, opened. An adapter that fails to open is an
+/// error when it was listed, and left out (with its reason in the second
+/// list) under [`Choice::Auto`].
+pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
+    if *choice == Choice::None {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let all = adapters();
+    let mut opened = Vec::new();
+    let mut skipped = Vec::new();
+    match choice {
+        Choice::Listed(wanted) => {
+            for &i in wanted {
+                let a = all
+                    .get(i)
+                    .ok_or_else(|| format!("there is no GPU number {i}: {}", describe(&all)))?;
+                opened.push(Card::open(a).map_err(|e| format!("GPU {i}: {e}"))?);
+            }
+        }
+        _ => {
+            for a in &all {
+                let info = a.get_info();
+                if info.device_type == wgpu::DeviceType::Cpu {
+                    continue;
+                }
+                match Card::open(a) {
+                    Ok(c) => opened.push(c),
+                    Err(e) => skipped.push(format!("{}: {e}", info.name)),
+                }
+            }
+        }
+    }
+    Ok((opened, skipped))
+}
+
+/// The adapters, numbered, for a message: "0: llvmpipe (vulkan, software)".
+pub fn describe(all: &[wgpu::Adapter]) -> String {
+    if all.is_empty() {
+        return "this machine has no Vulkan, Metal or DX12 device (is the Vulkan loader \
+                and a driver installed?)"
+            .into();
+    }
+    let names: Vec<String> = all
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let info = a.get_info();
+            let kind = if info.device_type == wgpu::DeviceType::Cpu {
+                ", software"
+            } else {
+                ""
+            };
+            format!("{i}: {} ({}{kind})", info.name, info.backend.to_str())
+        })
+        .collect();
+    format!("devices here: {}", names.join("; "))
+}
+
+/// The best card here for `--core gpu`: a discrete GPU, else an
+/// integrated, virtual or other one, else a software device (lavapipe:
+/// slow, but the same kernel, which is how CI runs it).
+pub fn first_card() -> Result<Card, String> {
+    let all = adapters();
+    let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    };
+    let best = all
+        .iter()
+        .min_by_key(|a| rank(a))
+        .ok_or_else(|| describe(&all))?;
+    Card::open(best)
+}

@@ -1,0 +1,152 @@
+//! Interiors and their starts cut into the start states a card counts.
+//!
+//! A card runs hundreds of thousands of searches at once, and one search
+//! may last a million times longer than another: so each interior is cut
+//! a few free rows below its start (more rows while the jobs are too few
+//! to fill the card), and the card's threads take the jobs from a queue.
+//! The queens placed above the jobs are counted here, so the card's
+//! counts plus these are what the CPU's lanes give.
+
+use nqueens_common::engine::counts::PieceCounts;
+use nqueens_common::engine::interior::{Interior, Start};
+
+/// Words per interior in [`Prepared::tables`]: 32 rows' open columns,
+/// then the 32 shifts to the next free row.
+pub const TABLE_WORDS: usize = 64;
+
+/// Rows each interior is cut below its start at least (as the lanes do).
+const FIRST_CUT: usize = 1;
+
+/// Rows added to the cut, at most, while the jobs are too few.
+const MORE_CUTS: usize = 4;
+
+/// What the kernel counts, and what the host counted on the way.
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    /// [`TABLE_WORDS`] words per interior.
+    pub tables: Vec<u32>,
+    /// Per job, as the kernel reads it: the interior's first word in
+    /// `tables`, the start row, its masks `l`, `d`, `r`, the interior's
+    /// next-to-last free row, and two words of padding.
+    pub jobs: Vec<[u32; 8]>,
+    /// The interior each job belongs to.
+    pub owner: Vec<u32>,
+    /// Rows a thread's stack must hold: the most rows any job places
+    /// before its next-to-last row.
+    pub levels: u32,
+    /// Per interior, what the host counted: interiors too short for a job
+    /// whole, and the queens placed above the jobs of the others.
+    pub host: Vec<PieceCounts>,
+}
+
+impl Prepared {
+    /// Cuts `interiors` below their `froms` into at least `target` jobs
+    /// where the interiors allow it.
+    pub fn new(interiors: &[Interior], froms: &[Start], target: usize) -> Prepared {
+        assert_eq!(interiors.len(), froms.len(), "one start per interior");
+        let mut host = vec![PieceCounts::default(); interiors.len()];
+        let mut starts: Vec<(u32, Start)> = Vec::new();
+        for (i, (it, from)) in interiors.iter().zip(froms).enumerate() {
+            if it.rows() < 3 {
+                host[i] = it.count();
+                continue;
+            }
+            let (cut, nodes) = it.split_from(from, FIRST_CUT);
+            host[i].nodes += nodes;
+            starts.extend(cut.into_iter().map(|s| (i as u32, s)));
+        }
+        for _ in 0..MORE_CUTS {
+            if starts.len() >= target {
+                break;
+            }
+            starts = deeper(interiors, &starts, &mut host);
+        }
+        let mut tables = Vec::with_capacity(interiors.len() * TABLE_WORDS);
+        for it in interiors {
+            let (allowed, shift) = it.tables();
+            tables.extend_from_slice(allowed);
+            tables.extend_from_slice(shift);
+        }
+        let mut p = Prepared {
+            tables,
+            host,
+            ..Prepared::default()
+        };
+        for (i, s) in starts {
+            let pen = interiors[i as usize].rows() as u32 - 2;
+            let base = i * TABLE_WORDS as u32;
+            p.levels = p.levels.max(pen - u32::from(s.row));
+            p.jobs.push([base, s.row.into(), s.l, s.d, s.r, pen, 0, 0]);
+            p.owner.push(i);
+        }
+        p.levels = p.levels.max(1);
+        p
+    }
+}
+
+/// Every start cut one row further (a start with three free rows left
+/// stays as it is); the queens placed go to `host`.
+fn deeper(
+    interiors: &[Interior],
+    starts: &[(u32, Start)],
+    host: &mut [PieceCounts],
+) -> Vec<(u32, Start)> {
+    let mut out = Vec::with_capacity(starts.len() * 4);
+    for &(i, s) in starts {
+        let (cut, nodes) = interiors[i as usize].split_from(&s, 1);
+        host[i as usize].nodes += nodes;
+        out.extend(cut.into_iter().map(|c| (i, c)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nqueens_common::engine::border::Frames;
+    use nqueens_common::Size;
+
+    fn rings(n: u32) -> Vec<Interior> {
+        let frames = Frames::new(Size::new(n).unwrap(), 1).unwrap();
+        let mut out = Vec::new();
+        frames.for_each_in(0, u64::MAX, |f, _, _| out.push(frames.interior(&f)));
+        out
+    }
+
+    /// The jobs, counted one by one on the CPU, plus what the host
+    /// counted, are each interior's count: at every target.
+    #[test]
+    fn jobs_and_host_counts_add_up_to_each_interior() {
+        let interiors = rings(11);
+        let froms = vec![Start::default(); interiors.len()];
+        for target in [1, 100, 10_000, 1_000_000] {
+            let p = Prepared::new(&interiors, &froms, target);
+            let mut got = p.host.clone();
+            for (job, &i) in p.jobs.iter().zip(&p.owner) {
+                let it = &interiors[i as usize];
+                let start = Start {
+                    row: job[1] as u8,
+                    l: job[2],
+                    d: job[3],
+                    r: job[4],
+                };
+                let c = it.count_from(&start);
+                got[i as usize].c1 += c.c1;
+                got[i as usize].nodes += c.nodes;
+                assert!(job[5] - job[1] <= p.levels);
+            }
+            for (g, it) in got.iter().zip(&interiors) {
+                assert_eq!(*g, it.count(), "target {target}");
+            }
+        }
+    }
+
+    #[test]
+    fn more_jobs_are_cut_when_the_target_asks_for_them() {
+        let interiors = rings(12);
+        let froms = vec![Start::default(); interiors.len()];
+        let few = Prepared::new(&interiors, &froms, 1).jobs.len();
+        let many = Prepared::new(&interiors, &froms, 100_000).jobs.len();
+        assert!(many > 10 * few, "{few} then {many}");
+    }
+}

@@ -1,0 +1,340 @@
+//! The counting shader and its launches on one wgpu device.
+//!
+//! A count is a series of *rounds*: each submits some launches of the
+//! shader (every thread stepping its search at most `steps` times per
+//! launch, resuming from its slot) and reads back how many jobs are done.
+//! Rounds double their launches up to a bound, so a small count ends
+//! after one short round and a long one spends little time reading back.
+
+use crate::jobs::Prepared;
+use nqueens_common::engine::device::DeviceError;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use wgpu::util::DeviceExt;
+
+/// The shader, before its `WG` and `LEVELS` constants are prepended.
+const SOURCE: &str = include_str!("count.wgsl");
+
+/// Bytes of one stack record (the row's candidates and three masks).
+const RECORD: u32 = 16;
+
+/// How a count is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// Steps each thread takes per launch, at most (below 65,536: lavapipe
+    /// ends longer loops silently).
+    pub steps: u32,
+    /// Threads (searches in flight) at most.
+    pub slots: u32,
+    /// Launches in one round, at most.
+    pub max_launches: u32,
+    /// Added to every job's two counters before the count and taken off
+    /// after: a test that counters carry past 32 bits (0 otherwise).
+    pub bias: u64,
+}
+
+/// A device, its queue and the shader's pipelines.
+pub struct Kernel {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Mutex<HashMap<(u32, u32), wgpu::ComputePipeline>>,
+    limits: wgpu::Limits,
+}
+
+/// Per job: completions and queens placed.
+pub type JobCounts = Vec<(u64, u64)>;
+
+impl Kernel {
+    /// Opens `adapter` with every limit it has.
+    pub fn open(adapter: &wgpu::Adapter) -> Result<Kernel, String> {
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("nqueens"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| e.to_string())?;
+        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            ..storage(0, true)
+        }];
+        entries.extend([
+            storage(1, true),
+            storage(2, true),
+            storage(3, false),
+            storage(4, false),
+            storage(5, false),
+            storage(6, false),
+        ]);
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("count"),
+            entries: &entries,
+        });
+        Ok(Kernel {
+            device,
+            queue,
+            layout,
+            pipelines: Mutex::new(HashMap::new()),
+            limits,
+        })
+    }
+
+    /// Threads per workgroup for stacks of `levels` rows: the most (a
+    /// power of two, 256 at most) whose stacks fit the workgroup memory.
+    fn workgroup(&self, levels: u32) -> Result<u32, DeviceError> {
+        let fit = self.limits.max_compute_workgroup_storage_size / (RECORD * levels);
+        let most = fit
+            .min(256)
+            .min(self.limits.max_compute_invocations_per_workgroup)
+            .min(self.limits.max_compute_workgroup_size_x);
+        if most == 0 {
+            return Err(DeviceError::Failed(format!(
+                "a stack of {levels} rows does not fit this card's workgroup memory"
+            )));
+        }
+        Ok(1 << (31 - most.leading_zeros()))
+    }
+
+    /// The pipeline for `wg` threads with stacks of `levels` rows.
+    fn pipeline(&self, wg: u32, levels: u32) -> wgpu::ComputePipeline {
+        let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        kept.entry((wg, levels))
+            .or_insert_with(|| {
+                let source =
+                    format!("const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n{SOURCE}");
+                let module = self
+                    .device
+                    .create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some("count.wgsl"),
+                        source: wgpu::ShaderSource::Wgsl(source.into()),
+                    });
+                let layout = self
+                    .device
+                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some("count"),
+                        bind_group_layouts: &[Some(&self.layout)],
+                        immediate_size: 0,
+                    });
+                self.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some("count"),
+                        layout: Some(&layout),
+                        module: &module,
+                        entry_point: Some("main"),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
+            })
+            .clone()
+    }
+
+    /// Counts every job of `p`: completions and queens placed per job.
+    /// `None` once `stop` is set (looked at between rounds).
+    pub fn count(
+        &self,
+        p: &Prepared,
+        launch: &Launch,
+        stop: &AtomicBool,
+    ) -> Result<Option<JobCounts>, DeviceError> {
+        if p.jobs.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let wg = self.workgroup(p.levels)?;
+        let jobs = u32::try_from(p.jobs.len())
+            .map_err(|_| DeviceError::Failed("too many jobs for one count".into()))?;
+        let groups = jobs
+            .min(launch.slots)
+            .div_ceil(wg)
+            .min(self.limits.max_compute_workgroups_per_dimension)
+            .max(1);
+        let run = Run::new(self, p, launch, wg, groups)?;
+        let pipeline = self.pipeline(wg, p.levels);
+        let mut launches = 1;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let done = run.round(&pipeline, groups, launches)?;
+            if done >= jobs {
+                break;
+            }
+            launches = (launches * 2).min(launch.max_launches.max(1));
+        }
+        run.results(launch.bias).map(Some)
+    }
+}
+
+/// The buffers of one count.
+struct Run<'k> {
+    kernel: &'k Kernel,
+    bind: wgpu::BindGroup,
+    control: wgpu::Buffer,
+    results: wgpu::Buffer,
+    jobs: usize,
+}
+
+impl<'k> Run<'k> {
+    fn new(
+        kernel: &'k Kernel,
+        p: &Prepared,
+        launch: &Launch,
+        wg: u32,
+        groups: u32,
+    ) -> Result<Run<'k>, DeviceError> {
+        let device = &kernel.device;
+        let slots = (groups * wg) as usize;
+        let words = |data: &[u32], label, usage| {
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: &as_bytes(data),
+                usage,
+            })
+        };
+        let storage = wgpu::BufferUsages::STORAGE;
+        let params = words(
+            &[p.jobs.len() as u32, launch.steps, 0, 0],
+            "params",
+            wgpu::BufferUsages::UNIFORM,
+        );
+        let tables = words(&p.tables, "tables", storage);
+        let flat: Vec<u32> = p.jobs.iter().flatten().copied().collect();
+        let jobs = words(&flat, "jobs", storage);
+        let mut idle = vec![0u32; slots * 8];
+        idle.iter_mut().step_by(8).for_each(|w| *w = u32::MAX);
+        let slot_buf = words(&idle, "slots", storage);
+        let stacks = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("stacks"),
+            size: (slots as u64 * u64::from(p.levels) * u64::from(RECORD)).max(16),
+            usage: storage,
+            mapped_at_creation: false,
+        });
+        let (lo, hi) = (launch.bias as u32, (launch.bias >> 32) as u32);
+        let start: Vec<u32> = [lo, hi, lo, hi].repeat(p.jobs.len());
+        let copy = wgpu::BufferUsages::COPY_SRC;
+        let results = words(&start, "results", storage | copy);
+        let control = words(&[0, 0], "control", storage | copy);
+        let buffers = [
+            &params, &tables, &jobs, &slot_buf, &stacks, &results, &control,
+        ];
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("count"),
+            layout: &kernel.layout,
+            entries: &entries,
+        });
+        Ok(Run {
+            kernel,
+            bind,
+            control,
+            results,
+            jobs: p.jobs.len(),
+        })
+    }
+
+    /// Submits `launches` launches, then reads how many jobs are done.
+    fn round(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        groups: u32,
+        launches: u32,
+    ) -> Result<u32, DeviceError> {
+        let mut encoder = self
+            .kernel
+            .device
+            .create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &self.bind, &[]);
+            for _ in 0..launches {
+                pass.dispatch_workgroups(groups, 1, 1);
+            }
+        }
+        let words = self.read(encoder, &self.control, 8)?;
+        Ok(words[1])
+    }
+
+    /// Every job's counts, less the bias.
+    fn results(&self, bias: u64) -> Result<JobCounts, DeviceError> {
+        let encoder = self
+            .kernel
+            .device
+            .create_command_encoder(&Default::default());
+        let words = self.read(encoder, &self.results, self.jobs as u64 * 16)?;
+        words
+            .chunks_exact(4)
+            .map(|w| {
+                let wide =
+                    |lo: u32, hi: u32| (u64::from(hi) << 32 | u64::from(lo)).checked_sub(bias);
+                match (wide(w[0], w[1]), wide(w[2], w[3])) {
+                    (Some(s), Some(n)) => Ok((s, n)),
+                    _ => Err(DeviceError::Overflow),
+                }
+            })
+            .collect()
+    }
+
+    /// Finishes `encoder` with a copy of `bytes` of `from`, submits it and
+    /// reads the copy back.
+    fn read(
+        &self,
+        mut encoder: wgpu::CommandEncoder,
+        from: &wgpu::Buffer,
+        bytes: u64,
+    ) -> Result<Vec<u32>, DeviceError> {
+        let device = &self.kernel.device;
+        let back = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ,
+            mapped_at_creation: false,
+        });
+        encoder.copy_buffer_to_buffer(from, 0, &back, 0, bytes);
+        self.kernel.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        back.slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| drop(tx.send(r)));
+        let failed = |e: &dyn std::fmt::Display| DeviceError::Failed(e.to_string());
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| failed(&e))?;
+        rx.recv().map_err(|e| failed(&e))?.map_err(|e| failed(&e))?;
+        let view = back.slice(..).get_mapped_range().map_err(|e| failed(&e))?;
+        let words = view
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        drop(view);
+        back.unmap();
+        Ok(words)
+    }
+}
+
+/// The bytes of `words`, little-endian (as shaders read them).
+fn as_bytes(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}

@@ -1,0 +1,22 @@
+//! Counting on graphics cards: the engine's interior search as a WGSL
+//! compute shader, run through wgpu on Vulkan, Metal or DX12.
+//!
+//! A [`Card`] is a [`Device`]: a plan given one counts its backtracking
+//! subproblems here instead of in the CPU's lanes, with the same
+//! completions and queens placed (so the same tallies and checksums).
+//!
+//! - [`cards`]: the adapters this machine has, opened as cards.
+//! - [`kernel`]: the shader, its buffers and the launches (a bounded
+//!   number of steps each, every thread's search resumed from a buffer).
+//! - [`jobs`]: interiors cut into enough start states to fill a card.
+//!
+//! Nothing here needs a GPU SDK to build: the Vulkan loader is opened at
+//! run time, and a machine without one (or without any adapter) simply
+//! has no cards.
+
+pub mod cards;
+pub mod jobs;
+pub mod kernel;
+
+pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
+pub use nqueens_common::engine::device::{Device, DeviceError};

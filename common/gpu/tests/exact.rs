@@ -1,0 +1,126 @@
+//! The GPU kernel against the CPU engine, on whatever device this machine
+//! has (in CI: Mesa's lavapipe, a Vulkan device on the CPU). Without any
+//! device every test prints why and passes.
+
+use nqueens_common::engine::device::Device;
+use nqueens_common::engine::interior::Start;
+use nqueens_common::engine::lanes::{count_below, Path};
+use nqueens_common::known::known;
+use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::Size;
+use nqueens_gpu::{first_card, Card};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// The machine's card with short launches (so every search is resumed
+/// many times), or `None` with the reason printed.
+fn card(steps: u32) -> Option<Card> {
+    match first_card() {
+        Ok(card) => {
+            let mut t = card.tuning();
+            t.launch.steps = steps;
+            println!("counting on {}", card.name());
+            Some(card.tuned(t))
+        }
+        Err(e) if std::env::var_os("NQUEENS_REQUIRE_GPU").is_some() => {
+            panic!("NQUEENS_REQUIRE_GPU is set, and there is no device: {e}")
+        }
+        Err(e) => {
+            println!("skipped: no GPU or software Vulkan device ({e})");
+            None
+        }
+    }
+}
+
+fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
+    PlanSpec::backtracking(Size::new(n).unwrap(), strategy, depth, tasks)
+}
+
+/// Every task of a plan: the same tally and checksum on the card as on the
+/// CPU, and the published counts at the end.
+fn same_as_cpu(card: &Arc<dyn Device>, spec: PlanSpec) {
+    let cpu = Plan::new(spec).unwrap().with_path(Some(Path::Scalar));
+    let gpu = Plan::new(spec).unwrap().with_device(Some(Arc::clone(card)));
+    let schedule = cpu.schedule();
+    let mut tally = nqueens_common::plan::Tally::default();
+    for task in &schedule.tasks {
+        let want = cpu.count_task_checked(&task).unwrap();
+        let got = gpu.count_task_checked(&task).unwrap();
+        assert_eq!(got, want, "{spec:?} task {task:?}");
+        tally.merge(&got.0).unwrap();
+    }
+    let totals = gpu.finish(&tally).unwrap();
+    let k = known(spec.n.get()).unwrap();
+    let got = (totals.total().unwrap(), totals.unique().unwrap());
+    assert_eq!(got, (k.total, k.unique), "{spec:?}");
+}
+
+#[test]
+fn every_strategy_counts_every_n_up_to_14_as_the_cpu_does() {
+    let Some(card) = card(1000) else { return };
+    let card: Arc<dyn Device> = Arc::new(card);
+    for n in 4..=14 {
+        same_as_cpu(&card, spec(n, Strategy::Frame, 1, 3));
+        if n >= 8 {
+            same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
+            same_as_cpu(&card, spec(n, Strategy::Frame, 2, 2));
+            same_as_cpu(&card, spec(n, Strategy::Rings, 2, 2));
+        }
+    }
+}
+
+/// Seeded random pieces of real prefix, ring and frame plans of
+/// N = 19..=32 (taken down to 11 free rows): the card's completions and
+/// queens placed are the CPU lanes', interior by interior.
+#[test]
+fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
+    let Some(card) = card(4096) else { return };
+    let never = AtomicBool::new(false);
+    for n in 19..=32u32 {
+        for (strategy, depth) in [
+            (Strategy::Prefix, 4),
+            (Strategy::Frame, 1),
+            (Strategy::Frame, 2),
+        ] {
+            let plan = Plan::new(spec(n, strategy, depth, 1)).unwrap();
+            let pieces = plan.random_pieces(u64::from(n) * 7919 + u64::from(depth), 6, 11);
+            let froms = vec![Start::default(); pieces.len()];
+            let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
+                .unwrap()
+                .unwrap();
+            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+            assert_eq!(got, want, "N={n} {strategy} depth {depth}");
+        }
+    }
+}
+
+/// Every job's counters start just below 2^32: the kernel carries into
+/// the high words, and the counts are still exact.
+#[test]
+fn counters_carry_past_32_bits() {
+    let Some(card) = card(4096) else { return };
+    let mut t = card.tuning();
+    t.launch.bias = (1 << 32) - 3;
+    let card: Arc<dyn Device> = Arc::new(card.tuned(t));
+    same_as_cpu(&card, spec(12, Strategy::Frame, 1, 2));
+}
+
+/// One step per launch at the extreme: every search stops and resumes at
+/// every node, and nothing is lost or counted twice.
+#[test]
+fn searches_resume_exactly_after_every_step() {
+    let Some(card) = card(1) else { return };
+    let card: Arc<dyn Device> = Arc::new(card);
+    same_as_cpu(&card, spec(9, Strategy::Frame, 1, 1));
+    same_as_cpu(&card, spec(10, Strategy::Prefix, 2, 1));
+}
+
+#[test]
+fn a_count_stops_when_asked() {
+    let Some(card) = card(16) else { return };
+    let plan = Plan::new(spec(13, Strategy::Frame, 1, 1)).unwrap();
+    let pieces = plan.random_pieces(1, 4, 12);
+    let froms = vec![Start::default(); pieces.len()];
+    let stop = AtomicBool::new(true);
+    assert_eq!(card.count_below(&pieces, &froms, &stop).unwrap(), None);
+}

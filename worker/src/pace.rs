@@ -1,0 +1,124 @@
+//! How many tasks a worker keeps in hand: enough that no counting thread
+//! and no card waits for its next task, and no more than its measured rate
+//! finishes in [`AHEAD`]. A card finishes tasks many times faster than a
+//! CPU thread, so a fixed number per thread would starve a GPU worker, and
+//! a CPU worker on long tasks would hold hours of work that another worker
+//! could have taken.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Work to keep queued beyond the running tasks, at the measured rate:
+/// many lease round trips, even over a slow link, and a short tail when a
+/// job ends (the last worker's queue is at most this much work).
+pub const AHEAD: Duration = Duration::from_secs(5);
+
+/// Tasks queued at most per slot, whatever the rate: a worker on tiny
+/// tasks does not take a whole job from the others.
+pub const MAX_AHEAD_PER_SLOT: usize = 64;
+
+/// Tasks queued at most, whatever the rate and the slots.
+pub const MAX_AHEAD: usize = 2048;
+
+/// Tasks held at most, running and queued: a heartbeat names every lease
+/// held, and a coordinator takes at most 4,096 in one.
+pub const MAX_HELD: usize = 4096;
+
+/// Finished tasks the rate is measured over.
+const WINDOW: usize = 256;
+
+/// A worker's pace: its slots (CPU threads and card feeders) and when its
+/// latest tasks finished.
+#[derive(Debug)]
+pub struct Pace {
+    slots: usize,
+    finished: VecDeque<Instant>,
+}
+
+impl Pace {
+    pub fn new(slots: usize) -> Pace {
+        Pace {
+            slots: slots.max(1),
+            finished: VecDeque::with_capacity(WINDOW),
+        }
+    }
+
+    /// A task finished (counted, or stopped) at `at`.
+    pub fn finished(&mut self, at: Instant) {
+        if self.finished.len() == WINDOW {
+            self.finished.pop_front();
+        }
+        self.finished.push_back(at);
+    }
+
+    /// Tasks finished per second, once two have finished.
+    fn rate(&self, now: Instant) -> Option<f64> {
+        let first = *self.finished.front()?;
+        let span = now.saturating_duration_since(first).as_secs_f64();
+        (self.finished.len() >= 2 && span > 0.0).then(|| (self.finished.len() - 1) as f64 / span)
+    }
+
+    /// Tasks to keep queued beyond the running ones: two per slot until a
+    /// rate is known, then what the rate finishes in [`AHEAD`] (at least
+    /// one, at most [`MAX_AHEAD_PER_SLOT`] a slot and [`MAX_AHEAD`]).
+    pub fn ahead(&self, now: Instant) -> usize {
+        let most = (MAX_AHEAD_PER_SLOT * self.slots).min(MAX_AHEAD);
+        match self.rate(now) {
+            None => 2 * self.slots,
+            Some(rate) => ((rate * AHEAD.as_secs_f64()).ceil() as usize).clamp(1, most),
+        }
+    }
+
+    /// Tasks to hold in all (running and queued), at most [`MAX_HELD`].
+    pub fn target(&self, now: Instant) -> usize {
+        (self.slots + self.ahead(now)).min(MAX_HELD)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before any task finished: three per slot, as a fixed rule would.
+    #[test]
+    fn a_new_worker_holds_three_tasks_a_slot() {
+        let p = Pace::new(4);
+        assert_eq!(p.target(Instant::now()), 12);
+    }
+
+    /// A card that finishes 50 tasks a second keeps 5 seconds of them
+    /// queued; two threads on hour-long tasks keep one queued, not hours;
+    /// a worker on tiny tasks keeps at most 64 a slot.
+    #[test]
+    fn what_is_held_follows_the_measured_rate() {
+        let t0 = Instant::now();
+        let mut fast = Pace::new(6);
+        for i in 0..=100 {
+            fast.finished(t0 + Duration::from_millis(20 * i));
+        }
+        let now = t0 + Duration::from_secs(2);
+        assert_eq!(fast.ahead(now), 250);
+        assert_eq!(fast.target(now), 256);
+        let mut one = Pace::new(1);
+        for i in 0..=100 {
+            one.finished(t0 + Duration::from_millis(20 * i));
+        }
+        assert_eq!(one.ahead(now), MAX_AHEAD_PER_SLOT);
+
+        let mut slow = Pace::new(2);
+        slow.finished(t0);
+        slow.finished(t0 + Duration::from_secs(1800));
+        assert_eq!(slow.ahead(t0 + Duration::from_secs(3600)), 1);
+        assert_eq!(slow.target(t0 + Duration::from_secs(3600)), 3);
+
+        let mut flood = Pace::new(100);
+        for _ in 0..WINDOW {
+            flood.finished(t0);
+        }
+        assert_eq!(flood.ahead(t0 + Duration::from_millis(1)), MAX_AHEAD);
+        let mut wide = Pace::new(4000);
+        wide.finished(t0);
+        wide.finished(t0 + Duration::from_millis(1));
+        assert_eq!(wide.target(t0 + Duration::from_millis(1)), MAX_HELD);
+    }
+}
