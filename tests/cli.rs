@@ -842,3 +842,25 @@ fn estimate_projects_gpu_hours_from_a_measured_rate() {
     let o = nqueens(&["plan", "19", "--estimate", "--gpu-rate", "-1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// `submit --cross-device` is refused before any call (exit 2) without
+/// redundancy, and for a plan counted by the join (the default mode of
+/// N=18..21), which no card counts.
+#[test]
+fn cross_device_needs_redundancy_and_a_backtracking_plan() {
+    let at = ["--coordinator", "http://127.0.0.1:9"];
+    for (args, why) in [
+        (
+            &["submit", "12", "--cross-device"][..],
+            "--redundancy 2 or 3",
+        ),
+        (
+            &["submit", "20", "--redundancy", "2", "--cross-device"],
+            "--mode backtrack",
+        ),
+    ] {
+        let o = nqueens(&[args, &at[..]].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -233,15 +233,18 @@ async fn a_card_and_a_cpu_agree_on_every_task() {
     );
     assert_eq!(code, 0, "{err}");
     let id = kit::dec(&lines[0]["job"]).to_string();
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
     let mut card = kit::Worker(
         kit::worker_cmd(&c.url, "card", 1)
             .args(["--core", "gpu", "--gpus", "auto"])
+            .stderr(log("card.log"))
             .spawn()
             .unwrap(),
     );
     let mut cpu = kit::Worker(
         kit::worker_cmd(&c.url, "cpu", 1)
             .args(["--gpus", "none"])
+            .stderr(log("cpu.log"))
             .spawn()
             .unwrap(),
     );
@@ -261,8 +264,13 @@ async fn a_card_and_a_cpu_agree_on_every_task() {
         let version = w["solver_version"].as_str().unwrap();
         assert_eq!(version.contains("gpu:"), gpu, "{w}");
     }
-    for w in [&mut card, &mut cpu] {
+    for (name, w) in [("card", &mut card), ("cpu", &mut cpu)] {
         kit::terminate(w);
-        assert!(w.wait().unwrap().success());
+        let status = w.wait().unwrap();
+        let log = std::fs::read_to_string(dir.path().join(format!("{name}.log"))).unwrap();
+        assert!(
+            status.success(),
+            "the {name} worker ended {status:?}:\n{log}"
+        );
     }
 }

@@ -20,22 +20,24 @@ pub fn forced(core: Option<Path>) -> Result<Option<Arc<dyn Device>>, Failure> {
     Ok(Some(Arc::new(card)))
 }
 
-/// A worker's cards: those `--gpus` names (`auto`: every hardware GPU),
-/// or with `--core gpu` and `--gpus auto` the best card here, software
-/// included. A card `--gpus` lists that cannot be opened is bad input; one
-/// that `auto` finds and cannot open is left out with a warning.
+/// A worker's cards: those `--gpus` names (`auto`: every hardware GPU).
+/// With `--core gpu` and `--gpus auto` on a machine with no hardware GPU,
+/// the best device there is (a software one, as in CI). A card `--gpus`
+/// lists that cannot be opened is bad input; one that `auto` finds and
+/// cannot open is left out with a warning.
 pub fn for_worker(core: Option<Path>, gpus: &Choice) -> Result<Vec<Arc<dyn Device>>, Failure> {
-    if core == Some(Path::Gpu) && *gpus == Choice::None {
+    let on_cards = core == Some(Path::Gpu);
+    if on_cards && *gpus == Choice::None {
         return Err(Failure::BadInput(
             "--core gpu counts on graphics cards, and --gpus none leaves none: drop one".into(),
         ));
     }
-    if core == Some(Path::Gpu) && *gpus == Choice::Auto {
-        return Ok(forced(core)?.into_iter().collect());
-    }
     let (opened, skipped) = cards(gpus).map_err(|e| Failure::BadInput(format!("--gpus: {e}")))?;
     for why in skipped {
         eprintln!("warning: GPU left out: {why}");
+    }
+    if on_cards && opened.is_empty() {
+        return Ok(forced(core)?.into_iter().collect());
     }
     Ok(opened
         .into_iter()

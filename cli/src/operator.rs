@@ -170,6 +170,13 @@ pub fn submit(
                 .into(),
         ));
     }
+    if check.cross_device && plan.spec.mode == nqueens_common::plan::Mode::Join {
+        return Err(Failure::BadInput(
+            "--cross-device has each checked task counted on a GPU and on a CPU, and the join \
+             counts on CPUs only: add --mode backtrack"
+                .into(),
+        ));
+    }
     on_runtime(async {
         let mut op = Operator::new(c)?;
         let job = op.submit(&plan, check).await?;

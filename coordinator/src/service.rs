@@ -6,7 +6,7 @@ use crate::core::{CoordError, Coordinator};
 use crate::journal::JournalError;
 use crate::state::{Checking, JobState, LeaseRef, StateError, Verdict};
 use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
-use nqueens_common::plan::PlanSpec;
+use nqueens_common::plan::{Mode, PlanSpec};
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
@@ -366,6 +366,12 @@ impl OperatorService for Operators {
         if req.cross_device && req.redundancy < 2 {
             return Err(Status::invalid_argument(
                 "cross_device checks a task on a card and on a CPU: it needs redundancy 2 or 3",
+            ));
+        }
+        if req.cross_device && spec.mode == Mode::Join {
+            return Err(Status::invalid_argument(
+                "cross_device checks a task on a card and on a CPU, and the join counts on CPUs \
+                 only: submit the job with mode backtrack",
             ));
         }
         let checking = Checking {

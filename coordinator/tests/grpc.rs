@@ -258,6 +258,25 @@ async fn every_invalid_input_gets_its_status() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
+    // A cross-device check needs redundancy, and a plan a card can count.
+    let mut joined = spec(12, Strategy::Frame, 3);
+    joined.mode = v1::Mode::Join as i32;
+    for (plan, redundancy, why) in [
+        (spec(12, Strategy::Frame, 3), 1, "redundancy 2 or 3"),
+        (joined, 2, "mode backtrack"),
+    ] {
+        let e = ops
+            .submit_job(v1::SubmitJobRequest {
+                plan: Some(plan),
+                redundancy,
+                cross_device: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        assert!(e.message().contains(why), "{e}");
+    }
     // A runaway plan (N=32, 11 prefix rows: ~10^14 subproblems) is refused
     // with its size at submit, before any planning, and makes no job.
     let mut runaway = spec(32, Strategy::Prefix, 5);

@@ -5,11 +5,11 @@
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
-use nqueens_common::plan::{Plan, PlanSpec};
+use nqueens_common::plan::{Plan, PlanError, PlanSpec};
 use nqueens_proto::v1;
 use nqueens_proto::{tally_to_wire, task_from_wire};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,15 +33,19 @@ struct Shared {
     /// The plan of the last task, kept for the next of the same job: a
     /// halves plan's quarter tables are built once, not per task.
     plan: Mutex<Option<Plan>>,
-    /// Whether the pool has CPU threads, and card feeders: a task asked
-    /// for on a kind of device the pool lacks is counted on what it has.
-    kinds: (bool, bool),
+    /// Whether the pool has CPU threads: a task asked for on a kind of
+    /// device the pool lacks is counted on what it has.
+    cpu: bool,
+    /// Card feeders still running (one whose card failed stops).
+    feeders: AtomicUsize,
 }
 
 #[derive(Default)]
 struct Queue {
     tasks: VecDeque<(v1::Lease, Arc<AtomicBool>)>,
     closed: bool,
+    /// Counting threads still running.
+    alive: usize,
 }
 
 impl Pool {
@@ -62,7 +66,8 @@ impl Pool {
             core,
             budget,
             plan: Mutex::new(None),
-            kinds: (threads > 0, !devices.is_empty()),
+            cpu: threads > 0,
+            feeders: AtomicUsize::new(devices.len() * FEEDERS_PER_CARD),
         });
         let cpu = (0..threads).map(|i| (format!("count-{i}"), None));
         let feeders = devices.iter().enumerate().flat_map(|(g, d)| {
@@ -70,9 +75,13 @@ impl Pool {
         });
         for (name, device) in cpu.chain(feeders) {
             let (shared, done) = (Arc::clone(&shared), done.clone());
+            shared.queue.lock().expect("queue lock").alive += 1;
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || count_loop(&shared, device, &done))
+                .spawn(move || {
+                    let _ending = Ending(&shared);
+                    count_loop(&shared, device, &done);
+                })
                 .expect("cannot start a counting thread");
         }
         Pool { shared }
@@ -90,6 +99,12 @@ impl Pool {
         self.queue().tasks.push_back((lease, stop));
         // Wake them all: the first awake may be of the wrong kind for it.
         self.shared.ready.notify_all();
+    }
+
+    /// Whether any thread can still count (every card may have failed in a
+    /// worker without CPU threads): a worker that cannot leases nothing.
+    pub fn can_count(&self) -> bool {
+        self.shared.can_count()
     }
 
     /// Tasks queued and not yet started.
@@ -112,12 +127,43 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// Threads end after their current task (stop it first to end sooner).
+    /// Threads end after their current task (stop it first to end
+    /// sooner). The drop waits for them (up to [`END_WAIT`]), so a card's
+    /// device is closed by the thread that held it before the process
+    /// exits, not torn down under it.
     fn drop(&mut self) {
-        self.queue().closed = true;
+        let mut q = self.queue();
+        q.closed = true;
         self.shared.ready.notify_all();
+        let deadline = std::time::Instant::now() + END_WAIT;
+        while q.alive > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!("{} counting threads still busy at exit", q.alive);
+                return;
+            }
+            q = match self.shared.ready.wait_timeout(q, left) {
+                Ok((q, _)) => q,
+                Err(e) => e.into_inner().0,
+            };
+        }
     }
 }
+
+/// Counts a counting thread out when it ends, panicking or not (after
+/// its card, if it held the last reference, is closed).
+struct Ending<'a>(&'a Shared);
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.alive -= 1;
+        self.0.ready.notify_all();
+    }
+}
+
+/// How long dropping the pool waits for its threads to end.
+const END_WAIT: Duration = Duration::from_secs(10);
 
 /// Threads that feed one card, each counting its own task: while the card
 /// counts one task's batch, the other thread cuts its next batch into
@@ -145,19 +191,65 @@ fn count_loop(
                 q = shared.ready.wait(q).expect("queue lock");
             }
         };
-        let out = count(shared, device.as_ref(), &lease, &stop);
+        let counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            count(shared, device.as_ref(), &lease, &stop)
+        }));
+        let (out, failed) = match (counted, &device) {
+            (Ok(Ok(out)), _) => (out, None),
+            (Ok(Err(why)), Some(card)) => (None, Some(format!("{}: {why}", card.name()))),
+            (Err(_), Some(card)) => (None, Some(format!("{} panicked", card.name()))),
+            (Ok(Err(_)), None) => (None, None),
+            (Err(panic), None) => std::panic::resume_unwind(panic),
+        };
+        if let Some(why) = failed {
+            card_failed(shared, &why, (lease, stop), done);
+            return;
+        }
         if done.send((lease, out)).is_err() {
             return;
         }
     }
 }
 
+/// A feeder's card failed (an error or a panic while counting `task`): a
+/// card that failed once is not trusted again, so this feeder stops. The
+/// task goes back to the queue for the threads left; with none left, it
+/// and every queued task are given up (their leases run out at the
+/// coordinator, and other workers take them).
+fn card_failed(
+    shared: &Shared,
+    why: &str,
+    task: (v1::Lease, Arc<AtomicBool>),
+    done: &mpsc::UnboundedSender<Counted>,
+) {
+    tracing::error!("graphics card failed, no more tasks go to it: {why}");
+    shared.feeders.fetch_sub(1, Ordering::Relaxed);
+    let orphans: Vec<_> = {
+        let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.tasks.push_front(task);
+        if shared.can_count() {
+            Vec::new()
+        } else {
+            q.tasks.drain(..).collect()
+        }
+    };
+    shared.ready.notify_all();
+    for (lease, _) in orphans {
+        let _ = done.send((lease, None));
+    }
+}
+
 impl Shared {
+    /// Whether any thread can still count: CPU threads, or a card's feeder.
+    fn can_count(&self) -> bool {
+        self.cpu || self.feeders.load(Ordering::Relaxed) > 0
+    }
+
     /// Whether a thread on a card (`card`) or on the CPU takes `lease`:
     /// a task asked for on one kind of device goes to a thread of that
     /// kind, where the pool has one.
     fn takes(&self, lease: &v1::Lease, card: bool) -> bool {
-        let (cpu, cards) = self.kinds;
+        let (cpu, cards) = (self.cpu, self.feeders.load(Ordering::Relaxed) > 0);
         match v1::CountOn::try_from(lease.count_on).unwrap_or(v1::CountOn::Any) {
             v1::CountOn::Any => true,
             v1::CountOn::Card => card || !cards,
@@ -182,34 +274,42 @@ impl Shared {
 
 /// Counts one task; `None` when stopped or when the task does not decode
 /// or cannot be counted here (its lease then runs out, and the task goes
-/// to another worker).
+/// to another worker); an error when the card it was counted on failed.
 fn count(
     shared: &Shared,
     device: Option<&Arc<dyn Device>>,
     lease: &v1::Lease,
     stop: &AtomicBool,
-) -> Option<(v1::TaskResult, u64, Duration)> {
+) -> Result<Option<(v1::TaskResult, u64, Duration)>, String> {
     if stop.load(Ordering::Relaxed) {
-        return None;
+        return Ok(None);
     }
     let started = std::time::Instant::now();
-    let (spec, task) = match task_from_wire(lease.task.as_ref()?) {
+    let Some(wire) = lease.task.as_ref() else {
+        return Ok(None);
+    };
+    let (spec, task) = match task_from_wire(wire) {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(error = %e, "the coordinator sent a task that does not decode; skipping it");
-            return None;
+            return Ok(None);
         }
     };
-    let plan = shared.plan(spec)?.with_device(device.cloned());
+    let Some(plan) = shared.plan(spec) else {
+        return Ok(None);
+    };
+    let plan = plan.with_device(device.cloned());
     let (tally, checksum, path) = match plan.count_task_on(&task, stop) {
-        Ok(counted) => counted?,
+        Ok(Some(counted)) => counted,
+        Ok(None) => return Ok(None),
+        Err(PlanError::Device(e)) => return Err(e.to_string()),
         Err(e) => {
             tracing::error!(
                 task = task.index,
                 "cannot count this task here: {e}; it goes back to the coordinator when its lease \
                  runs out"
             );
-            return None;
+            return Ok(None);
         }
     };
     let elapsed = started.elapsed();
@@ -219,7 +319,7 @@ fn count(
         solver_version: result_version(path, device),
         ..tally_to_wire(&tally)
     };
-    Some((result, task.subproblems, elapsed))
+    Ok(Some((result, task.subproblems, elapsed)))
 }
 
 /// A result's version: the build and what counted it, `0.1.0 avx512` or

@@ -262,7 +262,7 @@ pub async fn run_with(
             .target(now)
             .saturating_sub(held.len())
             .min(MAX_LEASE_BATCH);
-        let low = pool.queued() < pace.ahead(now).div_ceil(2);
+        let low = pool.queued() < pace.ahead(now).div_ceil(2) && pool.can_count();
         if drain_deadline.is_none() && low && want > 0 && Instant::now() >= next_lease_at {
             let req = v1::LeaseRequest {
                 worker_id: name.clone(),
@@ -322,8 +322,10 @@ pub async fn run_with(
         tokio::select! {
             Some((lease, out)) = finished.recv() => {
                 held.remove(&lease.lease_id);
-                pace.finished(std::time::Instant::now());
                 if let Some((result, subproblems, elapsed)) = out {
+                    // Only counted tasks make the pace: tasks that fail at
+                    // once must not make the worker lease more.
+                    pace.finished(std::time::Instant::now());
                     subproblems_done += subproblems;
                     stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);
                     let item = v1::ReportItem { lease: Some(lease_ref(&lease)), result: Some(result) };

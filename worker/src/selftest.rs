@@ -153,7 +153,8 @@ fn plan(spec: PlanSpec, path: Option<Path>, fault: bool) -> Result<(), String> {
 /// adds one to N=12's total; `on` says where it counted, for the message.
 fn checked(plan: &Plan, fault: bool, on: &str) -> Result<(), String> {
     let (n, strategy, mode) = (plan.spec.n.get(), plan.spec.strategy, plan.spec.mode);
-    let s = solve_plan(plan, &plan.schedule(), 1).map_err(|e| e.to_string())?;
+    let s = solve_plan(plan, &plan.schedule(), 1)
+        .map_err(|e| format!("N={n} by the {strategy} strategy {on}: {e}"))?;
     let mut total = s.total().map_err(|e| e.to_string())?;
     if fault && n == 12 {
         total += 1;

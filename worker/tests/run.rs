@@ -1,6 +1,9 @@
 //! The worker against a coordinator started by the test (in-process, real
 //! gRPC on loopback).
 
+use nqueens_common::engine::counts::PieceCounts;
+use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::engine::interior::{Interior, Start};
 use nqueens_common::engine::join::Budget;
 use nqueens_common::plan::Strategy;
 use nqueens_coordinator::core::{Clock, ManualClock, SystemClock};
@@ -11,6 +14,7 @@ use nqueens_testkit as kit;
 use nqueens_worker::run::{run, run_with, Config, SelfTest, Summary, WorkerError};
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -235,4 +239,67 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
     let e = run(config, rx).await.unwrap_err();
     assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
     assert!(e.to_string().contains("must not report results"), "{e}");
+}
+
+/// A card that fails on every count.
+#[derive(Debug)]
+struct Broken;
+
+impl Device for Broken {
+    fn name(&self) -> &str {
+        "gpu:broken (test)"
+    }
+
+    fn count_below(
+        &self,
+        _: &[Interior],
+        _: &[Start],
+        _: &AtomicBool,
+    ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
+        Err(DeviceError::Failed("device lost".into()))
+    }
+}
+
+/// A card that fails while the worker counts: its feeders stop, the task
+/// it failed goes back to the queue, and the CPU thread counts the whole
+/// job exactly (nothing waits for a lease to run out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_card_hands_its_tasks_to_the_cpu_threads() {
+    let dir = kit::tempdir();
+    let r = on_any_port(dir.path()).await;
+    let id = submit(&r, 11, 30).await;
+    let config = Config {
+        devices: vec![Arc::new(Broken)],
+        self_test: SelfTest::Passed,
+        ..worker_config(&r, 1)
+    };
+    let (stop, worker) = spawn_worker(config);
+    let j = watch_until(&r, id, kit::done).await;
+    assert_eq!(kit::counts(&j), (2_680, 341));
+    stop.send(()).unwrap();
+    let summary = worker.await.unwrap().unwrap();
+    assert_eq!(summary.reported, j.tasks);
+    r.shutdown().await.unwrap();
+}
+
+/// The self-test counts on every card and names the one that fails.
+#[tokio::test]
+async fn a_card_that_fails_its_self_test_stops_the_worker() {
+    let config = Config {
+        coordinator: "http://127.0.0.1:9".into(),
+        threads: 1,
+        token: None,
+        tls_ca: None,
+        tls_identity: None,
+        name: None,
+        grace: Duration::from_secs(1),
+        self_test: SelfTest::Run,
+        core: None,
+        devices: vec![Arc::new(Broken)],
+        budget: Budget::default(),
+    };
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let e = run(config, rx).await.unwrap_err();
+    assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
+    assert!(e.to_string().contains("on gpu:broken (test)"), "{e}");
 }

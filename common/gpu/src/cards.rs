@@ -69,6 +69,7 @@ impl Tuning {
                 slots: slots.max(1),
                 max_launches: if software { 4 } else { 64 },
                 bias: 0,
+                run_jobs: 1 << 22,
             },
             jobs: slots as usize * 4,
         }
@@ -183,9 +184,13 @@ pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
             }
         }
         _ => {
+            let mut seen = std::collections::HashSet::new();
             for a in &all {
                 let info = a.get_info();
-                if info.device_type == wgpu::DeviceType::Cpu {
+                // One card may show through two APIs (Vulkan and DX12 on
+                // Windows): it is opened once, through the first.
+                let card = (info.vendor, info.device, info.name.clone());
+                if info.device_type == wgpu::DeviceType::Cpu || !seen.insert(card) {
                     continue;
                 }
                 match Card::open(a) {

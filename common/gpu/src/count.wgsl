@@ -61,7 +61,7 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(4) var<storage, read_write> stacks: array<vec4<u32>>;
 // Per job: completions (low, high word), queens placed (low, high word).
 @group(0) @binding(5) var<storage, read_write> results: array<vec4<u32>>;
-// [0]: the next job to take; [1]: jobs finished.
+// [0]: the next job to take (at most jobs + slots); [1]: jobs finished.
 @group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 2>;
 
 // Each thread's rows, level-major: a warp's threads touch consecutive words.
@@ -96,6 +96,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     var nodes = 0u;
     for (var step = 0u; step < params.steps; step++) {
         if s.job == NONE {
+            // Once the queue is empty, idle slots stop taking from it, so
+            // the counter passes the number of jobs by at most the slots
+            // that looked at once, and never wraps round.
+            if atomicLoad(&control[0]) >= params.jobs {
+                break;
+            }
             let j = atomicAdd(&control[0], 1u);
             if j >= params.jobs {
                 break;

@@ -32,6 +32,9 @@ pub struct Launch {
     /// Added to every job's two counters before the count and taken off
     /// after: a test that counters carry past 32 bits (0 otherwise).
     pub bias: u64,
+    /// Jobs in one set of buffers at most (fewer where the card's buffer
+    /// limits say so); more jobs go in several runs.
+    pub run_jobs: usize,
 }
 
 /// A device, its queue and the shader's pipelines.
@@ -153,26 +156,59 @@ impl Kernel {
         launch: &Launch,
         stop: &AtomicBool,
     ) -> Result<Option<JobCounts>, DeviceError> {
-        if p.jobs.is_empty() {
-            return Ok(Some(Vec::new()));
+        // The jobs go in runs that fit the card's buffers (32 bytes a job).
+        let fit = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
+            / 32;
+        let most = usize::try_from(fit)
+            .unwrap_or(usize::MAX)
+            .min(launch.run_jobs)
+            .max(1);
+        let mut out = Vec::with_capacity(p.jobs.len());
+        for part in p.jobs.chunks(most) {
+            let Some(counted) = self.count_run(p, part, launch, stop)? else {
+                return Ok(None);
+            };
+            out.extend(counted);
         }
+        Ok(Some(out))
+    }
+
+    /// Counts `part` of the jobs of `p`, in one set of buffers.
+    fn count_run(
+        &self,
+        p: &Prepared,
+        part: &[[u32; 8]],
+        launch: &Launch,
+        stop: &AtomicBool,
+    ) -> Result<Option<JobCounts>, DeviceError> {
         let wg = self.workgroup(p.levels)?;
-        let jobs = u32::try_from(p.jobs.len())
+        let jobs = u32::try_from(part.len())
             .map_err(|_| DeviceError::Failed("too many jobs for one count".into()))?;
         let groups = jobs
             .min(launch.slots)
             .div_ceil(wg)
             .min(self.limits.max_compute_workgroups_per_dimension)
             .max(1);
-        let run = Run::new(self, p, launch, wg, groups)?;
+        let run = Run::new(self, p, part, launch, (wg, groups))?;
         let pipeline = self.pipeline(wg, p.levels);
         let mut launches = 1;
         loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            let done = run.round(&pipeline, groups, launches)?;
-            if done >= jobs {
+            let (head, done) = run.round(&pipeline, groups, launches)?;
+            // Each slot takes from the queue at most once after it is
+            // empty: a counter past that has wrapped or been overrun, and
+            // a job may have been counted twice.
+            if u64::from(head) > u64::from(jobs) + u64::from(groups * wg) || done > jobs {
+                return Err(DeviceError::Failed(format!(
+                    "the card's job queue overran ({head} taken, {done} done of {jobs} jobs)"
+                )));
+            }
+            if done == jobs {
                 break;
             }
             launches = (launches * 2).min(launch.max_launches.max(1));
@@ -194,9 +230,9 @@ impl<'k> Run<'k> {
     fn new(
         kernel: &'k Kernel,
         p: &Prepared,
+        part: &[[u32; 8]],
         launch: &Launch,
-        wg: u32,
-        groups: u32,
+        (wg, groups): (u32, u32),
     ) -> Result<Run<'k>, DeviceError> {
         let device = &kernel.device;
         let slots = (groups * wg) as usize;
@@ -209,12 +245,12 @@ impl<'k> Run<'k> {
         };
         let storage = wgpu::BufferUsages::STORAGE;
         let params = words(
-            &[p.jobs.len() as u32, launch.steps, 0, 0],
+            &[part.len() as u32, launch.steps, 0, 0],
             "params",
             wgpu::BufferUsages::UNIFORM,
         );
         let tables = words(&p.tables, "tables", storage);
-        let flat: Vec<u32> = p.jobs.iter().flatten().copied().collect();
+        let flat: Vec<u32> = part.iter().flatten().copied().collect();
         let jobs = words(&flat, "jobs", storage);
         let mut idle = vec![0u32; slots * 8];
         idle.iter_mut().step_by(8).for_each(|w| *w = u32::MAX);
@@ -226,7 +262,7 @@ impl<'k> Run<'k> {
             mapped_at_creation: false,
         });
         let (lo, hi) = (launch.bias as u32, (launch.bias >> 32) as u32);
-        let start: Vec<u32> = [lo, hi, lo, hi].repeat(p.jobs.len());
+        let start: Vec<u32> = [lo, hi, lo, hi].repeat(part.len());
         let copy = wgpu::BufferUsages::COPY_SRC;
         let results = words(&start, "results", storage | copy);
         let control = words(&[0, 0], "control", storage | copy);
@@ -251,17 +287,18 @@ impl<'k> Run<'k> {
             bind,
             control,
             results,
-            jobs: p.jobs.len(),
+            jobs: part.len(),
         })
     }
 
-    /// Submits `launches` launches, then reads how many jobs are done.
+    /// Submits `launches` launches, then reads how many jobs were taken
+    /// from the queue and how many are done.
     fn round(
         &self,
         pipeline: &wgpu::ComputePipeline,
         groups: u32,
         launches: u32,
-    ) -> Result<u32, DeviceError> {
+    ) -> Result<(u32, u32), DeviceError> {
         let mut encoder = self
             .kernel
             .device
@@ -275,7 +312,7 @@ impl<'k> Run<'k> {
             }
         }
         let words = self.read(encoder, &self.control, 8)?;
-        Ok(words[1])
+        Ok((words[0], words[1]))
     }
 
     /// Every job's counts, less the bias.

@@ -105,6 +105,17 @@ fn counters_carry_past_32_bits() {
     same_as_cpu(&card, spec(12, Strategy::Frame, 1, 2));
 }
 
+/// A batch whose jobs do not fit one set of buffers is counted in several
+/// runs, exactly.
+#[test]
+fn jobs_past_one_run_are_counted_in_several() {
+    let Some(card) = card(512) else { return };
+    let mut t = card.tuning();
+    t.launch.run_jobs = 7;
+    let card: Arc<dyn Device> = Arc::new(card.tuned(t));
+    same_as_cpu(&card, spec(11, Strategy::Frame, 1, 2));
+}
+
 /// One step per launch at the extreme: every search stops and resumes at
 /// every node, and nothing is lost or counted twice.
 #[test]
@@ -123,4 +134,26 @@ fn a_count_stops_when_asked() {
     let froms = vec![Start::default(); pieces.len()];
     let stop = AtomicBool::new(true);
     assert_eq!(card.count_below(&pieces, &froms, &stop).unwrap(), None);
+}
+
+/// A few long jobs and thousands of idle threads, one step per launch:
+/// the idle threads stop taking from the empty queue (its counter would
+/// otherwise grow by every idle thread at every launch until it wrapped
+/// round and handed jobs out twice), and the count is exact.
+#[test]
+fn idle_threads_leave_an_empty_queue_alone() {
+    let Some(card) = card(1) else { return };
+    let mut t = card.tuning();
+    t.jobs = 1;
+    t.launch.slots = t.launch.slots.max(2048);
+    let card = card.tuned(t);
+    let never = AtomicBool::new(false);
+    let plan = Plan::new(spec(12, Strategy::Prefix, 2, 1)).unwrap();
+    let pieces = plan.random_pieces(5, 2, 10);
+    let froms = vec![Start::default(); pieces.len()];
+    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
+        .unwrap()
+        .unwrap();
+    let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+    assert_eq!(got, want);
 }

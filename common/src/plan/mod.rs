@@ -1250,11 +1250,13 @@ impl Plan {
             }
             return Ok(Some((out, joined.path(self.path))));
         }
+        // A chunk with no interior (only the Burnside searches) is the
+        // CPU's work, and is named so even on a card's thread.
         let counted = match &self.device {
-            Some(device) => device
+            Some(device) if !interiors.is_empty() => device
                 .count_below(&interiors, &froms, stop)?
                 .map(|counted| (counted, Path::Gpu)),
-            None => count_below(&interiors, &froms, self.path, stop)?,
+            _ => count_below(&interiors, &froms, self.path, stop)?,
         };
         let Some((counted, path)) = counted else {
             return Ok(None);
@@ -1394,7 +1396,8 @@ struct TaskRun<'a> {
     tally: Tally,
     /// FNV-1a over every subproblem's id and counts, in order.
     checksum: u64,
-    /// The slowest path any chunk was counted on.
+    /// The slowest path any chunk was counted on (the card, if one took
+    /// part: see [`Path::with`]).
     path: Option<Path>,
     /// Still counting (`Ok(true)`), stopped (`Ok(false)`) or failed.
     outcome: Result<bool, PlanError>,
@@ -1409,7 +1412,7 @@ impl TaskRun<'_> {
         else {
             return Ok(false);
         };
-        self.path = Some(self.path.map_or(path, |p| p.min(path)));
+        self.path = Some(self.path.map_or(path, |p| p.with(path)));
         for (s, c) in self.subs.iter().zip(&counts) {
             for x in [s.id(), c.c1, c.c2, c.c4, c.c8, c.nodes] {
                 for b in x.to_le_bytes() {

@@ -194,8 +194,8 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
         let task = schedule.tasks.get(i as u64).expect("i < tasks");
         let (tally, _, path) = plan.count_task_on(&task, &never)?.expect("never stopped");
         mine.tally.merge(&tally)?;
-        // The slowest path any task took is the one to name.
-        mine.path = Some(mine.path.map_or(path, |p: Path| p.min(path)));
+        // The slowest path any task took is the one to name (or the card).
+        mine.path = Some(mine.path.map_or(path, |p: Path| p.with(path)));
         Ok::<(), PlanError>(())
     })?;
     let mut tally = Tally::default();
@@ -203,7 +203,7 @@ pub fn solve_plan(plan: &Plan, schedule: &Schedule, threads: usize) -> Result<So
     for p in &parts {
         tally.merge(&p.tally)?;
         path = match (path, p.path) {
-            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), Some(b)) => Some(a.with(b)),
             (a, b) => a.or(b),
         };
     }

@@ -682,7 +682,10 @@ impl State {
                 // With redundancy, a credential never checks its own
                 // result, and a cross-device check goes to the other kind.
                 let votes = &job.votes;
-                let skip = |t| votes.voted(t, worker, &me) || !votes.wants(t, card, cpu);
+                let workers = &self.workers;
+                let quarantined = |w: &str| workers.quarantined(w);
+                let skip =
+                    |t| votes.voted(t, worker, &me) || !votes.wants(t, card, cpu, &quarantined);
                 let Some(task) = job.schedule.next(skip) else {
                     break;
                 };
@@ -703,7 +706,7 @@ impl State {
                     task: job.task(task).expect("running jobs are planned"),
                     lease_id,
                     deadline,
-                    count_on: job.votes.count_on(task, card),
+                    count_on: job.votes.count_on(task, card, &quarantined),
                 });
             }
         }

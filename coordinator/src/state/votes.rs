@@ -87,39 +87,71 @@ impl Votes {
         }
     }
 
+    /// The kinds of device the task's leading group of waiting results
+    /// was counted on (cards, CPUs): the group of equal results with the
+    /// most distinct credentials, results of `quarantined` workers left
+    /// out. `None` while nothing counts (no result, or not `cross_device`).
+    fn leading_kinds(&self, task: u64, quarantined: &dyn Fn(&str) -> bool) -> Option<(bool, bool)> {
+        if !self.cross_device {
+            return None;
+        }
+        let seen: Vec<&StoredResult> = self
+            .candidates
+            .get(&task)?
+            .iter()
+            .filter(|c| !quarantined(&c.worker))
+            .collect();
+        let group = |r: &StoredResult| -> Vec<&StoredResult> {
+            seen.iter()
+                .copied()
+                .filter(|c| c.same(&r.tally, r.checksum))
+                .collect()
+        };
+        let credentials = |g: &[&StoredResult]| {
+            g.iter()
+                .map(|c| c.credential.as_str())
+                .collect::<HashSet<_>>()
+                .len()
+        };
+        let lead = seen
+            .iter()
+            .map(|r| group(r))
+            .max_by_key(|g| credentials(g))?;
+        let cards = lead.iter().filter(|c| on_card(&c.solver_version)).count();
+        Some((cards > 0, cards < lead.len()))
+    }
+
     /// Where a worker that counts on cards (`card`) should count the task:
-    /// under `cross_device`, on the kind of device its agreement lacks (a
-    /// fresh task on a card, where the worker has one); else anywhere.
-    pub fn count_on(&self, task: u64, card: bool) -> CountOn {
+    /// under `cross_device`, on the kind of device the leading group of
+    /// its results lacks (a fresh task on a card, where the worker has
+    /// one); else anywhere.
+    pub fn count_on(&self, task: u64, card: bool, quarantined: &dyn Fn(&str) -> bool) -> CountOn {
         if !self.cross_device {
             return CountOn::Any;
         }
-        let seen = self.candidates.get(&task).map_or(&[][..], Vec::as_slice);
-        let cards = seen.iter().filter(|c| on_card(&c.solver_version)).count();
-        match (seen.len(), cards) {
-            (0, _) if card => CountOn::Card,
-            (0, _) => CountOn::Cpu,
-            (n, 0) if n > 0 => CountOn::Card,
-            (n, c) if n == c => CountOn::Cpu,
-            _ => CountOn::Any,
+        match self.leading_kinds(task, quarantined) {
+            None if card => CountOn::Card,
+            None => CountOn::Cpu,
+            Some((false, _)) => CountOn::Card,
+            Some((true, false)) => CountOn::Cpu,
+            Some((true, true)) => CountOn::Any,
         }
     }
 
     /// Whether a worker that counts on cards (`card`) and on its CPU
     /// (`cpu`) could bring what the task's agreement lacks: under
-    /// `cross_device`, once every waiting result came from one kind of
-    /// device, only a worker with the other kind.
-    pub fn wants(&self, task: u64, card: bool, cpu: bool) -> bool {
-        if !self.cross_device {
-            return true;
-        }
-        let Some(seen) = self.candidates.get(&task).filter(|c| !c.is_empty()) else {
-            return true;
-        };
-        let cards = seen.iter().filter(|c| on_card(&c.solver_version)).count();
-        match cards {
-            0 => card,
-            n if n == seen.len() => cpu,
+    /// `cross_device`, once the leading group of its results came from one
+    /// kind of device, only a worker with the other kind.
+    pub fn wants(
+        &self,
+        task: u64,
+        card: bool,
+        cpu: bool,
+        quarantined: &dyn Fn(&str) -> bool,
+    ) -> bool {
+        match self.leading_kinds(task, quarantined) {
+            Some((false, _)) => card,
+            Some((true, false)) => cpu,
             _ => true,
         }
     }
@@ -233,18 +265,18 @@ mod tests {
         let none = |_: &str| false;
         let cpu = "0.1.0 avx512";
         let card = "0.1.0 gpu:llvmpipe (vulkan)";
-        assert!(v.wants(0, false, true), "nothing waits yet");
+        assert!(v.wants(0, false, true, &none), "nothing waits yet");
         assert_eq!(
-            (v.count_on(0, true), v.count_on(0, false)),
+            (v.count_on(0, true, &none), v.count_on(0, false, &none)),
             (CountOn::Card, CountOn::Cpu)
         );
         assert_eq!(
             v.vote(0, on(result("a", "x", 5), cpu), none),
             Ballot::Waiting
         );
-        assert!(!v.wants(0, false, true) && v.wants(0, true, false));
+        assert!(!v.wants(0, false, true, &none) && v.wants(0, true, false, &none));
         assert_eq!(
-            v.count_on(0, true),
+            v.count_on(0, true, &none),
             CountOn::Card,
             "a CPU counted it: a card next"
         );
@@ -261,9 +293,9 @@ mod tests {
             v.vote(1, on(result("c", "z", 7), card), none),
             Ballot::Waiting
         );
-        assert!(v.wants(1, false, true) && !v.wants(1, true, false));
+        assert!(v.wants(1, false, true, &none) && !v.wants(1, true, false, &none));
         assert_eq!(
-            v.count_on(1, true),
+            v.count_on(1, true, &none),
             CountOn::Cpu,
             "a card counted it: a CPU next"
         );
@@ -280,9 +312,37 @@ mod tests {
             Ballot::Agreed { .. }
         ));
         assert!(on_card(card) && !on_card(cpu) && on_card("0.1.0 avx2+gpu:x (vulkan)"));
+        // A card says 9, two CPUs say 8: the CPUs lead, and what they lack
+        // is a card, whatever the card that disagreed counted on.
+        assert_eq!(
+            v.vote(2, on(result("c", "z", 9), card), none),
+            Ballot::Waiting
+        );
+        assert_eq!(
+            v.vote(2, on(result("a", "x", 8), cpu), none),
+            Ballot::Waiting
+        );
+        assert_eq!(
+            v.vote(2, on(result("b", "y", 8), cpu), none),
+            Ballot::Waiting
+        );
+        assert_eq!(v.count_on(2, true, &none), CountOn::Card);
+        assert!(v.wants(2, true, false, &none) && !v.wants(2, false, true, &none));
+        // A quarantined worker's result steers nothing.
+        assert_eq!(
+            v.vote(3, on(result("q", "w", 4), card), none),
+            Ballot::Waiting
+        );
+        let q = |w: &str| w == "q";
+        assert_eq!(
+            v.count_on(3, true, &q),
+            CountOn::Card,
+            "as if nothing was counted"
+        );
+        assert_eq!(v.count_on(3, true, &none), CountOn::Cpu);
         let plain = Votes::new(1, check(2, 1.0));
-        assert!(plain.wants(0, false, true) && !plain.cross_device);
-        assert_eq!(plain.count_on(0, true), CountOn::Any);
+        assert!(plain.wants(0, false, true, &none) && !plain.cross_device);
+        assert_eq!(plain.count_on(0, true, &none), CountOn::Any);
     }
 
     fn result(worker: &str, credential: &str, weighted: u128) -> StoredResult {

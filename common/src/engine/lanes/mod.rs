@@ -172,6 +172,17 @@ impl Path {
         Path::ALL.into_iter().filter(|p| p.supported()).collect()
     }
 
+    /// What to name a count made of parts counted on `self` and `other`:
+    /// the card, if one took part (the rest is the CPU's small work, such
+    /// as the Burnside searches); else the slower CPU path.
+    pub fn with(self, other: Path) -> Path {
+        if self == Path::Gpu || other == Path::Gpu {
+            Path::Gpu
+        } else {
+            self.min(other)
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Path::Scalar => "scalar",
