@@ -1250,13 +1250,15 @@ impl Plan {
             }
             return Ok(Some((out, joined.path(self.path))));
         }
-        // A chunk with no interior (only the Burnside searches) is the
-        // CPU's work, and is named so even on a card's thread.
+        // A card's thread names the card even for a chunk with no
+        // interior (only the Burnside searches, which every task counts on
+        // the CPU): such a task has nothing a card could count, and a
+        // cross-device check of it must not wait for one.
         let counted = match &self.device {
-            Some(device) if !interiors.is_empty() => device
+            Some(device) => device
                 .count_below(&interiors, &froms, stop)?
                 .map(|counted| (counted, Path::Gpu)),
-            _ => count_below(&interiors, &froms, self.path, stop)?,
+            None => count_below(&interiors, &froms, self.path, stop)?,
         };
         let Some((counted, path)) = counted else {
             return Ok(None);
