@@ -220,9 +220,10 @@ async fn a_killed_workers_task_runs_elsewhere() {
     r.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_failing_self_test_stops_the_worker_before_any_work() {
-    let config = Config {
+/// A worker of one thread pointed at no coordinator: it never gets past
+/// its self-test if that fails.
+fn offline(self_test: SelfTest, devices: Vec<Arc<dyn Device>>) -> Config {
+    Config {
         coordinator: "http://127.0.0.1:9".into(),
         threads: 1,
         token: None,
@@ -230,11 +231,16 @@ async fn a_failing_self_test_stops_the_worker_before_any_work() {
         tls_identity: None,
         name: None,
         grace: Duration::from_secs(1),
-        self_test: SelfTest::Fault,
+        self_test,
         core: None,
-        devices: Vec::new(),
+        devices,
         budget: Budget::default(),
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_failing_self_test_stops_the_worker_before_any_work() {
+    let config = offline(SelfTest::Fault, Vec::new());
     let (_tx, rx) = mpsc::unbounded_channel();
     let e = run(config, rx).await.unwrap_err();
     assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
@@ -285,19 +291,7 @@ async fn a_failing_card_hands_its_tasks_to_the_cpu_threads() {
 /// The self-test counts on every card and names the one that fails.
 #[tokio::test]
 async fn a_card_that_fails_its_self_test_stops_the_worker() {
-    let config = Config {
-        coordinator: "http://127.0.0.1:9".into(),
-        threads: 1,
-        token: None,
-        tls_ca: None,
-        tls_identity: None,
-        name: None,
-        grace: Duration::from_secs(1),
-        self_test: SelfTest::Run,
-        core: None,
-        devices: vec![Arc::new(Broken)],
-        budget: Budget::default(),
-    };
+    let config = offline(SelfTest::Run, vec![Arc::new(Broken)]);
     let (_tx, rx) = mpsc::unbounded_channel();
     let e = run(config, rx).await.unwrap_err();
     assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
