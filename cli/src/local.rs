@@ -404,13 +404,7 @@ pub fn bench_range(
 ) -> Result<(), Failure> {
     let mut out = stdout();
     let cpu = crate::bench::cpu_model();
-    let device = crate::gpu::forced(
-        paths
-            .iter()
-            .copied()
-            .find(|p| *p == Some(Path::Gpu))
-            .flatten(),
-    )?;
+    let device = crate::gpu::forced(paths.contains(&Some(Path::Gpu)).then_some(Path::Gpu))?;
     if !json {
         // Every speed figure names the CPU (or card) it came from.
         writeln!(out, "cpu: {cpu}")?;

@@ -183,7 +183,7 @@ pub async fn run_with(
     let mut told_tls = false;
 
     let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
-    stats.started(&name, &display, &core.to_string(), threads);
+    stats.started(&name, &display, &core, threads);
     // Sent again whenever the coordinator asks (it restarted, or lost us).
     let registration = v1::RegisterRequest {
         worker_id: name.clone(),

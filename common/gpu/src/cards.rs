@@ -79,7 +79,6 @@ impl Tuning {
 /// One opened card.
 pub struct Card {
     name: String,
-    software: bool,
     tuning: Tuning,
     kernel: Kernel,
 }
@@ -98,15 +97,9 @@ impl Card {
         let info = adapter.get_info();
         Ok(Card {
             name: format!("gpu:{} ({})", info.name, info.backend.to_str()),
-            software: info.device_type == wgpu::DeviceType::Cpu,
             tuning: Tuning::for_type(info.device_type),
             kernel: Kernel::open(adapter)?,
         })
-    }
-
-    /// Whether it is a software device (lavapipe) rather than a GPU.
-    pub fn software(&self) -> bool {
-        self.software
     }
 
     /// This card with other tuning (tests: short launches, biased counters).
