@@ -176,6 +176,8 @@ struct Run {
     worker: Scrape,
     job: String,
     tasks: f64,
+    /// The ids the workers call with (never on the coordinator's page).
+    worker_ids: Vec<String>,
 }
 
 /// A coordinator and a worker, both with `--metrics`, count N=11 (and an
@@ -217,11 +219,18 @@ fn run(dir: &Path) -> Run {
         .is_some_and(|a| a.value >= tasks)
     });
     let coordinator = scrape(&c_metrics);
+    let (code, workers, err) = operator(&c.url, &["workers"]);
+    assert_eq!(code, 0, "{err}");
+    let worker_ids = workers
+        .iter()
+        .map(|w| w["worker"].as_str().unwrap().to_string())
+        .collect();
     Run {
         coordinator,
         worker,
         job,
         tasks,
+        worker_ids,
     }
 }
 
@@ -276,8 +285,15 @@ fn every_process_serves_prometheus_metrics_by_the_conventions() {
         worker: w,
         job,
         tasks,
+        worker_ids,
     } = run(dir.path());
     conventions(&c, "coordinator");
+    // The page has no authentication: it names workers, and never shows
+    // the id a worker calls with.
+    assert!(!worker_ids.is_empty());
+    for id in &worker_ids {
+        assert!(!c.text.contains(id.as_str()), "{id} on the page");
+    }
     conventions(&w, "worker");
     let job = [("job_id", job.as_str())];
 

@@ -689,6 +689,7 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     for (i, check) in [
         "coordinator",
         "health",
+        "access",
         "token",
         "version",
         "clock",
@@ -703,17 +704,21 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     }
     assert!(lines[0].contains("plain text"), "{out}");
     assert!(lines[1].contains("SERVING"), "{out}");
-    assert!(lines[2].contains("accepted for operator calls"), "{out}");
     assert!(
-        lines[3].starts_with("ok") && lines[3].contains(env!("CARGO_PKG_VERSION")),
+        lines[2].contains("workers need a token, operators need a token"),
+        "the coordinator says which roles are protected: {out}"
+    );
+    assert!(lines[3].contains("accepted for operator calls"), "{out}");
+    assert!(
+        lines[4].starts_with("ok") && lines[4].contains(env!("CARGO_PKG_VERSION")),
         "the coordinator says its version: {out}"
     );
     assert!(
-        lines[4].starts_with("ok")
-            && (lines[4].contains("ms ahead of") || lines[4].contains("ms behind")),
+        lines[5].starts_with("ok")
+            && (lines[5].contains("ms ahead of") || lines[5].contains("ms behind")),
         "one machine, one clock: {out}"
     );
-    assert!(lines[6].contains("nodes/s on one thread"), "{out}");
+    assert!(lines[7].contains("nodes/s on one thread"), "{out}");
 
     // The worker token, checked as a worker's; an operator token is not one.
     let (code, out, err) = doctor(&[

@@ -738,3 +738,176 @@ fn metrics_beyond_loopback_need_an_explicit_flag() {
     let c = kit::start_with(&data, &["--metrics", "0.0.0.0:0", "--metrics-public"]);
     assert_eq!(operator(&c.url, &["jobs"]).0, 0);
 }
+
+/// Every worker call an anonymous client could make, each refused as
+/// unauthenticated.
+async fn anonymous_refused(url: &str, when: &str) {
+    let mut none = WorkerServiceClient::connect(url.to_string()).await.unwrap();
+    let codes = [
+        none.register(v1::RegisterRequest {
+            worker_id: "anon".into(),
+            name: "anon".into(),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .code(),
+        none.lease(v1::LeaseRequest {
+            worker_id: "anon".into(),
+            max_tasks: 4,
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .code(),
+        none.report(v1::ReportRequest {
+            worker_id: "anon".into(),
+            lease: Some(v1::LeaseRef::default()),
+            result: Some(v1::TaskResult::default()),
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .code(),
+    ];
+    assert_eq!(codes, [Code::Unauthenticated; 3], "{when}");
+}
+
+#[test]
+fn revoking_every_worker_token_never_opens_the_coordinator() {
+    let _watchdog = kit::watchdog("revoking_every_worker_token_never_opens_the_coordinator");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let issue = |name: &str| {
+        let out = nqueens(&["token", "issue", name, "--data-dir", d])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let alice = issue("alice");
+    let op_token = dir.path().join("op.token");
+    std::fs::write(&op_token, "operator-token-0123456789").unwrap();
+    let op = ["--operator-token-file", op_token.to_str().unwrap()];
+    let c = kit::start_with(&data, &op);
+    let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
+    assert_eq!(code, 0, "{err}");
+    runtime().block_on(async {
+        let mut a = worker_with(&c.url, &alice).await;
+        kit::Wait::within(Duration::from_secs(10))
+            .every(Duration::from_millis(50))
+            .until_async("the last token refused", async || {
+                let r = a
+                    .lease(v1::LeaseRequest {
+                        worker_id: "a1".into(),
+                        max_tasks: 1,
+                    })
+                    .await;
+                match r {
+                    Err(e) if e.code() == Code::Unauthenticated => Ok(()),
+                    r => Err(format!("a revoked token still works: {r:?}")),
+                }
+            })
+            .await;
+        anonymous_refused(&c.url, "no token left, same run").await;
+    });
+    drop(c);
+    let c = kit::start_with(&data, &op);
+    runtime().block_on(anonymous_refused(&c.url, "restarted with no token"));
+    drop(c);
+    // Even with the file of tokens gone, the directory stays protected.
+    std::fs::remove_file(data.join("worker-tokens")).unwrap();
+    let c = kit::start_with(&data, &op);
+    runtime().block_on(anonymous_refused(&c.url, "the token file deleted"));
+    // A newly issued token counts exactly.
+    let bob = issue("bob");
+    let token_file = dir.path().join("bob.token");
+    std::fs::write(&token_file, &bob).unwrap();
+    let (code, _, err) = operator(
+        &c.url,
+        &["submit", "8", "--token-file", op_token.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let _w = kit::Worker(
+        kit::worker_cmd(&c.url, "bob", 1)
+            .args(["--token-file", token_file.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    let (code, lines, err) = operator(
+        &c.url,
+        &[
+            "watch",
+            "1",
+            "--interval",
+            "0.2",
+            "--token-file",
+            op_token.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines.last().unwrap()["total"], "92", "{lines:?}");
+}
+
+#[test]
+fn a_worker_id_stays_with_its_credential_across_restarts() {
+    let _watchdog = kit::watchdog("a_worker_id_stays_with_its_credential_across_restarts");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let issue = |name: &str| {
+        let out = nqueens(&["token", "issue", name, "--data-dir", d])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (alice, mallory) = (issue("alice"), issue("mallory"));
+    let register = |url: String, token: String| async move {
+        worker_with(&url, &token)
+            .await
+            .register(v1::RegisterRequest {
+                worker_id: "honest-1".into(),
+                name: "honest".into(),
+                cores: 1,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.code())
+    };
+    let mut c = kit::start(&data);
+    runtime().block_on(async {
+        assert_eq!(register(c.url.clone(), alice.clone()).await, Ok(()));
+        assert_eq!(
+            register(c.url.clone(), mallory.clone()).await,
+            Err(Code::PermissionDenied)
+        );
+    });
+    // Killed (the binding comes back from the journal), then stopped
+    // cleanly (from the checkpoint): the thief is refused first each time.
+    for stop in ["kill -9", "SIGTERM"] {
+        match stop {
+            "kill -9" => kit::kill9(&mut c.child),
+            _ => {
+                kit::terminate(&c.child);
+                assert!(c.child.wait().unwrap().success());
+            }
+        }
+        c = kit::start(&data);
+        runtime().block_on(async {
+            assert_eq!(
+                register(c.url.clone(), mallory.clone()).await,
+                Err(Code::PermissionDenied),
+                "after {stop}"
+            );
+            assert_eq!(
+                register(c.url.clone(), alice.clone()).await,
+                Ok(()),
+                "after {stop}"
+            );
+        });
+    }
+}

@@ -165,10 +165,13 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
     let took = start.elapsed();
     let theirs;
     let their_clock;
+    let access;
     let status = match health {
         Ok(r) => {
             let header = |name| r.metadata().get(name).and_then(|v| v.to_str().ok());
             theirs = header(nqueens_coordinator::server::VERSION_HEADER).map(str::to_string);
+            access = header(nqueens_coordinator::server::ACCESS_HEADER)
+                .map(nqueens_coordinator::access::describe_header);
             their_clock = header(nqueens_coordinator::server::TIME_HEADER)
                 .and_then(|v| v.parse::<i128>().ok());
             r.into_inner().status()
@@ -176,7 +179,7 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
         Err(s) => {
             let f = Failure::from_status(url, &s);
             checks.push(Check::new("coordinator", Outcome::Fail, f.message(), took));
-            for name in ["health", "token", "version", "clock"] {
+            for name in ["health", "access", "token", "version", "clock"] {
                 checks.push(skip(name, "the coordinator did not answer"));
             }
             return checks;
@@ -203,6 +206,12 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
                 status.as_str_name()
             )
         },
+        Duration::ZERO,
+    ));
+    checks.push(Check::new(
+        "access",
+        Outcome::Info,
+        access.unwrap_or_else(|| "the coordinator does not say (an older release)".into()),
         Duration::ZERO,
     ));
     // The token: a call only its role may make.

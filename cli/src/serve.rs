@@ -206,6 +206,7 @@ pub fn coordinator(config: nqueens_coordinator::server::Config, logs: Logs) -> R
             if let Some(m) = at.metrics_addr {
                 say(format!("metrics at http://{m}/metrics"));
             }
+            say(format!("access: {}", at.access.describe()));
         });
         // Recovery (replay, re-planning) can take a while: a signal
         // during it exits at once; nothing of it is durable until done.

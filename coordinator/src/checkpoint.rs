@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 pub const MAGIC: &[u8; 8] = b"NQCKPT\x00\x01";
 /// Bumped whenever the state's shape changes: a checkpoint of another
 /// format is not read (the journal is replayed instead).
-pub const FORMAT: u32 = 3; // 2: plan specs carry a mode; 3: votes say whether checks cross devices
+pub const FORMAT: u32 = 4; // 2: plan specs carry a mode; 3: votes say whether checks cross devices; 4: worker ids' bindings
 const HEADER: usize = 24;
 
 /// The body of a checkpoint: which records the state holds, and the state.

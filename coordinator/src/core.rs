@@ -138,6 +138,8 @@ pub struct Coordinator {
     /// The store's writer once start-up is over.
     writes: std::sync::OnceLock<StoreWriter>,
     clock: Arc<dyn Clock>,
+    /// When this coordinator started (its clock, ms).
+    started_ms: u64,
     /// Bumped after every change, for watchers.
     changed: tokio::sync::watch::Sender<u64>,
     /// Serialises job submissions (job ids come from the state).
@@ -306,6 +308,7 @@ impl Coordinator {
             store,
             store_opened,
             writes: std::sync::OnceLock::new(),
+            started_ms: clock.now_ms(),
             clock,
             changed,
             submit: tokio::sync::Mutex::new(()),
@@ -823,6 +826,11 @@ impl Coordinator {
             .collect()
     }
 
+    /// A worker's public tag (see [`crate::state::State::worker_tag`]).
+    pub fn worker_tag(&self, worker: &str) -> String {
+        self.lock().worker_tag(worker)
+    }
+
     /// Every worker with the leases it holds now (count, and the oldest).
     pub fn workers(&self) -> Vec<(WorkerInfo, usize, Option<LeaseRef>)> {
         let s = self.lock();
@@ -921,8 +929,46 @@ impl Coordinator {
         self.job(id)
     }
 
+    /// Admits a worker id, and ties it to the issued credential that first
+    /// uses it, durably (a `WorkerBound` record) before the call is
+    /// answered: after a restart no other credential can claim it.
+    async fn admit(&self, worker: &str, credential: &str) -> Result<(), CoordError> {
+        let new = {
+            let mut s = self.lock();
+            if s.admit(worker).is_err() {
+                // Full: forget one silent worker that left nothing behind.
+                let before = self.silent_before(2 * s.limits().lease_ttl_ms);
+                s.forget_workers(before, 1);
+            }
+            s.admit(worker)?;
+            s.may_bind(worker, credential)?
+        };
+        if new {
+            self.write(rec(Record::WorkerBound(v1::WorkerBound {
+                worker_id: worker.to_string(),
+                credential: credential.to_string(),
+                unix_ms: self.now_ms(),
+            })))
+            .await?;
+            // A call with another credential may have bound it first.
+            self.lock().may_bind(worker, credential)?;
+        }
+        Ok(())
+    }
+
+    /// The time before which a worker silent for `quiet_ms` was last heard
+    /// from; 0 (none) until this coordinator has run that long, so that
+    /// workers still reconnecting after a restart are not forgotten.
+    fn silent_before(&self, quiet_ms: u64) -> u64 {
+        let now = self.now_ms();
+        match now.saturating_sub(self.started_ms) >= quiet_ms {
+            true => now - quiet_ms,
+            false => 0,
+        }
+    }
+
     /// A worker's description (sent again after every reconnect).
-    pub fn register(
+    pub async fn register(
         &self,
         worker: &str,
         credential: &str,
@@ -931,10 +977,10 @@ impl Coordinator {
         cores: u32,
         version: &str,
     ) -> Result<(), CoordError> {
+        self.admit(worker, credential).await?;
         let now = self.now_ms();
         let mut s = self.lock();
         s.admit(worker)?;
-        s.bind(worker, credential)?;
         let w = s.touch_worker(worker, now);
         let again = w.registered;
         w.name = name.to_string();
@@ -956,17 +1002,17 @@ impl Coordinator {
         self.lock().worker(worker).is_some_and(|w| w.registered)
     }
 
-    pub fn lease(
+    pub async fn lease(
         &self,
         worker: &str,
         credential: &str,
         max: usize,
     ) -> Result<Vec<Granted>, CoordError> {
+        self.admit(worker, credential).await?;
         let now = self.now_ms();
         let g = {
             let mut s = self.lock();
             s.admit(worker)?;
-            s.bind(worker, credential)?;
             s.lease(worker, max, now)
         };
         if !g.is_empty() {
@@ -975,7 +1021,7 @@ impl Coordinator {
         Ok(g)
     }
 
-    pub fn heartbeat(
+    pub async fn heartbeat(
         &self,
         worker: &str,
         credential: &str,
@@ -983,26 +1029,26 @@ impl Coordinator {
         subproblems_done: u64,
         draining: bool,
     ) -> Result<(Vec<LeaseRef>, u64, Vec<LeaseRef>), CoordError> {
+        self.admit(worker, credential).await?;
         let now = self.now_ms();
         let mut s = self.lock();
         s.admit(worker)?;
-        s.bind(worker, credential)?;
         let beat = s.heartbeat(worker, refs, subproblems_done, now);
         s.touch_worker(worker, now).draining = draining;
         Ok(beat)
     }
 
-    pub fn release(
+    pub async fn release(
         &self,
         worker: &str,
         credential: &str,
         refs: &[LeaseRef],
     ) -> Result<u32, CoordError> {
+        self.admit(worker, credential).await?;
         let now = self.now_ms();
         let n = {
             let mut s = self.lock();
             s.admit(worker)?;
-            s.bind(worker, credential)?;
             s.release(worker, refs, now)
         };
         self.bump();
@@ -1018,9 +1064,9 @@ impl Coordinator {
         result: v1::TaskResult,
     ) -> Result<Verdict, CoordError> {
         let tally = nqueens_proto::tally_from_wire(&result);
+        self.admit(worker, credential).await?;
         let (checked, credential) = {
-            let mut s = self.lock();
-            s.bind(worker, credential)?;
+            let s = self.lock();
             (
                 s.check_report(worker, &r, &tally, result.checksum),
                 s.credential_of(worker),
@@ -1099,9 +1145,11 @@ impl Coordinator {
     /// Expires overdue leases; tasks out of retries are journaled dead.
     pub async fn sweep(&self) -> Result<(), CoordError> {
         let now = self.now_ms();
+        let forget_before = self.silent_before(crate::state::FORGET_AFTER_MS);
         let (expired, (lost, quarantined)) = {
             let mut s = self.lock();
             let ttl = s.limits().lease_ttl_ms;
+            s.forget_workers(forget_before, usize::MAX);
             (s.expire(now), s.workers_news(now.saturating_sub(ttl)))
         };
         self.bump();

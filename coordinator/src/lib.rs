@@ -1,6 +1,7 @@
 //! The nqueens coordinator: persists jobs and their tasks, leases tasks to
 //! workers over gRPC, and aggregates their counts exactly and durably.
 //!
+//! - [`access`]: who must authenticate, decided at start; the token checks.
 //! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
 //! - [`checkpoint`]: fsynced, CRC-checked snapshots of the state, so a restart
 //!   replays only the journal after the latest one.
@@ -16,6 +17,7 @@
 //! - [`store`]: the sled store of task lists and result rows, rebuilt from the journal.
 //! - [`wire`]: the coordinator's jobs, workers, leases and audits on the wire.
 
+pub mod access;
 pub mod audit;
 pub mod checkpoint;
 pub mod core;

@@ -3,7 +3,9 @@
 //! HTTP endpoint are `nqueens_metrics`', shared with the worker.
 //!
 //! Per-job series carry `job_id` (Prometheus sets `job` itself, to the
-//! scrape job's name), per-worker series `worker`. Counts above 2^53 lose
+//! scrape job's name), per-worker series `name` and `worker`, a keyed tag
+//! of the id (this page has no authentication, and an id is what a worker
+//! calls with). Counts above 2^53 lose
 //! precision as Prometheus floats; `nqueens status` has the exact values.
 
 use crate::core::Coordinator;
@@ -196,15 +198,21 @@ pub fn render(core: &Coordinator, grpc: &GrpcMetrics) -> String {
         c.releases as f64,
     );
 
-    let workers = core.workers();
+    // Tags, not ids: an id is what a worker calls with, and this page has
+    // no authentication.
+    let workers: Vec<_> = core
+        .workers()
+        .into_iter()
+        .map(|(w, leases, _)| (core.worker_tag(&w.id), w, leases))
+        .collect();
     let mut per_worker =
         |name: &str,
          kind: Kind,
          help: &str,
          f: &dyn Fn(&crate::state::WorkerInfo, usize) -> f64| {
             page.family(name, kind, help);
-            for (w, leases, _) in &workers {
-                page.sample(name, &[("worker", &w.id), ("name", &w.name)], f(w, *leases));
+            for (tag, w, leases) in &workers {
+                page.sample(name, &[("worker", tag), ("name", &w.name)], f(w, *leases));
             }
         };
     per_worker(

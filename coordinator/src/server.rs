@@ -1,9 +1,10 @@
 //! Running the coordinator: the gRPC server with health and reflection,
 //! bearer tokens per role, and the sweeper that expires leases.
 
+use crate::access::{bearer, worker_auth, Access};
 use crate::core::{Clock, CoordError, Coordinator, SystemClock};
 use crate::credentials::Credentials;
-use crate::service::{Credential, Operators, Ready, Workers};
+use crate::service::{Operators, Ready, Workers};
 use crate::state::Limits;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorServiceServer,
@@ -15,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
-use tonic::{Request, Status};
 
 /// How to run a coordinator.
 #[derive(Clone, Debug)]
@@ -105,8 +105,7 @@ pub struct Tls {
     pub client_ca: Option<PathBuf>,
 }
 
-/// The shortest token accepted (bytes).
-pub const MIN_TOKEN: usize = 16;
+pub use crate::access::{ACCESS_HEADER, MIN_TOKEN};
 
 /// Refuses tokens that are blank or short, and one token for both roles.
 pub fn check_tokens(worker: Option<&str>, operator: Option<&str>) -> Result<(), StartError> {
@@ -233,83 +232,6 @@ impl Running {
     /// Waits until the server ends (it ends only on shutdown or an error).
     pub async fn wait(self) -> Result<(), tonic::transport::Error> {
         self.server.await.expect("server task panicked")
-    }
-}
-
-/// Checks `authorization: Bearer <token>` in constant time; no token
-/// configured means no check.
-fn bearer(
-    expected: Option<Arc<str>>,
-    role: &'static str,
-) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
-    move |req: Request<()>| {
-        let Some(want) = &expected else {
-            return Ok(req);
-        };
-        let got = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match got {
-            Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(req),
-            Some(_) => Err(Status::unauthenticated(format!(
-                "the {role} token is wrong"
-            ))),
-            None => Err(Status::unauthenticated(format!(
-                "{} {role} token is required: send 'authorization: Bearer <token>'",
-                if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                    "an"
-                } else {
-                    "a"
-                }
-            ))),
-        }
-    }
-}
-
-/// The worker check: the shared worker token, or a token the operator
-/// issued (`nqueens token issue`), whose name then rides along with the
-/// call as its [`Credential`]. Nothing configured means no check.
-fn worker_auth(
-    shared: Option<Arc<str>>,
-    issued: Arc<Credentials>,
-) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
-    move |mut req: Request<()>| {
-        if shared.is_none() && !issued.any() {
-            return Ok(req);
-        }
-        let got = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_string);
-        let Some(t) = got else {
-            return Err(Status::unauthenticated(
-                "a worker token is required: send 'authorization: Bearer <token>'",
-            ));
-        };
-        if shared
-            .as_ref()
-            .is_some_and(|w| bool::from(t.as_bytes().ct_eq(w.as_bytes())))
-        {
-            return Ok(req);
-        }
-        let name = issued.name_of(&t).or_else(|| {
-            // Perhaps issued a moment ago.
-            let _ = issued.refresh();
-            issued.name_of(&t)
-        });
-        match name {
-            Some(name) => {
-                req.extensions_mut().insert(Credential(name));
-                Ok(req)
-            }
-            None => Err(Status::unauthenticated(
-                "the worker token is wrong (or was revoked)",
-            )),
-        }
     }
 }
 
@@ -476,6 +398,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, Sta
 pub struct Listening {
     pub addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    /// Which roles need credentials.
+    pub access: Access,
 }
 
 /// [`start`], calling `announce` once the ports are bound and the server
@@ -499,13 +423,7 @@ pub async fn start_announced(
             config.listen
         );
     }
-    // Client certificates authenticate as well as tokens do.
-    let issued_any = crate::credentials::list(&config.data_dir).is_ok_and(|l| !l.is_empty());
-    let tokens = (config.worker_token.is_some() || issued_any) && config.operator_token.is_some();
-    let client_certs = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
-    if !config.listen.ip().is_loopback() && !tokens && !client_certs && !config.insecure {
-        return Err(StartError::NoTokens(config.listen));
-    }
+    let access = decide_access(&config)?;
     // Dead peers are found by pings; every connection is recycled after
     // CONNECTION_AGE (clients reconnect on their next call), so idle
     // connections cannot be held for ever; calls per connection are capped.
@@ -584,7 +502,11 @@ pub async fn start_announced(
     let ready = Ready::default();
     let workers = WorkerServiceServer::with_interceptor(
         Workers(ready.clone()),
-        worker_auth(config.worker_token.map(Arc::from), Arc::clone(&issued)),
+        worker_auth(
+            access.workers,
+            config.worker_token.map(Arc::from),
+            Arc::clone(&issued),
+        ),
     );
     let operators = OperatorServiceServer::with_interceptor(
         Operators(ready.clone()),
@@ -596,7 +518,7 @@ pub async fn start_announced(
     let server = tokio::spawn(
         builder
             .layer(grpc.layer())
-            .layer(tower::util::MapResponseLayer::new(stamp_version))
+            .layer(tower::util::MapResponseLayer::new(stamp(access)))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(workers)
@@ -621,7 +543,18 @@ pub async fn start_announced(
             None => Err("the coordinator is starting".into()),
         }))
     });
-    announce(Listening { addr, metrics_addr });
+    announce(Listening {
+        addr,
+        metrics_addr,
+        access,
+    });
+    tracing::info!(access = %access.header(), "access: {}", access.describe());
+    if access.workers && !access.shared_worker_token && !issued.any() {
+        tracing::warn!(
+            "workers must authenticate but no worker token is issued: every worker is refused until \
+             `nqueens token issue NAME --data-dir DIR` gives one a token"
+        );
+    }
     tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
 
     let core = match Coordinator::open(&config.data_dir, config.limits, clock).await {
@@ -635,12 +568,6 @@ pub async fn start_announced(
             return Err(e.into());
         }
     };
-    if issued.any() {
-        tracing::info!(
-            "issued worker tokens accepted (data dir {})",
-            crate::credentials::FILE
-        );
-    }
     core.set_audit_when_done(config.audit_when_done);
     ready.set(Arc::clone(&core));
 
@@ -723,14 +650,45 @@ pub async fn start_announced(
 pub const VERSION_HEADER: &str = "nqueens-version";
 pub const TIME_HEADER: &str = "nqueens-time-ms";
 
-fn stamp_version<B>(mut answer: http::Response<B>) -> http::Response<B> {
-    let headers = answer.headers_mut();
-    headers.insert(
-        VERSION_HEADER,
-        http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
-    );
-    headers.insert(TIME_HEADER, http::HeaderValue::from(SystemClock.now_ms()));
-    answer
+fn stamp<B>(access: Access) -> impl Fn(http::Response<B>) -> http::Response<B> + Clone {
+    let access = http::HeaderValue::from_str(&access.header()).expect("ASCII");
+    move |mut answer: http::Response<B>| {
+        let headers = answer.headers_mut();
+        headers.insert(
+            VERSION_HEADER,
+            http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+        );
+        headers.insert(TIME_HEADER, http::HeaderValue::from(SystemClock.now_ms()));
+        headers.insert(ACCESS_HEADER, access.clone());
+        answer
+    }
+}
+
+/// Decides who must authenticate, once: workers when a shared token is
+/// given or the data directory was protected before (see
+/// [`crate::access`]), which is then marked durably. Refuses to listen
+/// beyond loopback with an unprotected role, unless `--insecure`.
+fn decide_access(config: &Config) -> Result<Access, StartError> {
+    let access = Access {
+        workers: config.worker_token.is_some() || crate::access::marked(&config.data_dir),
+        shared_worker_token: config.worker_token.is_some(),
+        operators: config.operator_token.is_some(),
+        client_certs: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+    };
+    // Client certificates authenticate as well as tokens do.
+    let protected = (access.workers && access.operators) || access.client_certs;
+    if !config.listen.ip().is_loopback() && !protected && !config.insecure {
+        return Err(StartError::NoTokens(config.listen));
+    }
+    if access.workers {
+        crate::access::mark(&config.data_dir).map_err(|e| {
+            StartError::Credentials(format!(
+                "cannot mark {} as protected: {e}",
+                config.data_dir.join(crate::access::MARK).display()
+            ))
+        })?;
+    }
+    Ok(access)
 }
 
 /// Sets every service's health status.

@@ -209,14 +209,17 @@ impl WorkerService for Workers {
                 r.cores
             )));
         }
-        self.0.core()?.register(
-            worker_id(&r.worker_id)?,
-            &cred,
-            text("name", &r.name, MAX_HOST)?,
-            text("host", &r.host, MAX_HOST)?,
-            r.cores,
-            text("solver_version", &r.solver_version, MAX_VERSION)?,
-        )?;
+        self.0
+            .core()?
+            .register(
+                worker_id(&r.worker_id)?,
+                &cred,
+                text("name", &r.name, MAX_HOST)?,
+                text("host", &r.host, MAX_HOST)?,
+                r.cores,
+                text("solver_version", &r.solver_version, MAX_VERSION)?,
+            )
+            .await?;
         let ttl = self.0.core()?.limits().lease_ttl_ms;
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: ttl / 4,
@@ -237,7 +240,11 @@ impl WorkerService for Workers {
             )));
         }
         let worker = worker_id(&r.worker_id)?;
-        let granted = self.0.core()?.lease(worker, &cred, r.max_tasks as usize)?;
+        let granted = self
+            .0
+            .core()?
+            .lease(worker, &cred, r.max_tasks as usize)
+            .await?;
         Ok(Response::new(v1::LeaseResponse {
             leases: granted.iter().map(lease_to_wire).collect(),
             register_again: !self.0.core()?.registered(worker),
@@ -252,13 +259,17 @@ impl WorkerService for Workers {
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
         let worker = worker_id(&r.worker_id)?;
-        let (extended, deadline, stop) = self.0.core()?.heartbeat(
-            worker,
-            &cred,
-            &lease_refs(&r.leases),
-            r.subproblems_done,
-            r.draining,
-        )?;
+        let (extended, deadline, stop) = self
+            .0
+            .core()?
+            .heartbeat(
+                worker,
+                &cred,
+                &lease_refs(&r.leases),
+                r.subproblems_done,
+                r.draining,
+            )
+            .await?;
         Ok(Response::new(v1::HeartbeatResponse {
             extended: extended.iter().map(v1::LeaseRef::from).collect(),
             deadline_unix_ms: deadline,
@@ -319,10 +330,11 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         list("leases", &r.leases, MAX_LEASE_REFS)?;
-        let released =
-            self.0
-                .core()?
-                .release(worker_id(&r.worker_id)?, &cred, &lease_refs(&r.leases))?;
+        let released = self
+            .0
+            .core()?
+            .release(worker_id(&r.worker_id)?, &cred, &lease_refs(&r.leases))
+            .await?;
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
 }

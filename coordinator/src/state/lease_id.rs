@@ -19,29 +19,48 @@ pub fn random_key() -> LeaseKey {
     k
 }
 
-/// The lease id of `worker`'s lease on `task` of `job` in boot `epoch`:
-/// HMAC-SHA-256 under `key`, never 0.
-pub fn lease_id(key: &LeaseKey, epoch: u64, job: u64, task: u64, worker: &str) -> u64 {
+/// HMAC-SHA-256 under `key` of `label` then each part (length-prefixed).
+fn mac(key: &LeaseKey, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     let (mut ipad, mut opad) = ([0x36u8; 64], [0x5cu8; 64]);
     for (i, k) in key.iter().enumerate() {
         ipad[i] ^= k;
         opad[i] ^= k;
     }
-    let inner = Sha256::new()
-        .chain_update(ipad)
-        .chain_update(b"nqueens lease v1")
-        .chain_update(epoch.to_le_bytes())
-        .chain_update(job.to_le_bytes())
-        .chain_update(task.to_le_bytes())
-        .chain_update((worker.len() as u64).to_le_bytes())
-        .chain_update(worker.as_bytes())
-        .finalize();
-    let mac = Sha256::new()
+    let mut inner = Sha256::new().chain_update(ipad).chain_update(label);
+    for p in parts {
+        inner.update(p);
+    }
+    Sha256::new()
         .chain_update(opad)
-        .chain_update(inner)
-        .finalize();
+        .chain_update(inner.finalize())
+        .finalize()
+        .into()
+}
+
+/// The lease id of `worker`'s lease on `task` of `job` in boot `epoch`:
+/// HMAC-SHA-256 under `key`, never 0.
+pub fn lease_id(key: &LeaseKey, epoch: u64, job: u64, task: u64, worker: &str) -> u64 {
+    let mac = mac(
+        key,
+        b"nqueens lease v1",
+        &[
+            &epoch.to_le_bytes(),
+            &job.to_le_bytes(),
+            &task.to_le_bytes(),
+            &(worker.len() as u64).to_le_bytes(),
+            worker.as_bytes(),
+        ],
+    );
     let low = u64::from_le_bytes(mac[..8].try_into().expect("8 bytes")) & ((1 << EPOCH_SHIFT) - 1);
     ((epoch & 0xffff) << EPOCH_SHIFT | low).max(1)
+}
+
+/// A worker's public tag: stable for its id, unique in practice, and
+/// useless for calling as that worker (the unauthenticated metrics page
+/// shows tags, never ids).
+pub fn worker_tag(key: &LeaseKey, worker: &str) -> String {
+    let mac = mac(key, b"nqueens worker tag v1", &[worker.as_bytes()]);
+    mac[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether `id` is a lease this coordinator granted `worker` on `task` of
@@ -93,5 +112,16 @@ mod tests {
             "needs the key"
         );
         assert!(!granted_by_then(&key, 5, 1, 7, "a", id ^ 1));
+    }
+
+    #[test]
+    fn a_tag_is_stable_and_does_not_show_the_id() {
+        let key = [3; 32];
+        let t = worker_tag(&key, "vm-1234-abcd");
+        assert_eq!(t, worker_tag(&key, "vm-1234-abcd"));
+        assert_eq!(t.len(), 12);
+        assert!(!t.contains("1234"));
+        assert_ne!(t, worker_tag(&key, "vm-1234-abce"));
+        assert_ne!(t, worker_tag(&[4; 32], "vm-1234-abcd"), "needs the key");
     }
 }

@@ -28,7 +28,7 @@ pub use job::{Job, JobState, JobView, TaskList};
 pub use lease_id::{lease_id, random_key, LeaseKey};
 pub use ledger::{Conflict, StoredResult};
 pub use votes::{on_card, Checking, CountOn};
-pub use workers::{WorkerInfo, MAX_WORKERS};
+pub use workers::{WorkerInfo, FORGET_AFTER_MS, MAX_WORKERS};
 
 use ledger::StoredResult as Stored;
 use nqueens_common::known::known;
@@ -178,6 +178,7 @@ fn about_job(r: &Record) -> Option<u64> {
         Record::TaskConflict(c) => c.job_id,
         Record::TaskDead(d) => d.job_id,
         Record::TasksRetried(t) => t.job_id,
+        Record::WorkerBound(_) => return None,
         // Applied: the job leaves (a second one changes nothing).
         Record::JobDeleted(_) => return None,
     })
@@ -283,11 +284,26 @@ impl State {
         }
     }
 
-    /// Ties a worker id to the credential it authenticated with (empty:
-    /// the shared worker token, or none); another credential may not use
-    /// that id.
+    /// Whether `credential` may use worker id `worker`: `Ok(true)` when
+    /// the id is bound to no credential yet and this call would bind it
+    /// (journal a `WorkerBound` record first); an error when another
+    /// credential holds it.
+    pub fn may_bind(&self, worker: &str, credential: &str) -> Result<bool, StateError> {
+        self.workers.may_bind(worker, credential)
+    }
+
+    /// Binds in memory alone (tests; the coordinator journals a binding).
+    #[cfg(test)]
     pub fn bind(&mut self, worker: &str, credential: &str) -> Result<(), StateError> {
-        self.workers.bind(worker, credential)
+        if self.may_bind(worker, credential)? {
+            self.workers.bind(worker, credential);
+        }
+        Ok(())
+    }
+
+    /// A worker's public tag (for the unauthenticated metrics page).
+    pub fn worker_tag(&self, worker: &str) -> String {
+        lease_id::worker_tag(&self.lease_key, worker)
     }
 
     /// The credential a worker id is bound to (empty if none).
@@ -329,6 +345,17 @@ impl State {
     /// Refuses a worker id never seen before once `MAX_WORKERS` are known.
     pub fn admit(&self, worker: &str) -> Result<(), StateError> {
         self.workers.admit(worker)
+    }
+
+    /// Forgets up to `most` workers silent since before `before_ms` that
+    /// left nothing durable behind and hold no lease (see
+    /// [`workers::Workers::forget`]): made-up ids cannot fill the table for
+    /// good, and are not kept in checkpoints.
+    pub fn forget_workers(&mut self, before_ms: u64, most: usize) -> usize {
+        let holding: std::collections::HashSet<String> =
+            self.all_leases().map(|(_, w)| w.to_string()).collect();
+        self.workers
+            .forget(before_ms, |id| holding.contains(id), most)
     }
 
     /// Whether `worker` is quarantined.
@@ -374,6 +401,15 @@ impl State {
                 "workers: redundancy {needed} needs {needed} distinct worker credentials, and {voters} \
                  connected (an issued token counts once, however many workers use it: give each \
                  machine its own with `nqueens token issue NAME`)"
+            ));
+        }
+        let disputed = job.votes.disputed();
+        if disputed > 0 {
+            return Some(format!(
+                "workers: results from different credentials disagree on {disputed} task(s); each \
+                 waits for {needed} credentials that agree, from credentials that have not counted it \
+                 yet ({voters} connected: give another machine its own token with `nqueens token \
+                 issue NAME`; `nqueens workers` shows who conflicts)"
             ));
         }
         let (card, cpu) = self.workers.devices_since(since);
@@ -508,6 +544,14 @@ impl State {
                     job.schedule.revive(task);
                 }
             }
+            // The first binding wins; a later one lost a race.
+            Record::WorkerBound(b) => {
+                if self.workers.may_bind(&b.worker_id, &b.credential) == Ok(true) {
+                    self.workers.bind(&b.worker_id, &b.credential);
+                    let w = self.workers.entry(&b.worker_id);
+                    w.last_seen_ms = w.last_seen_ms.max(b.unix_ms);
+                }
+            }
         }
         Ok(None)
     }
@@ -539,6 +583,10 @@ impl State {
             elapsed_ms: wire.elapsed_ms,
             solver_version: wire.solver_version.clone(),
         };
+        // Journals older than `WorkerBound` bind ids through their results.
+        if self.workers.may_bind(&d.worker_id, &d.credential) == Ok(true) {
+            self.workers.bind(&d.worker_id, &d.credential);
+        }
         let quarantined = self.workers.quarantined(&d.worker_id);
         let task = d.task_index;
         let job = self

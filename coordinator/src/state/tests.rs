@@ -833,6 +833,51 @@ mod whole {
         assert_eq!(s.waiting_for(1, now), None);
     }
 
+    #[test]
+    fn a_job_says_when_disagreeing_results_wait_for_another_credential() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0, false);
+        let now = 5 * TTL;
+        for (w, cred) in [("a1", "alice"), ("m1", "mallory")] {
+            s.bind(w, cred).unwrap();
+            s.touch_worker(w, now);
+        }
+        let right = plan.count_task(&tasks[0]).unwrap();
+        let mut wrong = right;
+        wrong.weighted += 2;
+        for (w, t) in [("a1", &right), ("m1", &wrong)] {
+            let mut d = done(1, 0, t, w, 0);
+            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+                d.credential = s.credential_of(w);
+            }
+            assert_eq!(s.apply(&d).unwrap(), Some(Verdict::AwaitingCheck));
+        }
+        let why = s.waiting_for(1, now).expect("two credentials disagree");
+        assert!(why.contains("disagree on 1 task"), "{why}");
+    }
+
+    #[test]
+    fn a_worker_id_binding_is_replayed_and_the_first_one_wins() {
+        let mut s = State::new(Limits::default());
+        let bound = |w: &str, cred: &str, ms| JournalRecord {
+            record: Some(Record::WorkerBound(v1::WorkerBound {
+                worker_id: w.into(),
+                credential: cred.into(),
+                unix_ms: ms,
+            })),
+        };
+        s.apply(&bound("w1", "alice", 7)).unwrap();
+        s.apply(&bound("w1", "mallory", 8)).unwrap();
+        assert_eq!(s.credential_of("w1"), "alice");
+        assert!(matches!(
+            s.may_bind("w1", "mallory"),
+            Err(StateError::WrongCredential { .. })
+        ));
+        assert_eq!(s.worker("w1").unwrap().last_seen_ms, 7);
+        // Silent, nothing counted, no lease: forgotten with its binding.
+        assert_eq!(s.forget_workers(8, usize::MAX), 1);
+        assert_eq!(s.may_bind("w1", "mallory"), Ok(true));
+    }
+
     /// Under `--cross-device`, a task one kind of device counted is
     /// offered only to a worker with the other kind, is done only once a
     /// card and a CPU agree, and a job without both kinds connected says so.

@@ -178,6 +178,15 @@ impl Votes {
         self.candidates.len()
     }
 
+    /// Tasks whose waiting results disagree: each needs results from more
+    /// credentials to settle which one is right.
+    pub fn disputed(&self) -> usize {
+        self.candidates
+            .values()
+            .filter(|c| c.iter().any(|r| !r.same(&c[0].tally, c[0].checksum)))
+            .count()
+    }
+
     /// Whether `worker` (or its credential) already gave a result for the
     /// task: a credential never checks its own result.
     pub fn voted(&self, task: u64, worker: &str, credential: &str) -> bool {

@@ -3,10 +3,14 @@
 
 use super::StateError;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 /// Most distinct worker ids the coordinator keeps.
 pub const MAX_WORKERS: usize = 10_000;
+
+/// How long a worker that left nothing durable behind (no result, check
+/// or conflict) and holds no lease is remembered after its last call.
+pub const FORGET_AFTER_MS: u64 = 3_600_000;
 
 /// A worker as the coordinator sees it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -52,6 +56,12 @@ impl WorkerInfo {
         self.conflicts > 0
     }
 
+    /// Nothing of it needs remembering: no result counted, checked or
+    /// contradicted.
+    fn forgettable(&self) -> bool {
+        self.tasks_done == 0 && self.checked == 0 && self.conflicts == 0
+    }
+
     /// Whether it counts on cards (its version names one), and on its
     /// CPU (it has counting threads, or names no card).
     pub fn devices(&self) -> (bool, bool) {
@@ -64,32 +74,32 @@ impl WorkerInfo {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Workers {
     known: BTreeMap<String, WorkerInfo>,
-    /// Worker id → the credential it authenticated with (not durable:
-    /// bound again by the first call after a restart).
-    #[serde(skip)]
-    bound: HashMap<String, String>,
+    /// Worker id → the issued credential it first authenticated with
+    /// (durable: journaled as `WorkerBound`, kept in checkpoints).
+    bound: BTreeMap<String, String>,
 }
 
 impl Workers {
-    /// Ties a worker id to the credential it authenticated with (empty:
-    /// the shared worker token, or none); another credential may not use
-    /// that id.
-    pub fn bind(&mut self, worker: &str, credential: &str) -> Result<(), StateError> {
-        if credential.is_empty() {
-            return Ok(());
-        }
+    /// Whether `credential` may use the id: `Ok(true)` when it is bound
+    /// to none yet and `credential` is an issued one (empty: the shared
+    /// worker token, or none, which binds nothing); an error when another
+    /// credential holds it.
+    pub fn may_bind(&self, worker: &str, credential: &str) -> Result<bool, StateError> {
         match self.bound.get(worker) {
             Some(b) if b != credential => Err(StateError::WrongCredential {
                 worker: worker.to_string(),
                 bound: b.clone(),
             }),
-            Some(_) => Ok(()),
-            None => {
-                self.bound
-                    .insert(worker.to_string(), credential.to_string());
-                Ok(())
-            }
+            Some(_) => Ok(false),
+            None => Ok(!credential.is_empty()),
         }
+    }
+
+    /// Ties a worker id to the credential it authenticated with (after
+    /// [`Workers::may_bind`] said so): another credential may not use it.
+    pub fn bind(&mut self, worker: &str, credential: &str) {
+        self.bound
+            .insert(worker.to_string(), credential.to_string());
     }
 
     /// The credential a worker id is bound to (empty if none).
@@ -112,6 +122,26 @@ impl Workers {
             return Err(StateError::TooManyWorkers(MAX_WORKERS));
         }
         Ok(())
+    }
+
+    /// Forgets up to `most` workers (the longest silent first) that left
+    /// nothing durable behind, were last heard from before `before_ms`
+    /// and hold no lease (`holding` says who does), with their bindings.
+    /// Returns how many.
+    pub fn forget(&mut self, before_ms: u64, holding: impl Fn(&str) -> bool, most: usize) -> usize {
+        let mut idle: Vec<(u64, String)> = self
+            .known
+            .values()
+            .filter(|w| w.forgettable() && w.last_seen_ms < before_ms && !holding(&w.id))
+            .map(|w| (w.last_seen_ms, w.id.clone()))
+            .collect();
+        idle.sort_unstable();
+        idle.truncate(most);
+        for (_, id) in &idle {
+            self.known.remove(id);
+            self.bound.remove(id);
+        }
+        idle.len()
     }
 
     pub fn quarantined(&self, worker: &str) -> bool {
@@ -207,15 +237,24 @@ mod tests {
     #[test]
     fn an_id_is_bound_to_the_first_credential_that_uses_it() {
         let mut w = Workers::default();
-        w.bind("a", "").unwrap();
+        assert_eq!(
+            w.may_bind("a", ""),
+            Ok(false),
+            "no credential binds nothing"
+        );
         assert_eq!(w.voter("a"), "a", "no credential: the id votes");
-        w.bind("a", "alice").unwrap();
-        w.bind("a", "alice").unwrap();
+        assert_eq!(w.may_bind("a", "alice"), Ok(true));
+        w.bind("a", "alice");
+        assert_eq!(w.may_bind("a", "alice"), Ok(false), "bound already");
         assert!(matches!(
-            w.bind("a", "mallory"),
+            w.may_bind("a", "mallory"),
             Err(StateError::WrongCredential { .. })
         ));
-        w.bind("b", "alice").unwrap();
+        assert!(matches!(
+            w.may_bind("a", ""),
+            Err(StateError::WrongCredential { .. })
+        ));
+        w.bind("b", "alice");
         assert_eq!(w.voter("b"), "alice");
         w.touch("a", 10);
         w.touch("b", 10);
@@ -235,5 +274,29 @@ mod tests {
         }
         assert!(w.admit("0").is_ok(), "a known id is always admitted");
         assert_eq!(w.admit("new"), Err(StateError::TooManyWorkers(MAX_WORKERS)));
+    }
+
+    #[test]
+    fn only_idle_workers_that_left_nothing_behind_are_forgotten() {
+        let mut w = Workers::default();
+        for (id, seen) in [("old", 5), ("older", 1), ("fresh", 50), ("busy", 1)] {
+            w.touch(id, seen);
+        }
+        w.entry("counted").tasks_done = 1;
+        w.entry("liar").conflicts = 1;
+        w.bind("older", "alice");
+        let holding = |id: &str| id == "busy";
+        assert_eq!(w.forget(10, holding, 1), 1, "at most one");
+        assert!(w.get("older").is_none(), "the longest silent first");
+        assert_eq!(
+            w.may_bind("older", "mallory"),
+            Ok(true),
+            "its binding went too"
+        );
+        assert_eq!(w.forget(10, holding, usize::MAX), 1);
+        assert!(w.get("old").is_none());
+        for kept in ["fresh", "busy", "counted", "liar"] {
+            assert!(w.get(kept).is_some(), "{kept}");
+        }
     }
 }
