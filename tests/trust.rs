@@ -396,7 +396,7 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(code, 1, "{err}");
     // (The checkpoint written at shutdown holds that record.)
     assert!(
-        err.contains("the journal lost acknowledged results"),
+        err.contains("1 acknowledged record(s) are missing from the journal"),
         "{err}"
     );
     assert_eq!(
@@ -910,4 +910,212 @@ fn a_worker_id_stays_with_its_credential_across_restarts() {
             );
         });
     }
+}
+
+/// Stops a coordinator cleanly (its checkpoint written at shutdown).
+fn stop(mut c: kit::Coordinator) {
+    kit::terminate(&c.child);
+    assert!(c.child.wait().unwrap().success());
+}
+
+/// A coordinator start in `data` that is refused: its stderr.
+fn refused(data: &std::path::Path, extra: &[&str]) -> String {
+    let d = data.to_str().unwrap();
+    let mut args = vec!["coordinator", "--listen", "127.0.0.1:0", "--data-dir", d];
+    args.extend(extra);
+    let (code, err) = run(&args);
+    assert_eq!(code, 1, "the start must be refused: {err}");
+    err
+}
+
+#[test]
+fn a_journal_shorter_than_acknowledged_stops_the_start_and_its_advice_keeps_every_intact_record() {
+    let _watchdog = kit::watchdog("a_journal_shorter_than_acknowledged_stops_the_start");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    // Three of six tasks counted and acknowledged, then a second boot.
+    let c = kit::start(&data);
+    let job = runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        kit::register(&mut w, "w").await;
+        assert_eq!(kit::work(&mut w, "w", 3).await, 3);
+        job.job_id
+    });
+    stop(c);
+    stop(kit::start(&data));
+    let path = data.join("journal");
+    let good = std::fs::read(&path).unwrap();
+    let last = *frames(&good).last().unwrap();
+
+    // Five bytes cut off the last record (the second boot, acknowledged:
+    // the checkpoint holds it): not a torn write, and nothing is trimmed.
+    std::fs::write(&path, &good[..good.len() - 5]).unwrap();
+    let err = refused(&data, &[]);
+    assert!(
+        err.contains("1 acknowledged record(s) are missing")
+            && err.contains("cut-short record")
+            && err.contains("--accept-lost-records 1"),
+        "{err}"
+    );
+    assert!(!err.contains("never acknowledged"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap().len(), good.len() - 5);
+
+    // Cut at the record boundary: the same refusal, and a wrong count in
+    // the flag is refused too.
+    std::fs::write(&path, &good[..last.0]).unwrap();
+    let err = refused(&data, &[]);
+    assert!(err.contains("--accept-lost-records 1"), "{err}");
+    refused(&data, &["--accept-lost-records", "2"]);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        good[..last.0],
+        "left as it was"
+    );
+
+    // The advice followed: every intact record is there, the lost boot's
+    // epoch is not reused, and the count finishes exact.
+    let c = kit::start_with(&data, &["--accept-lost-records", "1"]);
+    runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        let j = kit::job(&mut ops, job).await;
+        assert_eq!(j.done, 3, "the acknowledged results still in the journal");
+        kit::register(&mut w, "w2").await;
+        let leases = kit::lease(&mut w, "w2", 8).await;
+        assert_eq!(leases.len(), 3);
+        for l in &leases {
+            assert_eq!(l.lease_id >> 48, 3, "boots 1 and 2 were, this is 3");
+            kit::count_and_report(&mut w, "w2", l).await;
+        }
+        assert_eq!(total(&mut ops, job).await.1, 92);
+    });
+    let aside: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".lost-"))
+        .collect();
+    assert!(
+        aside.iter().any(|n| n.starts_with("store.lost-")),
+        "{aside:?}"
+    );
+    assert!(
+        aside.iter().any(|n| n.starts_with("checkpoint.lost-")),
+        "{aside:?}"
+    );
+}
+
+#[test]
+fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_everything() {
+    let _watchdog = kit::watchdog("a_missing_or_damaged_sealed_segment_is_named");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    // A checkpoint (and a sealed segment) after every record.
+    let every = ["--checkpoint-every", "1"];
+    let c = kit::start_with(&data, &every);
+    let job = runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        kit::register(&mut w, "w").await;
+        assert_eq!(kit::work(&mut w, "w", 6).await, 6);
+        assert_eq!(total(&mut ops, job.job_id).await.1, 92);
+        job.job_id
+    });
+    let segments = data.join("journal.d");
+    let sealed = || {
+        let mut s: Vec<_> = std::fs::read_dir(&segments)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains(".seg"))
+            .collect();
+        s.sort();
+        s
+    };
+    kit::Wait::within(Duration::from_secs(30))
+        .until("segments sealed", || (sealed().len() >= 2).then_some(()));
+    stop(c);
+    let newest = sealed().pop().unwrap();
+    let kept = std::fs::read(&newest).unwrap();
+
+    // The newest sealed segment gone (the live journal holds nothing
+    // after it): its acknowledged records are missed, and the advice is to
+    // put them back, not to cut anything.
+    std::fs::remove_file(&newest).unwrap();
+    let err = refused(&data, &[]);
+    assert!(
+        err.contains("acknowledged record(s) are missing") && err.contains("journal.d/"),
+        "{err}"
+    );
+    assert!(!err.contains("truncate"), "{err}");
+    std::fs::write(&newest, &kept).unwrap();
+    let c = kit::start(&data);
+    runtime().block_on(async {
+        let mut ops = kit::operators(&c.url).await;
+        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
+    });
+    stop(c);
+
+    // A sealed segment damaged, with no checkpoint to start from: named,
+    // with no advice that loses records; put back, everything is there.
+    let oldest = sealed().remove(0);
+    let kept = std::fs::read(&oldest).unwrap();
+    let mut bad = kept.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x40;
+    std::fs::write(&oldest, &bad).unwrap();
+    for f in ["checkpoint", "checkpoint.prev"] {
+        let _ = std::fs::rename(data.join(f), dir.path().join(f));
+    }
+    let err = refused(&data, &[]);
+    assert!(
+        err.contains("sealed journal segment") && err.contains("put the segment back"),
+        "{err}"
+    );
+    assert!(!err.contains("truncate") && !err.contains("aside"), "{err}");
+    std::fs::write(&oldest, &kept).unwrap();
+    let c = kit::start(&data);
+    runtime().block_on(async {
+        let mut ops = kit::operators(&c.url).await;
+        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
+    });
+}
+
+#[test]
+fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
+    let _watchdog = kit::watchdog("a_store_that_cannot_be_written_is_never_moved_aside");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let c = kit::start(&data);
+    let job = runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        kit::register(&mut w, "w").await;
+        assert_eq!(kit::work(&mut w, "w", 6).await, 6);
+        job.job_id
+    });
+    stop(c);
+    // A file-size limit of 2 KiB: every write of the store fails (EFBIG),
+    // as on a full disk.
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -f 4; exec \"$0\" \"$@\""])
+        .arg(kit::binary())
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not damage: nothing was moved"), "{err}");
+    let names: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
+    // The limit lifted: the same store opens, with every result.
+    let c = kit::start(&data);
+    runtime().block_on(async {
+        let mut ops = kit::operators(&c.url).await;
+        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
+    });
 }

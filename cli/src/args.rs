@@ -237,6 +237,11 @@ pub enum Command {
             env = "NQUEENS_TLS_CLIENT_CA"
         )]
         tls_client_ca: Option<PathBuf>,
+        /// Start although the journal lacks exactly N acknowledged records
+        /// (the refusal names N): the checkpoints and the store are moved
+        /// aside and rebuilt from the journal; those tasks are counted again.
+        #[arg(long, value_name = "N")]
+        accept_lost_records: Option<u64>,
         #[command(flatten)]
         logs: Logs,
     },

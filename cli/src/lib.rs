@@ -179,6 +179,7 @@ fn run(command: Command) -> Result<(), Failure> {
             tls_cert,
             tls_key,
             tls_client_ca,
+            accept_lost_records,
             logs,
         } => serve::coordinator(
             nqueens_coordinator::server::Config {
@@ -204,6 +205,7 @@ fn run(command: Command) -> Result<(), Failure> {
                     ..Default::default()
                 },
                 audit_when_done: true,
+                accept_lost_records,
             },
             logs,
         ),

@@ -67,17 +67,24 @@ pub enum CoordError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(
-        "the journal {path} ends at record {last}, but checkpoint {checkpoint} holds records up to \
-         {covered}: the journal lost acknowledged results (was it cut, or restored from an older \
-         copy?). Nothing was changed. Restore the data directory from a backup; or, accepting the \
-         loss, move the checkpoint files (checkpoint, checkpoint.prev) aside: the next start replays \
-         the journal alone and says what else to do"
+        "the journal {path} ends at record {last}{torn}, but {by} records up to {acknowledged}: \
+         {missing} acknowledged record(s) are missing from the journal (was it cut, or restored from an \
+         older copy, or a sealed segment in journal.d/ deleted?). Nothing was changed. Restore the journal \
+         (DIR/journal and DIR/journal.d/) from a backup; or, accepting that those \
+         {missing} record(s) are lost (their tasks are counted again; every record still in the journal \
+         is kept), start once with --accept-lost-records {missing}: the checkpoints and the store are \
+         then moved aside (kept, named *.lost-*) and rebuilt from the journal, and the boot epoch still \
+         moves forward"
     )]
     JournalBehind {
         path: PathBuf,
         last: u64,
-        checkpoint: PathBuf,
-        covered: u64,
+        /// Says so when a cut-short record follows the last whole one.
+        torn: String,
+        /// Which marks say how far records were acknowledged.
+        by: String,
+        acknowledged: u64,
+        missing: u64,
     },
     #[error(
         "the plan asks for {asked} tasks; this coordinator accepts at most {max} (--max-tasks): \
@@ -155,6 +162,70 @@ pub struct Coordinator {
     _lock: File,
 }
 
+/// How far records were acknowledged, by the marks a start finds.
+struct Marks {
+    /// The last record whose row the store holds.
+    store: u64,
+    /// The last record the latest readable checkpoint holds.
+    checkpoint: u64,
+    /// That checkpoint's boot epoch.
+    epoch: u64,
+}
+
+impl Marks {
+    fn acknowledged(&self) -> u64 {
+        self.store.max(self.checkpoint)
+    }
+
+    /// The refusal for a journal that ends at `last` (with `torn` bytes of
+    /// a cut-short record after it).
+    fn behind(&self, path: PathBuf, last: u64, torn: u64) -> CoordError {
+        let by = match (self.store > last, self.checkpoint > last) {
+            (true, true) => "the store and the checkpoint hold",
+            (true, false) => "the store holds",
+            _ => "the checkpoint holds",
+        };
+        CoordError::JournalBehind {
+            path,
+            last,
+            torn: match torn {
+                0 => String::new(),
+                n => format!(" (then {n} bytes of a cut-short record)"),
+            },
+            by: by.into(),
+            acknowledged: self.acknowledged(),
+            missing: self.acknowledged() - last,
+        }
+    }
+}
+
+/// Moves the checkpoints and the store aside (renamed `*.lost-UNIXTIME`,
+/// nothing deleted) and opens a new, empty store.
+fn set_aside(data_dir: &Path) -> Result<(Store, Opened), CoordError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for name in ["checkpoint", "checkpoint.prev", "store"] {
+        let from = data_dir.join(name);
+        let to = data_dir.join(format!("{name}.lost-{stamp}"));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => tracing::warn!(from = %from.display(), to = %to.display(), "moved aside"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(CoordError::DataDir {
+                    path: from,
+                    why: format!("cannot move it aside to {}: {e}", to.display()),
+                })
+            }
+        }
+    }
+    crate::journal::sync_dir(&data_dir.join("store")).map_err(|e| CoordError::DataDir {
+        path: data_dir.to_path_buf(),
+        why: format!("cannot sync it: {e}"),
+    })?;
+    Ok(Store::open(&data_dir.join("store"))?)
+}
+
 /// The data directory's secret for lease ids (`DIR/lease.key`, 32 random
 /// bytes, owner-only), made on first start.
 fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
@@ -198,10 +269,14 @@ impl Coordinator {
     /// Opens the data directory: takes its lock, replays the journal,
     /// re-plans every job (checked against the journal's digest), verifies
     /// the totals, and records a new boot.
+    ///
+    /// A journal that ends before what was acknowledged stops the start,
+    /// unless `accept_lost` is exactly the number of records it lacks.
     pub async fn open(
         data_dir: &Path,
         limits: Limits,
         clock: Arc<dyn Clock>,
+        accept_lost: Option<u64>,
     ) -> Result<Arc<Coordinator>, CoordError> {
         let started = std::time::Instant::now();
         let dir_err = |why: String| CoordError::DataDir {
@@ -220,31 +295,43 @@ impl Coordinator {
             ))
         })?;
         let key = lease_key(data_dir).map_err(dir_err)?;
-        let (store, store_opened) = Store::open(&data_dir.join("store"))?;
-        // The store is caught up from the first record it lacks (a row
-        // written twice is harmless: the first result of a task wins).
-        let caught_up = store.caught_up();
+        let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
+        let loaded = checkpoint::load(data_dir);
+        // How far results were acknowledged, by the store's and the latest
+        // readable checkpoint's own marks: the journal must reach it.
+        let marks = Marks {
+            store: store.caught_up(),
+            checkpoint: loaded.as_ref().map_or(0, |c| c.seen.last()),
+            epoch: loaded.as_ref().map_or(0, |c| c.state.epoch()),
+        };
         // A checkpoint is used only if the store holds the rows of every
         // record it covers (it was written after they were synced; a
         // store rebuilt since is not): the records before it are not read.
-        let checkpoint = checkpoint::load(data_dir).filter(|c| {
+        let mut checkpoint = loaded.filter(|c| {
             let covered = c.seen.last();
-            if caught_up < covered {
-                tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = caught_up, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
+            if marks.store < covered {
+                tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = marks.store, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
             }
-            caught_up >= covered
+            marks.store >= covered
         });
         let journal_path = data_dir.join("journal");
         let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
-        let (journal, replay) = Journal::open(&journal_path, after)?;
-        if let Some(c) = checkpoint.as_ref().filter(|c| replay.last < c.seen.last()) {
-            return Err(CoordError::JournalBehind {
-                path: journal_path,
-                last: replay.last,
-                checkpoint: c.path.clone(),
-                covered: c.seen.last(),
-            });
-        }
+        let (journal, replay) = match Journal::open(&journal_path, after, marks.acknowledged()) {
+            Err(JournalError::Behind { last, torn, .. }) => {
+                let missing = marks.acknowledged() - last;
+                if accept_lost != Some(missing) {
+                    return Err(marks.behind(journal_path, last, torn));
+                }
+                tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
+                drop(store);
+                checkpoint = None;
+                (store, store_opened) = set_aside(data_dir)?;
+                Journal::open(&journal_path, 0, 0)?
+            }
+            other => other?,
+        };
+        // The store's mark, as the replay below uses it.
+        let caught_up = store.caught_up();
         let read = started.elapsed();
         let from_checkpoint = checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
         let (mut state, applied) = match checkpoint {
@@ -252,6 +339,8 @@ impl Coordinator {
             None => (State::new(limits), None),
         };
         state.set_lease_key(key);
+        // Boots recorded only in a checkpoint set aside still count.
+        state.raise_epoch(marks.epoch);
         // Without a checkpoint: every task with a result record, counted
         // or not, for the store check.
         let mut journaled = applied.is_none().then(std::collections::HashSet::new);

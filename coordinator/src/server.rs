@@ -40,6 +40,9 @@ pub struct Config {
     /// digest. `solve --state` does not: it exits as its job ends, before
     /// an audit could finish (`nqueens audit` checks its directory).
     pub audit_when_done: bool,
+    /// Start even though the journal lacks exactly this many acknowledged
+    /// records (see `CoordError::JournalBehind`).
+    pub accept_lost_records: Option<u64>,
 }
 
 /// When the coordinator checkpoints its state (and seals the journal's
@@ -92,6 +95,7 @@ impl Config {
             limits: Limits::default(),
             checkpoints: Checkpoints::default(),
             audit_when_done: false,
+            accept_lost_records: None,
         }
     }
 }
@@ -557,7 +561,14 @@ pub async fn start_announced(
     }
     tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
 
-    let core = match Coordinator::open(&config.data_dir, config.limits, clock).await {
+    let core = match Coordinator::open(
+        &config.data_dir,
+        config.limits,
+        clock,
+        config.accept_lost_records,
+    )
+    .await
+    {
         Ok(core) => core,
         Err(e) => {
             let _ = stop.send(());

@@ -29,6 +29,15 @@ use std::time::{Duration, Instant};
 pub enum StoreError {
     #[error("store {path}: {source}")]
     Sled { path: PathBuf, source: sled::Error },
+    #[error(
+        "store {path} cannot be opened: {source}. This is the machine's condition (disk space, \
+         quota, file-size limit, permissions, open files), not damage: nothing was moved or changed. \
+         Fix it and start again"
+    )]
+    Unusable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("store {path}: cannot move the damaged store aside: {source}")]
     Move {
         path: PathBuf,
@@ -144,6 +153,36 @@ fn open_sled(path: &Path) -> sled::Result<sled::Db> {
     }
 }
 
+/// An I/O error that comes from the machine's condition (space, quota,
+/// limits, permissions), not from damage to the store's files.
+fn of_the_machine(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::StorageFull
+            | K::QuotaExceeded
+            | K::FileTooLarge
+            | K::ReadOnlyFilesystem
+            | K::PermissionDenied
+            | K::OutOfMemory
+    ) || matches!(e.raw_os_error(), Some(23 | 24)) // ENFILE, EMFILE
+}
+
+/// Whether a file can be written and synced beside the store (64 KiB): if
+/// not, a store that will not open is not called damaged.
+fn can_write_beside(store: &Path) -> std::io::Result<()> {
+    let probe = store.with_extension("probe");
+    let wrote = File::create(&probe).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, &[0u8; 64 << 10])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    match wrote {
+        Err(e) if of_the_machine(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// How long a store's lock, held by a handle being closed, is waited for.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
@@ -181,11 +220,25 @@ impl Store {
             source,
         };
         let p = path.to_path_buf();
-        let attempt =
-            within(OPEN_WAIT, move || open_sled(&p)).and_then(|r| r.map_err(|e| e.to_string()));
+        let attempt = match within(OPEN_WAIT, move || open_sled(&p)) {
+            Ok(Err(sled::Error::Io(e))) if of_the_machine(&e) => {
+                return Err(StoreError::Unusable {
+                    path: path.to_path_buf(),
+                    source: e,
+                })
+            }
+            other => other.and_then(|r| r.map_err(|e| e.to_string())),
+        };
         let (db, opened) = match attempt {
             Ok(db) => (db, Opened::Existing),
             Err(reason) => {
+                // A panic or a hang may hide the same conditions.
+                if let Err(e) = can_write_beside(path) {
+                    return Err(StoreError::Unusable {
+                        path: path.to_path_buf(),
+                        source: e,
+                    });
+                }
                 let moved_to = path.with_extension(format!("damaged-{}", std::process::id()));
                 tracing::warn!(store = %path.display(), %reason, moved_to = %moved_to.display(), "store will not open; rebuilding it from the journal");
                 std::fs::rename(path, &moved_to).map_err(|source| StoreError::Move {

@@ -1025,7 +1025,7 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     // boards), written with valid CRCs.
     let (replay, _) = journal::read(&path).unwrap();
     let doctored = dir.path().join("doctored");
-    let (j, _) = Journal::open(&doctored, 0).unwrap();
+    let (j, _) = Journal::open(&doctored, 0, 0).unwrap();
     let mut changed = false;
     for mut rec in replay.records {
         if let (false, Some(Record::TaskDone(d))) = (changed, &mut rec.record) {

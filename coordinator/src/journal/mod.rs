@@ -69,10 +69,11 @@ pub enum JournalError {
     Io { path: PathBuf, source: io::Error },
     #[error(
         "journal {path} is damaged at byte {offset} of {len}, record #{record}: {what}. This is not a torn \
-         last write, so the coordinator will not start and nothing was changed. Restore the data directory \
-         from a backup; or, accepting the loss of record #{record} and every acknowledged result after it, \
-         keep the first {offset} bytes with: truncate -s {offset} {path} (then move DIR/store aside: it is \
-         rebuilt from the journal)"
+         last write, so the coordinator will not start and nothing was changed. Restore the journal from \
+         a backup; or, accepting the loss of record #{record} and every record after it (their tasks are \
+         counted again), keep the first {offset} bytes with: truncate -s {offset} {path} and start \
+         again: the next start says how many acknowledged records that loses and the flag that \
+         accepts it"
     )]
     Corrupt {
         path: PathBuf,
@@ -92,6 +93,42 @@ pub enum JournalError {
         first: u64,
         last: u64,
         due: u64,
+    },
+    #[error(
+        "records {from}..={to} are missing between the sealed segments ({dir}) and the live journal \
+         {path}, which starts at record {next}: a sealed segment was deleted or moved. Nothing was \
+         changed, and the coordinator will not start without every acknowledged record: put the \
+         segment back (its name is {from:020}-{to:020}.seg or .seg.gz) from a backup"
+    )]
+    MissingRecords {
+        dir: PathBuf,
+        path: PathBuf,
+        from: u64,
+        to: u64,
+        next: u64,
+    },
+    #[error(
+        "sealed journal segment {path} (records {first}..={last}) is damaged: {what}. A sealed segment \
+         was whole and fsynced when it was sealed, so this is damage on the disk, not a torn write, \
+         and its records were acknowledged. Nothing was changed: put the segment back from a backup \
+         (keep the store and the checkpoints where they are: a start from a checkpoint that covers \
+         these records does not read it)"
+    )]
+    DamagedSegment {
+        path: PathBuf,
+        first: u64,
+        last: u64,
+        what: String,
+    },
+    #[error(
+        "the journal {path} ends at record {last} ({torn} bytes of a cut-short record after it), but \
+         acknowledged records go up to {acknowledged}"
+    )]
+    Behind {
+        path: PathBuf,
+        last: u64,
+        acknowledged: u64,
+        torn: u64,
     },
     #[error("the journal stopped accepting writes after an earlier failure ({0}); restart the coordinator once the disk is fixed")]
     Poisoned(String),
@@ -241,7 +278,16 @@ impl Journal {
     /// Opens (or creates) the journal at `path`, reads the records after
     /// number `after` (0: all; sealed segments wholly before it are not
     /// read), cuts off a torn last write, and starts the writer.
-    pub fn open(path: &Path, after: u64) -> Result<(Journal, Replay), JournalError> {
+    ///
+    /// `acknowledged` is the last record known to have been acknowledged
+    /// (the store's and the checkpoint's marks): a journal that ends
+    /// before it, torn or cut at a record boundary, is refused with
+    /// [`JournalError::Behind`] and left as it is.
+    pub fn open(
+        path: &Path,
+        after: u64,
+        acknowledged: u64,
+    ) -> Result<(Journal, Replay), JournalError> {
         let sealed = segments::list(path)?;
         let mut records = Vec::new();
         let mut from = None;
@@ -267,9 +313,28 @@ impl Journal {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_err(path))?;
-        let (active, good, v1) = parse(&bytes, path, first)?;
+        let (active, good, v1) = match parse(&bytes, path, first) {
+            Err(JournalError::Corrupt { .. }) if first_seq(&bytes).is_some_and(|s| s > first) => {
+                return Err(JournalError::MissingRecords {
+                    dir: segments::dir_of(path),
+                    path: path.to_path_buf(),
+                    from: first,
+                    to: first_seq(&bytes).expect("checked") - 1,
+                    next: first_seq(&bytes).expect("checked"),
+                })
+            }
+            other => other?,
+        };
         let last = first - 1 + active.len() as u64;
         let truncated = (bytes.len() - good) as u64;
+        if last < acknowledged {
+            return Err(JournalError::Behind {
+                path: path.to_path_buf(),
+                last,
+                acknowledged,
+                torn: truncated,
+            });
+        }
         if truncated > 0 {
             tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record (never acknowledged)");
             file.set_len(good as u64).map_err(io_err(path))?;
@@ -407,6 +472,13 @@ fn whole_under_bad_length(rest: &[u8], v1: bool) -> bool {
     }
     let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
     crc32fast::hash(&rest[8..]) == crc
+}
+
+/// The sequence number of a live journal file's first record, if it
+/// reads.
+fn first_seq(bytes: &[u8]) -> Option<u64> {
+    let rest = bytes.strip_prefix(MAGIC)?;
+    record_at(rest, false).ok().map(|(_, seq, _)| seq)
 }
 
 /// Reads every record of one file, whose first record must carry sequence
@@ -636,7 +708,7 @@ mod tests {
     }
 
     fn reopen(path: &Path) -> Result<Replay, JournalError> {
-        Journal::open(path, 0).map(|(_, r)| r)
+        Journal::open(path, 0, 0).map(|(_, r)| r)
     }
 
     fn epochs(records: &[JournalRecord]) -> Vec<u64> {
@@ -654,7 +726,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
         {
-            let (j, _) = Journal::open(&path, 0).unwrap();
+            let (j, _) = Journal::open(&path, 0, 0).unwrap();
             for e in 1..=3 {
                 assert_eq!(j.append(&boot(e)).await.unwrap(), e);
             }
@@ -666,7 +738,7 @@ mod tests {
         }
         assert_eq!(segments::compress(&path).unwrap(), 2);
         // After record 3: the first segment (1..=3) is not even read.
-        let (j, r) = Journal::open(&path, 3).unwrap();
+        let (j, r) = Journal::open(&path, 3, 0).unwrap();
         assert_eq!((r.first, r.last, epochs(&r.records)), (4, 5, vec![4, 5]));
         assert_eq!(j.append(&boot(6)).await.unwrap(), 6, "numbering goes on");
         drop(j);
@@ -682,16 +754,35 @@ mod tests {
         let cut = first.path.with_extension("");
         std::fs::write(&cut, &plain[..plain.len() - 2]).unwrap();
         assert!(matches!(
-            Journal::open(&path, 0),
-            Err(JournalError::Corrupt { .. })
+            Journal::open(&path, 0, 0),
+            Err(JournalError::DamagedSegment { .. })
         ));
+        std::fs::remove_file(&cut).unwrap();
+        // The newest sealed segment gone: the live file's records start
+        // later than due, and the segment is named, not the live file.
+        let newest = segments::list(&path).unwrap().pop().unwrap();
+        std::fs::remove_file(&newest.path).unwrap();
+        match Journal::open(&path, 0, 0) {
+            Err(e @ JournalError::MissingRecords { from: 4, to: 4, .. }) => {
+                assert!(e.to_string().contains("put the segment back"), "{e}");
+                assert!(!e.to_string().contains("truncate"), "{e}");
+            }
+            other => panic!("{:?}", other.map(|(_, r)| r.last)),
+        }
+        // A journal shorter than acknowledged is refused and left alone.
+        let before = std::fs::read(&path).unwrap();
+        assert!(matches!(
+            Journal::open(&path, 0, 9),
+            Err(JournalError::MissingRecords { .. })
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     #[tokio::test]
     async fn appended_records_come_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, replay) = Journal::open(&path, 0).unwrap();
+        let (j, replay) = Journal::open(&path, 0, 0).unwrap();
         assert!(replay.records.is_empty());
         // Many concurrent appends: group commit must keep every one.
         let handles: Vec<_> = (0..200)
@@ -720,7 +811,7 @@ mod tests {
     async fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, _) = Journal::open(&path, 0).unwrap();
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
         for i in 1..=3 {
             j.append(&boot(i)).await.unwrap(); // equal sizes (no zero fields)
         }
@@ -750,7 +841,7 @@ mod tests {
     async fn damage_before_the_end_is_refused_and_nothing_is_changed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
-        let (j, _) = Journal::open(&path, 0).unwrap();
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
         for i in 1..=3 {
             let r = JournalRecord {
                 record: Some(Record::JobState(JobStateChanged {
@@ -786,7 +877,7 @@ mod tests {
     }
 
     async fn three_records(path: &Path) -> (Vec<u8>, usize) {
-        let (j, _) = Journal::open(path, 0).unwrap();
+        let (j, _) = Journal::open(path, 0, 0).unwrap();
         for i in 1..=3 {
             j.append(&boot(i)).await.unwrap();
         }
@@ -838,7 +929,7 @@ mod tests {
             old.extend_from_slice(&payload);
         }
         std::fs::write(&path, &old).unwrap();
-        let (j, r) = Journal::open(&path, 0).unwrap();
+        let (j, r) = Journal::open(&path, 0, 0).unwrap();
         assert_eq!((r.records.len(), r.v1), (3, true));
         j.append(&boot(4)).await.unwrap();
         drop(j);

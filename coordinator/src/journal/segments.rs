@@ -93,12 +93,11 @@ fn bytes_of(s: &Sealed) -> Result<Vec<u8>, JournalError> {
     let mut bytes = Vec::new();
     GzDecoder::new(&raw[..])
         .read_to_end(&mut bytes)
-        .map_err(|e| JournalError::Corrupt {
+        .map_err(|e| JournalError::DamagedSegment {
             path: s.path.clone(),
-            offset: 0,
-            len: raw.len() as u64,
-            record: s.first,
-            what: format!("it does not decompress: {e}"),
+            first: s.first,
+            last: s.last,
+            what: format!("it does not decompress ({e})"),
         })?;
     Ok(bytes)
 }
@@ -107,21 +106,28 @@ fn bytes_of(s: &Sealed) -> Result<Vec<u8>, JournalError> {
 /// uncompressed; anything short of the whole segment is damage.
 pub fn read(s: &Sealed) -> Result<(Vec<JournalRecord>, u64), JournalError> {
     let bytes = bytes_of(s)?;
-    let (records, good, _) = parse(&bytes, &s.path, s.first)?;
-    let want = s.last - s.first + 1;
-    if good != bytes.len() || records.len() as u64 != want {
-        return Err(JournalError::Corrupt {
-            path: s.path.clone(),
-            offset: good as u64,
-            len: bytes.len() as u64,
-            record: s.first + records.len() as u64,
-            what: format!(
-                "a sealed segment must hold all of records {}..={}, and this one ends after {} of them",
-                s.first,
-                s.last,
-                records.len()
-            ),
-        });
+    let damaged = |what: String| JournalError::DamagedSegment {
+        path: s.path.clone(),
+        first: s.first,
+        last: s.last,
+        what,
+    };
+    let (records, good, _) = parse(&bytes, &s.path, s.first).map_err(|e| match e {
+        JournalError::Corrupt {
+            offset,
+            record,
+            what,
+            ..
+        } => damaged(format!(
+            "at byte {offset} (uncompressed), record #{record}: {what}"
+        )),
+        e => e,
+    })?;
+    if good != bytes.len() || records.len() as u64 != s.last - s.first + 1 {
+        return Err(damaged(format!(
+            "it ends after {} of its records",
+            records.len()
+        )));
     }
     Ok((records, bytes.len() as u64))
 }

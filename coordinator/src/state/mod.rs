@@ -453,6 +453,11 @@ impl State {
         self.epoch
     }
 
+    /// Makes the next boot's epoch follow `epoch` at least.
+    pub fn raise_epoch(&mut self, epoch: u64) {
+        self.epoch = self.epoch.max(epoch);
+    }
+
     pub fn next_job_id(&self) -> u64 {
         let last = self.jobs.keys().next_back().max(self.deleted.last());
         last.map_or(1, |k| k + 1)
