@@ -5,6 +5,7 @@
 //! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
 //! - [`checkpoint`]: fsynced, CRC-checked snapshots of the state, so a restart
 //!   replays only the journal after the latest one.
+//! - [`conns`]: bounded connections: limits, timeouts, the idlest making way.
 //! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`credentials`]: per-worker tokens issued by the operator, stored hashed.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
@@ -20,6 +21,7 @@
 pub mod access;
 pub mod audit;
 pub mod checkpoint;
+pub mod conns;
 pub mod core;
 pub mod credentials;
 pub mod journal;

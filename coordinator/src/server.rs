@@ -239,158 +239,7 @@ impl Running {
     }
 }
 
-/// How long one connection may live before it is closed gracefully.
-pub const CONNECTION_AGE: Duration = Duration::from_secs(15 * 60);
-
-/// Connections served at once (`NQUEENS_MAX_CONNECTIONS`, default 1,000):
-/// more are closed at once, so a flood of idle connections cannot use up
-/// the process's file descriptors.
-fn max_connections() -> usize {
-    std::env::var("NQUEENS_MAX_CONNECTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(1_000)
-}
-
-/// A new connection must send its first bytes (a TLS ClientHello, or the
-/// HTTP/2 preface) within this, else it is closed: connections that never
-/// start their handshake cannot hold places.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The least a client sends to start: both a TLS ClientHello and the
-/// HTTP/2 preface with its SETTINGS frame are longer.
-const HANDSHAKE_BYTES: u64 = 32;
-
-/// A connection that sends nothing for this long is closed. Live ones
-/// never reach it: the server pings an idle connection every 30 s and
-/// reads the answer.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// A connection holding one of the limited places until it closes, and
-/// closed when its client goes quiet (see the timeouts above).
-struct Limited {
-    io: tokio::net::TcpStream,
-    _place: tokio::sync::OwnedSemaphorePermit,
-    /// Bytes read so far, up to HANDSHAKE_BYTES.
-    started: u64,
-    quiet: std::pin::Pin<Box<tokio::time::Sleep>>,
-}
-
-impl Limited {
-    fn new(io: tokio::net::TcpStream, place: tokio::sync::OwnedSemaphorePermit) -> Limited {
-        Limited {
-            io,
-            _place: place,
-            started: 0,
-            quiet: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
-        }
-    }
-}
-
-impl tokio::io::AsyncRead for Limited {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        use std::future::Future;
-        use std::task::Poll;
-        let me = self.get_mut();
-        let before = buf.filled().len();
-        match std::pin::Pin::new(&mut me.io).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let got = (buf.filled().len() - before) as u64;
-                if got > 0 {
-                    me.started = (me.started + got).min(HANDSHAKE_BYTES);
-                    // Before the handshake bytes are in, the first deadline stands.
-                    if me.started >= HANDSHAKE_BYTES {
-                        let next = tokio::time::Instant::now() + IDLE_TIMEOUT;
-                        me.quiet.as_mut().reset(next);
-                    }
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending => match me.quiet.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    match me.started < HANDSHAKE_BYTES {
-                        true => "the client did not start its handshake in time",
-                        false => "the client went quiet",
-                    },
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
-            ready => ready,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Limited {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
-impl tonic::transport::server::Connected for Limited {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
-/// Accepted connections beyond `max` at once are closed right away.
-fn limited(
-    incoming: tonic::transport::server::TcpIncoming,
-    max: usize,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Limited>> {
-    use tokio_stream::StreamExt;
-    let places = Arc::new(tokio::sync::Semaphore::new(max));
-    let mut warned = std::time::Instant::now() - Duration::from_secs(60);
-    incoming.filter_map(move |conn| match conn {
-        Err(e) => Some(Err(e)),
-        Ok(io) => match Arc::clone(&places).try_acquire_owned() {
-            Ok(place) => Some(Ok(Limited::new(io, place))),
-            Err(_) => {
-                if warned.elapsed() > Duration::from_secs(10) {
-                    warned = std::time::Instant::now();
-                    tracing::warn!(
-                        max,
-                        peer = ?io.peer_addr().ok(),
-                        "connection refused: {max} connections are open (NQUEENS_MAX_CONNECTIONS)"
-                    );
-                }
-                None
-            }
-        },
-    })
-}
+pub use crate::conns::{CONNECTION_AGE, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT};
 
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {
@@ -436,7 +285,12 @@ pub async fn start_announced(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .max_connection_age(CONNECTION_AGE)
         .max_connection_age_grace(Duration::from_secs(60))
-        .concurrency_limit_per_connection(256);
+        .max_concurrent_streams(Some(crate::conns::streams_per_connection()))
+        .concurrency_limit_per_connection(256)
+        // A call whose request does not arrive whole within this ends (its
+        // stream and buffers freed); streamed answers (watch, export) are
+        // not cut by it.
+        .timeout(CALL_TIMEOUT);
     if let Some(tls) = &config.tls {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| StartError::TlsFile {
@@ -504,6 +358,7 @@ pub async fn start_announced(
         .map_err(|e| StartError::Reflection(e.to_string()))?;
 
     let ready = Ready::default();
+    let table = crate::conns::Table::new(crate::conns::Bounds::from_env());
     let workers = WorkerServiceServer::with_interceptor(
         Workers(ready.clone()),
         worker_auth(
@@ -522,6 +377,13 @@ pub async fn start_announced(
     let server = tokio::spawn(
         builder
             .layer(grpc.layer())
+            .layer(tower::layer::layer_fn({
+                let table = Arc::clone(&table);
+                move |inner| Busy {
+                    inner,
+                    table: Arc::clone(&table),
+                }
+            }))
             .layer(tower::util::MapResponseLayer::new(stamp(access)))
             .add_service(health_service)
             .add_service(reflection)
@@ -529,11 +391,12 @@ pub async fn start_announced(
             .add_service(operators)
             .serve_with_incoming_shutdown(
                 // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
-                limited(
+                crate::conns::limited(
                     tonic::transport::server::TcpIncoming::from(listener)
                         .with_nodelay(Some(true))
                         .with_keepalive(Some(Duration::from_secs(60))),
-                    max_connections(),
+                    Arc::clone(&table),
+                    config.tls.is_none(),
                 ),
                 async {
                     let _ = stopped.await;
@@ -598,16 +461,20 @@ pub async fn start_announced(
         }
     });
 
-    // Revoked tokens stop working within a second or two.
+    // Revoked tokens stop working within a second or two; memory a flood
+    // left behind goes back to the system.
     let refresh = Arc::clone(&issued);
     let refresher = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            if let Err(e) = refresh.refresh() {
-                tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
+        let tokens = async {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = refresh.refresh() {
+                    tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
+                }
             }
-        }
+        };
+        tokio::join!(tokens, crate::conns::give_back_memory());
     });
     let sweep = Arc::clone(&core);
     let every = Duration::from_millis((config.limits.lease_ttl_ms / 4).clamp(10, 1_000));
@@ -653,6 +520,63 @@ pub async fn start_announced(
         health_watch,
         refresher,
     })
+}
+
+/// The longest a unary call may take, its request's arrival included.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Marks the caller's connection busy once one of its calls completes
+/// without an error (see [`crate::conns`]): calls that never finish
+/// (half-open streams) do not keep a connection's place.
+#[derive(Clone)]
+struct Busy<S> {
+    inner: S,
+    table: Arc<crate::conns::Table>,
+}
+
+fn peer_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let ext = req.extensions();
+    ext.get::<TcpConnectInfo>()
+        .and_then(|i| i.remote_addr())
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        })
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Busy<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let peer = peer_of(&req);
+        let table = Arc::clone(&self.table);
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let answer = answer.await;
+            if let (Ok(r), Some(peer)) = (&answer, peer) {
+                let status = r.headers().get("grpc-status");
+                if status.is_none_or(|s| s == "0") {
+                    table.called(peer);
+                }
+            }
+            answer
+        })
+    }
 }
 
 /// Headers every answer carries: this coordinator's version and its clock

@@ -149,11 +149,25 @@ fn chain(status: &tonic::Status) -> String {
     text
 }
 
+/// The coordinator's reason when it refused the connection for lack of
+/// places (RESOURCE_EXHAUSTED, "too many connections ...").
+fn overloaded(status: &Status) -> Option<String> {
+    (status.code() == tonic::Code::ResourceExhausted
+        && status.message().starts_with("too many connections"))
+    .then(|| status.message().to_string())
+}
+
 /// A call that failed because one side speaks TLS and the other does not
 /// (or the certificate is not trusted): what it probably is and what to
 /// change. The transport's own words ("received corrupt message of type
 /// InvalidContentType", "transport error") do not say.
 pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
+    if let Some(why) = overloaded(status) {
+        return Some(format!(
+            "the coordinator at {url} refused the connection: {why}; it serves again as \
+             connections close (or raise its NQUEENS_MAX_CONNECTIONS)"
+        ));
+    }
     let text = chain(status);
     let plain = url
         .strip_prefix("https://")
