@@ -134,6 +134,10 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         err.contains("total 14,200, unique 1,787 (equal to the job's)"),
         "{err}"
     );
+    assert!(
+        !dir.path().join("job.csv.partial").exists(),
+        "written as .partial, renamed once whole"
+    );
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();

@@ -107,7 +107,14 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
         let mut op = Operator::new(c)?;
         let info = op.job(job).await?;
         let mut rows = op.export(job).await?;
-        let mut out: Box<dyn Write> = match output {
+        // A file is written as FILE.partial and renamed once whole: an
+        // export cut short is never taken for a complete one.
+        let partial = output.map(|p| {
+            let mut name = p.as_os_str().to_owned();
+            name.push(".partial");
+            std::path::PathBuf::from(name)
+        });
+        let mut out: Box<dyn Write> = match &partial {
             Some(path) => Box::new(io::BufWriter::new(std::fs::File::create(path).map_err(
                 |e| Failure::BadInput(format!("cannot write {}: {e}", path.display())),
             )?)),
@@ -129,6 +136,10 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
             n += 1;
         }
         out.flush()?;
+        drop(out);
+        if let (Some(from), Some(to)) = (&partial, output) {
+            std::fs::rename(from, to)?;
+        }
         let mut said = format!(
             "exported {} counted tasks of job {job} ({} in the plan)",
             thousands(n.into()),

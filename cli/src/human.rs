@@ -587,6 +587,12 @@ impl AuditView {
         };
         let known = match (self.total, self.matches_known) {
             (None, _) => "checked once every task has a result".to_string(),
+            // A synthetic job has no published count: its answer is the
+            // sum of its tasks' answers.
+            (Some(_), Some(m)) if self.strategy == "synthetic" => format!(
+                "{} the sum of its tasks' answers (a synthetic job)",
+                if m { "equals" } else { "DIFFERS from" }
+            ),
             (Some(_), m) => verdict(m).to_string(),
         };
         let outcome = if !self.passed {
@@ -636,5 +642,20 @@ mod tests {
         assert!(job.line().contains(", 1 worker, ETA"), "{}", job.line());
         job.active_workers = 300;
         assert_eq!(said(&job), "300 workers");
+    }
+
+    #[test]
+    fn a_synthetic_audit_is_not_compared_with_oeis() {
+        let mut a = AuditView::new(&v1::AuditReport::default());
+        (a.total, a.unique, a.matches_known) = (Some(10), Some(10), Some(true));
+        a.strategy = "synthetic";
+        let text = a.text();
+        assert!(
+            text.contains("equals the sum of its tasks' answers"),
+            "{text}"
+        );
+        assert!(!text.contains("OEIS"), "{text}");
+        a.strategy = "frame";
+        assert!(a.text().contains("matches OEIS"));
     }
 }

@@ -89,9 +89,15 @@ pub fn save(dir: &Path, bytes: &[u8]) -> io::Result<()> {
     static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!("checkpoint.tmp.{n}"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        // A full disk must not fill up with partial checkpoints.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     let latest = path(dir);
     if latest.exists() {
         std::fs::rename(&latest, prev_path(dir))?;

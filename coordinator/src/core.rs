@@ -1191,7 +1191,11 @@ impl Coordinator {
             }))
         };
         match verdict {
-            Verdict::Duplicate | Verdict::AwaitingCheck => Ok(verdict),
+            Verdict::Duplicate => {
+                self.lock().note_duplicate();
+                Ok(verdict)
+            }
+            Verdict::AwaitingCheck => Ok(verdict),
             Verdict::NotCounted if self.lock().quarantined(worker) => {
                 // Kept in the journal for the audit, never counted.
                 tracing::warn!(

@@ -16,6 +16,7 @@
 //! - [`service`]: the gRPC services, request checks, errors mapped to status codes.
 //! - [`state`]: jobs, tasks, leases and workers in memory; pure, clock passed in.
 //! - [`store`]: the sled store of task lists and result rows, rebuilt from the journal.
+//! - [`throttle`]: repeated failures logged once a minute.
 //! - [`wire`]: the coordinator's jobs, workers, leases and audits on the wire.
 
 pub mod access;
@@ -32,4 +33,5 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod throttle;
 pub mod wire;

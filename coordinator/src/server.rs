@@ -480,10 +480,13 @@ pub async fn start_announced(
     let every = Duration::from_millis((config.limits.lease_ttl_ms / 4).clamp(10, 1_000));
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
+        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
         loop {
             tick.tick().await;
             if let Err(e) = sweep.sweep().await {
-                tracing::error!(error = %e, "lease sweep failed");
+                if let Some(held) = failures.allow() {
+                    tracing::error!(error = %e, failures_not_logged = held, "lease sweep failed (logged once a minute)");
+                }
             }
         }
     });
@@ -492,6 +495,7 @@ pub async fn start_announced(
     let checkpointer = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1).min(checkpoints.interval));
         let mut last = tokio::time::Instant::now();
+        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
         loop {
             tick.tick().await;
             let since = core_c.records_since_checkpoint();
@@ -502,7 +506,9 @@ pub async fn start_announced(
             }
             last = tokio::time::Instant::now();
             if let Err(e) = core_c.checkpoint(true).await {
-                tracing::error!(error = %e, "checkpoint failed; the journal still holds everything (start-up replays more)");
+                if let Some(held) = failures.allow() {
+                    tracing::error!(error = %e, failures_not_logged = held, "checkpoint failed; the journal still holds everything (start-up replays more; logged once a minute)");
+                }
             }
         }
     });

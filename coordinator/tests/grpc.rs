@@ -156,6 +156,8 @@ async fn a_restart_keeps_every_acknowledged_result_and_takes_old_leases() {
             ReportOutcome::Duplicate
         );
     }
+    // Each duplicate answered is counted for the metrics.
+    assert_eq!(r.core.counters().duplicates, in_flight.len() as u64);
     kit::work(&mut w, "w2", usize::MAX).await;
     let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.state, v1::JobState::Done as i32);

@@ -572,6 +572,7 @@ fn writer(
     healthy: tokio::sync::watch::Sender<bool>,
 ) {
     let mut poisoned: Option<String> = None;
+    let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
     let mut good_len = file.metadata().map_or(0, |m| m.len());
     while let Ok(msg) = rx.recv() {
         let mut rotate = None;
@@ -600,7 +601,9 @@ fn writer(
             match file.write_all(&buf) {
                 Err(e) => {
                     WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(path = %path.display(), error = %e, "journal write failed; nothing of it acknowledged, later writes will try again");
+                    if let Some(held) = failures.allow() {
+                        tracing::error!(path = %path.display(), error = %e, failures_not_logged = held, "journal write failed; nothing of it acknowledged, later writes will try again (logged once a minute)");
+                    }
                     let undone = file
                         .set_len(good_len)
                         .and_then(|()| file.seek(SeekFrom::End(0)).map(|_| ()));

@@ -453,6 +453,12 @@ impl State {
         self.epoch
     }
 
+    /// Counts a duplicate answered without a journal record (a report
+    /// equal to the stored result).
+    pub fn note_duplicate(&mut self) {
+        self.counters.duplicates += 1;
+    }
+
     /// Makes the next boot's epoch follow `epoch` at least.
     pub fn raise_epoch(&mut self, epoch: u64) {
         self.epoch = self.epoch.max(epoch);
