@@ -387,6 +387,7 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(std::fs::read(&path).unwrap(), cut, "left as it was");
     let (code, err) = audit();
     assert_eq!(code, 1, "{err}");
+    follow_the_truncate_advice(&data, at, f.iter().filter(|(o, _)| *o < at).count());
 
     // The last record (an acknowledged result, with its store row) gone at
     // a record boundary: the store row without its record is damage.
@@ -413,6 +414,44 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(lines[0]["total"], "92");
 }
 
+/// On a copy of `data`, whose journal is damaged at byte `at` (after
+/// `intact` whole records), follows the refusals' advice: the `truncate`,
+/// then `--accept-lost-records` with the count the next refusal names.
+/// Every intact result is kept and the count ends exact.
+fn follow_the_truncate_advice(data: &std::path::Path, at: usize, intact: usize) {
+    let copy = data.with_file_name("followed");
+    let cp = std::process::Command::new("cp")
+        .arg("-r")
+        .args([data, &copy])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let journal = copy.join("journal");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(at as u64)
+        .unwrap();
+    let err = refused(&copy, &[]);
+    let n: String = err
+        .split("--accept-lost-records ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no flag named: {err}"))
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let c = kit::start_with(&copy, &["--accept-lost-records", &n]);
+    runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        // Boot, submitted and planned come first; then one result each.
+        assert_eq!(kit::job(&mut ops, 1).await.done as usize, intact - 3);
+        kit::register(&mut w, "w2").await;
+        kit::work(&mut w, "w2", usize::MAX).await;
+        assert_eq!(total(&mut ops, 1).await.1, 92);
+    });
+}
+
 /// A worker client whose calls carry `token`.
 async fn worker_with(
     url: &str,
@@ -423,23 +462,47 @@ async fn worker_with(
     WorkerServiceClient::new(nqueens_proto::client::connect(url, Some(token), None).unwrap())
 }
 
+/// Waits (bounded) until `token` is refused for worker calls: a revoked
+/// token stops working within a few seconds, polled, no fixed sleep.
+async fn until_refused(url: &str, token: &str, worker: &str) {
+    let mut w = worker_with(url, token).await;
+    kit::Wait::within(Duration::from_secs(10))
+        .every(Duration::from_millis(50))
+        .until_async("the revoked token refused", async || {
+            let r = w
+                .lease(v1::LeaseRequest {
+                    worker_id: worker.into(),
+                    max_tasks: 1,
+                })
+                .await;
+            match r {
+                Err(e) if e.code() == Code::Unauthenticated => Ok(()),
+                r => Err(format!("a revoked token still works: {r:?}")),
+            }
+        })
+        .await;
+}
+
+/// `nqueens token issue NAME --data-dir DIR`: the new token.
+fn issue(dir: &str, name: &str) -> String {
+    let out = nqueens(&["token", "issue", name, "--data-dir", dir])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 #[test]
 fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
     let _watchdog = kit::watchdog("issued_worker_tokens_vote_once_each_and_can_be_revoked");
     let dir = kit::tempdir();
     let data = dir.path().join("data");
     let d = data.to_str().unwrap();
-    let issue = |name: &str| {
-        let out = nqueens(&["token", "issue", name, "--data-dir", d])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let issue = |name: &str| issue(d, name);
     let (alice, bob) = (issue("alice"), issue("bob"));
     let (code, err) = run(&["token", "issue", "alice", "--data-dir", d]);
     assert_eq!(code, 2, "{err}");
@@ -572,24 +635,7 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alice\n");
-    runtime().block_on(async {
-        let mut b = worker_with(&c.url, &bob).await;
-        kit::Wait::within(Duration::from_secs(10))
-            .every(Duration::from_millis(50))
-            .until_async("the revoked token refused", async || {
-                let r = b
-                    .lease(v1::LeaseRequest {
-                        worker_id: "b1".into(),
-                        max_tasks: 1,
-                    })
-                    .await;
-                match r {
-                    Err(e) if e.code() == Code::Unauthenticated => Ok(()),
-                    r => Err(format!("a revoked token still works: {r:?}")),
-                }
-            })
-            .await;
-    });
+    runtime().block_on(until_refused(&c.url, &bob, "b1"));
 }
 
 /// An HTTP/2 frame: length, type, flags, stream, payload.
@@ -953,13 +999,7 @@ fn revoking_every_worker_token_never_opens_the_coordinator() {
     let dir = kit::tempdir();
     let data = dir.path().join("data");
     let d = data.to_str().unwrap();
-    let issue = |name: &str| {
-        let out = nqueens(&["token", "issue", name, "--data-dir", d])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let issue = |name: &str| issue(d, name);
     let alice = issue("alice");
     let op_token = dir.path().join("op.token");
     std::fs::write(&op_token, "operator-token-0123456789").unwrap();
@@ -968,22 +1008,7 @@ fn revoking_every_worker_token_never_opens_the_coordinator() {
     let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
     assert_eq!(code, 0, "{err}");
     runtime().block_on(async {
-        let mut a = worker_with(&c.url, &alice).await;
-        kit::Wait::within(Duration::from_secs(10))
-            .every(Duration::from_millis(50))
-            .until_async("the last token refused", async || {
-                let r = a
-                    .lease(v1::LeaseRequest {
-                        worker_id: "a1".into(),
-                        max_tasks: 1,
-                    })
-                    .await;
-                match r {
-                    Err(e) if e.code() == Code::Unauthenticated => Ok(()),
-                    r => Err(format!("a revoked token still works: {r:?}")),
-                }
-            })
-            .await;
+        until_refused(&c.url, &alice, "a1").await;
         anonymous_refused(&c.url, "no token left, same run").await;
     });
     drop(c);
@@ -1030,13 +1055,7 @@ fn a_worker_id_stays_with_its_credential_across_restarts() {
     let dir = kit::tempdir();
     let data = dir.path().join("data");
     let d = data.to_str().unwrap();
-    let issue = |name: &str| {
-        let out = nqueens(&["token", "issue", name, "--data-dir", d])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let issue = |name: &str| issue(d, name);
     let (alice, mallory) = (issue("alice"), issue("mallory"));
     let register = |url: String, token: String| async move {
         worker_with(&url, &token)
