@@ -18,7 +18,7 @@ use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
 use nqueens_common::plan::{Mode, Plan, Strategy};
 use nqueens_common::Size;
-use nqueens_coordinator::core::SystemClock;
+use nqueens_coordinator::hub::SystemClock;
 use nqueens_coordinator::server::{self, Config};
 use nqueens_coordinator::state::{Checking, JobState, JobView};
 use nqueens_worker::run::{SelfTest, WorkerError};

@@ -194,7 +194,7 @@ pub fn coordinator(config: nqueens_coordinator::server::Config, logs: Logs) -> R
     let runtime = tokio::runtime::Runtime::new()?;
     let served = runtime.block_on(async {
         survive_file_size_limit();
-        let clock = std::sync::Arc::new(nqueens_coordinator::core::SystemClock);
+        let clock = std::sync::Arc::new(nqueens_coordinator::hub::SystemClock);
         // Scripts (and tests) read these lines; a closed stdout must not
         // stop the coordinator, so write errors are ignored.
         let say = |line: String| {

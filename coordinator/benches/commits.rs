@@ -8,7 +8,7 @@
 //! is the coordinator's, not the solver's.
 
 use nqueens_common::plan::{Strategy, Tally};
-use nqueens_coordinator::core::SystemClock;
+use nqueens_coordinator::hub::SystemClock;
 use nqueens_coordinator::server::start;
 use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;

@@ -6,8 +6,9 @@
 //! - [`checkpoint`]: fsynced, CRC-checked snapshots of the state, so a restart
 //!   replays only the journal after the latest one.
 //! - [`conns`]: bounded connections: limits, timeouts, the idlest making way.
-//! - [`core`]: journal-then-apply for every change; the data directory lock.
 //! - [`credentials`]: per-worker tokens issued by the operator, stored hashed.
+//! - [`hub`]: the coordinator: journal-then-apply for every change, recovery at
+//!   start, jobs, worker calls; the data directory lock.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
 //! - [`rows`]: the store's compact result rows, many tasks to a block.
@@ -23,8 +24,8 @@ pub mod access;
 pub mod audit;
 pub mod checkpoint;
 pub mod conns;
-pub mod core;
 pub mod credentials;
+pub mod hub;
 pub mod journal;
 pub mod metrics;
 pub mod rows;

@@ -8,7 +8,7 @@
 //! calls with). Counts above 2^53 lose
 //! precision as Prometheus floats; `nqueens status` has the exact values.
 
-use crate::core::Coordinator;
+use crate::hub::Coordinator;
 use crate::journal;
 use crate::state::JobState;
 use nqueens_metrics::grpc::GrpcMetrics;

@@ -2,8 +2,8 @@
 //! bearer tokens per role, and the sweeper that expires leases.
 
 use crate::access::{bearer, worker_auth, Access};
-use crate::core::{Clock, CoordError, Coordinator, SystemClock};
 use crate::credentials::Credentials;
+use crate::hub::{Clock, CoordError, Coordinator, SystemClock};
 use crate::service::{Operators, Ready, Workers};
 use crate::state::Limits;
 use nqueens_proto::v1::{

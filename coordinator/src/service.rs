@@ -2,7 +2,7 @@
 //! mapped to precise status codes (conversions to the wire: [`crate::wire`]).
 
 use crate::audit::{self, AuditError};
-use crate::core::{CoordError, Coordinator};
+use crate::hub::{CoordError, Coordinator};
 use crate::journal::JournalError;
 use crate::state::{Checking, JobState, LeaseRef, StateError, Verdict};
 use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};

@@ -6,7 +6,7 @@
 //! (one side is a coordinator type).
 //!
 //! Two more mappings of [`JobState`] stay where they are, for now: the
-//! journal's record of a state change, written in `core.rs`
+//! journal's record of a state change, written in `hub/jobs.rs`
 //! (`set_state`) and read back in `state.rs` (`apply`).
 
 use crate::audit::Audit;

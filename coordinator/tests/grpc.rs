@@ -2,7 +2,7 @@
 //! temporary data directory and a clock the test moves.
 
 use nqueens_common::plan::Strategy;
-use nqueens_coordinator::core::{Clock, ManualClock};
+use nqueens_coordinator::hub::{Clock, ManualClock};
 use nqueens_coordinator::server::{
     start, start_announced, Checkpoints, Config, Running, StartError,
 };

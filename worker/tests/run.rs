@@ -6,7 +6,7 @@ use nqueens_common::engine::device::{Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
 use nqueens_common::engine::join::Budget;
 use nqueens_common::plan::Strategy;
-use nqueens_coordinator::core::{Clock, ManualClock, SystemClock};
+use nqueens_coordinator::hub::{Clock, ManualClock, SystemClock};
 use nqueens_coordinator::server::{start, Config as ServerConfig, Running};
 use nqueens_coordinator::state::Limits;
 use nqueens_proto::v1;

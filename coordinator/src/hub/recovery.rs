@@ -1,0 +1,393 @@
+//! Starting from a data directory: the lock, the marks of what was
+//! acknowledged, the journal replayed after the latest checkpoint, every
+//! plan checked against its digest, the totals verified.
+
+use super::*;
+
+/// How far records were acknowledged, by the marks a start finds.
+struct Marks {
+    /// The last record whose row the store holds.
+    store: u64,
+    /// The last record the latest readable checkpoint holds.
+    checkpoint: u64,
+    /// That checkpoint's boot epoch.
+    epoch: u64,
+}
+
+impl Marks {
+    fn acknowledged(&self) -> u64 {
+        self.store.max(self.checkpoint)
+    }
+
+    /// The refusal for a journal that ends at `last` (with `torn` bytes of
+    /// a cut-short record after it).
+    fn behind(&self, path: PathBuf, last: u64, torn: u64) -> CoordError {
+        let by = match (self.store > last, self.checkpoint > last) {
+            (true, true) => "the store and the checkpoint hold",
+            (true, false) => "the store holds",
+            _ => "the checkpoint holds",
+        };
+        CoordError::JournalBehind {
+            path,
+            last,
+            torn: match torn {
+                0 => String::new(),
+                n => format!(" (then {n} bytes of a cut-short record)"),
+            },
+            by: by.into(),
+            acknowledged: self.acknowledged(),
+            missing: self.acknowledged() - last,
+        }
+    }
+}
+
+/// Moves the checkpoints and the store aside (renamed `*.lost-UNIXTIME`,
+/// nothing deleted) and opens a new, empty store.
+fn set_aside(data_dir: &Path) -> Result<(Store, Opened), CoordError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for name in ["checkpoint", "checkpoint.prev", "store"] {
+        let from = data_dir.join(name);
+        let to = data_dir.join(format!("{name}.lost-{stamp}"));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => tracing::warn!(from = %from.display(), to = %to.display(), "moved aside"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(CoordError::DataDir {
+                    path: from,
+                    why: format!("cannot move it aside to {}: {e}", to.display()),
+                })
+            }
+        }
+    }
+    crate::journal::sync_dir(&data_dir.join("store")).map_err(|e| CoordError::DataDir {
+        path: data_dir.to_path_buf(),
+        why: format!("cannot sync it: {e}"),
+    })?;
+    Ok(Store::open(&data_dir.join("store"))?)
+}
+
+/// The data directory's secret for lease ids (`DIR/lease.key`, 32 random
+/// bytes, owner-only), made on first start.
+fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
+    let path = dir.join("lease.key");
+    match std::fs::read(&path) {
+        Ok(bytes) => bytes.try_into().map_err(|b: Vec<u8>| {
+            format!(
+                "{} holds {} bytes, not 32: it is damaged. Remove it to make a new one \
+                 (workers then lose the leases they hold across this restart)",
+                path.display(),
+                b.len()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = crate::state::random_key();
+            let tmp = dir.join("lease.key.tmp");
+            let write = || -> std::io::Result<()> {
+                use std::io::Write;
+                let mut o = std::fs::OpenOptions::new();
+                o.write(true).create(true).truncate(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+                let mut f = o.open(&tmp)?;
+                f.write_all(&key)?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &path)?;
+                File::open(dir)?.sync_all()
+            };
+            write().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(key)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+impl Coordinator {
+    /// Opens the data directory: takes its lock, replays the journal,
+    /// re-plans every job (checked against the journal's digest), verifies
+    /// the totals, and records a new boot.
+    ///
+    /// A journal that ends before what was acknowledged stops the start,
+    /// unless `accept_lost` is exactly the number of records it lacks.
+    pub async fn open(
+        data_dir: &Path,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+        accept_lost: Option<u64>,
+    ) -> Result<Arc<Coordinator>, CoordError> {
+        let started = std::time::Instant::now();
+        let dir_err = |why: String| CoordError::DataDir {
+            path: data_dir.to_path_buf(),
+            why,
+        };
+        std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
+        // The lock is on the directory itself (an exclusive flock held
+        // while this process lives), so removing a file cannot release it.
+        let lock =
+            File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
+        lock.try_lock().map_err(|e| {
+            dir_err(format!(
+                "another process holds its lock (another coordinator, or `solve --state`, on the same \
+                 directory): stop that one first, or give a different --data-dir ({e})"
+            ))
+        })?;
+        let key = lease_key(data_dir).map_err(dir_err)?;
+        let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
+        let loaded = checkpoint::load(data_dir);
+        // How far results were acknowledged, by the store's and the latest
+        // readable checkpoint's own marks: the journal must reach it.
+        let marks = Marks {
+            store: store.caught_up(),
+            checkpoint: loaded.as_ref().map_or(0, |c| c.seen.last()),
+            epoch: loaded.as_ref().map_or(0, |c| c.state.epoch()),
+        };
+        // A checkpoint is used only if the store holds the rows of every
+        // record it covers (it was written after they were synced; a
+        // store rebuilt since is not): the records before it are not read.
+        let mut checkpoint = loaded.filter(|c| {
+            let covered = c.seen.last();
+            if marks.store < covered {
+                tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = marks.store, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
+            }
+            marks.store >= covered
+        });
+        let journal_path = data_dir.join("journal");
+        let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
+        let (journal, replay) = match Journal::open(&journal_path, after, marks.acknowledged()) {
+            Err(JournalError::Behind { last, torn, .. }) => {
+                let missing = marks.acknowledged() - last;
+                if accept_lost != Some(missing) {
+                    return Err(marks.behind(journal_path, last, torn));
+                }
+                tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
+                drop(store);
+                checkpoint = None;
+                (store, store_opened) = set_aside(data_dir)?;
+                Journal::open(&journal_path, 0, 0)?
+            }
+            other => other?,
+        };
+        // The store's mark, as the replay below uses it.
+        let caught_up = store.caught_up();
+        let read = started.elapsed();
+        let from_checkpoint = checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
+        let (mut state, applied) = match checkpoint {
+            Some(c) => (c.state.with_limits(limits), Some(c.seen)),
+            None => (State::new(limits), None),
+        };
+        state.set_lease_key(key);
+        // Boots recorded only in a checkpoint set aside still count.
+        state.raise_epoch(marks.epoch);
+        // Without a checkpoint: every task with a result record, counted
+        // or not, for the store check.
+        let mut journaled = applied.is_none().then(std::collections::HashSet::new);
+        let mut rows = Vec::new();
+        let mut replayed = 0;
+        for (seq, r) in (replay.first..).zip(&replay.records) {
+            // Applied before the checkpoint was taken: its effect is in it.
+            if applied.as_ref().is_some_and(|a| a.contains(seq)) {
+                continue;
+            }
+            replayed += 1;
+            let verdict = state.apply(r)?;
+            if let Some(Record::TaskDone(d)) = &r.record {
+                if let Some(j) = journaled.as_mut() {
+                    j.insert((d.job_id, d.task_index));
+                }
+                // From a checkpoint, only counted results get a row (the
+                // store check that removes the others needs every record).
+                let row = journaled.is_some() || matches!(verdict, Some(Verdict::New));
+                if seq > caught_up && row {
+                    rows.push(d.clone());
+                }
+                if rows.len() == 1 << 16 {
+                    store.add_results(std::mem::take(&mut rows), None)?;
+                }
+            }
+        }
+        let records = replay.last;
+        store.add_results(rows, Some(records))?;
+        // Rows of deleted jobs that a crash left behind (idempotent).
+        for id in state.deleted_jobs() {
+            store.delete_job(id)?;
+        }
+        let replay_done = started.elapsed();
+        // Jobs planned before (their size was accepted then) get their
+        // tasks now; jobs never planned are planned once serving, as at
+        // submit, so that a long plan cannot keep the coordinator down.
+        let mut planned = Vec::new();
+        let mut unplanned = Vec::new();
+        for j in state.jobs() {
+            match (j.planned(), j.state()) {
+                (Some(p), _) => planned.push((j.id, j.spec, p)),
+                (None, JobState::Cancelled) => {}
+                (None, _) => unplanned.push((j.id, j.spec)),
+            }
+        }
+        let (changed, _) = tokio::sync::watch::channel(0);
+        let core = Arc::new(Coordinator {
+            recovery: std::sync::OnceLock::new(),
+            state: Mutex::new(state),
+            applied: Mutex::new(Seen::upto(records)),
+            checkpointed: AtomicU64::new(from_checkpoint.map_or(0, |c| c.0)),
+            journal,
+            store,
+            store_opened,
+            writes: std::sync::OnceLock::new(),
+            started_ms: clock.now_ms(),
+            clock,
+            changed,
+            submit: tokio::sync::Mutex::new(()),
+            data_dir: data_dir.to_path_buf(),
+            planning: Mutex::default(),
+            stopping: AtomicBool::new(false),
+            audit_when_done: AtomicBool::new(true),
+            _lock: lock,
+        });
+        let mut replanned = 0;
+        for (id, spec, p) in planned {
+            replanned += u64::from(core.plan_job(id, spec, Some(p)).await?);
+        }
+        let verifying = std::time::Instant::now();
+        core.verify(journaled.as_ref())?;
+        let verified = verifying.elapsed();
+        core.store.flush();
+        let _ = core
+            .writes
+            .set(StoreWriter::spawn(core.store.clone(), records));
+        let epoch = core.lock().epoch() + 1;
+        core.write(rec(Record::Boot(v1::Boot {
+            epoch,
+            unix_ms: core.clock.now_ms(),
+        })))
+        .await?;
+        // Where a restart's time goes: reading the journal, replaying it
+        // (state and store rows), checking the store against it.
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        tracing::info!(
+            dir = %data_dir.display(),
+            records,
+            replayed,
+            checkpoint_upto = from_checkpoint.map(|c| c.0),
+            checkpoint_bytes = from_checkpoint.map(|c| c.1),
+            replanned,
+            torn_bytes = replay.truncated,
+            epoch,
+            jobs = core.lock().jobs().count(),
+            read_ms = ms(read),
+            replay_ms = ms(replay_done - read),
+            verify_ms = ms(verified),
+            ms = ms(started.elapsed()),
+            "coordinator state restored"
+        );
+        let _ = core.recovery.set(Recovery {
+            records,
+            replayed,
+            checkpoint_upto: from_checkpoint.map(|c| c.0),
+            replanned,
+            ms: ms(started.elapsed()),
+        });
+        for (id, spec) in unplanned {
+            core.plan_in_background(id, spec);
+        }
+        Ok(core)
+    }
+
+    /// Re-derives every job's totals from its result rows, and rewrites
+    /// store rows that disagree with the journal. With `journaled` (every
+    /// task with a result record: the whole journal was replayed), also
+    /// checks every row of the store against it; after a checkpoint that
+    /// full scan is left to the audit, so that a start-up stays short.
+    pub(super) fn verify(
+        &self,
+        journaled: Option<&std::collections::HashSet<(u64, u64)>>,
+    ) -> Result<(), CoordError> {
+        let state = self.lock();
+        let mut repaired = 0;
+        for job in state.jobs() {
+            let mut sum = Tally::default();
+            for (&task, r) in job.results() {
+                sum.merge(&r.tally).map_err(|e| CoordError::Verify {
+                    job: job.id,
+                    why: e.to_string(),
+                })?;
+                let row = self.store.result(job.id, task);
+                if row
+                    .as_ref()
+                    .and_then(|d| d.result.as_ref())
+                    .map(nqueens_proto::tally_from_wire)
+                    != Some(r.tally)
+                {
+                    let mut result = tally_to_wire(&r.tally);
+                    result.elapsed_ms = r.elapsed_ms;
+                    result.solver_version = r.solver_version.clone();
+                    self.store.put_result(&v1::TaskDone {
+                        job_id: job.id,
+                        task_index: task,
+                        result: Some(result),
+                        worker_id: r.worker.clone(),
+                        lease_id: r.lease_id,
+                        unix_ms: r.unix_ms,
+                        credential: if r.credential == r.worker {
+                            String::new()
+                        } else {
+                            r.credential.clone()
+                        },
+                    })?;
+                    repaired += 1;
+                }
+            }
+            // Only a ledger holding every result can be re-added here.
+            if job.results_complete() && sum != *job.tally() {
+                return Err(CoordError::Verify {
+                    job: job.id,
+                    why: "the job's running totals differ from the sum of its results".into(),
+                });
+            }
+        }
+        // A result row is written only after its journal record was
+        // fsynced: a row whose record is missing means the journal lost
+        // acknowledged results (cut, or restored from an older copy).
+        // Nothing is deleted; the operator decides.
+        let Some(journaled) = journaled else {
+            if repaired > 0 {
+                tracing::warn!(
+                    rows = repaired,
+                    "store rows different from the journal were rewritten"
+                );
+            }
+            return Ok(());
+        };
+        let keys = self.store.result_keys();
+        let lost: Vec<&(u64, u64)> = keys.iter().filter(|k| !journaled.contains(k)).collect();
+        if let Some(&&(job, task)) = lost.first() {
+            return Err(CoordError::Verify {
+                job,
+                why: format!(
+                    "the store holds a result for task {task} (and {} more rows) that the journal does not have: \
+                     the journal lost acknowledged results (was it cut, or restored from an older copy?). \
+                     Nothing was changed. Restore the journal from a backup; or, accepting the loss, move \
+                     {} aside (it is rebuilt from the journal) and start again",
+                    lost.len() - 1,
+                    self.data_dir.join("store").display()
+                ),
+            });
+        }
+        // Rows of results the journal has but does not count (a
+        // quarantined worker's) go: the journal keeps the result.
+        for (job, task) in keys {
+            if !state.job(job).is_ok_and(|j| j.counted(task)) {
+                self.store.remove_result(job, task)?;
+                repaired += 1;
+            }
+        }
+        if repaired > 0 {
+            tracing::warn!(
+                rows = repaired,
+                "store rows missing from, or different from, the journal were rewritten"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! Worker calls: admission and credential binding, register, lease,
+//! heartbeat, release, report, and the sweep that expires leases.
+
+use super::*;
+
+impl Coordinator {
+    /// A worker's public tag (see [`crate::state::State::worker_tag`]).
+    pub fn worker_tag(&self, worker: &str) -> String {
+        self.lock().worker_tag(worker)
+    }
+
+    /// Every worker with the leases it holds now (count, and the oldest).
+    pub fn workers(&self) -> Vec<(WorkerInfo, usize, Option<LeaseRef>)> {
+        let s = self.lock();
+        let mut held: std::collections::HashMap<&str, (usize, Option<LeaseRef>)> =
+            std::collections::HashMap::new();
+        for (lease, worker) in s.all_leases() {
+            let h = held.entry(worker).or_default();
+            h.0 += 1;
+            h.1.get_or_insert(lease);
+        }
+        s.workers()
+            .map(|w| {
+                let (n, first) = held.get(w.id.as_str()).copied().unwrap_or_default();
+                (w.clone(), n, first)
+            })
+            .collect()
+    }
+
+    /// Admits a worker id, and ties it to the issued credential that first
+    /// uses it, durably (a `WorkerBound` record) before the call is
+    /// answered: after a restart no other credential can claim it.
+    pub(super) async fn admit(&self, worker: &str, credential: &str) -> Result<(), CoordError> {
+        let new = {
+            let mut s = self.lock();
+            if s.admit(worker).is_err() {
+                // Full: forget one silent worker that left nothing behind.
+                let before = self.silent_before(2 * s.limits().lease_ttl_ms);
+                s.forget_workers(before, 1);
+            }
+            s.admit(worker)?;
+            s.may_bind(worker, credential)?
+        };
+        if new {
+            self.write(rec(Record::WorkerBound(v1::WorkerBound {
+                worker_id: worker.to_string(),
+                credential: credential.to_string(),
+                unix_ms: self.now_ms(),
+            })))
+            .await?;
+            // A call with another credential may have bound it first.
+            self.lock().may_bind(worker, credential)?;
+        }
+        Ok(())
+    }
+
+    /// The time before which a worker silent for `quiet_ms` was last heard
+    /// from; 0 (none) until this coordinator has run that long, so that
+    /// workers still reconnecting after a restart are not forgotten.
+    pub(super) fn silent_before(&self, quiet_ms: u64) -> u64 {
+        let now = self.now_ms();
+        match now.saturating_sub(self.started_ms) >= quiet_ms {
+            true => now - quiet_ms,
+            false => 0,
+        }
+    }
+
+    /// A worker's description (sent again after every reconnect).
+    pub async fn register(
+        &self,
+        worker: &str,
+        credential: &str,
+        name: &str,
+        host: &str,
+        cores: u32,
+        version: &str,
+    ) -> Result<(), CoordError> {
+        self.admit(worker, credential).await?;
+        let now = self.now_ms();
+        let mut s = self.lock();
+        s.admit(worker)?;
+        let w = s.touch_worker(worker, now);
+        let again = w.registered;
+        w.name = name.to_string();
+        w.host = host.to_string();
+        w.cores = cores;
+        w.solver_version = version.to_string();
+        w.registered = true;
+        w.draining = false;
+        match again {
+            false => tracing::info!(worker, name, host, cores, version, "worker joined"),
+            true => tracing::debug!(worker, "worker registered again"),
+        }
+        Ok(())
+    }
+
+    /// Whether the coordinator has this worker's description (else it
+    /// asks the worker to register again).
+    pub fn registered(&self, worker: &str) -> bool {
+        self.lock().worker(worker).is_some_and(|w| w.registered)
+    }
+
+    pub async fn lease(
+        &self,
+        worker: &str,
+        credential: &str,
+        max: usize,
+    ) -> Result<Vec<Granted>, CoordError> {
+        self.admit(worker, credential).await?;
+        let now = self.now_ms();
+        let g = {
+            let mut s = self.lock();
+            s.admit(worker)?;
+            s.lease(worker, max, now)
+        };
+        if !g.is_empty() {
+            self.bump();
+        }
+        Ok(g)
+    }
+
+    pub async fn heartbeat(
+        &self,
+        worker: &str,
+        credential: &str,
+        refs: &[LeaseRef],
+        subproblems_done: u64,
+        draining: bool,
+    ) -> Result<(Vec<LeaseRef>, u64, Vec<LeaseRef>), CoordError> {
+        self.admit(worker, credential).await?;
+        let now = self.now_ms();
+        let mut s = self.lock();
+        s.admit(worker)?;
+        let beat = s.heartbeat(worker, refs, subproblems_done, now);
+        s.touch_worker(worker, now).draining = draining;
+        Ok(beat)
+    }
+
+    pub async fn release(
+        &self,
+        worker: &str,
+        credential: &str,
+        refs: &[LeaseRef],
+    ) -> Result<u32, CoordError> {
+        self.admit(worker, credential).await?;
+        let now = self.now_ms();
+        let n = {
+            let mut s = self.lock();
+            s.admit(worker)?;
+            s.release(worker, refs, now)
+        };
+        self.bump();
+        Ok(n)
+    }
+
+    /// Stores a result: on disk before this returns `New`.
+    pub async fn report(
+        &self,
+        worker: &str,
+        credential: &str,
+        r: LeaseRef,
+        result: v1::TaskResult,
+    ) -> Result<Verdict, CoordError> {
+        let tally = nqueens_proto::tally_from_wire(&result);
+        self.admit(worker, credential).await?;
+        let (checked, credential) = {
+            let s = self.lock();
+            (
+                s.check_report(worker, &r, &tally, result.checksum),
+                s.credential_of(worker),
+            )
+        };
+        let verdict = match checked {
+            // Counted long ago: compared with the store's row.
+            Err(StateError::ResultNotInMemory { job, task }) => {
+                let row = self.store_writer().lookup(job, task).await;
+                match row.as_ref().and_then(|d| d.result.as_ref()) {
+                    Some(stored)
+                        if nqueens_proto::tally_from_wire(stored) == tally
+                            && stored.checksum == result.checksum =>
+                    {
+                        Verdict::Duplicate
+                    }
+                    Some(_) => Verdict::Conflict,
+                    None => return Err(StateError::ResultNotInMemory { job, task }.into()),
+                }
+            }
+            other => other?,
+        };
+        let now = self.now_ms();
+        let done = || {
+            rec(Record::TaskDone(v1::TaskDone {
+                job_id: r.job,
+                task_index: r.task,
+                result: Some(result.clone()),
+                worker_id: worker.to_string(),
+                lease_id: r.lease_id,
+                unix_ms: now,
+                credential: credential.clone(),
+            }))
+        };
+        match verdict {
+            Verdict::Duplicate => {
+                self.lock().note_duplicate();
+                Ok(verdict)
+            }
+            Verdict::AwaitingCheck => Ok(verdict),
+            Verdict::NotCounted if self.lock().quarantined(worker) => {
+                // Kept in the journal for the audit, never counted.
+                tracing::warn!(
+                    job = r.job,
+                    task = r.task,
+                    worker,
+                    "result of a quarantined worker: journaled, not counted"
+                );
+                self.write(done()).await?;
+                Ok(Verdict::NotCounted)
+            }
+            Verdict::NotCounted => Ok(verdict),
+            Verdict::New => {
+                // A concurrent report may have won meanwhile: `apply` then
+                // answers Duplicate or Conflict, and never adds twice.
+                let applied = self.write(done()).await?;
+                tracing::debug!(job = r.job, task = r.task, worker, "result counted");
+                Ok(applied.unwrap_or(Verdict::New))
+            }
+            Verdict::Conflict => {
+                tracing::warn!(
+                    job = r.job,
+                    task = r.task,
+                    worker,
+                    "verification conflict: result differs from the stored one"
+                );
+                self.write(rec(Record::TaskConflict(v1::TaskConflict {
+                    job_id: r.job,
+                    task_index: r.task,
+                    result: Some(result),
+                    worker_id: worker.to_string(),
+                    unix_ms: now,
+                })))
+                .await?;
+                Ok(Verdict::Conflict)
+            }
+        }
+    }
+
+    /// Expires overdue leases; tasks out of retries are journaled dead.
+    pub async fn sweep(&self) -> Result<(), CoordError> {
+        let now = self.now_ms();
+        let forget_before = self.silent_before(crate::state::FORGET_AFTER_MS);
+        let (expired, (lost, quarantined)) = {
+            let mut s = self.lock();
+            let ttl = s.limits().lease_ttl_ms;
+            s.forget_workers(forget_before, usize::MAX);
+            (s.expire(now), s.workers_news(now.saturating_sub(ttl)))
+        };
+        self.bump();
+        for w in lost {
+            tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, last_seen_ms = w.last_seen_ms, "worker lost: not heard from within a lease's lifetime");
+        }
+        for w in quarantined {
+            tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, conflicts = w.conflicts, "worker quarantined: a result of it was contradicted; it gets no more work and its results are not counted");
+        }
+        let mut dying = Vec::new();
+        for e in expired {
+            match e.dying {
+                false => {
+                    tracing::info!(job = e.job, task = e.task, worker = %e.worker, "lease expired; task requeued after a backoff")
+                }
+                true => dying.push((e.job, e.task, e.worker)),
+            }
+        }
+        for (job, task, worker) in dying {
+            tracing::warn!(job, task, %worker, "lease expired and the task is out of retries: marked dead");
+            self.write(rec(Record::TaskDead(v1::TaskDead {
+                job_id: job,
+                task_index: task,
+                reason: "out of retries: every lease expired".into(),
+            })))
+            .await?;
+        }
+        Ok(())
+    }
+}
