@@ -1,12 +1,12 @@
 //! `nqueens doctor`: a self-check of this machine's setup against a
 //! coordinator, one line per check, before a long run depends on it.
 
-use crate::args::{Connect, Role};
 use crate::bench::cpu_model;
+use crate::environ::read_token;
 use crate::exit::Failure;
+use crate::format::json_line;
 use crate::format::{dec_opt, si, thousands};
-use crate::local::json_line;
-use crate::serve::read_token;
+use crate::opts::{Connect, Role};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::solve_on;
 use nqueens_common::Size;

@@ -4,14 +4,16 @@
 //! the same DIR after Ctrl-C, `kill -9` or a power cut continues where the
 //! first stopped and redoes none of the tasks it had stored.
 
-use crate::args::{Connect, PlanShape, Progress};
+use crate::client::Operator;
+use crate::environ::signal;
 use crate::exit::Failure;
+use crate::format::json_line;
 use crate::format::{human_duration, thousands};
 use crate::human::{JobInfo, RunInfo};
-use crate::local::{check_known, json_line};
-use crate::operator::Operator;
+use crate::local::check_known;
+use crate::opts::{Connect, PlanShape, Progress};
 use crate::progress::{follow, Show};
-use crate::serve::{init_logs, signal};
+use crate::serve::init_logs;
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::{pair_path, Budget};
 use nqueens_common::engine::lanes::Path;
@@ -68,7 +70,7 @@ pub fn solve(
     run: Run,
 ) -> Result<(), Failure> {
     let plan = shape.local_plan(n, shape.strategy(n, strategy))?;
-    init_logs("warn", crate::args::LogFormat::Text);
+    init_logs("warn", crate::opts::LogFormat::Text);
     // One async thread serves the coordinator, the worker and the progress
     // display: a few calls a second, and the cores are left to counting.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -3,10 +3,11 @@
 //! counts (and re-audit a record) without the coordinator. At the end the
 //! rows are re-added here too, and the sum is compared with the job's.
 
-use crate::args::Connect;
+use crate::client::Operator;
 use crate::exit::Failure;
 use crate::format::thousands;
-use crate::operator::{on_runtime, Operator};
+use crate::operator::on_runtime;
+use crate::opts::Connect;
 use nqueens_common::plan::{Plan, PlanSpec, Tally};
 use nqueens_proto::v1;
 use nqueens_proto::{tally_from_wire, u128_from_wire};

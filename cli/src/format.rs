@@ -1,5 +1,7 @@
-//! Numbers and durations as people read them.
+//! Output: numbers and durations as people read them, and JSON lines.
 
+use serde::Serialize;
+use std::io::{self, Write};
 use std::time::Duration;
 
 /// `hh:mm:ss.mmm`, the classic N-Queens table's time column (hours grow past 99).
@@ -94,6 +96,15 @@ pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One JSON object on its own line.
+pub fn json_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(value).expect("our types serialize")
+    )
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The graphics cards a command counts on: `--core gpu` (the best card
 //! here) and a worker's `--gpus`.
 
-use crate::args::{Mode as ModeArg, PlanShape};
 use crate::exit::Failure;
+use crate::opts::{Mode as ModeArg, PlanShape};
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::Strategy;

@@ -1,20 +1,29 @@
 //! The `nqueens` command line. The root package's `main` calls [`main`];
 //! everything else is here, one module per kind of command:
 //!
-//! - [`args`]: every subcommand, its options and its `--help`.
+//! - [`args`]: every subcommand and its `--help`; [`opts`]: the option
+//!   groups and value parsers the subcommands share.
 //! - [`local`]: counting on this machine in memory (solve, plan, table, bench, boards, complete).
 //! - [`embedded`]: `solve --state DIR`, a resumable run with an in-process coordinator.
 //! - [`serve`]: the coordinator and worker processes.
-//! - [`operator`]: the operator's gRPC client (submit, status, watch, jobs, workers, ...).
+//! - [`client`]: the operator's connection to a coordinator; [`operator`]:
+//!   the operator's commands (submit, status, watch, jobs, workers, ...).
 //! - [`progress`]: following a job (bar, lines or JSON).
-//! - [`human`]: jobs and workers as people and scripts read them.
+//! - [`human`]: jobs and workers as people and scripts read them;
+//!   [`format`]: numbers, durations and JSON lines.
+//! - [`environ`]: tokens from files or variables, and signals.
 //! - [`doctor`]: a self-check of a machine's setup against a coordinator.
 //! - [`exit`]: failures and their exit codes.
+//!
+//! Modules import in one direction (no circle): commands → `client`,
+//! `progress`, `human` → `opts`, `format`, `environ`, `exit`.
 
 pub mod args;
 pub mod bench;
+pub mod client;
 pub mod doctor;
 pub mod embedded;
+pub mod environ;
 pub mod exit;
 pub mod export;
 pub mod format;
@@ -23,16 +32,17 @@ pub mod human;
 pub mod loadgen;
 pub mod local;
 pub mod operator;
+pub mod opts;
 pub mod progress;
 pub mod report;
 pub mod serve;
 
 use args::{Cli, Command};
 use clap::{CommandFactory, Parser};
+use environ::read_token;
 use exit::Failure;
 use nqueens_common::engine::join::Budget;
 use operator::Control;
-use serve::read_token;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -232,7 +242,7 @@ fn run(command: Command) -> Result<(), Failure> {
             // for CPU threads beside them.
             let cpu_threads = match (core, threads) {
                 (Some(nqueens_common::engine::lanes::Path::Gpu), None) => 0,
-                _ => args::Threads { threads }.get(),
+                _ => opts::Threads { threads }.get(),
             };
             serve::worker(
                 nqueens_worker::run::Config {
@@ -251,7 +261,7 @@ fn run(command: Command) -> Result<(), Failure> {
                     core,
                     devices,
                     budget: {
-                        let threads = args::Threads { threads }.get();
+                        let threads = opts::Threads { threads }.get();
                         memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads))
                     },
                 },
@@ -321,7 +331,7 @@ fn run(command: Command) -> Result<(), Failure> {
 
 /// `nqueens token issue|revoke|list`: per-worker credentials in a data
 /// directory (no coordinator needed; a running one picks changes up).
-fn token(action: args::TokenAction) -> Result<(), Failure> {
+fn token(action: opts::TokenAction) -> Result<(), Failure> {
     use nqueens_coordinator::credentials::{issue, list, revoke, CredentialError};
     let fail = |e: CredentialError| match e {
         CredentialError::Io { .. } | CredentialError::Damaged { .. } => {
@@ -330,7 +340,7 @@ fn token(action: args::TokenAction) -> Result<(), Failure> {
         _ => Failure::BadInput(e.to_string()),
     };
     match action {
-        args::TokenAction::Issue { name, data_dir } => {
+        opts::TokenAction::Issue { name, data_dir } => {
             let token = issue(&data_dir, &name).map_err(fail)?;
             if let Err(e) = writeln!(std::io::stdout(), "{token}") {
                 // It is shown only here: a token nobody saw must not stay valid.
@@ -342,11 +352,11 @@ fn token(action: args::TokenAction) -> Result<(), Failure> {
             }
             eprintln!("issued worker token '{name}': give it to that worker with --token-file (it is not shown again)");
         }
-        args::TokenAction::Revoke { name, data_dir } => {
+        opts::TokenAction::Revoke { name, data_dir } => {
             revoke(&data_dir, &name).map_err(fail)?;
             eprintln!("revoked worker token '{name}'");
         }
-        args::TokenAction::List { data_dir } => {
+        opts::TokenAction::List { data_dir } => {
             for name in list(&data_dir).map_err(fail)? {
                 writeln!(std::io::stdout(), "{name}")?;
             }

@@ -9,9 +9,9 @@
 //! stops with an error, so a load test can never put made-up counts into
 //! a real job.
 
-use crate::args::{positive_seconds, probability};
 use crate::exit::Failure;
 use crate::format::dec;
+use crate::opts::{positive_seconds, probability};
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_proto::client::{connect_tls, Authed};
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
@@ -145,12 +145,12 @@ pub struct Summary {
 
 /// Runs the simulation and prints its summary.
 pub fn run(mut cfg: Config) -> Result<(), Failure> {
-    cfg.token = crate::serve::read_token(cfg.token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?;
+    cfg.token = crate::environ::read_token(cfg.token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?;
     let runtime = tokio::runtime::Runtime::new()?;
     let summary = runtime.block_on(simulate(cfg.clone()))?;
     let mut out = std::io::stdout();
     if cfg.json {
-        crate::local::json_line(&mut out, &summary)?;
+        crate::format::json_line(&mut out, &summary)?;
     } else {
         writeln!(
             out,
@@ -224,7 +224,7 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
     // Ctrl-C or SIGTERM ends the run early, with its summary.
     let signalled = Arc::clone(&stop);
     tokio::spawn(async move {
-        crate::serve::signal().await;
+        crate::environ::signal().await;
         signalled.store(true, Ordering::Relaxed);
     });
     loop {

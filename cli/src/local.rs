@@ -1,10 +1,11 @@
 //! Commands that count on this machine alone, in memory: solve (without a
 //! state directory), plan, table, bench, boards, complete.
 
-use crate::args::{Format, Mode as ModeArg, PlanShape, SizeRange};
 use crate::bench::{bench, BenchRow};
 use crate::exit::Failure;
+use crate::format::json_line;
 use crate::format::{human_duration, si};
+use crate::opts::{Format, Mode as ModeArg, PlanShape, SizeRange};
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
 use nqueens_common::engine::complete::{complete as complete_board, parse_queens};
@@ -14,21 +15,11 @@ use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::{solve_join_within, solve_on, solve_plan, SolveError};
 use nqueens_common::plan::{Mode, Strategy, Task};
 use nqueens_common::Size;
-use serde::Serialize;
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::Arc;
 
 fn stdout() -> BufWriter<io::StdoutLock<'static>> {
     BufWriter::new(io::stdout().lock())
-}
-
-/// One JSON object on its own line.
-pub fn json_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
-    writeln!(
-        out,
-        "{}",
-        serde_json::to_string(value).expect("our types serialize")
-    )
 }
 
 /// How a local count runs: threads, the CPU path, a card.
@@ -110,7 +101,7 @@ fn announce_long_run(n: Size, threads: usize, path: &str) {
             return;
         };
         runtime.block_on(async {
-            let stop = crate::serve::signal();
+            let stop = crate::environ::signal();
             tokio::pin!(stop);
             // The first poll registers the handlers; then say so.
             let fired = poll_once(&mut stop).await;

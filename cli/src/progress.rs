@@ -2,12 +2,12 @@
 //! (or JSON) lines every few seconds otherwise. Survives coordinator
 //! restarts: a broken stream is re-opened with backoff.
 
-use crate::args::Progress;
+use crate::client::Operator;
 use crate::exit::Failure;
+use crate::format::json_line;
 use crate::format::thousands;
 use crate::human::JobInfo;
-use crate::local::json_line;
-use crate::operator::Operator;
+use crate::opts::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
 use nqueens_worker::backoff::Backoff;
 use std::io::{self, IsTerminal, Write};
