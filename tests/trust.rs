@@ -1120,21 +1120,36 @@ fn refused(data: &std::path::Path, extra: &[&str]) -> String {
     err
 }
 
+/// A coordinator in `data` given N=8 in 6 tasks, `done` of them counted
+/// and acknowledged, then stopped cleanly; the job's id.
+fn counted(data: &std::path::Path, done: usize) -> u64 {
+    let c = kit::start(data);
+    let job = runtime().block_on(async {
+        let (mut w, mut ops) = kit::clients(&c.url).await;
+        let job = submit(&mut ops, 6, 1).await;
+        kit::register(&mut w, "w").await;
+        assert_eq!(kit::work(&mut w, "w", done).await, done);
+        job.job_id
+    });
+    stop(c);
+    job
+}
+
+/// Job `job` at `url` is done, and counted 92 (N=8).
+fn done_exactly(url: &str, job: u64) {
+    runtime().block_on(async {
+        let mut ops = kit::operators(url).await;
+        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
+    });
+}
+
 #[test]
 fn a_journal_shorter_than_acknowledged_stops_the_start_and_its_advice_keeps_every_intact_record() {
     let _watchdog = kit::watchdog("a_journal_shorter_than_acknowledged_stops_the_start");
     let dir = kit::tempdir();
     let data = dir.path().join("data");
     // Three of six tasks counted and acknowledged, then a second boot.
-    let c = kit::start(&data);
-    let job = runtime().block_on(async {
-        let (mut w, mut ops) = kit::clients(&c.url).await;
-        let job = submit(&mut ops, 6, 1).await;
-        kit::register(&mut w, "w").await;
-        assert_eq!(kit::work(&mut w, "w", 3).await, 3);
-        job.job_id
-    });
-    stop(c);
+    let job = counted(&data, 3);
     stop(kit::start(&data));
     let path = data.join("journal");
     let good = std::fs::read(&path).unwrap();
@@ -1240,10 +1255,7 @@ fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_eve
     assert!(!err.contains("truncate"), "{err}");
     std::fs::write(&newest, &kept).unwrap();
     let c = kit::start(&data);
-    runtime().block_on(async {
-        let mut ops = kit::operators(&c.url).await;
-        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
-    });
+    done_exactly(&c.url, job);
     stop(c);
 
     // A sealed segment damaged, with no checkpoint to start from: named,
@@ -1265,10 +1277,7 @@ fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_eve
     assert!(!err.contains("truncate") && !err.contains("aside"), "{err}");
     std::fs::write(&oldest, &kept).unwrap();
     let c = kit::start(&data);
-    runtime().block_on(async {
-        let mut ops = kit::operators(&c.url).await;
-        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
-    });
+    done_exactly(&c.url, job);
 }
 
 #[test]
@@ -1276,15 +1285,7 @@ fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
     let _watchdog = kit::watchdog("a_store_that_cannot_be_written_is_never_moved_aside");
     let dir = kit::tempdir();
     let data = dir.path().join("data");
-    let c = kit::start(&data);
-    let job = runtime().block_on(async {
-        let (mut w, mut ops) = kit::clients(&c.url).await;
-        let job = submit(&mut ops, 6, 1).await;
-        kit::register(&mut w, "w").await;
-        assert_eq!(kit::work(&mut w, "w", 6).await, 6);
-        job.job_id
-    });
-    stop(c);
+    let job = counted(&data, 6);
     // A file-size limit of 2 KiB: every write of the store fails (EFBIG),
     // as on a full disk.
     let out = std::process::Command::new("sh")
@@ -1306,8 +1307,5 @@ fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
     assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
     // The limit lifted: the same store opens, with every result.
     let c = kit::start(&data);
-    runtime().block_on(async {
-        let mut ops = kit::operators(&c.url).await;
-        assert_eq!(total(&mut ops, job).await, (v1::JobState::Done as i32, 92));
-    });
+    done_exactly(&c.url, job);
 }
