@@ -165,7 +165,11 @@ impl Table {
     /// connection idle longest if every place is taken; `None` if there is
     /// no place (why, for the refusal).
     fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Arc<Conn>, String> {
-        let now = self.now_ms();
+        self.admit_at(peer, self.now_ms())
+    }
+
+    /// [`Table::admit`] at `now` (ms after the table's start).
+    fn admit_at(self: &Arc<Self>, peer: SocketAddr, now: u64) -> Result<Arc<Conn>, String> {
         let mut open = self.open.lock().expect("connections lock");
         let ip = peer.ip();
         let from_ip = open.per_ip.get(&ip).copied().unwrap_or(0);
@@ -441,10 +445,11 @@ mod tests {
         // Everything busy (a call completed within BUSY): refused.
         let why = table.admit(at([127, 0, 0, 1], 4)).unwrap_err();
         assert!(why.contains("too many connections"), "{why}");
-        // A moment later only c calls again: a, idle longest, makes way.
-        std::thread::sleep(BUSY + Duration::from_millis(20));
-        table.called(c.peer);
-        table.admit(at([127, 0, 0, 1], 4)).unwrap();
+        // Later, only c has called within BUSY: a, idle longest, makes way.
+        let later = 10 * BUSY.as_millis() as u64;
+        a.active_ms.store(0, Ordering::Relaxed);
+        c.active_ms.store(later, Ordering::Relaxed);
+        table.admit_at(at([127, 0, 0, 1], 4), later).unwrap();
         assert!(a.closed.load(Ordering::Acquire), "the idlest was closed");
         assert!(!c.closed.load(Ordering::Acquire));
         assert_eq!(table.len(), 2);

@@ -27,7 +27,10 @@ impl Throttle {
     /// `Some(held back since the last one let through)` if this one may
     /// be logged.
     pub fn allow(&mut self) -> Option<u64> {
-        let now = Instant::now();
+        self.allow_at(Instant::now())
+    }
+
+    fn allow_at(&mut self, now: Instant) -> Option<u64> {
         match self.last {
             Some(t) if now.duration_since(t) < self.every => {
                 self.held += 1;
@@ -47,11 +50,13 @@ mod tests {
 
     #[test]
     fn one_line_per_period_with_the_count_held_back() {
-        let mut t = Throttle::new(Duration::from_millis(50));
-        assert_eq!(t.allow(), Some(0));
-        assert_eq!(t.allow(), None);
-        assert_eq!(t.allow(), None);
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(t.allow(), Some(2));
+        let mut t = Throttle::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        assert_eq!(t.allow_at(at(0)), Some(0));
+        assert_eq!(t.allow_at(at(10)), None);
+        assert_eq!(t.allow_at(at(59)), None);
+        assert_eq!(t.allow_at(at(61)), Some(2));
+        assert_eq!(t.allow_at(at(62)), None);
     }
 }

@@ -147,6 +147,8 @@ pub struct Coordinator {
     clock: Arc<dyn Clock>,
     /// When this coordinator started (its clock, ms).
     started_ms: u64,
+    /// When the sweep last forgot silent workers (its clock, ms).
+    forgot_ms: AtomicU64,
     /// Bumped after every change, for watchers.
     changed: tokio::sync::watch::Sender<u64>,
     /// Serialises job submissions (job ids come from the state).

@@ -236,6 +236,7 @@ impl Coordinator {
             store_opened,
             writes: std::sync::OnceLock::new(),
             started_ms: clock.now_ms(),
+            forgot_ms: AtomicU64::new(clock.now_ms()),
             clock,
             changed,
             submit: tokio::sync::Mutex::new(()),

@@ -247,11 +247,17 @@ impl Coordinator {
     /// Expires overdue leases; tasks out of retries are journaled dead.
     pub async fn sweep(&self) -> Result<(), CoordError> {
         let now = self.now_ms();
+        // Silent workers are forgotten once a minute, not on every sweep:
+        // it walks every worker and lease.
+        let forget = now.saturating_sub(self.forgot_ms.load(Ordering::Relaxed)) >= 60_000;
         let forget_before = self.silent_before(crate::state::FORGET_AFTER_MS);
         let (expired, (lost, quarantined)) = {
             let mut s = self.lock();
             let ttl = s.limits().lease_ttl_ms;
-            s.forget_workers(forget_before, usize::MAX);
+            if forget {
+                self.forgot_ms.store(now, Ordering::Relaxed);
+                s.forget_workers(forget_before, usize::MAX);
+            }
             (s.expire(now), s.workers_news(now.saturating_sub(ttl)))
         };
         self.bump();
