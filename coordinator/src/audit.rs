@@ -12,11 +12,9 @@
 //! solver version can compare digests.
 
 use crate::journal::{self, JournalError};
-use crate::state::{plausible, JobState, Limits, State, StateError, TaskList, Verdict};
+use crate::state::{plausible, Event, JobState, Limits, State, StateError, TaskList, Verdict};
 use nqueens_common::known;
 use nqueens_common::plan::{Mode, Plan, PlanError, PlanSpec, Tally};
-use nqueens_proto::tally_from_wire;
-use nqueens_proto::v1::journal_record::Record;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -91,8 +89,8 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     let mut result_records = 0;
     let mut failed = None;
     let scanned = journal::scan(path, |r| {
-        let ours = match &r.record {
-            Some(Record::TaskDone(d)) if d.job_id == job => Some(d),
+        let ours = match &r {
+            Event::TaskDone(d) if d.job == job => Some(d),
             _ => None,
         };
         result_records += u64::from(ours.is_some());
@@ -102,8 +100,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         match state.apply(&r) {
             Ok(Some(Verdict::New)) => {
                 if let Some(d) = ours {
-                    let tally = d.result.as_ref().map(tally_from_wire).unwrap_or_default();
-                    counted_results.push((d.task_index, tally));
+                    counted_results.push((d.task, d.outcome.tally));
                 }
             }
             Ok(_) => {}

@@ -8,11 +8,12 @@
 //! `[task mod BLOCK: u16][payload length: u8][payload]`, the payload being
 //! `[reporter: varint][lease id: u64][unix ms: varint][elapsed ms: varint]
 //! [checksum: u64][mask of non-zero counts: u8][each non-zero count: varint]`
-//! (integers little endian; counts in the order of `TaskResult`: c1, c2,
-//! c4, c8, nodes, weighted, half, quarter).
+//! (integers little endian; counts in the order c1, c2, c4, c8, nodes,
+//! weighted, half, quarter).
 
-use nqueens_proto::v1::{TaskDone, TaskResult, U128};
-use nqueens_proto::{u128_from_wire, u128_to_wire};
+use crate::state::{Done, Outcome};
+use nqueens_common::plan::Tally;
+use nqueens_common::Totals;
 
 /// Tasks per block.
 pub const BLOCK: u64 = 512;
@@ -26,14 +27,11 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn of(d: &TaskDone) -> Reporter {
+    pub fn of(d: &Done) -> Reporter {
         Reporter {
-            worker: d.worker_id.clone(),
+            worker: d.worker.clone(),
             credential: d.credential.clone(),
-            solver_version: d
-                .result
-                .as_ref()
-                .map_or(String::new(), |r| r.solver_version.clone()),
+            solver_version: d.outcome.solver_version.clone(),
         }
     }
 
@@ -92,29 +90,24 @@ fn read_u64(b: &mut &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(head.try_into().ok()?))
 }
 
-fn counts(r: &TaskResult) -> [Option<&U128>; 8] {
+/// A tally's counts in the rows' order.
+fn counts(t: &Tally) -> [u128; 8] {
+    let c = &t.classes;
     [
-        r.c1.as_ref(),
-        r.c2.as_ref(),
-        r.c4.as_ref(),
-        r.c8.as_ref(),
-        r.nodes.as_ref(),
-        r.weighted.as_ref(),
-        r.half.as_ref(),
-        r.quarter.as_ref(),
+        c.c1, c.c2, c.c4, c.c8, c.nodes, t.weighted, t.half, t.quarter,
     ]
 }
 
 /// One result's payload, its reporter given as `who`.
-pub fn encode(d: &TaskDone, who: u32) -> Vec<u8> {
-    let r = d.result.clone().unwrap_or_default();
+pub fn encode(d: &Done, who: u32) -> Vec<u8> {
+    let r = &d.outcome;
     let mut v = Vec::with_capacity(40);
     varint(&mut v, who.into());
     v.extend_from_slice(&d.lease_id.to_le_bytes());
     varint(&mut v, d.unix_ms.into());
     varint(&mut v, r.elapsed_ms.into());
     v.extend_from_slice(&r.checksum.to_le_bytes());
-    let values = counts(&r).map(|c| u128_from_wire(c));
+    let values = counts(&r.tally);
     let mask = values
         .iter()
         .enumerate()
@@ -133,39 +126,42 @@ pub fn decode(
     task: u64,
     mut b: &[u8],
     reporter: impl Fn(u32) -> Option<Reporter>,
-) -> Option<TaskDone> {
+) -> Option<Done> {
     let who = u32::try_from(read_varint(&mut b)?).ok()?;
     let lease_id = read_u64(&mut b)?;
     let unix_ms = u64::try_from(read_varint(&mut b)?).ok()?;
     let elapsed_ms = u64::try_from(read_varint(&mut b)?).ok()?;
     let checksum = read_u64(&mut b)?;
     let (&mask, mut rest) = b.split_first()?;
-    // Zeros come back present, as `tally_to_wire` writes them.
-    let mut values = [Some(u128_to_wire(0)); 8];
+    let mut values = [0u128; 8];
     for (i, slot) in values.iter_mut().enumerate() {
         if mask >> i & 1 == 1 {
-            *slot = Some(u128_to_wire(read_varint(&mut rest)?));
+            *slot = read_varint(&mut rest)?;
         }
     }
     let [c1, c2, c4, c8, nodes, weighted, half, quarter] = values;
     let who = reporter(who)?;
-    Some(TaskDone {
-        job_id: job,
-        task_index: task,
-        result: Some(TaskResult {
-            c1,
-            c2,
-            c4,
-            c8,
-            nodes,
-            weighted,
-            half,
-            quarter,
+    Some(Done {
+        job,
+        task,
+        outcome: Outcome {
+            tally: Tally {
+                classes: Totals {
+                    c1,
+                    c2,
+                    c4,
+                    c8,
+                    nodes,
+                },
+                weighted,
+                half,
+                quarter,
+            },
+            checksum,
             elapsed_ms,
             solver_version: who.solver_version,
-            checksum,
-        }),
-        worker_id: who.worker,
+        },
+        worker: who.worker,
         lease_id,
         unix_ms,
         credential: who.credential,
@@ -228,28 +224,26 @@ pub fn merge(block: &[u8], edits: Vec<(u16, Edit)>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nqueens_common::plan::Tally;
-    use nqueens_proto::tally_to_wire;
 
-    fn done(task: u64, weighted: u128, nodes: u128) -> TaskDone {
-        let t = Tally {
+    fn done(task: u64, weighted: u128, nodes: u128) -> Done {
+        let tally = Tally {
             weighted,
-            classes: nqueens_common::engine::counts::Totals {
+            classes: Totals {
                 nodes,
                 ..Default::default()
             },
             ..Tally::default()
         };
-        TaskDone {
-            job_id: 3,
-            task_index: task,
-            result: Some(TaskResult {
+        Done {
+            job: 3,
+            task,
+            outcome: Outcome {
+                tally,
                 elapsed_ms: 1_234,
                 solver_version: "nqueens 0.1.0".into(),
                 checksum: 0xdead_beef_0bad_f00d,
-                ..tally_to_wire(&t)
-            }),
-            worker_id: "rack1-node07".into(),
+            },
+            worker: "rack1-node07".into(),
             lease_id: 0x0001_2345_6789_abcd,
             unix_ms: 1_795_000_000_000,
             credential: "rack1".into(),

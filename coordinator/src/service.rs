@@ -4,7 +4,7 @@
 use crate::audit::{self, AuditError};
 use crate::hub::{CoordError, Coordinator};
 use crate::journal::JournalError;
-use crate::state::{Checking, JobState, LeaseRef, StateError, Verdict};
+use crate::state::{Checking, JobState, LeaseRef, Outcome, StateError, Verdict};
 use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
 use nqueens_common::plan::{Mode, PlanSpec};
 use nqueens_proto::v1::{
@@ -149,7 +149,9 @@ async fn judge(
     let result = result.ok_or_else(|| Status::invalid_argument("result is missing"))?;
     result_fields(&result)?;
     let nodes = u128_from_wire(result.nodes.as_ref());
-    let verdict = core.report(worker, credential, lease, result).await?;
+    let verdict = core
+        .report(worker, credential, lease, Outcome::from(&result))
+        .await?;
     if verdict == Verdict::New {
         crate::metrics::counted(core, lease.job, nodes);
     }
@@ -555,14 +557,14 @@ impl OperatorService for Operators {
                     }
                 };
                 for (task, d) in page {
-                    from = d.task_index + 1;
+                    from = d.task + 1;
                     let mut task = task.map(|t| task_to_wire(&spec, &t)).unwrap_or_default();
-                    task.index = d.task_index;
+                    task.index = d.task;
                     task.plan = plan.take();
                     let row = v1::ExportRow {
                         task: Some(task),
-                        result: d.result,
-                        worker_id: d.worker_id,
+                        result: Some(v1::TaskResult::from(&d.outcome)),
+                        worker_id: d.worker,
                         unix_ms: d.unix_ms,
                     };
                     if tx.send(Ok(row)).await.is_err() {

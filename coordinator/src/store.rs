@@ -15,8 +15,8 @@
 
 use crate::rows::{self, Edit, Reporter};
 use crate::seen::Seen;
+use crate::state::Done;
 use nqueens_common::plan::table::{Run, TaskTable};
-use nqueens_proto::v1::TaskDone;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -98,15 +98,15 @@ fn block_key(job: u64, task: u64) -> [u8; 16] {
 
 /// A result row's change: set (first result wins, or replace) or remove.
 enum Change {
-    Add(TaskDone),
-    Put(TaskDone),
+    Add(Done),
+    Put(Done),
     Remove(u64, u64),
 }
 
 impl Change {
     fn at(&self) -> (u64, u64) {
         match self {
-            Change::Add(d) | Change::Put(d) => (d.job_id, d.task_index),
+            Change::Add(d) | Change::Put(d) => (d.job, d.task),
             Change::Remove(job, task) => (*job, *task),
         }
     }
@@ -359,11 +359,7 @@ impl Store {
     /// task wins, as in the journal): the start-up catch-up.
     /// Then, with `caught_up`, records that every journal record up to
     /// that number has its row.
-    pub fn add_results(
-        &self,
-        done: Vec<TaskDone>,
-        caught_up: Option<u64>,
-    ) -> Result<(), StoreError> {
+    pub fn add_results(&self, done: Vec<Done>, caught_up: Option<u64>) -> Result<(), StoreError> {
         for chunk in done.chunks(1 << 16) {
             self.change(chunk.iter().cloned().map(Change::Add).collect(), None)?;
         }
@@ -426,7 +422,7 @@ impl Store {
     }
 
     /// A stored result row.
-    pub fn result(&self, job: u64, task: u64) -> Option<TaskDone> {
+    pub fn result(&self, job: u64, task: u64) -> Option<Done> {
         let block = self.results.get(block_key(job, task)).ok()??;
         let low = (task % rows::BLOCK) as u16;
         let (_, payload) = rows::entries(&block).into_iter().find(|&(t, _)| t == low)?;
@@ -434,13 +430,13 @@ impl Store {
     }
 
     /// Replaces a row that disagrees with the journal.
-    pub fn put_result(&self, d: &TaskDone) -> Result<(), StoreError> {
+    pub fn put_result(&self, d: &Done) -> Result<(), StoreError> {
         self.change(vec![Change::Put(d.clone())], None)
     }
 
     /// The result rows of job `job` from task `from` on, in task order, at
     /// most `max` of them (a page of an export).
-    pub fn results_from(&self, job: u64, from: u64, max: usize) -> Vec<TaskDone> {
+    pub fn results_from(&self, job: u64, from: u64, max: usize) -> Vec<Done> {
         let mut out = Vec::new();
         let start = block_key(job, from);
         let end = key(job.saturating_add(1), 0);
@@ -531,11 +527,11 @@ impl Store {
 /// queued before it).
 enum Write {
     /// A counted result and its journal record's number.
-    Result(Box<TaskDone>, u64),
+    Result(Box<Done>, u64),
     /// A journal record with no row.
     Seen(u64),
     Table(u64, TaskTable),
-    Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<TaskDone>>),
+    Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<Done>>),
     /// A deleted job's rows and task list.
     DeleteJob(u64),
     /// Write what is gathered, flush, and answer with the records caught up.
@@ -584,7 +580,7 @@ impl StoreWriter {
     }
 
     /// Queues a counted result's row (journal record `seq`).
-    pub fn result(&self, d: TaskDone, seq: u64) {
+    pub fn result(&self, d: Done, seq: u64) {
         self.send(Write::Result(Box::new(d), seq));
     }
 
@@ -607,7 +603,7 @@ impl StoreWriter {
     /// The result row of a task, read after every write queued before
     /// (so a result counted earlier is there); `None` if it has none, or
     /// the store's thread has stopped.
-    pub async fn lookup(&self, job: u64, task: u64) -> Option<TaskDone> {
+    pub async fn lookup(&self, job: u64, task: u64) -> Option<Done> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.send(Write::Lookup(job, task, tx));
         rx.await.ok().flatten()
@@ -648,7 +644,7 @@ const GATHER: usize = 1 << 14;
 fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
     // Results wait here, so that each block is rewritten once per batch
     // rather than once per result; a lookup sees them.
-    let mut gathered: Vec<TaskDone> = Vec::new();
+    let mut gathered: Vec<Done> = Vec::new();
     let mut seen = Seen::upto(caught_up);
     let mut written = caught_up;
     let mut flushed = Instant::now();
@@ -671,7 +667,7 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
             Ok(Write::DeleteJob(job)) => {
                 // Its rows still gathered go first, then all of them.
                 let (theirs, ours): (Vec<_>, Vec<_>) =
-                    gathered.drain(..).partition(|d| d.job_id == job);
+                    gathered.drain(..).partition(|d| d.job == job);
                 gathered = ours;
                 drop(theirs);
                 store.delete_job(job).unwrap_or_else(warn);
@@ -680,7 +676,7 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
             Ok(Write::Lookup(job, task, answer)) => {
                 let waiting = gathered
                     .iter()
-                    .find(|d| d.job_id == job && d.task_index == task)
+                    .find(|d| d.job == job && d.task == task)
                     .cloned();
                 let _ = answer.send(waiting.or_else(|| store.result(job, task)));
                 false
@@ -729,21 +725,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(&dir.path().join("store")).unwrap();
         assert_eq!(store.caught_up(), 0);
-        let row = TaskDone {
-            job_id: 1,
-            task_index: 700,
-            worker_id: "w".into(),
+        let row = Done {
+            job: 1,
+            task: 700,
+            worker: "w".into(),
             lease_id: 5,
-            ..TaskDone::default()
+            ..Done::default()
         };
         store.add_results(vec![row.clone()], Some(42)).unwrap();
         assert_eq!(store.caught_up(), 42);
         assert_eq!(store.result_keys(), vec![(1, 700)], "the count is no row");
         let back = store.result(1, 700).unwrap();
-        assert_eq!(
-            (back.worker_id, back.lease_id),
-            (row.worker_id, row.lease_id)
-        );
+        assert_eq!((back.worker, back.lease_id), (row.worker, row.lease_id));
     }
 
     /// A store still open elsewhere (a handle being closed) is waited for,

@@ -10,7 +10,8 @@
 //! (`set_state`) and read back in `state.rs` (`apply`).
 
 use crate::audit::Audit;
-use crate::state::{CountOn, Granted, JobState, JobView, LeaseRef, Verdict, WorkerInfo};
+use crate::state::{CountOn, Granted, JobState, JobView, LeaseRef, Outcome, Verdict, WorkerInfo};
+use nqueens_common::plan::Tally;
 use nqueens_proto::v1;
 use nqueens_proto::{known_to_wire, task_to_wire, u128_to_wire};
 
@@ -121,6 +122,28 @@ impl From<&v1::LeaseRef> for LeaseRef {
             job: r.job_id,
             task: r.task_index,
             lease_id: r.lease_id,
+        }
+    }
+}
+
+impl From<&v1::TaskResult> for Outcome {
+    fn from(r: &v1::TaskResult) -> Self {
+        Outcome {
+            tally: Tally::from(r),
+            checksum: r.checksum,
+            elapsed_ms: r.elapsed_ms,
+            solver_version: r.solver_version.clone(),
+        }
+    }
+}
+
+impl From<&Outcome> for v1::TaskResult {
+    fn from(o: &Outcome) -> Self {
+        v1::TaskResult {
+            elapsed_ms: o.elapsed_ms,
+            solver_version: o.solver_version.clone(),
+            checksum: o.checksum,
+            ..v1::TaskResult::from(&o.tally)
         }
     }
 }

@@ -605,7 +605,7 @@ async fn wrong_store_rows_and_task_lists_are_replaced_from_the_journal() {
         // A done task's row with different counts, and a task table that
         // is consistent but not the plan's (its first task starts later).
         let mut row = (0..100).find_map(|t| store.result(1, t)).expect("some row");
-        row.result.as_mut().unwrap().weighted = Some(nqueens_proto::u128_to_wire(999));
+        row.outcome.tally.weighted = 999;
         store.put_result(&row).unwrap();
         let mut runs = store.table(1).unwrap().runs().to_vec();
         runs[0].lo += 1;
@@ -623,8 +623,7 @@ async fn wrong_store_rows_and_task_lists_are_replaced_from_the_journal() {
     for t in 0..store.result_rows() as u64 {
         let row = store.result(1, t).expect("every task has its row");
         assert_ne!(
-            nqueens_proto::u128_from_wire(row.result.unwrap().weighted.as_ref()),
-            999,
+            row.outcome.tally.weighted, 999,
             "task {t}: the wrong row was kept"
         );
     }
@@ -1029,7 +1028,7 @@ async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
 async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     use nqueens_coordinator::audit::{audit, AuditError};
     use nqueens_coordinator::journal::{self, Journal, JournalError};
-    use nqueens_proto::v1::journal_record::Record;
+    use nqueens_coordinator::state::Event;
     let dir = kit::tempdir();
     let (r, clean) = site(dir.path(), 40, false).await;
     assert!(clean.problems.is_empty());
@@ -1043,10 +1042,8 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     let (j, _) = Journal::open(&doctored, 0, 0).unwrap();
     let mut changed = false;
     for mut rec in replay.records {
-        if let (false, Some(Record::TaskDone(d))) = (changed, &mut rec.record) {
-            let res = d.result.as_mut().unwrap();
-            let w = u128_from_wire(res.weighted.as_ref());
-            res.weighted = Some(nqueens_proto::u128_to_wire(w + 8));
+        if let (false, Event::TaskDone(d)) = (changed, &mut rec) {
+            d.outcome.tally.weighted += 8;
             changed = true;
         }
         j.append(&rec).await.unwrap();
@@ -1681,4 +1678,46 @@ async fn random_damage_never_starts_without_an_acknowledged_result() {
         started > 0 && refused > 0,
         "{started} started, {refused} refused"
     );
+}
+
+/// A data directory written by the previous release (`fixtures/v0.1-data`:
+/// its journal and its last checkpoint, the store left out): job 1 (N=8)
+/// counted under an issued token, job 2 (N=9) paused, job 3 cancelled and
+/// deleted, a clean stop with a checkpoint, then job 4 (N=7) counted and
+/// the coordinator killed. It opens, every job is as it was, the audits
+/// give the digests that release logged, and the paused job goes on.
+#[tokio::test]
+async fn a_data_directory_of_the_previous_release_opens_and_goes_on() {
+    use nqueens_coordinator::state::JobState;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v0.1-data");
+    let dir = kit::tempdir();
+    copy_dir(&fixture, dir.path(), |_| false);
+    let journal = dir.path().join("journal");
+    for (job, digest) in [
+        (
+            1,
+            "69d46fbdb1ba2af75eea9acd2ab50ebdb9808ff7eda3d72dd367f797577c1452",
+        ),
+        (
+            4,
+            "25e70ad96fbbb36b05c03222a534d0bf8368ba77c332f7d96e7b43ce300a9b28",
+        ),
+    ] {
+        let a = nqueens_coordinator::audit::audit(&journal, job).unwrap();
+        assert!(a.passed(), "{a:?}");
+        assert_eq!(a.digest, digest, "job {job}");
+    }
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let jobs: Vec<_> = r.core.jobs().into_iter().map(|j| (j.id, j.state)).collect();
+    let (done, paused) = (JobState::Done, JobState::Paused);
+    assert_eq!(jobs, vec![(1, done), (2, paused), (4, done)]);
+    assert_eq!(kit::counts(&kit::job(&mut ops, 1).await), (92, 12));
+    assert_eq!(kit::counts(&kit::job(&mut ops, 4).await), (40, 6));
+    r.core.set_state(2, JobState::Running).await.unwrap();
+    kit::work(&mut w, "w9", usize::MAX).await;
+    assert_eq!(kit::counts(&kit::job(&mut ops, 2).await), (352, 46));
+    let next = submit(&mut ops, spec(6, Strategy::Frame, 4)).await;
+    assert_eq!(next.job_id, 5, "a deleted job's id is never given again");
+    r.shutdown().await.unwrap();
 }

@@ -68,11 +68,11 @@ impl Coordinator {
             }
         }
         if planned.is_none() {
-            self.write(rec(Record::JobPlanned(v1::JobPlanned {
-                job_id: id,
+            self.write(Event::JobPlanned {
+                job: id,
                 tasks: tasks.count(),
                 digest: tasks.digest(),
-            })))
+            })
             .await?;
         }
         self.lock().attach_tasks(id, tasks)?;
@@ -102,14 +102,12 @@ impl Coordinator {
         }
         let _one_at_a_time = self.submit.lock().await;
         let id = self.lock().next_job_id();
-        self.write(rec(Record::JobSubmitted(v1::JobSubmitted {
-            job_id: id,
-            plan: Some((&spec).into()),
+        self.write(Event::JobSubmitted {
+            job: id,
+            spec,
             unix_ms: self.now_ms(),
-            redundancy: checking.redundancy,
-            verify_fraction: checking.fraction,
-            cross_device: checking.cross_device,
-        })))
+            checking,
+        })
         .await?;
         tracing::info!(job = id, n = spec.n.get(), strategy = ?spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy = checking.redundancy, cross_device = checking.cross_device, "job submitted");
         self.plan_in_background(id, spec);
@@ -178,15 +176,12 @@ impl Coordinator {
         id: u64,
         from: u64,
         max: usize,
-    ) -> Result<Vec<(Option<Task>, v1::TaskDone)>, CoordError> {
+    ) -> Result<Vec<(Option<Task>, Done)>, CoordError> {
         self.lock().job(id)?;
         let rows = self.store.results_from(id, from, max);
         let state = self.lock();
         let job = state.job(id)?;
-        Ok(rows
-            .into_iter()
-            .map(|d| (job.task(d.task_index), d))
-            .collect())
+        Ok(rows.into_iter().map(|d| (job.task(d.task), d)).collect())
     }
 
     /// Writes every result row the store's thread holds; returns the
@@ -218,10 +213,10 @@ impl Coordinator {
             }
             .into());
         }
-        self.write(rec(Record::JobDeleted(v1::JobDeleted {
-            job_id: id,
+        self.write(Event::JobDeleted {
+            job: id,
             unix_ms: self.now_ms(),
-        })))
+        })
         .await?;
         self.store_writer().delete_job(id);
         tracing::info!(job = id, results = view.done, total = %view.total, unique = %view.unique, "job deleted");
@@ -243,10 +238,10 @@ impl Coordinator {
         if view.dead == 0 {
             return Err(StateError::NothingToRetry { job: id }.into());
         }
-        self.write(rec(Record::TasksRetried(v1::TasksRetried {
-            job_id: id,
+        self.write(Event::TasksRetried {
+            job: id,
             unix_ms: self.now_ms(),
-        })))
+        })
         .await?;
         tracing::info!(job = id, tasks = view.dead, "dead tasks retried");
         self.job(id)
@@ -254,6 +249,10 @@ impl Coordinator {
 
     /// Pauses, resumes or cancels a job.
     pub async fn set_state(&self, id: u64, to: JobState) -> Result<JobView, CoordError> {
+        let to = match to {
+            JobState::Paused | JobState::Running => to,
+            _ => JobState::Cancelled,
+        };
         let now = self.lock().job(id)?.state();
         let action = match to {
             JobState::Paused => "paused",
@@ -268,16 +267,8 @@ impl Coordinator {
             }
             .into());
         }
-        let wire = match to {
-            JobState::Paused => v1::JobState::Paused,
-            JobState::Running => v1::JobState::Running,
-            _ => v1::JobState::Cancelled,
-        };
-        self.write(rec(Record::JobState(v1::JobStateChanged {
-            job_id: id,
-            state: wire as i32,
-        })))
-        .await?;
+        self.write(Event::JobControlled { job: id, state: to })
+            .await?;
         tracing::info!(job = id, "job {action}");
         if to == JobState::Cancelled {
             if let Some(flag) = self.planning_flags().get(&id) {

@@ -6,13 +6,11 @@ use crate::checkpoint;
 use crate::journal::{Journal, JournalError};
 use crate::seen::Seen;
 use crate::state::{
-    Checking, Granted, JobState, JobView, LeaseRef, Limits, State, StateError, TaskList, Verdict,
-    WorkerInfo,
+    Checking, Done, Event, Granted, JobState, JobView, LeaseRef, Limits, Outcome, State,
+    StateError, TaskList, Verdict, WorkerInfo,
 };
 use crate::store::{Opened, Store, StoreError, StoreWriter};
 use nqueens_common::plan::{Plan, PlanError, PlanSpec, Tally, Task};
-use nqueens_proto::tally_to_wire;
-use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -168,10 +166,6 @@ mod jobs;
 mod recovery;
 mod workers;
 
-pub(crate) fn rec(r: Record) -> JournalRecord {
-    JournalRecord { record: Some(r) }
-}
-
 impl Coordinator {
     /// True while the journal can be written; changes when that does.
     pub fn journal_healthy(&self) -> tokio::sync::watch::Receiver<bool> {
@@ -226,15 +220,15 @@ impl Coordinator {
         self.changed.subscribe()
     }
 
-    /// Journals a record (waiting for its fsync), then applies it.
-    async fn write(&self, r: JournalRecord) -> Result<Option<Verdict>, CoordError> {
+    /// Journals an event (waiting for its fsync), then applies it.
+    async fn write(&self, r: Event) -> Result<Option<Verdict>, CoordError> {
         let seq = self.journal.append(&r).await?;
         // The result that finishes a job (seen under one lock, so it is
         // logged once).
         let (v, finished) = {
             let mut s = self.lock();
-            let job = match &r.record {
-                Some(Record::TaskDone(d)) => Some(d.job_id),
+            let job = match &r {
+                Event::TaskDone(d) => Some(d.job),
                 _ => None,
             };
             let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
@@ -247,8 +241,8 @@ impl Coordinator {
             // The store's result row is the counted result, nothing else.
             self.applied.lock().expect("applied lock").add(seq);
             if let Some(w) = self.writes.get() {
-                match (&applied, &r.record) {
-                    (Ok(Some(Verdict::New)), Some(Record::TaskDone(d))) => w.result(d.clone(), seq),
+                match (&applied, r) {
+                    (Ok(Some(Verdict::New)), Event::TaskDone(d)) => w.result(d, seq),
                     _ => w.seen(seq),
                 }
             }

@@ -191,9 +191,9 @@ impl Coordinator {
             }
             replayed += 1;
             let verdict = state.apply(r)?;
-            if let Some(Record::TaskDone(d)) = &r.record {
+            if let Event::TaskDone(d) = r {
                 if let Some(j) = journaled.as_mut() {
-                    j.insert((d.job_id, d.task_index));
+                    j.insert((d.job, d.task));
                 }
                 // From a checkpoint, only counted results get a row (the
                 // store check that removes the others needs every record).
@@ -258,10 +258,10 @@ impl Coordinator {
             .writes
             .set(StoreWriter::spawn(core.store.clone(), records));
         let epoch = core.lock().epoch() + 1;
-        core.write(rec(Record::Boot(v1::Boot {
+        core.write(Event::Boot {
             epoch,
             unix_ms: core.clock.now_ms(),
-        })))
+        })
         .await?;
         // Where a restart's time goes: reading the journal, replaying it
         // (state and store rows), checking the store against it.
@@ -314,28 +314,8 @@ impl Coordinator {
                     why: e.to_string(),
                 })?;
                 let row = self.store.result(job.id, task);
-                if row
-                    .as_ref()
-                    .and_then(|d| d.result.as_ref())
-                    .map(nqueens_proto::tally_from_wire)
-                    != Some(r.tally)
-                {
-                    let mut result = tally_to_wire(&r.tally);
-                    result.elapsed_ms = r.elapsed_ms;
-                    result.solver_version = r.solver_version.clone();
-                    self.store.put_result(&v1::TaskDone {
-                        job_id: job.id,
-                        task_index: task,
-                        result: Some(result),
-                        worker_id: r.worker.clone(),
-                        lease_id: r.lease_id,
-                        unix_ms: r.unix_ms,
-                        credential: if r.credential == r.worker {
-                            String::new()
-                        } else {
-                            r.credential.clone()
-                        },
-                    })?;
+                if row.map(|d| d.outcome.tally) != Some(r.tally) {
+                    self.store.put_result(&Done::of_stored(job.id, task, r))?;
                     repaired += 1;
                 }
             }

@@ -42,11 +42,11 @@ impl Coordinator {
             s.may_bind(worker, credential)?
         };
         if new {
-            self.write(rec(Record::WorkerBound(v1::WorkerBound {
-                worker_id: worker.to_string(),
+            self.write(Event::WorkerBound {
+                worker: worker.to_string(),
                 credential: credential.to_string(),
                 unix_ms: self.now_ms(),
-            })))
+            })
             .await?;
             // A call with another credential may have bound it first.
             self.lock().may_bind(worker, credential)?;
@@ -159,9 +159,9 @@ impl Coordinator {
         worker: &str,
         credential: &str,
         r: LeaseRef,
-        result: v1::TaskResult,
+        result: Outcome,
     ) -> Result<Verdict, CoordError> {
-        let tally = nqueens_proto::tally_from_wire(&result);
+        let tally = result.tally;
         self.admit(worker, credential).await?;
         let (checked, credential) = {
             let s = self.lock();
@@ -174,11 +174,8 @@ impl Coordinator {
             // Counted long ago: compared with the store's row.
             Err(StateError::ResultNotInMemory { job, task }) => {
                 let row = self.store_writer().lookup(job, task).await;
-                match row.as_ref().and_then(|d| d.result.as_ref()) {
-                    Some(stored)
-                        if nqueens_proto::tally_from_wire(stored) == tally
-                            && stored.checksum == result.checksum =>
-                    {
+                match row.map(|d| d.outcome) {
+                    Some(stored) if stored.tally == tally && stored.checksum == result.checksum => {
                         Verdict::Duplicate
                     }
                     Some(_) => Verdict::Conflict,
@@ -189,15 +186,15 @@ impl Coordinator {
         };
         let now = self.now_ms();
         let done = || {
-            rec(Record::TaskDone(v1::TaskDone {
-                job_id: r.job,
-                task_index: r.task,
-                result: Some(result.clone()),
-                worker_id: worker.to_string(),
+            Event::TaskDone(Done {
+                job: r.job,
+                task: r.task,
+                outcome: result.clone(),
+                worker: worker.to_string(),
                 lease_id: r.lease_id,
                 unix_ms: now,
                 credential: credential.clone(),
-            }))
+            })
         };
         match verdict {
             Verdict::Duplicate => {
@@ -231,13 +228,13 @@ impl Coordinator {
                     worker,
                     "verification conflict: result differs from the stored one"
                 );
-                self.write(rec(Record::TaskConflict(v1::TaskConflict {
-                    job_id: r.job,
-                    task_index: r.task,
-                    result: Some(result),
-                    worker_id: worker.to_string(),
+                self.write(Event::TaskConflict {
+                    job: r.job,
+                    task: r.task,
+                    outcome: result,
+                    worker: worker.to_string(),
                     unix_ms: now,
-                })))
+                })
                 .await?;
                 Ok(Verdict::Conflict)
             }
@@ -278,11 +275,11 @@ impl Coordinator {
         }
         for (job, task, worker) in dying {
             tracing::warn!(job, task, %worker, "lease expired and the task is out of retries: marked dead");
-            self.write(rec(Record::TaskDead(v1::TaskDead {
-                job_id: job,
-                task_index: task,
+            self.write(Event::TaskDead {
+                job,
+                task,
                 reason: "out of retries: every lease expired".into(),
-            })))
+            })
             .await?;
         }
         Ok(())

@@ -4,7 +4,7 @@
 //!
 //! The file starts with the 8 bytes [`MAGIC`]; then each record is framed
 //! as `[u32 length][u32 CRC-32 of seq and payload][u64 seq][payload]`,
-//! little endian; the payload is one `nqueens.v1.JournalRecord` and `seq`
+//! little endian; the payload is one `nqueens.v1.JournalRecord` (see [`codec`]) and `seq`
 //! counts records from 1, so a lost record is a gap. (A journal of the
 //! first format, `[u32 length][u32 CRC-32][payload]` with no magic, is
 //! read, rewritten in this format at start-up and kept as `journal.v1`.)
@@ -30,11 +30,11 @@
 //! later append fails at once, so nothing is acknowledged that may not be
 //! on disk (the caller reports the error; the data on disk stays intact).
 
+pub mod codec;
 pub mod segments;
 
+use crate::state::Event;
 use nqueens_metrics::Histogram;
-use nqueens_proto::v1::JournalRecord;
-use prost::Message;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -143,7 +143,7 @@ pub enum JournalError {
 pub struct Replay {
     /// The records read, in order: `records[i]` has sequence number
     /// `first + i`.
-    pub records: Vec<JournalRecord>,
+    pub records: Vec<Event>,
     pub first: u64,
     /// The sequence number of the journal's last record (0: none yet).
     pub last: u64,
@@ -197,7 +197,7 @@ pub struct Scanned {
 /// changing it (for audits, also of a journal a running coordinator is
 /// appending to: a half-written last record reads as torn). Every record's
 /// CRC is checked; damage before the end is an error, as at start-up.
-pub fn scan(path: &Path, mut each: impl FnMut(JournalRecord)) -> Result<Scanned, JournalError> {
+pub fn scan(path: &Path, mut each: impl FnMut(Event)) -> Result<Scanned, JournalError> {
     let magic = MAGIC.len() as u64;
     let sealed = segments::list(path)?;
     let (mut records, mut bytes_read) = (0, 0);
@@ -255,11 +255,11 @@ fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
 
 /// Rewrites a first-format journal in the current format: the new file is
 /// written and fsynced beside it, the old one kept as `journal.v1`.
-fn upgrade(path: &Path, records: &[JournalRecord]) -> Result<(), JournalError> {
+fn upgrade(path: &Path, records: &[Event]) -> Result<(), JournalError> {
     let tmp = path.with_extension("v2.tmp");
     let mut bytes = MAGIC.to_vec();
     for (i, r) in records.iter().enumerate() {
-        bytes.extend_from_slice(&frame(i as u64 + 1, &r.encode_to_vec()));
+        bytes.extend_from_slice(&frame(i as u64 + 1, &codec::encode(r)));
     }
     let write = || -> io::Result<()> {
         let mut f = File::create(&tmp)?;
@@ -400,8 +400,8 @@ impl Journal {
 
     /// Appends a record and returns once it is on disk, with its sequence
     /// number (records count from 1).
-    pub async fn append(&self, record: &JournalRecord) -> Result<u64, JournalError> {
-        let payload = record.encode_to_vec();
+    pub async fn append(&self, record: &Event) -> Result<u64, JournalError> {
+        let payload = codec::encode(record);
         if payload.len() > MAX_RECORD {
             return Err(JournalError::TooLarge(payload.len()));
         }
@@ -422,17 +422,18 @@ enum Bad {
     Wrong(String),
 }
 
-/// Decodes a payload; a real record always has its `oneof` set.
-fn decode(payload: &[u8]) -> Result<JournalRecord, Bad> {
-    JournalRecord::decode(payload)
-        .ok()
-        .filter(|r| r.record.is_some())
-        .ok_or_else(|| Bad::Wrong("its CRC matches but it is not a journal record".into()))
+/// Decodes a payload.
+fn decode(payload: &[u8]) -> Result<Event, Bad> {
+    codec::decode(payload).map_err(|why| {
+        Bad::Wrong(format!(
+            "its CRC matches but it is not a journal record: {why}"
+        ))
+    })
 }
 
 /// The record at the start of `rest`, its sequence number (0 in the first
 /// format) and its size.
-fn record_at(rest: &[u8], v1: bool) -> Result<(JournalRecord, u64, usize), Bad> {
+fn record_at(rest: &[u8], v1: bool) -> Result<(Event, u64, usize), Bad> {
     let header = if v1 { HEADER_V1 } else { HEADER };
     if rest.len() < header {
         return Err(Bad::Short);
@@ -485,11 +486,7 @@ fn first_seq(bytes: &[u8]) -> Option<u64> {
 /// number `first`; returns them, the length of the good part, and whether
 /// the journal is of the first format. Only a short partial record (or
 /// zeros) at the very end is a torn write; see the module doc.
-fn parse(
-    bytes: &[u8],
-    path: &Path,
-    first: u64,
-) -> Result<(Vec<JournalRecord>, usize, bool), JournalError> {
+fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<(Vec<Event>, usize, bool), JournalError> {
     let v1 = !bytes.is_empty() && !bytes.starts_with(MAGIC);
     if v1 && first != 1 {
         return Err(JournalError::Corrupt {
@@ -506,7 +503,7 @@ fn parse(
         return Ok((Vec::new(), 0, false));
     }
     let mut records = Vec::new();
-    let damaged = |at: usize, records: &Vec<JournalRecord>, what: String| JournalError::Corrupt {
+    let damaged = |at: usize, records: &Vec<Event>, what: String| JournalError::Corrupt {
         path: path.to_path_buf(),
         offset: at as u64,
         len: bytes.len() as u64,
@@ -702,23 +699,21 @@ pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nqueens_proto::v1::{journal_record::Record, Boot, JobStateChanged};
+    use crate::state::JobState;
 
-    fn boot(epoch: u64) -> JournalRecord {
-        JournalRecord {
-            record: Some(Record::Boot(Boot { epoch, unix_ms: 7 })),
-        }
+    fn boot(epoch: u64) -> Event {
+        Event::Boot { epoch, unix_ms: 7 }
     }
 
     fn reopen(path: &Path) -> Result<Replay, JournalError> {
         Journal::open(path, 0, 0).map(|(_, r)| r)
     }
 
-    fn epochs(records: &[JournalRecord]) -> Vec<u64> {
+    fn epochs(records: &[Event]) -> Vec<u64> {
         records
             .iter()
-            .map(|r| match &r.record {
-                Some(Record::Boot(b)) => b.epoch,
+            .map(|r| match r {
+                Event::Boot { epoch, .. } => *epoch,
                 _ => 0,
             })
             .collect()
@@ -801,8 +796,8 @@ mod tests {
             .unwrap()
             .records
             .into_iter()
-            .map(|r| match r.record {
-                Some(Record::Boot(b)) => b.epoch,
+            .map(|r| match r {
+                Event::Boot { epoch, .. } => epoch,
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -846,11 +841,9 @@ mod tests {
         let path = dir.path().join("journal");
         let (j, _) = Journal::open(&path, 0, 0).unwrap();
         for i in 1..=3 {
-            let r = JournalRecord {
-                record: Some(Record::JobState(JobStateChanged {
-                    job_id: i,
-                    state: 2,
-                })),
+            let r = Event::JobControlled {
+                job: i,
+                state: JobState::Paused,
             };
             j.append(&r).await.unwrap();
         }
@@ -926,7 +919,7 @@ mod tests {
         let path = dir.path().join("journal");
         let mut old = Vec::new();
         for i in 1..=3 {
-            let payload = boot(i).encode_to_vec();
+            let payload = codec::encode(&boot(i));
             old.extend_from_slice(&(payload.len() as u32).to_le_bytes());
             old.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
             old.extend_from_slice(&payload);

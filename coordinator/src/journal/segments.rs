@@ -10,8 +10,8 @@
 //! segments must follow each other from record 1 with no gap.
 
 use super::{io_err, parse, sync_dir, JournalError};
+use crate::state::Event;
 use flate2::{read::GzDecoder, write::GzEncoder, Compression};
-use nqueens_proto::v1::JournalRecord;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -104,7 +104,7 @@ fn bytes_of(s: &Sealed) -> Result<Vec<u8>, JournalError> {
 
 /// Every record of a sealed segment, CRC-checked, and its size
 /// uncompressed; anything short of the whole segment is damage.
-pub fn read(s: &Sealed) -> Result<(Vec<JournalRecord>, u64), JournalError> {
+pub fn read(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
     let bytes = bytes_of(s)?;
     let damaged = |what: String| JournalError::DamagedSegment {
         path: s.path.clone(),

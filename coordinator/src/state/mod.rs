@@ -14,6 +14,7 @@
 //! results and their sum), [`rate`], [`workers`]; [`job`] puts a job's
 //! parts together and this module applies records and calls to them.
 
+mod event;
 mod job;
 mod lease_id;
 mod ledger;
@@ -24,6 +25,7 @@ mod tests;
 mod votes;
 mod workers;
 
+pub use event::{Done, Event, Outcome};
 pub use job::{Job, JobState, JobView, TaskList};
 pub use lease_id::{lease_id, random_key, LeaseKey};
 pub use ledger::{Conflict, StoredResult};
@@ -33,8 +35,6 @@ pub use workers::{WorkerInfo, FORGET_AFTER_MS, MAX_WORKERS};
 use ledger::StoredResult as Stored;
 use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Tally, Task, TaskTable};
-use nqueens_proto::tally_from_wire;
-use nqueens_proto::v1::{self, journal_record::Record, JournalRecord};
 use schedule::Lease;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -165,23 +165,6 @@ pub enum StateError {
     /// memory: the caller compares with the store's row.
     #[error("the result of task {task} of job {job} is not in memory")]
     ResultNotInMemory { job: u64, task: u64 },
-}
-
-/// The job a record is about (none for a boot).
-fn about_job(r: &Record) -> Option<u64> {
-    Some(match r {
-        Record::Boot(_) => return None,
-        Record::JobSubmitted(s) => s.job_id,
-        Record::JobPlanned(p) => p.job_id,
-        Record::JobState(c) => c.job_id,
-        Record::TaskDone(d) => d.job_id,
-        Record::TaskConflict(c) => c.job_id,
-        Record::TaskDead(d) => d.job_id,
-        Record::TasksRetried(t) => t.job_id,
-        Record::WorkerBound(_) => return None,
-        // Applied: the job leaves (a second one changes nothing).
-        Record::JobDeleted(_) => return None,
-    })
 }
 
 /// A lease that ran out (see [`State::expire`]).
@@ -479,92 +462,97 @@ impl State {
         self.deleted.iter().copied()
     }
 
-    /// Applies one journal record (replayed or just written). Task results
-    /// are idempotent by task: a second one is compared, never added.
-    pub fn apply(&mut self, record: &JournalRecord) -> Result<Option<Verdict>, StateError> {
-        let bad = |what: &str| StateError::BadRecord(what.to_string());
-        let r = record.record.as_ref().ok_or_else(|| bad("empty record"))?;
-        if about_job(r).is_some_and(|id| self.deleted.contains(&id)) {
+    /// Applies one event (replayed, or just journaled). Task results are
+    /// idempotent by task: a second one is compared, never added.
+    pub fn apply(&mut self, event: &Event) -> Result<Option<Verdict>, StateError> {
+        if event.job().is_some_and(|id| self.deleted.contains(&id)) {
             return Ok(None);
         }
-        match r {
-            Record::JobDeleted(d) => {
-                self.jobs.remove(&d.job_id);
-                self.deleted.insert(d.job_id);
+        match event {
+            Event::JobDeleted { job, .. } => {
+                self.jobs.remove(job);
+                self.deleted.insert(*job);
             }
-            Record::Boot(b) => {
-                self.epoch = self.epoch.max(b.epoch);
+            Event::Boot { epoch, .. } => self.epoch = self.epoch.max(*epoch),
+            Event::JobSubmitted {
+                job,
+                spec,
+                unix_ms,
+                checking,
+            } => {
+                let keep = self.limits.results_in_memory;
+                let new = Job::new(*job, *spec, *unix_ms, *checking, keep);
+                self.jobs.insert(*job, new);
             }
-            Record::JobSubmitted(s) => {
-                let spec =
-                    PlanSpec::try_from(s.plan.as_ref().ok_or_else(|| bad("job without plan"))?)
-                        .map_err(|e| bad(&e.to_string()))?;
-                self.jobs.insert(
-                    s.job_id,
-                    Job::new(
-                        s.job_id,
-                        spec,
-                        s.unix_ms,
-                        Checking {
-                            redundancy: s.redundancy,
-                            fraction: s.verify_fraction,
-                            cross_device: s.cross_device,
-                        },
-                        self.limits.results_in_memory,
-                    ),
-                );
+            Event::JobPlanned { job, tasks, digest } => {
+                self.job_mut(*job)?.planned = Some((*tasks, *digest));
             }
-            Record::JobPlanned(p) => {
-                self.job_mut(p.job_id)?.planned = Some((p.tasks, p.digest));
-            }
-            Record::JobState(c) => {
-                let job = self.job_mut(c.job_id)?;
-                job.control = match v1::JobState::try_from(c.state) {
-                    Ok(v1::JobState::Running) => JobState::Running,
-                    Ok(v1::JobState::Paused) => JobState::Paused,
-                    Ok(v1::JobState::Cancelled) => JobState::Cancelled,
-                    _ => return Err(bad("unknown job state")),
-                };
-                if job.control == JobState::Cancelled {
-                    job.schedule.drop_leases();
-                }
-            }
-            Record::TaskDone(d) => return self.apply_result(d).map(Some),
-            Record::TaskConflict(c) => {
-                let tally =
-                    tally_from_wire(c.result.as_ref().ok_or_else(|| bad("result missing"))?);
-                self.job_mut(c.job_id)?.ledger.conflicts.push(Conflict {
-                    task: c.task_index,
-                    worker: c.worker_id.clone(),
-                    tally,
+            Event::JobControlled { job, state } => self.control(*job, *state)?,
+            Event::TaskDone(d) => return self.apply_result(d).map(Some),
+            Event::TaskConflict {
+                job,
+                task,
+                outcome,
+                worker,
+                ..
+            } => {
+                self.job_mut(*job)?.ledger.conflicts.push(Conflict {
+                    task: *task,
+                    worker: worker.clone(),
+                    tally: outcome.tally,
                 });
                 self.counters.conflicts += 1;
-                let w = self.workers.entry(&c.worker_id);
+                let w = self.workers.entry(worker);
                 w.errors += 1;
                 w.conflicts += 1;
             }
-            Record::TaskDead(d) => {
-                let job = self.job_mut(d.job_id)?;
-                if job.ledger.bury(d.task_index, &d.reason) {
-                    job.schedule.finish(d.task_index);
+            Event::TaskDead { job, task, reason } => {
+                let job = self.job_mut(*job)?;
+                if job.ledger.bury(*task, reason) {
+                    job.schedule.finish(*task);
                 }
             }
-            Record::TasksRetried(r) => {
-                let job = self.job_mut(r.job_id)?;
+            Event::TasksRetried { job, .. } => {
+                let job = self.job_mut(*job)?;
                 for task in job.ledger.revive_all() {
                     job.schedule.revive(task);
                 }
             }
-            // The first binding wins; a later one lost a race.
-            Record::WorkerBound(b) => {
-                if self.workers.may_bind(&b.worker_id, &b.credential) == Ok(true) {
-                    self.workers.bind(&b.worker_id, &b.credential);
-                    let w = self.workers.entry(&b.worker_id);
-                    w.last_seen_ms = w.last_seen_ms.max(b.unix_ms);
-                }
-            }
+            Event::WorkerBound {
+                worker,
+                credential,
+                unix_ms,
+            } => self.bound(worker, credential, *unix_ms),
         }
         Ok(None)
+    }
+
+    /// The operator's pause, resume or cancel.
+    fn control(&mut self, job: u64, state: JobState) -> Result<(), StateError> {
+        if !matches!(
+            state,
+            JobState::Running | JobState::Paused | JobState::Cancelled
+        ) {
+            return Err(StateError::BadRecord(format!(
+                "a job cannot be set {state:?}"
+            )));
+        }
+        let job = self.job_mut(job)?;
+        job.control = state;
+        if state == JobState::Cancelled {
+            job.schedule.drop_leases();
+        }
+        Ok(())
+    }
+
+    /// A worker id bound to a credential. The first binding wins; a later
+    /// one lost a race.
+    fn bound(&mut self, worker: &str, credential: &str, unix_ms: u64) {
+        if self.workers.may_bind(worker, credential) == Ok(true) {
+            self.workers.bind(worker, credential);
+            let w = self.workers.entry(worker);
+            w.last_seen_ms = w.last_seen_ms.max(unix_ms);
+        }
     }
 
     fn job_mut(&mut self, id: u64) -> Result<&mut Job, StateError> {
@@ -574,36 +562,21 @@ impl State {
         self.jobs.get_mut(&id).ok_or(StateError::UnknownJob(id))
     }
 
-    /// A `TaskDone` record: counted, compared, put to the vote, or kept
-    /// for the audit only.
-    fn apply_result(&mut self, d: &v1::TaskDone) -> Result<Verdict, StateError> {
-        let bad = |what: &str| StateError::BadRecord(what.to_string());
-        let wire = d.result.as_ref().ok_or_else(|| bad("result missing"))?;
-        let (tally, checksum) = (tally_from_wire(wire), wire.checksum);
-        let this = Stored {
-            tally,
-            checksum,
-            worker: d.worker_id.clone(),
-            credential: if d.credential.is_empty() {
-                d.worker_id.clone()
-            } else {
-                d.credential.clone()
-            },
-            lease_id: d.lease_id,
-            unix_ms: d.unix_ms,
-            elapsed_ms: wire.elapsed_ms,
-            solver_version: wire.solver_version.clone(),
-        };
+    /// A task's result: counted, compared, put to the vote, or kept for
+    /// the audit only.
+    fn apply_result(&mut self, d: &Done) -> Result<Verdict, StateError> {
+        let this = d.stored();
+        let (tally, checksum) = (d.outcome.tally, d.outcome.checksum);
         // Journals older than `WorkerBound` bind ids through their results.
-        if self.workers.may_bind(&d.worker_id, &d.credential) == Ok(true) {
-            self.workers.bind(&d.worker_id, &d.credential);
+        if self.workers.may_bind(&d.worker, &d.credential) == Ok(true) {
+            self.workers.bind(&d.worker, &d.credential);
         }
-        let quarantined = self.workers.quarantined(&d.worker_id);
-        let task = d.task_index;
+        let quarantined = self.workers.quarantined(&d.worker);
+        let task = d.task;
         let job = self
             .jobs
-            .get_mut(&d.job_id)
-            .ok_or(StateError::UnknownJob(d.job_id))?;
+            .get_mut(&d.job)
+            .ok_or(StateError::UnknownJob(d.job))?;
         // A quarantined worker's result, or one that reached the journal
         // after a cancel, is kept for the audit only.
         if quarantined || job.control == JobState::Cancelled {
@@ -618,7 +591,7 @@ impl State {
             self.counters.conflicts += 1;
             job.ledger.conflicts.push(Conflict {
                 task,
-                worker: d.worker_id.clone(),
+                worker: d.worker.clone(),
                 tally,
             });
             return Ok(Verdict::Conflict);
@@ -631,7 +604,7 @@ impl State {
         }
         // Who computed the counted result: the reporter, and under
         // redundancy every worker whose result agreed.
-        let mut credited = vec![d.worker_id.clone()];
+        let mut credited = vec![d.worker.clone()];
         if job.votes.needs(task) > 1 {
             let workers = &self.workers;
             match job
@@ -670,7 +643,7 @@ impl State {
         }
         job.ledger
             .count(task, this)
-            .map_err(|e| bad(&e.to_string()))?;
+            .map_err(|e| StateError::BadRecord(e.to_string()))?;
         job.schedule.finish(task);
         let mut subproblems = 0;
         if let Some(t) = job.task(task) {

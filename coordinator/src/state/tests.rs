@@ -11,16 +11,10 @@ mod whole {
     use super::table_of;
     use nqueens_common::plan::{Mode, Strategy};
     use nqueens_common::Size;
-    use nqueens_proto::tally_to_wire;
-    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDead, TaskDone};
     use std::collections::BTreeSet;
 
     const TTL: u64 = 10_000;
     const KEY: LeaseKey = [7; 32];
-
-    fn rec(r: Record) -> JournalRecord {
-        JournalRecord { record: Some(r) }
-    }
 
     fn spec(n: u32, strategy: Strategy, tasks: u64) -> PlanSpec {
         PlanSpec {
@@ -53,40 +47,44 @@ mod whole {
             ..Limits::default()
         });
         s.set_lease_key(KEY);
-        s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 })))
-            .unwrap();
-        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
-            job_id: 1,
-            plan: Some((&spec).into()),
+        s.apply(&Event::Boot { epoch, unix_ms: 0 }).unwrap();
+        s.apply(&Event::JobSubmitted {
+            job: 1,
+            spec,
             unix_ms: 5,
-            redundancy,
-            verify_fraction,
-            cross_device,
-        })))
+            checking: Checking {
+                redundancy,
+                fraction: verify_fraction,
+                cross_device,
+            },
+        })
         .unwrap();
         let plan = Plan::new(spec).unwrap();
         let table = table_of(&plan);
         let tasks: Vec<Task> = table.iter().collect();
-        s.apply(&rec(Record::JobPlanned(JobPlanned {
-            job_id: 1,
+        s.apply(&Event::JobPlanned {
+            job: 1,
             tasks: tasks.len() as u64,
             digest: digest(&table),
-        })))
+        })
         .unwrap();
         s.attach_tasks(1, TaskList::Listed(table)).unwrap();
         (s, plan, tasks)
     }
 
-    fn done(job: u64, task: u64, t: &Tally, worker: &str, lease_id: u64) -> JournalRecord {
-        rec(Record::TaskDone(TaskDone {
-            job_id: job,
-            task_index: task,
-            result: Some(tally_to_wire(t)),
-            worker_id: worker.into(),
+    fn done(job: u64, task: u64, t: &Tally, worker: &str, lease_id: u64) -> Event {
+        Event::TaskDone(Done {
+            job,
+            task,
+            outcome: Outcome {
+                tally: *t,
+                ..Outcome::default()
+            },
+            worker: worker.into(),
             lease_id,
             unix_ms: 1,
             credential: String::new(),
-        }))
+        })
     }
 
     fn lref(g: &Granted) -> LeaseRef {
@@ -253,23 +251,25 @@ mod whole {
             tasks,
             mode: Mode::Backtrack,
         };
-        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
-            job_id: 1,
-            plan: Some((&spec).into()),
+        s.apply(&Event::JobSubmitted {
+            job: 1,
+            spec,
             unix_ms: 0,
-            redundancy: 1,
-            verify_fraction: 1.0,
-            cross_device: false,
-        })))
+            checking: Checking {
+                redundancy: 1,
+                fraction: 1.0,
+                cross_device: false,
+            },
+        })
         .unwrap();
         let plan = Plan::new(spec).unwrap();
         let list = TaskList::of(&plan, &std::sync::atomic::AtomicBool::new(false)).unwrap();
         assert!(matches!(list, TaskList::Derived(..)), "never listed");
-        s.apply(&rec(Record::JobPlanned(JobPlanned {
-            job_id: 1,
+        s.apply(&Event::JobPlanned {
+            job: 1,
             tasks,
             digest: list.digest(),
-        })))
+        })
         .unwrap();
         s.attach_tasks(1, list).unwrap();
         (s, plan)
@@ -391,7 +391,7 @@ mod whole {
         for (k, g) in granted.iter().enumerate() {
             let t = plan.count_task(&g.task).unwrap();
             let mut r = done(1, g.task.index, &t, "w", g.lease_id);
-            if let Some(Record::TaskDone(d)) = r.record.as_mut() {
+            if let Event::TaskDone(d) = &mut r {
                 d.unix_ms = 1_000 * k as u64; // one second apart
             }
             s.apply(&r).unwrap();
@@ -525,11 +525,11 @@ mod whole {
                 assert!(gone[0].dying);
             }
         }
-        s.apply(&rec(Record::TaskDead(TaskDead {
-            job_id: 1,
-            task_index: 0,
+        s.apply(&Event::TaskDead {
+            job: 1,
+            task: 0,
             reason: "out of retries".into(),
-        })))
+        })
         .unwrap();
         let v = s.job(1).unwrap().view();
         assert_eq!((v.dead, v.pending, v.failed), (1, 0, 0));
@@ -540,11 +540,11 @@ mod whole {
     fn retried_dead_tasks_are_handed_out_again_and_the_job_finishes() {
         let (mut s, plan, tasks) = running(spec(8, Strategy::Frame, 3), 1);
         for t in [0, 2] {
-            s.apply(&rec(Record::TaskDead(TaskDead {
-                job_id: 1,
-                task_index: t,
+            s.apply(&Event::TaskDead {
+                job: 1,
+                task: t,
                 reason: "out of retries".into(),
-            })))
+            })
             .unwrap();
         }
         run_all(&mut s, &plan, "w", 0);
@@ -553,10 +553,7 @@ mod whole {
             (v.state, v.dead, v.done),
             (JobState::Running, 2, tasks.len() as u64 - 2)
         );
-        let retried = rec(Record::TasksRetried(v1::TasksRetried {
-            job_id: 1,
-            unix_ms: 9,
-        }));
+        let retried = Event::TasksRetried { job: 1, unix_ms: 9 };
         s.apply(&retried).unwrap();
         let v = s.job(1).unwrap().view();
         assert_eq!((v.dead, v.pending), (0, 2));
@@ -565,11 +562,11 @@ mod whole {
         let (mut fresh, _, _) = running(spec(8, Strategy::Frame, 3), 1);
         for t in [0, 2] {
             fresh
-                .apply(&rec(Record::TaskDead(TaskDead {
-                    job_id: 1,
-                    task_index: t,
+                .apply(&Event::TaskDead {
+                    job: 1,
+                    task: t,
                     reason: "out of retries".into(),
-                })))
+                })
                 .unwrap();
         }
         fresh.apply(&retried).unwrap();
@@ -670,13 +667,8 @@ mod whole {
     fn pause_stops_new_leases_and_cancel_stops_running_ones() {
         let (mut s, _, _) = running(spec(8, Strategy::Frame, 5), 1);
         let held = s.lease("w", 1, 0).remove(0);
-        let state = |st: i32| {
-            rec(Record::JobState(JobStateChanged {
-                job_id: 1,
-                state: st,
-            }))
-        };
-        s.apply(&state(v1::JobState::Paused as i32)).unwrap();
+        let state = |st: JobState| Event::JobControlled { job: 1, state: st };
+        s.apply(&state(JobState::Paused)).unwrap();
         assert_eq!(s.job(1).unwrap().state(), JobState::Paused);
         assert!(s.lease("w", 5, 1).is_empty());
         assert_eq!(
@@ -684,9 +676,9 @@ mod whole {
             1,
             "running work may finish"
         );
-        s.apply(&state(v1::JobState::Running as i32)).unwrap();
+        s.apply(&state(JobState::Running)).unwrap();
         assert!(!s.lease("w", 1, 3).is_empty());
-        s.apply(&state(v1::JobState::Cancelled as i32)).unwrap();
+        s.apply(&state(JobState::Cancelled)).unwrap();
         assert_eq!(s.job(1).unwrap().state(), JobState::Cancelled);
         let (ext, _, stop) = s.heartbeat("w", &[lref(&held)], 0, 4);
         assert!(ext.is_empty());
@@ -778,7 +770,7 @@ mod whole {
         ));
         let vote = |s: &mut State, w: &str, task: u64, t: &Tally| {
             let mut d = done(1, task, t, w, 0);
-            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+            if let Event::TaskDone(d) = &mut d {
                 d.credential = s.credential_of(w);
             }
             s.apply(&d).unwrap().unwrap()
@@ -818,7 +810,7 @@ mod whole {
         let right = plan.count_task(&tasks[0]).unwrap();
         for w in ["a1", "b1"] {
             let mut d = done(1, 0, &right, w, 0);
-            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+            if let Event::TaskDone(d) = &mut d {
                 d.credential = s.credential_of(w);
             }
             s.apply(&d).unwrap();
@@ -846,7 +838,7 @@ mod whole {
         wrong.weighted += 2;
         for (w, t) in [("a1", &right), ("m1", &wrong)] {
             let mut d = done(1, 0, t, w, 0);
-            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
+            if let Event::TaskDone(d) = &mut d {
                 d.credential = s.credential_of(w);
             }
             assert_eq!(s.apply(&d).unwrap(), Some(Verdict::AwaitingCheck));
@@ -858,12 +850,10 @@ mod whole {
     #[test]
     fn a_worker_id_binding_is_replayed_and_the_first_one_wins() {
         let mut s = State::new(Limits::default());
-        let bound = |w: &str, cred: &str, ms| JournalRecord {
-            record: Some(Record::WorkerBound(v1::WorkerBound {
-                worker_id: w.into(),
-                credential: cred.into(),
-                unix_ms: ms,
-            })),
+        let bound = |w: &str, cred: &str, ms| Event::WorkerBound {
+            worker: w.into(),
+            credential: cred.into(),
+            unix_ms: ms,
         };
         s.apply(&bound("w1", "alice", 7)).unwrap();
         s.apply(&bound("w1", "mallory", 8)).unwrap();
@@ -900,8 +890,8 @@ mod whole {
         let vote = |s: &mut State, w: &str, on: &str| {
             let g = s.lease(w, 1, now).remove(0);
             let mut d = done(1, g.task.index, &right, w, g.lease_id);
-            if let Some(Record::TaskDone(d)) = d.record.as_mut() {
-                d.result.as_mut().unwrap().solver_version = on.into();
+            if let Event::TaskDone(d) = &mut d {
+                d.outcome.solver_version = on.into();
             }
             (s.apply(&d).unwrap().unwrap(), g.count_on)
         };
@@ -922,13 +912,13 @@ mod whole {
     fn a_quarantined_workers_results_are_kept_but_never_counted() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
         let g = s.lease("liar", 2, 0);
-        s.apply(&rec(Record::TaskConflict(v1::TaskConflict {
-            job_id: 1,
-            task_index: 2,
-            result: Some(tally_to_wire(&Tally::default())),
-            worker_id: "liar".into(),
+        s.apply(&Event::TaskConflict {
+            job: 1,
+            task: 2,
+            outcome: Outcome::default(),
+            worker: "liar".into(),
             unix_ms: 0,
-        })))
+        })
         .unwrap();
         assert!(s.quarantined("liar"));
         let t = plan.count_task(&g[0].task).unwrap();
@@ -960,10 +950,10 @@ mod whole {
     fn nothing_counts_for_a_cancelled_job() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
         let g = s.lease("w", 1, 0).remove(0);
-        s.apply(&rec(Record::JobState(JobStateChanged {
-            job_id: 1,
-            state: v1::JobState::Cancelled as i32,
-        })))
+        s.apply(&Event::JobControlled {
+            job: 1,
+            state: JobState::Cancelled,
+        })
         .unwrap();
         let t = plan.count_task(&g.task).unwrap();
         assert!(matches!(
@@ -1041,11 +1031,11 @@ mod whole {
         let g = s.lease("w2", 1, 0).remove(0);
         assert_eq!(g.task.index, 0);
         s.apply(&done(1, 0, &right, "w2", g.lease_id)).unwrap();
-        s.apply(&rec(Record::TaskDead(TaskDead {
-            job_id: 1,
-            task_index: 2,
+        s.apply(&Event::TaskDead {
+            job: 1,
+            task: 2,
             reason: "out of retries".into(),
-        })))
+        })
         .unwrap();
         let t1 = plan.count_task(&tasks[1]).unwrap();
         s.apply(&done(1, 1, &t1, "w1", 0)).unwrap();
@@ -1100,24 +1090,26 @@ mod whole {
     fn a_job_journaled_with_a_listed_digest_takes_its_table() {
         let mut s = State::new(Limits::default());
         let spec = spec(10, Strategy::Frame, 30);
-        s.apply(&rec(Record::JobSubmitted(JobSubmitted {
-            job_id: 1,
-            plan: Some((&spec).into()),
+        s.apply(&Event::JobSubmitted {
+            job: 1,
+            spec,
             unix_ms: 5,
-            redundancy: 1,
-            verify_fraction: 0.0,
-            cross_device: false,
-        })))
+            checking: Checking {
+                redundancy: 1,
+                fraction: 0.0,
+                cross_device: false,
+            },
+        })
         .unwrap();
         let plan = Plan::new(spec).unwrap();
         let tasks: Vec<Task> = plan.schedule().tasks.iter().collect();
         let old = listed_digest(tasks.iter().copied());
         assert_ne!(old, digest(&table_of(&plan)));
-        s.apply(&rec(Record::JobPlanned(JobPlanned {
-            job_id: 1,
+        s.apply(&Event::JobPlanned {
+            job: 1,
             tasks: tasks.len() as u64,
             digest: old,
-        })))
+        })
         .unwrap();
         s.attach_tasks(1, TaskList::Listed(table_of(&plan)))
             .unwrap();
@@ -1132,8 +1124,6 @@ mod forged {
     use super::super::*;
     use super::table_of;
     use nqueens_common::Size;
-    use nqueens_proto::tally_to_wire;
-    use nqueens_proto::v1::{Boot, JobPlanned, JobStateChanged, JobSubmitted, TaskDone};
     use proptest::prelude::*;
 
     const WORKERS: [&str; 3] = ["a", "b", "c"];
@@ -1165,10 +1155,6 @@ mod forged {
         ]
     }
 
-    fn rec(r: Record) -> JournalRecord {
-        JournalRecord { record: Some(r) }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
@@ -1179,12 +1165,12 @@ mod forged {
         ) {
             let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8, mode: nqueens_common::plan::Mode::Backtrack };
             let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
-            s.apply(&rec(Record::Boot(Boot { epoch, unix_ms: 0 }))).unwrap();
-            s.apply(&rec(Record::JobSubmitted(JobSubmitted { job_id: 1, plan: Some((&spec).into()), unix_ms: 0, redundancy, verify_fraction: 1.0, cross_device: false }))).unwrap();
+            s.apply(&Event::Boot { epoch, unix_ms: 0 }).unwrap();
+            s.apply(&Event::JobSubmitted { job: 1, spec, unix_ms: 0, checking: Checking { redundancy, fraction: 1.0, cross_device: false } }).unwrap();
             let plan = Plan::new(spec).unwrap();
             let table = table_of(&plan);
             let tasks: Vec<Task> = table.iter().collect();
-            s.apply(&rec(Record::JobPlanned(JobPlanned { job_id: 1, tasks: tasks.len() as u64, digest: digest(&table) }))).unwrap();
+            s.apply(&Event::JobPlanned { job: 1, tasks: tasks.len() as u64, digest: digest(&table) }).unwrap();
             s.attach_tasks(1, TaskList::Listed(table)).unwrap();
             let truth: Vec<Tally> = tasks.iter().map(|t| plan.count_task(t).unwrap()).collect();
             let mut grants: Vec<(String, LeaseRef)> = Vec::new();
@@ -1192,8 +1178,8 @@ mod forged {
             // Reports one result as the coordinator would (check, journal, apply).
             let report = |s: &mut State, w: &str, r: LeaseRef, t: Tally, now: u64| {
                 if let Ok(Verdict::New | Verdict::NotCounted) = s.check_report(w, &r, &t, 0) {
-                    let d = TaskDone { job_id: r.job, task_index: r.task, result: Some(tally_to_wire(&t)), worker_id: w.into(), lease_id: r.lease_id, unix_ms: now, credential: String::new() };
-                    s.apply(&rec(Record::TaskDone(d))).unwrap();
+                    let d = Done { job: r.job, task: r.task, outcome: Outcome { tally: t, ..Outcome::default() }, worker: w.into(), lease_id: r.lease_id, unix_ms: now, credential: String::new() };
+                    s.apply(&Event::TaskDone(d)).unwrap();
                 }
             };
             for op in ops {
@@ -1246,7 +1232,7 @@ mod forged {
                     }
                     Op::Cancel => {
                         if s.job(1).unwrap().state() != JobState::Done {
-                            s.apply(&rec(Record::JobState(JobStateChanged { job_id: 1, state: v1::JobState::Cancelled as i32 }))).unwrap();
+                            s.apply(&Event::JobControlled { job: 1, state: JobState::Cancelled }).unwrap();
                         }
                     }
                 }
