@@ -6,9 +6,11 @@
 //! coordinator, the worker and the CLI. [`known`] holds the published
 //! counts every layer checks against.
 
-pub mod engine;
-pub mod known;
 pub mod plan;
+
+/// The counting engine (the `nqueens-engine` crate).
+pub use nqueens_engine as engine;
+pub use nqueens_engine::known;
 
 pub use engine::board::{Board, Size, MAX_N};
 pub use engine::counts::{PieceCounts, Totals};

@@ -162,7 +162,9 @@ impl Plan {
         let mut per: Vec<f64> = Vec::new();
         while per.len() < 8 || (started.elapsed() < budget && per.len() < 100_000) {
             let (_, it) = self.random_subproblem(&mut rng);
-            let sum: f64 = (0..probes).map(|_| knuth_nodes(&it, &mut rng)).sum();
+            let sum: f64 = (0..probes)
+                .map(|_| it.knuth_descent(|c| rng.below(c)))
+                .sum();
             per.push(sum / probes as f64);
         }
         let m = per.len() as f64;
@@ -517,30 +519,6 @@ fn descend(n: usize, queens: &mut Vec<(usize, usize)>, left: usize, rng: &mut Rn
     true
 }
 
-/// One random descent through an interior's search: the sum, over the rows
-/// it reaches, of the product of the branching factors above (Knuth, 1975).
-/// Its mean over descents is the number of queens the search places.
-fn knuth_nodes(it: &Interior, rng: &mut Rng) -> f64 {
-    let (mut l, mut d, mut r) = (0u32, 0u32, 0u32);
-    let (mut weight, mut nodes) = (1.0f64, 0.0f64);
-    for i in 0..it.rows {
-        let mut open = it.allowed[i] & !(l | d | r);
-        let c = open.count_ones();
-        if c == 0 {
-            break;
-        }
-        weight *= f64::from(c);
-        nodes += weight;
-        for _ in 0..rng.below(c.into()) {
-            open &= open - 1;
-        }
-        let bit = open & open.wrapping_neg();
-        let sh = it.shift[i];
-        (l, d, r) = ((l | bit) << sh, d | bit, (r | bit) >> sh);
-    }
-    nodes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,7 +542,10 @@ mod tests {
         for _ in 0..20 {
             let (_, it) = plan.random_subproblem(&mut rng);
             exact += it.count().nodes as f64;
-            est += (0..20_000).map(|_| knuth_nodes(&it, &mut rng)).sum::<f64>() / 20_000.0;
+            est += (0..20_000)
+                .map(|_| it.knuth_descent(|c| rng.below(c)))
+                .sum::<f64>()
+                / 20_000.0;
         }
         assert!(
             (est / exact - 1.0).abs() < 0.02,

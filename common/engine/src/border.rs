@@ -10,16 +10,16 @@
 //! with its weight = orbit size = 8 / |stabiliser|, so
 //! `total = Σ weight × completions`. The unique count is NOT Σ completions
 //! of canonical frames (a completion can be symmetric when its frame is
-//! not); [`crate::engine::symmetric`] gives it by Burnside.
+//! not); [`crate::symmetric`] gives it by Burnside.
 //!
 //! A frame's key packs its 8 line positions, 5 bits each, **outer ring
 //! first** (rows 0 and N-1, columns 0 and N-1). So a canonical frame has a
 //! canonical outer ring, and only the outer ring's stabiliser (almost
 //! always trivial) needs a full comparison.
 
-use crate::engine::board::{Size, Symmetry};
-use crate::engine::counts::PieceCounts;
-use crate::engine::interior::Interior;
+use crate::board::{Size, Symmetry};
+use crate::counts::PieceCounts;
+use crate::interior::Interior;
 
 /// Smallest N with a frame plan: below it the 8 lines cover the whole board.
 pub const MIN_FRAME_N: u32 = 6;

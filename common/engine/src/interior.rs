@@ -7,7 +7,7 @@
 //! `allowed` mask once, when the interior is built. That is what makes
 //! pre-placement prune early: the bottom queen closes squares in row 1.
 
-use crate::engine::counts::PieceCounts;
+use crate::counts::PieceCounts;
 
 /// A state of an interior's search: free rows `0..row` placed, with the
 /// attack masks they leave on free row `row`.
@@ -70,6 +70,32 @@ impl Interior {
     /// Free rows left for the search.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// One random descent through this interior's search: the sum, over
+    /// the rows it reaches, of the product of the branching factors above
+    /// (Knuth, 1975). `below(c)` picks one of the `c` open columns; picked
+    /// uniformly, the mean over descents is the number of queens the
+    /// search places.
+    pub fn knuth_descent(&self, mut below: impl FnMut(u64) -> u64) -> f64 {
+        let (mut l, mut d, mut r) = (0u32, 0u32, 0u32);
+        let (mut weight, mut nodes) = (1.0f64, 0.0f64);
+        for i in 0..self.rows {
+            let mut open = self.allowed[i] & !(l | d | r);
+            let c = open.count_ones();
+            if c == 0 {
+                break;
+            }
+            weight *= f64::from(c);
+            nodes += weight;
+            for _ in 0..below(c.into()) {
+                open &= open - 1;
+            }
+            let bit = open & open.wrapping_neg();
+            let sh = self.shift[i];
+            (l, d, r) = ((l | bit) << sh, d | bit, (r | bit) >> sh);
+        }
+        nodes
     }
 
     /// Per free row: the columns open before the search's own queens
@@ -476,7 +502,7 @@ impl LastThree<'_> {
 #[cfg(test)]
 mod tests {
     use super::{Interior, Start};
-    use crate::engine::border::Frames;
+    use crate::border::Frames;
     use crate::Size;
 
     /// Every start of `it`, `from` free rows placed and deeper, counted by

@@ -16,7 +16,7 @@
 //! share no diagonal (west likewise). Each half is kept as a bitset of the
 //! diagonals both sides can reach (at most 62 bits up to N=32), and the
 //! pairs are counted 512 at a time on a transposed table of one side
-//! ([`crate::engine::pairs`]).
+//! ([`crate::pairs`]).
 //!
 //! The work is Σ |east halves| × |west halves| / 512 over the choices of
 //! east rows, against the completions and dead ends a search visits: the
@@ -24,10 +24,10 @@
 //! interiors. Memory is the four quarters and one choice's halves, bounded
 //! by [`QUARTER_LIMIT`] and [`HALF_LIMIT`]; a board past them is refused.
 
-use crate::engine::counts::PieceCounts;
-use crate::engine::interior::{Interior, Start};
-use crate::engine::lanes::Path;
-use crate::engine::pairs::{Pairs, Weights};
+use crate::counts::PieceCounts;
+use crate::interior::{Interior, Start};
+use crate::lanes::Path;
+use crate::pairs::{Pairs, Weights};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// An interior's free rows from a start on, with the columns each leaves
@@ -152,7 +152,7 @@ impl Default for Budget {
         Budget {
             quarters: QUARTER_LIMIT,
             halves: HALF_LIMIT,
-            threads: crate::engine::threads::default_threads(),
+            threads: crate::threads::default_threads(),
         }
     }
 }
@@ -846,7 +846,7 @@ pub fn count_within(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::border::Frames;
+    use crate::border::Frames;
     use crate::Size;
 
     #[test]

@@ -3,8 +3,8 @@
 //! queens on a diagonal, and sorts each solution into its orbit by applying
 //! the 8 symmetries to it. Only for small N (N! permutations).
 
-use crate::engine::board::{Board, Symmetry};
-use crate::engine::counts::Totals;
+use crate::board::{Board, Symmetry};
+use crate::counts::Totals;
 
 /// Largest N the reference accepts (10! = 3.6 M permutations).
 pub const MAX_REFERENCE_N: usize = 11;

@@ -27,8 +27,8 @@
 /// The kernel, for the target features `$features` (AVX2 at least).
 macro_rules! kernel {
     ($features:literal) => {
-        crate::engine::lanes::x86_ops::ops!($features);
-        use crate::engine::lanes::{CountOverflow, Counted, Job, Tables};
+        crate::lanes::x86_ops::ops!($features);
+        use crate::lanes::{CountOverflow, Counted, Job, Tables};
         use core::arch::x86_64::*;
 
         const LANES: usize = 8;
@@ -50,7 +50,7 @@ macro_rules! kernel {
         /// The interior of a lane that is out of jobs.
         const PARKED: u32 = u32::MAX;
 
-        crate::engine::lanes::x86_ops::group!($features;
+        crate::lanes::x86_ops::group!($features;
             /// Where each lane's stack record of its current row k is.
             at,
             /// From there to the table record of row k.
@@ -397,7 +397,7 @@ macro_rules! kernel {
         /// The CPU must support AVX2; every job's interior must fit the lanes and
         /// its start leave three free rows.
         #[target_feature(enable = $features)]
-        pub(in crate::engine::lanes) unsafe fn count(
+        pub(in crate::lanes) unsafe fn count(
             t: &Tables,
             jobs: &[Job],
             sums: &mut Counted,
@@ -491,4 +491,4 @@ macro_rules! kernel {
     };
 }
 
-crate::engine::lanes::x86_ops::builds!(kernel);
+crate::lanes::x86_ops::builds!(kernel);

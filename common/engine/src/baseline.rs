@@ -4,7 +4,7 @@
 //! repository so every benchmark run can report the fast core's speed as a
 //! ratio to it, with no outside code. Counts the total only.
 
-use crate::engine::board::Size;
+use crate::board::Size;
 
 /// Total solutions and queen placements, single-threaded.
 pub fn mirror_count(n: Size) -> (u128, u64) {

@@ -18,7 +18,7 @@
 //! - the table is walked block by block, each block's rows (at most 26 KB)
 //!   staying in the L1 cache while the items stream past.
 
-use crate::engine::lanes::Path;
+use crate::lanes::Path;
 
 /// Words per block: 64·8 = 512 patterns, two AVX2 registers per row.
 const WORDS: usize = 8;
@@ -431,7 +431,7 @@ mod tests {
                 .filter(|&(p, q)| p & q == 0)
                 .map(|(p, q)| weight[class(p)][class(q)])
                 .sum();
-            for path in crate::engine::join::pair_loops() {
+            for path in crate::join::pair_loops() {
                 assert_eq!(pairs.count(&a, &b, path), want, "{a_len} × {b_len} {path}");
                 assert_eq!(pairs.count(&b, &a, path), want, "{b_len} × {a_len} {path}");
                 let got = pairs.count_weighted(&a, &b, path, marked, &weight);

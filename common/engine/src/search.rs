@@ -18,8 +18,8 @@
 //! A [`Piece`] is a prefix of rows placed inside one case. The hot loop is
 //! iterative, on fixed arrays, one u32 mask per row.
 
-use crate::engine::board::Size;
-use crate::engine::counts::PieceCounts;
+use crate::board::Size;
+use crate::counts::PieceCounts;
 use serde::{Deserialize, Serialize};
 
 /// One of the two symmetry cases (see the module documentation).

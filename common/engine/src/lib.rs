@@ -1,6 +1,7 @@
-//! The counting engine: boards and bitmaps, border placement, symmetry,
-//! and the lanes that count many subproblems at once. It knows nothing of
-//! plans, tasks or output; everything above it counts through it.
+//! nqueens-engine: boards and bitmaps, border placement, symmetry, and
+//! the lanes that count many subproblems at once. It knows nothing of
+//! plans, tasks or output (it depends on no other nqueens crate, so Cargo
+//! keeps it that way); everything above it counts through it.
 //!
 //! - [`board`]: board sizes, boards, the 8 symmetries.
 //! - [`counts`]: class counts per piece (u64) and aggregated (u128, checked).
@@ -22,6 +23,7 @@
 //! - [`boards`]: streaming every solution in lexicographic order.
 //! - [`complete`]: completing a board from given queens.
 //! - [`threads`]: work spread over threads.
+//! - [`known`]: the published counts every layer checks against.
 
 pub mod baseline;
 pub mod board;
@@ -32,9 +34,13 @@ pub mod counts;
 pub mod device;
 pub mod interior;
 pub mod join;
+pub mod known;
 pub mod lanes;
 pub mod pairs;
 pub mod reference;
 pub mod search;
 pub mod symmetric;
 pub mod threads;
+
+pub use board::{Board, Size, MAX_N};
+pub use counts::{PieceCounts, Totals};

@@ -18,12 +18,12 @@
 //!   up to N=32.
 //!
 //! The path is chosen at run time ([`Path::ranked`]); the scalar path
-//! ([`crate::engine::interior::Interior::count_from`]) is always there and
+//! ([`crate::interior::Interior::count_from`]) is always there and
 //! gives the same counts, which the tests check on every path the machine
 //! has.
 
-use crate::engine::counts::{CountOverflow, PieceCounts};
-use crate::engine::interior::{Interior, Start};
+use crate::counts::{CountOverflow, PieceCounts};
+use crate::interior::{Interior, Start};
 
 /// One job: a start state of one interior, counted with that interior's weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +117,7 @@ pub enum Path {
     /// The same kernels built for AVX-512 (F, VL, BW, DQ), any N up to 32.
     Avx512,
     /// One search per thread of a graphics card (`common/gpu`), any N up
-    /// to 32: counted through the [`crate::engine::device::Device`] a plan
+    /// to 32: counted through the [`crate::device::Device`] a plan
     /// was given, never by these lanes (no CPU runs it).
     Gpu,
 }
@@ -242,7 +242,7 @@ const RACE_RUNS: usize = 5;
 /// AVX-512 (best of [`RACE_RUNS`] each, in turn, so a change of clock
 /// speed hits both). The CPU must have both.
 fn race_avx512_against_avx2() -> bool {
-    use crate::engine::border::Frames;
+    use crate::border::Frames;
     let frames =
         Frames::new(crate::Size::new(RACE_N).expect("a board size"), 1).expect("rings of N=12");
     let mut interiors = Vec::new();
@@ -371,7 +371,7 @@ impl<'a> Batch<'a> {
 /// counts with the wide kernel, but small boards never reach it: this is
 /// how a worker's self-test checks it against a published total.
 pub fn ring_total_by_wide_kernel(n: crate::Size, path: Path) -> Result<u128, CountOverflow> {
-    let frames = crate::engine::border::Frames::new(n, 1).expect("rings need N >= 6");
+    let frames = crate::border::Frames::new(n, 1).expect("rings need N >= 6");
     let (mut interiors, mut weights, mut total) = (Vec::new(), Vec::new(), 0u128);
     frames.for_each_in(0, u64::MAX, |f, weight, _| {
         let it = frames.interior(&f);
@@ -560,7 +560,7 @@ mod x86_ops;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::border::Frames;
+    use crate::border::Frames;
 
     /// Every ring constellation of N (a depth-1 border plan), cut into jobs
     /// the way [`count_interiors`] cuts them.

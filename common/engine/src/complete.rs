@@ -1,7 +1,7 @@
 //! Completing a board from given queens, and the classic judge input format:
 //! a line with k, then k lines `r c` (0-based row and column of a queen).
 
-use crate::engine::board::{Board, Size};
+use crate::board::{Board, Size};
 
 /// A queen given by the user.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

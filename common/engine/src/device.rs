@@ -1,8 +1,8 @@
 //! The seam for counting devices outside the CPU's lanes (graphics cards).
 //!
 //! A plan counts its backtracking subproblems in one place
-//! ([`crate::plan::Plan`]'s counting loop): on the CPU through
-//! [`crate::engine::lanes::count_below`], or, when the plan was given a
+//! (`nqueens_common::plan::Plan`'s counting loop): on the CPU through
+//! [`crate::lanes::count_below`], or, when the plan was given a
 //! [`Device`], through it. A device gives exactly what the lanes give for
 //! the same interiors and starts (completions and queens placed per
 //! interior), so a task counted on a card and on a CPU has the same tally
@@ -10,8 +10,8 @@
 //! implements this trait in its own crate (`common/gpu` for wgpu) and
 //! touches nothing else of the engine.
 
-use crate::engine::counts::PieceCounts;
-use crate::engine::interior::{Interior, Start};
+use crate::counts::PieceCounts;
+use crate::interior::{Interior, Start};
 use std::sync::atomic::AtomicBool;
 
 /// Why a device could not count (its results are never partial).
@@ -33,7 +33,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
 
     /// Completions (in `c1`, unweighted) and queens placed below each
     /// interior's start, exactly as
-    /// [`crate::engine::lanes::count_below`] counts them. `None` once
+    /// [`crate::lanes::count_below`] counts them. `None` once
     /// `stop` is set (looked at between the device's rounds of work).
     fn count_below(
         &self,

@@ -7,8 +7,8 @@
 //! the first empty row also places its images under the turn, so only about
 //! N/2 (half) or N/4 (quarter) choices are made per solution.
 
-use crate::engine::board::{Size, Symmetry};
-use crate::engine::counts::PieceCounts;
+use crate::board::{Size, Symmetry};
+use crate::counts::PieceCounts;
 use serde::{Deserialize, Serialize};
 
 /// Which turn the counted solutions are symmetric under.

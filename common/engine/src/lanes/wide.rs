@@ -20,8 +20,8 @@
 /// The kernel, for the target features `$features` (AVX2 at least).
 macro_rules! kernel {
     ($features:literal) => {
-        crate::engine::lanes::x86_ops::ops!($features);
-        use crate::engine::lanes::{CountOverflow, Counted, Job, WideTables, PACKED_COLUMNS};
+        crate::lanes::x86_ops::ops!($features);
+        use crate::lanes::{CountOverflow, Counted, Job, WideTables, PACKED_COLUMNS};
         use core::arch::x86_64::*;
 
         const LANES: usize = 8;
@@ -35,7 +35,7 @@ macro_rules! kernel {
         /// u32 words per record.
         const REC: usize = 4;
 
-        crate::engine::lanes::x86_ops::group!($features;
+        crate::lanes::x86_ops::group!($features;
             /// Free row, and the row the job started at.
             k,
             k0,
@@ -305,7 +305,7 @@ macro_rules! kernel {
         /// The CPU must support AVX2; every job's start must leave three free rows
         /// of its interior.
         #[target_feature(enable = $features)]
-        pub(in crate::engine::lanes) unsafe fn count(
+        pub(in crate::lanes) unsafe fn count(
             t: &WideTables,
             jobs: &[Job],
             sums: &mut Counted,
@@ -390,4 +390,4 @@ macro_rules! kernel {
     };
 }
 
-crate::engine::lanes::x86_ops::builds!(kernel);
+crate::lanes::x86_ops::builds!(kernel);

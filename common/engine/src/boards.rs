@@ -2,7 +2,7 @@
 //! rows format (row 0's column first). Nothing is collected: the iterator
 //! holds one partial board, so listing millions of boards needs no memory.
 
-use crate::engine::board::{Board, Size};
+use crate::board::{Board, Size};
 
 /// Iterator over all solutions of an N (see the module documentation).
 pub struct Solutions {
