@@ -3,9 +3,9 @@
 //! still there and the final count is exact.
 
 use nqueens_common::plan::{Plan, Strategy};
+use nqueens_proto::task_from_wire;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_proto::{tally_to_wire, task_from_wire};
 use nqueens_testkit::{self as kit, start};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -57,7 +57,7 @@ async fn client(
                 Pending {
                     worker: name.clone(),
                     lease: l.lease_ref(),
-                    result: tally_to_wire(&result),
+                    result: nqueens_proto::v1::TaskResult::from(&result),
                 }
             }
         };

@@ -32,19 +32,23 @@ impl From<io::Error> for Failure {
 impl Failure {
     /// A failed call to the coordinator at `url`.
     pub fn from_status(url: &str, status: &tonic::Status) -> Failure {
-        use tonic::Code;
+        use nqueens_proto::refusal::Refusal;
         if let Some(msg) = nqueens_proto::client::tls_mismatch(url, status) {
             return Failure::Unreachable(msg);
         }
         let msg = nqueens_proto::client::explain(url, status);
-        match status.code() {
-            Code::Unavailable => Failure::Unreachable(msg),
-            Code::NotFound => Failure::UnknownJob(format!("{msg} (`nqueens jobs` lists the jobs)")),
-            Code::Unauthenticated | Code::PermissionDenied => Failure::Refused(format!(
+        match Refusal::of(status) {
+            Refusal::Transport | Refusal::NotNow => Failure::Unreachable(msg),
+            Refusal::Unknown => {
+                Failure::UnknownJob(format!("{msg} (`nqueens jobs` lists the jobs)"))
+            }
+            Refusal::Unauthenticated | Refusal::Forbidden => Failure::Refused(format!(
                 "{msg} (give the operator token with --token-file or NQUEENS_OPERATOR_TOKEN)"
             )),
-            Code::InvalidArgument | Code::OutOfRange => Failure::BadInput(msg),
-            _ => Failure::Failed(msg),
+            Refusal::BadRequest => Failure::BadInput(msg),
+            Refusal::WrongState | Refusal::Full | Refusal::DataLoss | Refusal::Internal => {
+                Failure::Failed(msg)
+            }
         }
     }
 

@@ -9,8 +9,8 @@ use crate::format::thousands;
 use crate::operator::on_runtime;
 use crate::opts::Connect;
 use nqueens_common::plan::{Plan, PlanSpec, Tally};
+use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1;
-use nqueens_proto::{tally_from_wire, u128_from_wire};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -130,7 +130,7 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
                 spec = PlanSpec::try_from(p).ok();
             }
             if let Some(r) = &row.result {
-                sum.merge(&tally_from_wire(r))
+                sum.merge(&nqueens_common::plan::Tally::from(r))
                     .map_err(|e| Failure::Failed(format!("re-adding the rows: {e}")))?;
             }
             write_row(&mut out, format, &row)?;

@@ -14,8 +14,8 @@ use crate::format::dec;
 use crate::opts::{positive_seconds, probability};
 use nqueens_common::plan::{Plan, Strategy};
 use nqueens_proto::client::{connect_tls, Authed};
+use nqueens_proto::task_from_wire;
 use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
-use nqueens_proto::{tally_to_wire, task_from_wire};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -469,7 +469,7 @@ impl Sim {
             result: Some(v1::TaskResult {
                 checksum,
                 solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
-                ..tally_to_wire(&tally)
+                ..nqueens_proto::v1::TaskResult::from(&tally)
             }),
         })
     }

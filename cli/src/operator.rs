@@ -261,7 +261,7 @@ pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failu
                 )));
             }
             match audit(&path, job) {
-                Ok(a) => nqueens_coordinator::wire::audit_to_wire(&a),
+                Ok(a) => nqueens_proto::v1::AuditReport::from(&a),
                 Err(AuditError::UnknownJob(_)) => {
                     return Err(Failure::UnknownJob(format!(
                         "job {job} is not in {}",

@@ -10,7 +10,6 @@
 use nqueens_common::plan::{Strategy, Tally};
 use nqueens_coordinator::hub::SystemClock;
 use nqueens_coordinator::server::start;
-use nqueens_proto::tally_to_wire;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::ReportOutcome;
 use nqueens_testkit as kit;
@@ -35,7 +34,7 @@ async fn main() {
     let total_tasks = kit::submit_planned(&mut ops, kit::job_request(plan))
         .await
         .tasks;
-    let zero = tally_to_wire(&Tally::default());
+    let zero = nqueens_proto::v1::TaskResult::from(&Tally::default());
     let start_at = Instant::now();
     let handles: Vec<_> = (0..clients)
         .map(|k| {

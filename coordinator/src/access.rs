@@ -12,6 +12,7 @@
 
 use crate::credentials::Credentials;
 use crate::service::Credential;
+use nqueens_proto::refusal::Refusal;
 use std::path::Path;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -127,10 +128,8 @@ pub fn bearer(
         };
         match bearer_of(&req) {
             Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(req),
-            Some(_) => Err(Status::unauthenticated(format!(
-                "the {role} token is wrong"
-            ))),
-            None => Err(Status::unauthenticated(format!(
+            Some(_) => Err(Refusal::Unauthenticated.status(format!("the {role} token is wrong"))),
+            None => Err(Refusal::Unauthenticated.status(format!(
                 "{} {role} token is required: send 'authorization: Bearer <token>'",
                 if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
                     "an"
@@ -157,9 +156,8 @@ pub fn worker_auth(
             return Ok(req);
         }
         let Some(t) = bearer_of(&req).map(str::to_string) else {
-            return Err(Status::unauthenticated(
-                "a worker token is required: send 'authorization: Bearer <token>'",
-            ));
+            return Err(Refusal::Unauthenticated
+                .status("a worker token is required: send 'authorization: Bearer <token>'"));
         };
         if shared
             .as_ref()
@@ -177,9 +175,9 @@ pub fn worker_auth(
                 req.extensions_mut().insert(Credential(name));
                 Ok(req)
             }
-            None => Err(Status::unauthenticated(
-                "the worker token is wrong (or was revoked)",
-            )),
+            None => {
+                Err(Refusal::Unauthenticated.status("the worker token is wrong (or was revoked)"))
+            }
         }
     }
 }

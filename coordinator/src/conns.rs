@@ -9,6 +9,7 @@
 //! is closed.
 
 use futures_util::task::AtomicWaker;
+use nqueens_proto::refusal::Refusal;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -378,7 +379,7 @@ fn refuse(
             async move {
                 http::Response::builder()
                     .header("content-type", "application/grpc")
-                    .header("grpc-status", "8")
+                    .header("grpc-status", (Refusal::Full.code() as i32).to_string())
                     .header("grpc-message", why)
                     .body(http_body_util::Empty::<bytes::Bytes>::new())
             }

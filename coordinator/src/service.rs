@@ -5,8 +5,9 @@ use crate::audit::{self, AuditError};
 use crate::hub::{CoordError, Coordinator};
 use crate::journal::JournalError;
 use crate::state::{Checking, JobState, LeaseRef, Outcome, StateError, Verdict};
-use crate::wire::{audit_to_wire, job_to_wire, lease_to_wire, worker_to_wire};
+use crate::wire::worker_to_wire;
 use nqueens_common::plan::{Mode, PlanSpec};
+use nqueens_proto::refusal::Refusal;
 use nqueens_proto::v1::{
     self, operator_service_server::OperatorService, worker_service_server::WorkerService,
 };
@@ -35,13 +36,12 @@ pub const MAX_LISTED: usize = 1000;
 /// characters, naming the field and the limit.
 fn text<'a>(field: &str, v: &'a str, max: usize) -> Result<&'a str, Status> {
     if v.len() > max {
-        return Err(Status::invalid_argument(format!(
-            "{field} is {} bytes; the limit is {max}",
-            v.len()
-        )));
+        return Err(
+            Refusal::BadRequest.status(format!("{field} is {} bytes; the limit is {max}", v.len()))
+        );
     }
     if v.chars().any(char::is_control) {
-        return Err(Status::invalid_argument(format!(
+        return Err(Refusal::BadRequest.status(format!(
             "{field} holds control characters; only printable text is accepted (at most {max} bytes)"
         )));
     }
@@ -51,7 +51,7 @@ fn text<'a>(field: &str, v: &'a str, max: usize) -> Result<&'a str, Status> {
 /// Refuses a list of more than `max` entries, naming the field.
 fn list<T>(field: &str, v: &[T], max: usize) -> Result<(), Status> {
     if v.len() > max {
-        return Err(Status::invalid_argument(format!(
+        return Err(Refusal::BadRequest.status(format!(
             "{field} has {} entries; the limit is {max}",
             v.len()
         )));
@@ -61,51 +61,57 @@ fn list<T>(field: &str, v: &[T], max: usize) -> Result<(), Status> {
 
 impl From<CoordError> for Status {
     fn from(e: CoordError) -> Status {
-        let msg = e.to_string();
-        match e {
-            CoordError::State(s) => match s {
-                StateError::UnknownJob(_)
-                | StateError::UnknownTask { .. }
-                | StateError::Deleted(_) => Status::not_found(msg),
-                StateError::NotPlanned(_) | StateError::ResultNotInMemory { .. } => {
-                    Status::unavailable(msg)
-                }
-                StateError::NotLeased { .. }
-                | StateError::Finished { .. }
-                | StateError::NothingToRetry { .. }
-                | StateError::NotDeletable { .. } => Status::failed_precondition(msg),
-                StateError::Implausible { .. } => Status::invalid_argument(msg),
-                StateError::TooManyWorkers(_) => Status::resource_exhausted(msg),
-                StateError::WrongCredential { .. } => Status::permission_denied(msg),
-                StateError::BadRecord(_) | StateError::PlanChanged { .. } => Status::internal(msg),
-            },
+        let refusal = refusal(&e);
+        match refusal {
             // Not stored: the caller keeps its result and retries.
-            CoordError::Journal(JournalError::TooLarge(_)) => Status::invalid_argument(msg),
-            CoordError::Journal(_) => {
-                Status::unavailable(format!("not stored, retry later: {msg}"))
+            Refusal::NotNow if matches!(e, CoordError::Journal(_)) => {
+                refusal.status(format!("not stored, retry later: {e}"))
             }
-            CoordError::Plan(_) | CoordError::TooManyTasks { .. } => Status::invalid_argument(msg),
-            CoordError::DataDir { .. }
-            | CoordError::Verify { .. }
-            | CoordError::Store(_)
-            | CoordError::JournalBehind { .. } => Status::internal(msg),
+            _ => refusal.status(e.to_string()),
         }
+    }
+}
+
+/// What each coordinator error tells its caller.
+fn refusal(e: &CoordError) -> Refusal {
+    match e {
+        CoordError::State(s) => match s {
+            StateError::UnknownJob(_) | StateError::UnknownTask { .. } | StateError::Deleted(_) => {
+                Refusal::Unknown
+            }
+            StateError::NotPlanned(_) | StateError::ResultNotInMemory { .. } => Refusal::NotNow,
+            StateError::NotLeased { .. }
+            | StateError::Finished { .. }
+            | StateError::NothingToRetry { .. }
+            | StateError::NotDeletable { .. } => Refusal::WrongState,
+            StateError::Implausible { .. } => Refusal::BadRequest,
+            StateError::TooManyWorkers(_) => Refusal::Full,
+            StateError::WrongCredential { .. } => Refusal::Forbidden,
+            StateError::BadRecord(_) | StateError::PlanChanged { .. } => Refusal::Internal,
+        },
+        CoordError::Journal(JournalError::TooLarge(_)) => Refusal::BadRequest,
+        CoordError::Journal(_) => Refusal::NotNow,
+        CoordError::Plan(_) | CoordError::TooManyTasks { .. } => Refusal::BadRequest,
+        CoordError::DataDir { .. }
+        | CoordError::Verify { .. }
+        | CoordError::Store(_)
+        | CoordError::JournalBehind { .. } => Refusal::Internal,
     }
 }
 
 impl From<AuditError> for Status {
     fn from(e: AuditError) -> Status {
-        let msg = e.to_string();
-        match e {
-            AuditError::UnknownJob(_) | AuditError::Deleted(_) => Status::not_found(msg),
-            AuditError::NotPlanned(_) => Status::failed_precondition(msg),
+        let refusal = match &e {
+            AuditError::UnknownJob(_) | AuditError::Deleted(_) => Refusal::Unknown,
+            AuditError::NotPlanned(_) => Refusal::WrongState,
             AuditError::Journal(
                 JournalError::Corrupt { .. } | JournalError::MissingSegment { .. },
-            ) => Status::data_loss(msg),
+            ) => Refusal::DataLoss,
             AuditError::Journal(_) | AuditError::Replay(_) | AuditError::Plan(_) => {
-                Status::internal(msg)
+                Refusal::Internal
             }
-        }
+        };
+        refusal.status(e.to_string())
     }
 }
 
@@ -123,7 +129,7 @@ fn credential<T>(req: &Request<T>) -> String {
 
 fn worker_id(id: &str) -> Result<&str, Status> {
     if id.is_empty() {
-        return Err(Status::invalid_argument(format!(
+        return Err(Refusal::BadRequest.status(format!(
             "worker_id is empty; it must be 1 to {MAX_WORKER_ID} bytes"
         )));
     }
@@ -146,7 +152,7 @@ async fn judge(
     result: Option<v1::TaskResult>,
 ) -> Result<Verdict, Status> {
     let lease = lease_ref(lease.as_ref())?;
-    let result = result.ok_or_else(|| Status::invalid_argument("result is missing"))?;
+    let result = result.ok_or_else(|| Refusal::BadRequest.status("result is missing"))?;
     result_fields(&result)?;
     let nodes = u128_from_wire(result.nodes.as_ref());
     let verdict = core
@@ -159,7 +165,7 @@ async fn judge(
 }
 
 fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
-    let r = r.ok_or_else(|| Status::invalid_argument("lease is missing"))?;
+    let r = r.ok_or_else(|| Refusal::BadRequest.status("lease is missing"))?;
     Ok(r.into())
 }
 
@@ -185,7 +191,7 @@ impl Ready {
 
     fn core(&self) -> Result<&Arc<Coordinator>, Status> {
         self.get().ok_or_else(|| {
-            Status::unavailable(
+            Refusal::NotNow.status(
                 "the coordinator is starting: it is replaying its journal and checking its \
                  jobs; try again in a few seconds (`nqueens health` says SERVING once it is ready)",
             )
@@ -206,10 +212,8 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         if r.cores > MAX_CORES {
-            return Err(Status::invalid_argument(format!(
-                "cores is {}; the limit is {MAX_CORES}",
-                r.cores
-            )));
+            return Err(Refusal::BadRequest
+                .status(format!("cores is {}; the limit is {MAX_CORES}", r.cores)));
         }
         self.0
             .core()?
@@ -236,7 +240,7 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         if !(1..=MAX_LEASE_BATCH).contains(&r.max_tasks) {
-            return Err(Status::invalid_argument(format!(
+            return Err(Refusal::BadRequest.status(format!(
                 "max_tasks must be 1 to {MAX_LEASE_BATCH}, got {}",
                 r.max_tasks
             )));
@@ -248,7 +252,7 @@ impl WorkerService for Workers {
             .lease(worker, &cred, r.max_tasks as usize)
             .await?;
         Ok(Response::new(v1::LeaseResponse {
-            leases: granted.iter().map(lease_to_wire).collect(),
+            leases: granted.iter().map(v1::Lease::from).collect(),
             register_again: !self.0.core()?.registered(worker),
         }))
     }
@@ -360,11 +364,11 @@ impl OperatorService for Operators {
         let req = req.into_inner();
         let plan = req
             .plan
-            .ok_or_else(|| Status::invalid_argument("plan is missing"))?;
+            .ok_or_else(|| Refusal::BadRequest.status("plan is missing"))?;
         let spec =
-            PlanSpec::try_from(&plan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            PlanSpec::try_from(&plan).map_err(|e| Refusal::BadRequest.status(e.to_string()))?;
         if req.redundancy > MAX_REDUNDANCY {
-            return Err(Status::invalid_argument(format!(
+            return Err(Refusal::BadRequest.status(format!(
                 "redundancy {} is out of range: 1 (no check) to {MAX_REDUNDANCY}",
                 req.redundancy
             )));
@@ -372,18 +376,18 @@ impl OperatorService for Operators {
         if !(0.0..=1.0).contains(&req.verify_fraction)
             || (req.verify_fraction > 0.0 && req.verify_fraction < 1.0 && req.redundancy < 2)
         {
-            return Err(Status::invalid_argument(format!(
+            return Err(Refusal::BadRequest.status(format!(
                 "verify_fraction {} is out of range: a share between 0 and 1, with redundancy 2 or 3",
                 req.verify_fraction
             )));
         }
         if req.cross_device && req.redundancy < 2 {
-            return Err(Status::invalid_argument(
+            return Err(Refusal::BadRequest.status(
                 "cross_device checks a task on a card and on a CPU: it needs redundancy 2 or 3",
             ));
         }
         if req.cross_device && spec.mode == Mode::Join {
-            return Err(Status::invalid_argument(
+            return Err(Refusal::BadRequest.status(
                 "cross_device checks a task on a card and on a CPU, and the join counts on CPUs \
                  only: submit the job with mode backtrack",
             ));
@@ -394,11 +398,11 @@ impl OperatorService for Operators {
             cross_device: req.cross_device,
         };
         let job = self.0.core()?.submit(spec, checking).await?;
-        Ok(Response::new(job_to_wire(&job)))
+        Ok(Response::new(v1::Job::from(&job)))
     }
 
     async fn get_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        Ok(Response::new(job_to_wire(
+        Ok(Response::new(v1::Job::from(
             &self.0.core()?.job(req.into_inner().job_id)?,
         )))
     }
@@ -411,7 +415,7 @@ impl OperatorService for Operators {
         // The newest jobs, when there are more than a reply may hold.
         let skip = jobs.len().saturating_sub(MAX_LISTED);
         Ok(Response::new(v1::ListJobsResponse {
-            jobs: jobs[skip..].iter().map(job_to_wire).collect(),
+            jobs: jobs[skip..].iter().map(v1::Job::from).collect(),
             total: jobs.len() as u64,
         }))
     }
@@ -432,7 +436,7 @@ impl OperatorService for Operators {
         tokio::spawn(async move {
             while let Ok(view) = core.job(id) {
                 let over = matches!(view.state, JobState::Done | JobState::Cancelled);
-                if tx.send(Ok(job_to_wire(&view))).await.is_err() || over {
+                if tx.send(Ok(v1::Job::from(&view))).await.is_err() || over {
                     break;
                 }
                 // Wait for a change, or for the client to go away (so no
@@ -461,7 +465,7 @@ impl OperatorService for Operators {
     }
 
     async fn pause_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        Ok(Response::new(job_to_wire(
+        Ok(Response::new(v1::Job::from(
             &self
                 .0
                 .core()?
@@ -471,7 +475,7 @@ impl OperatorService for Operators {
     }
 
     async fn resume_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        Ok(Response::new(job_to_wire(
+        Ok(Response::new(v1::Job::from(
             &self
                 .0
                 .core()?
@@ -481,7 +485,7 @@ impl OperatorService for Operators {
     }
 
     async fn cancel_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        Ok(Response::new(job_to_wire(
+        Ok(Response::new(v1::Job::from(
             &self
                 .0
                 .core()?
@@ -517,7 +521,9 @@ impl OperatorService for Operators {
 
     async fn retry_job(&self, req: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let id = req.into_inner().job_id;
-        Ok(Response::new(job_to_wire(&self.0.core()?.retry(id).await?)))
+        Ok(Response::new(v1::Job::from(
+            &self.0.core()?.retry(id).await?,
+        )))
     }
 
     async fn delete_job(
@@ -546,7 +552,7 @@ impl OperatorService for Operators {
                 let page =
                     tokio::task::spawn_blocking(move || c.export_page(id, from, EXPORT_PAGE))
                         .await
-                        .map_err(|e| Status::internal(format!("the export stopped: {e}")))
+                        .map_err(|e| Refusal::Internal.status(format!("the export stopped: {e}")))
                         .and_then(|p| p.map_err(Status::from));
                 let page = match page {
                     Ok(p) if p.is_empty() => return,
@@ -588,7 +594,7 @@ impl OperatorService for Operators {
         let journal = self.0.core()?.data_dir().join("journal");
         let audit = tokio::task::spawn_blocking(move || audit::audit(&journal, id))
             .await
-            .map_err(|e| Status::internal(format!("the audit stopped: {e}")))??;
-        Ok(Response::new(audit_to_wire(&audit)))
+            .map_err(|e| Refusal::Internal.status(format!("the audit stopped: {e}")))??;
+        Ok(Response::new(v1::AuditReport::from(&audit)))
     }
 }

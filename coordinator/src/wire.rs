@@ -13,51 +13,49 @@ use crate::audit::Audit;
 use crate::state::{CountOn, Granted, JobState, JobView, LeaseRef, Outcome, Verdict, WorkerInfo};
 use nqueens_common::plan::Tally;
 use nqueens_proto::v1;
-use nqueens_proto::{known_to_wire, task_to_wire, u128_to_wire};
+use nqueens_proto::{known_to_wire, task_to_wire};
 
 /// A job's state as operators see it (planning shows as running; its task
 /// count of 0 tells them apart).
-pub fn state_to_wire(s: JobState) -> v1::JobState {
-    match s {
-        JobState::Planning | JobState::Running => v1::JobState::Running,
-        JobState::Paused => v1::JobState::Paused,
-        JobState::Cancelled => v1::JobState::Cancelled,
-        JobState::Done => v1::JobState::Done,
+impl From<JobState> for v1::JobState {
+    fn from(s: JobState) -> Self {
+        match s {
+            JobState::Planning | JobState::Running => v1::JobState::Running,
+            JobState::Paused => v1::JobState::Paused,
+            JobState::Cancelled => v1::JobState::Cancelled,
+            JobState::Done => v1::JobState::Done,
+        }
     }
 }
 
 /// A job as operators see it.
-pub fn job_to_wire(j: &JobView) -> v1::Job {
-    v1::Job {
-        job_id: j.id,
-        plan: Some((&j.spec).into()),
-        state: state_to_wire(j.state) as i32,
-        tasks: j.tasks,
-        pending: j.pending,
-        leased: j.leased,
-        done: j.done,
-        failed: j.failed,
-        dead: j.dead,
-        work_total: j.work_total,
-        work_done: j.work_done,
-        total: Some(u128_to_wire(j.total)),
-        unique: Some(u128_to_wire(j.unique)),
-        conflicts: j.conflicts,
-        submitted_unix_ms: j.submitted_ms,
-        work_per_second: j.work_per_second,
-        eta_seconds: j.eta_seconds.unwrap_or(0.0),
-        waiting_for: j.waiting_for.clone().unwrap_or_default(),
-        active_workers: j.workers,
-        redundancy: j.redundancy,
-        verify_fraction: j.verify_fraction,
-        cross_device: j.cross_device,
-        checking: j.checking,
-    }
-}
-
 impl From<&JobView> for v1::Job {
     fn from(j: &JobView) -> Self {
-        job_to_wire(j)
+        v1::Job {
+            job_id: j.id,
+            plan: Some((&j.spec).into()),
+            state: v1::JobState::from(j.state) as i32,
+            tasks: j.tasks,
+            pending: j.pending,
+            leased: j.leased,
+            done: j.done,
+            failed: j.failed,
+            dead: j.dead,
+            work_total: j.work_total,
+            work_done: j.work_done,
+            total: Some(v1::U128::from(j.total)),
+            unique: Some(v1::U128::from(j.unique)),
+            conflicts: j.conflicts,
+            submitted_unix_ms: j.submitted_ms,
+            work_per_second: j.work_per_second,
+            eta_seconds: j.eta_seconds.unwrap_or(0.0),
+            waiting_for: j.waiting_for.clone().unwrap_or_default(),
+            active_workers: j.workers,
+            redundancy: j.redundancy,
+            verify_fraction: j.verify_fraction,
+            cross_device: j.cross_device,
+            checking: j.checking,
+        }
     }
 }
 
@@ -86,23 +84,19 @@ pub fn worker_to_wire(w: &WorkerInfo, leases: usize) -> v1::Worker {
 }
 
 /// A lease granted to a worker, with its task.
-pub fn lease_to_wire(g: &Granted) -> v1::Lease {
-    v1::Lease {
-        job_id: g.job,
-        task: Some(task_to_wire(&g.spec, &g.task)),
-        lease_id: g.lease_id,
-        deadline_unix_ms: g.deadline,
-        count_on: match g.count_on {
-            CountOn::Any => v1::CountOn::Any,
-            CountOn::Card => v1::CountOn::Card,
-            CountOn::Cpu => v1::CountOn::Cpu,
-        } as i32,
-    }
-}
-
 impl From<&Granted> for v1::Lease {
     fn from(g: &Granted) -> Self {
-        lease_to_wire(g)
+        v1::Lease {
+            job_id: g.job,
+            task: Some(task_to_wire(&g.spec, &g.task)),
+            lease_id: g.lease_id,
+            deadline_unix_ms: g.deadline,
+            count_on: match g.count_on {
+                CountOn::Any => v1::CountOn::Any,
+                CountOn::Card => v1::CountOn::Card,
+                CountOn::Cpu => v1::CountOn::Cpu,
+            } as i32,
+        }
     }
 }
 
@@ -162,28 +156,24 @@ impl From<Verdict> for v1::ReportOutcome {
 
 /// An audit's findings as the operator service and `nqueens audit
 /// --data-dir` print them.
-pub fn audit_to_wire(a: &Audit) -> v1::AuditReport {
-    v1::AuditReport {
-        job_id: a.job,
-        plan: Some((&a.spec).into()),
-        state: state_to_wire(a.state) as i32,
-        journal_records: a.journal_records,
-        journal_bytes: a.journal_bytes,
-        torn_bytes: a.torn_bytes,
-        tasks: a.tasks,
-        result_records: a.result_records,
-        counted: a.counted,
-        total: a.total.map(u128_to_wire),
-        unique: a.unique.map(u128_to_wire),
-        known: known_to_wire(a.matches_known) as i32,
-        digest: a.digest.clone(),
-        problems: a.problems.clone(),
-    }
-}
-
 impl From<&Audit> for v1::AuditReport {
     fn from(a: &Audit) -> Self {
-        audit_to_wire(a)
+        v1::AuditReport {
+            job_id: a.job,
+            plan: Some((&a.spec).into()),
+            state: v1::JobState::from(a.state) as i32,
+            journal_records: a.journal_records,
+            journal_bytes: a.journal_bytes,
+            torn_bytes: a.torn_bytes,
+            tasks: a.tasks,
+            result_records: a.result_records,
+            counted: a.counted,
+            total: a.total.map(v1::U128::from),
+            unique: a.unique.map(v1::U128::from),
+            known: known_to_wire(a.matches_known) as i32,
+            digest: a.digest.clone(),
+            problems: a.problems.clone(),
+        }
     }
 }
 
@@ -249,7 +239,6 @@ mod tests {
                 waiting_for: Some("workers".into()),
             };
             let w = through_bytes(&v1::Job::from(&view));
-            assert_eq!(w, job_to_wire(&view));
             assert_eq!(
                 PlanSpec::try_from(w.plan.as_ref().unwrap()).unwrap(),
                 view.spec
@@ -309,7 +298,6 @@ mod tests {
                 count_on: [CountOn::Any, CountOn::Card, CountOn::Cpu][task.index as usize % 3],
             };
             let w = through_bytes(&v1::Lease::from(&g));
-            assert_eq!(w, lease_to_wire(&g));
             let on = [v1::CountOn::Any, v1::CountOn::Card, v1::CountOn::Cpu];
             assert_eq!(w.count_on, on[task.index as usize % 3] as i32);
             assert_eq!(
@@ -433,7 +421,6 @@ mod tests {
                     problems: vec!["one".into()],
                 };
                 let w = through_bytes(&v1::AuditReport::from(&a));
-                assert_eq!(w, audit_to_wire(&a));
                 assert_eq!(
                     PlanSpec::try_from(w.plan.as_ref().unwrap()).unwrap(),
                     a.spec

@@ -358,7 +358,7 @@ async fn every_invalid_input_gets_its_status() {
         Code::InvalidArgument
     );
     let mut huge = good.clone();
-    huge.weighted = Some(nqueens_proto::u128_to_wire(1_000));
+    huge.weighted = Some(nqueens_proto::v1::U128::from(1_000));
     let e = w
         .report(report("w1", Some(l.lease_ref()), Some(huge)))
         .await
@@ -825,7 +825,7 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         ReportOutcome::Duplicate
     );
     let mut other_counts = good.clone();
-    other_counts.weighted = Some(nqueens_proto::u128_to_wire(
+    other_counts.weighted = Some(nqueens_proto::v1::U128::from(
         u128_from_wire(good.weighted.as_ref()) + 8,
     ));
     assert_eq!(
@@ -1021,7 +1021,7 @@ async fn an_audit_recomputes_a_job_and_another_site_gets_the_same_digest() {
     }
     // Offline, from the journal alone, the same answer.
     let offline = nqueens_coordinator::audit::audit(&a.path().join("journal"), 1).unwrap();
-    assert_eq!(nqueens_coordinator::wire::audit_to_wire(&offline), here);
+    assert_eq!(nqueens_proto::v1::AuditReport::from(&offline), here);
 }
 
 #[tokio::test]
@@ -1133,7 +1133,7 @@ async fn report_many_judges_each_result_as_report_would() {
     let mut forged = item(&got[2]);
     forged.lease.as_mut().unwrap().lease_id ^= 1;
     let mut wrong = item(&got[3]);
-    wrong.result.as_mut().unwrap().weighted = Some(nqueens_proto::u128_to_wire(7));
+    wrong.result.as_mut().unwrap().weighted = Some(nqueens_proto::v1::U128::from(7));
     let no_result = v1::ReportItem {
         lease: Some(got[1].lease_ref()),
         result: None,

@@ -1,6 +1,7 @@
 //! Connecting to a coordinator, as a worker or an operator: one channel
 //! (plain or TLS) and the bearer token added to every call.
 
+use crate::refusal::Refusal;
 use std::path::{Path, PathBuf};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -121,13 +122,16 @@ pub fn connect_tls(
 
 /// The one-line reason a call failed, with what to do about it.
 pub fn explain(url: &str, status: &Status) -> String {
-    use tonic::Code;
-    match status.code() {
-        Code::Unavailable => format!(
+    match Refusal::of(status) {
+        Refusal::Transport => format!(
             "cannot reach the coordinator at {url}: {} (is it running? check --coordinator or NQUEENS_COORDINATOR)",
             status.message()
         ),
-        Code::Unauthenticated | Code::PermissionDenied => format!(
+        Refusal::NotNow => format!(
+            "the coordinator at {url} cannot answer that now: {} (try again shortly)",
+            status.message()
+        ),
+        r if r.about_the_token() => format!(
             "the coordinator at {url} refused the token: {}",
             status.message()
         ),
@@ -152,9 +156,8 @@ fn chain(status: &tonic::Status) -> String {
 /// The coordinator's reason when it refused the connection for lack of
 /// places (RESOURCE_EXHAUSTED, "too many connections ...").
 fn overloaded(status: &Status) -> Option<String> {
-    (status.code() == tonic::Code::ResourceExhausted
-        && status.message().starts_with("too many connections"))
-    .then(|| status.message().to_string())
+    (Refusal::of(status) == Refusal::Full && status.message().starts_with("too many connections"))
+        .then(|| status.message().to_string())
 }
 
 /// A call that failed because one side speaks TLS and the other does not

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod refusal;
 
 pub use convert::*;
 

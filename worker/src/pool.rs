@@ -6,8 +6,8 @@ use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::{Plan, PlanError, PlanSpec};
+use nqueens_proto::task_from_wire;
 use nqueens_proto::v1;
-use nqueens_proto::{tally_to_wire, task_from_wire};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -317,7 +317,7 @@ fn count(
         checksum,
         elapsed_ms: elapsed.as_millis() as u64,
         solver_version: result_version(path, device),
-        ..tally_to_wire(&tally)
+        ..nqueens_proto::v1::TaskResult::from(&tally)
     };
     Ok(Some((result, task.subproblems, elapsed)))
 }
