@@ -12,7 +12,7 @@
 //! solver version can compare digests.
 
 use crate::journal::{self, JournalError};
-use crate::state::{plausible, Event, JobState, Limits, State, StateError, TaskList, Verdict};
+use crate::state::{plausible, Event, Job, JobState, Limits, State, StateError, TaskList, Verdict};
 use nqueens_common::known;
 use nqueens_common::plan::{Mode, Plan, PlanError, PlanSpec, Tally};
 use sha2::{Digest, Sha256};
@@ -81,36 +81,8 @@ impl Audit {
 
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
-    // The coordinator's own rules decide which result of a task counts;
-    // the audit keeps each counted result's counts (not the whole result,
-    // nor other jobs'), to re-add them in task order.
-    let mut state = State::new(Limits::default());
-    let mut counted_results: Vec<(u64, Tally)> = Vec::new();
-    let mut result_records = 0;
-    let mut failed = None;
-    let scanned = journal::scan(path, |r| {
-        let ours = match &r {
-            Event::TaskDone(d) if d.job == job => Some(d),
-            _ => None,
-        };
-        result_records += u64::from(ours.is_some());
-        if failed.is_some() {
-            return;
-        }
-        match state.apply(&r) {
-            Ok(Some(Verdict::New)) => {
-                if let Some(d) = ours {
-                    counted_results.push((d.task, d.outcome.tally));
-                }
-            }
-            Ok(_) => {}
-            Err(e) => failed = Some(e),
-        }
-    })?;
-    counted_results.sort_unstable_by_key(|&(task, _)| task);
-    if let Some(e) = failed {
-        return Err(AuditError::Replay(e));
-    }
+    let replayed = replay(path, job)?;
+    let mut state = replayed.state;
     if state.deleted(job) {
         return Err(AuditError::Deleted(job));
     }
@@ -126,7 +98,90 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         ));
     }
     let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
+    let (sum, digest) = re_add(j, &tasks, &replayed.counted, &mut problems);
+    let counted = replayed.counted.len() as u64;
+    let (total, unique) = if counted == tasks.count() {
+        match plan.finish(&sum) {
+            Ok(t) => (t.total().ok(), t.unique().ok()),
+            Err(e) => {
+                problems.note(format!("finishing the counts: {e}"));
+                (None, None)
+            }
+        }
+    } else {
+        (None, None)
+    };
+    Ok(Audit {
+        job,
+        spec: j.spec,
+        state: j.state(),
+        journal_records: replayed.scanned.records,
+        journal_bytes: replayed.scanned.bytes,
+        torn_bytes: replayed.scanned.truncated,
+        tasks: tasks.count(),
+        result_records: replayed.result_records,
+        counted,
+        total,
+        unique,
+        matches_known: matches_known(&j.spec, total, unique),
+        digest,
+        problems: problems.into_list(),
+    })
+}
 
+/// A whole journal replayed by the coordinator's own rules.
+struct Replayed {
+    state: State,
+    /// The counts of each result of the job that counted, by task.
+    counted: Vec<(u64, Tally)>,
+    /// The job's result records, counted or not.
+    result_records: u64,
+    scanned: journal::Scanned,
+}
+
+/// Replays the journal at `path` into a fresh state, keeping each counted
+/// result's counts of job `job` (not the whole result, nor other jobs'),
+/// to re-add them in task order.
+fn replay(path: &Path, job: u64) -> Result<Replayed, AuditError> {
+    let mut state = State::new(Limits::default());
+    let mut counted: Vec<(u64, Tally)> = Vec::new();
+    let mut result_records = 0;
+    let mut failed = None;
+    let scanned = journal::scan(path, |r| {
+        let ours = match &r {
+            Event::TaskDone(d) if d.job == job => Some(d),
+            _ => None,
+        };
+        result_records += u64::from(ours.is_some());
+        if failed.is_some() {
+            return;
+        }
+        match (state.apply(&r), ours) {
+            (Ok(Some(Verdict::New)), Some(d)) => counted.push((d.task, d.outcome.tally)),
+            (Ok(_), _) => {}
+            (Err(e), _) => failed = Some(e),
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(AuditError::Replay(e));
+    }
+    counted.sort_unstable_by_key(|&(task, _)| task);
+    Ok(Replayed {
+        state,
+        counted,
+        result_records,
+        scanned,
+    })
+}
+
+/// Re-adds the counted results in task order, each checked against its
+/// task, into their sum and the digest another site can compare.
+fn re_add(
+    j: &Job,
+    tasks: &TaskList,
+    counted: &[(u64, Tally)],
+    problems: &mut Problems,
+) -> (Tally, String) {
     let mut sum = Tally::default();
     let mut sha = Sha256::new();
     // A join job's digest names its mode; a backtracking job's stays as
@@ -142,21 +197,19 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         j.spec.depth,
         tasks.count()
     ));
-    for (task, tally) in &counted_results {
-        let task = *task;
-        let Some(t) = tasks.get(task) else {
+    for &(task, ref t) in counted {
+        let Some(listed) = tasks.get(task) else {
             problems.note(format!(
                 "a result for task {task}, which the plan does not have"
             ));
             continue;
         };
-        if let Err(e) = plausible(j, &t, tally) {
+        if let Err(e) = plausible(j, &listed, t) {
             problems.note(e.to_string());
         }
-        if let Err(e) = sum.merge(tally) {
+        if let Err(e) = sum.merge(t) {
             problems.note(format!("summing the results: {e}"));
         }
-        let t = tally;
         let c = &t.classes;
         sha.update(format!(
             "{task} {} {} {} {} {} {} {}\n",
@@ -168,43 +221,19 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
             "the results sum to other counts than the running totals the coordinator kept".into(),
         );
     }
+    (sum, hex(&sha.finalize()))
+}
 
-    let counted = counted_results.len() as u64;
-    let (total, unique) = if counted == tasks.count() {
-        match plan.finish(&sum) {
-            Ok(t) => (t.total().ok(), t.unique().ok()),
-            Err(e) => {
-                problems.note(format!("finishing the counts: {e}"));
-                (None, None)
-            }
-        }
-    } else {
-        (None, None)
-    };
-    // A synthetic job's answer is known exactly: the sum of its tasks'.
-    let matches_known = total.zip(unique).and_then(|(t, u)| {
-        if j.spec.strategy == nqueens_common::plan::Strategy::Synthetic {
-            let want = nqueens_common::plan::synthetic_sum(j.spec.tasks);
+/// Whether the counts are the published ones; a synthetic job's answer is
+/// known exactly: the sum of its tasks'.
+fn matches_known(spec: &PlanSpec, total: Option<u128>, unique: Option<u128>) -> Option<bool> {
+    total.zip(unique).and_then(|(t, u)| {
+        if spec.strategy == nqueens_common::plan::Strategy::Synthetic {
+            let want = nqueens_common::plan::synthetic_sum(spec.tasks);
             Some(t == want && u == want)
         } else {
-            known::matches(j.spec.n.get(), t, u)
+            known::matches(spec.n.get(), t, u)
         }
-    });
-    Ok(Audit {
-        job,
-        spec: j.spec,
-        state: j.state(),
-        journal_records: scanned.records,
-        journal_bytes: scanned.bytes,
-        torn_bytes: scanned.truncated,
-        tasks: tasks.count(),
-        result_records,
-        counted,
-        total,
-        unique,
-        matches_known,
-        digest: hex(&sha.finalize()),
-        problems: problems.into_list(),
     })
 }
 

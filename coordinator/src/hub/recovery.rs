@@ -3,6 +3,8 @@
 //! plan checked against its digest, the totals verified.
 
 use super::*;
+use crate::journal::Replay;
+use std::collections::HashSet;
 
 /// How far records were acknowledged, by the marks a start finds.
 struct Marks {
@@ -103,6 +105,164 @@ fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
     }
 }
 
+/// Takes the data directory's lock: an exclusive flock on the directory
+/// itself, held while this process lives, so removing a file cannot
+/// release it.
+fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
+    let dir_err = |why: String| CoordError::DataDir {
+        path: data_dir.to_path_buf(),
+        why,
+    };
+    std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
+    let lock =
+        File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
+    lock.try_lock().map_err(|e| {
+        dir_err(format!(
+            "another process holds its lock (another coordinator, or `solve --state`, on the same \
+             directory): stop that one first, or give a different --data-dir ({e})"
+        ))
+    })?;
+    Ok(lock)
+}
+
+/// What a start finds on disk: the store, the checkpoint it may start
+/// from, and the journal records after it.
+struct Found {
+    store: Store,
+    store_opened: Opened,
+    checkpoint: Option<checkpoint::Loaded>,
+    /// Boots recorded only in a checkpoint (maybe one set aside).
+    epoch: u64,
+    journal: Journal,
+    replay: Replay,
+}
+
+/// Opens the store, the latest readable checkpoint and the journal, and
+/// checks the journal reaches every acknowledged record; a journal that
+/// ends before stops the start unless `accept_lost` is exactly the number
+/// of records it lacks (then the checkpoints and the store are set aside).
+fn find(data_dir: &Path, accept_lost: Option<u64>) -> Result<Found, CoordError> {
+    let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
+    let loaded = checkpoint::load(data_dir);
+    // How far results were acknowledged, by the store's and the latest
+    // readable checkpoint's own marks: the journal must reach it.
+    let marks = Marks {
+        store: store.caught_up(),
+        checkpoint: loaded.as_ref().map_or(0, |c| c.seen.last()),
+        epoch: loaded.as_ref().map_or(0, |c| c.state.epoch()),
+    };
+    // A checkpoint is used only if the store holds the rows of every
+    // record it covers (it was written after they were synced; a store
+    // rebuilt since is not): the records before it are not read.
+    let mut checkpoint = loaded.filter(|c| {
+        let covered = c.seen.last();
+        if marks.store < covered {
+            tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = marks.store, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
+        }
+        marks.store >= covered
+    });
+    let journal_path = data_dir.join("journal");
+    let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
+    let (journal, replay) = match Journal::open(&journal_path, after, marks.acknowledged()) {
+        Err(JournalError::Behind { last, torn, .. }) => {
+            let missing = marks.acknowledged() - last;
+            if accept_lost != Some(missing) {
+                return Err(marks.behind(journal_path, last, torn));
+            }
+            tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
+            drop(store);
+            checkpoint = None;
+            (store, store_opened) = set_aside(data_dir)?;
+            Journal::open(&journal_path, 0, 0)?
+        }
+        other => other?,
+    };
+    Ok(Found {
+        store,
+        store_opened,
+        checkpoint,
+        epoch: marks.epoch,
+        journal,
+        replay,
+    })
+}
+
+/// What replaying the journal gave besides the state.
+struct Replayed {
+    /// Records applied (the others came with the checkpoint).
+    replayed: u64,
+    /// Without a checkpoint: every task with a result record, counted or
+    /// not, for the store check.
+    journaled: Option<HashSet<(u64, u64)>>,
+}
+
+/// Applies the records a checkpoint (`applied`) does not hold to `state`,
+/// and gives the store the rows it lacks (those after its mark), then its
+/// new mark and the removal of deleted jobs' rows.
+fn replay_into(
+    state: &mut State,
+    applied: Option<&Seen>,
+    replay: &Replay,
+    store: &Store,
+) -> Result<Replayed, CoordError> {
+    let caught_up = store.caught_up();
+    let mut journaled = applied.is_none().then(HashSet::new);
+    let (mut rows, mut replayed) = (Vec::new(), 0);
+    for (seq, r) in (replay.first..).zip(&replay.records) {
+        // Applied before the checkpoint was taken: its effect is in it.
+        if applied.is_some_and(|a| a.contains(seq)) {
+            continue;
+        }
+        replayed += 1;
+        let verdict = state.apply(r)?;
+        let Event::TaskDone(d) = r else { continue };
+        if let Some(j) = journaled.as_mut() {
+            j.insert((d.job, d.task));
+        }
+        // From a checkpoint, only counted results get a row (the store
+        // check that removes the others needs every record).
+        let row = journaled.is_some() || matches!(verdict, Some(Verdict::New));
+        if seq > caught_up && row {
+            rows.push(d.clone());
+        }
+        if rows.len() == 1 << 16 {
+            store.add_results(std::mem::take(&mut rows), None)?;
+        }
+    }
+    store.add_results(rows, Some(replay.last))?;
+    // Rows of deleted jobs that a crash left behind (idempotent).
+    for id in state.deleted_jobs() {
+        store.delete_job(id)?;
+    }
+    Ok(Replayed {
+        replayed,
+        journaled,
+    })
+}
+
+/// Jobs planned before (their size was accepted then), with their
+/// journaled plan, and jobs never planned (planned once serving, as at
+/// submit, so that a long plan cannot keep the coordinator down).
+type Planned = Vec<(u64, PlanSpec, (u64, u64))>;
+fn plans_to_make(state: &State) -> (Planned, Vec<(u64, PlanSpec)>) {
+    let (mut planned, mut unplanned) = (Vec::new(), Vec::new());
+    for j in state.jobs() {
+        match (j.planned(), j.state()) {
+            (Some(p), _) => planned.push((j.id, j.spec, p)),
+            (None, JobState::Cancelled) => {}
+            (None, _) => unplanned.push((j.id, j.spec)),
+        }
+    }
+    (planned, unplanned)
+}
+
+/// Where a start's time went.
+struct Timings {
+    started: std::time::Instant,
+    read: std::time::Duration,
+    replayed: std::time::Duration,
+}
+
 impl Coordinator {
     /// Opens the data directory: takes its lock, replays the journal,
     /// re-plans every job (checked against the journal's digest), verifies
@@ -117,123 +277,37 @@ impl Coordinator {
         accept_lost: Option<u64>,
     ) -> Result<Arc<Coordinator>, CoordError> {
         let started = std::time::Instant::now();
-        let dir_err = |why: String| CoordError::DataDir {
+        let lock = lock_dir(data_dir)?;
+        let key = lease_key(data_dir).map_err(|why| CoordError::DataDir {
             path: data_dir.to_path_buf(),
             why,
-        };
-        std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
-        // The lock is on the directory itself (an exclusive flock held
-        // while this process lives), so removing a file cannot release it.
-        let lock =
-            File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
-        lock.try_lock().map_err(|e| {
-            dir_err(format!(
-                "another process holds its lock (another coordinator, or `solve --state`, on the same \
-                 directory): stop that one first, or give a different --data-dir ({e})"
-            ))
         })?;
-        let key = lease_key(data_dir).map_err(dir_err)?;
-        let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
-        let loaded = checkpoint::load(data_dir);
-        // How far results were acknowledged, by the store's and the latest
-        // readable checkpoint's own marks: the journal must reach it.
-        let marks = Marks {
-            store: store.caught_up(),
-            checkpoint: loaded.as_ref().map_or(0, |c| c.seen.last()),
-            epoch: loaded.as_ref().map_or(0, |c| c.state.epoch()),
-        };
-        // A checkpoint is used only if the store holds the rows of every
-        // record it covers (it was written after they were synced; a
-        // store rebuilt since is not): the records before it are not read.
-        let mut checkpoint = loaded.filter(|c| {
-            let covered = c.seen.last();
-            if marks.store < covered {
-                tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = marks.store, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
-            }
-            marks.store >= covered
-        });
-        let journal_path = data_dir.join("journal");
-        let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
-        let (journal, replay) = match Journal::open(&journal_path, after, marks.acknowledged()) {
-            Err(JournalError::Behind { last, torn, .. }) => {
-                let missing = marks.acknowledged() - last;
-                if accept_lost != Some(missing) {
-                    return Err(marks.behind(journal_path, last, torn));
-                }
-                tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
-                drop(store);
-                checkpoint = None;
-                (store, store_opened) = set_aside(data_dir)?;
-                Journal::open(&journal_path, 0, 0)?
-            }
-            other => other?,
-        };
-        // The store's mark, as the replay below uses it.
-        let caught_up = store.caught_up();
+        let found = find(data_dir, accept_lost)?;
         let read = started.elapsed();
-        let from_checkpoint = checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
-        let (mut state, applied) = match checkpoint {
+        let from_checkpoint = found.checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
+        let (mut state, applied) = match found.checkpoint {
             Some(c) => (c.state.with_limits(limits), Some(c.seen)),
             None => (State::new(limits), None),
         };
         state.set_lease_key(key);
-        // Boots recorded only in a checkpoint set aside still count.
-        state.raise_epoch(marks.epoch);
-        // Without a checkpoint: every task with a result record, counted
-        // or not, for the store check.
-        let mut journaled = applied.is_none().then(std::collections::HashSet::new);
-        let mut rows = Vec::new();
-        let mut replayed = 0;
-        for (seq, r) in (replay.first..).zip(&replay.records) {
-            // Applied before the checkpoint was taken: its effect is in it.
-            if applied.as_ref().is_some_and(|a| a.contains(seq)) {
-                continue;
-            }
-            replayed += 1;
-            let verdict = state.apply(r)?;
-            if let Event::TaskDone(d) = r {
-                if let Some(j) = journaled.as_mut() {
-                    j.insert((d.job, d.task));
-                }
-                // From a checkpoint, only counted results get a row (the
-                // store check that removes the others needs every record).
-                let row = journaled.is_some() || matches!(verdict, Some(Verdict::New));
-                if seq > caught_up && row {
-                    rows.push(d.clone());
-                }
-                if rows.len() == 1 << 16 {
-                    store.add_results(std::mem::take(&mut rows), None)?;
-                }
-            }
-        }
-        let records = replay.last;
-        store.add_results(rows, Some(records))?;
-        // Rows of deleted jobs that a crash left behind (idempotent).
-        for id in state.deleted_jobs() {
-            store.delete_job(id)?;
-        }
-        let replay_done = started.elapsed();
-        // Jobs planned before (their size was accepted then) get their
-        // tasks now; jobs never planned are planned once serving, as at
-        // submit, so that a long plan cannot keep the coordinator down.
-        let mut planned = Vec::new();
-        let mut unplanned = Vec::new();
-        for j in state.jobs() {
-            match (j.planned(), j.state()) {
-                (Some(p), _) => planned.push((j.id, j.spec, p)),
-                (None, JobState::Cancelled) => {}
-                (None, _) => unplanned.push((j.id, j.spec)),
-            }
-        }
+        state.raise_epoch(found.epoch);
+        let replayed = replay_into(&mut state, applied.as_ref(), &found.replay, &found.store)?;
+        let timings = Timings {
+            started,
+            read,
+            replayed: started.elapsed(),
+        };
+        let (planned, unplanned) = plans_to_make(&state);
+        let records = found.replay.last;
         let (changed, _) = tokio::sync::watch::channel(0);
         let core = Arc::new(Coordinator {
             recovery: std::sync::OnceLock::new(),
             state: Mutex::new(state),
             applied: Mutex::new(Seen::upto(records)),
             checkpointed: AtomicU64::new(from_checkpoint.map_or(0, |c| c.0)),
-            journal,
-            store,
-            store_opened,
+            journal: found.journal,
+            store: found.store,
+            store_opened: found.store_opened,
             writes: std::sync::OnceLock::new(),
             started_ms: clock.now_ms(),
             forgot_ms: AtomicU64::new(clock.now_ms()),
@@ -246,53 +320,76 @@ impl Coordinator {
             audit_when_done: AtomicBool::new(true),
             _lock: lock,
         });
-        let mut replanned = 0;
+        let mut recovery = Recovery {
+            records,
+            replayed: replayed.replayed,
+            checkpoint_upto: from_checkpoint.map(|c| c.0),
+            replanned: 0,
+            ms: 0,
+        };
         for (id, spec, p) in planned {
-            replanned += u64::from(core.plan_job(id, spec, Some(p)).await?);
+            recovery.replanned += u64::from(core.plan_job(id, spec, Some(p)).await?);
         }
+        core.resume(
+            recovery,
+            replayed.journaled.as_ref(),
+            &timings,
+            from_checkpoint,
+            found.replay.truncated,
+        )
+        .await?;
+        for (id, spec) in unplanned {
+            core.plan_in_background(id, spec);
+        }
+        Ok(core)
+    }
+
+    /// The last steps of a start, once the state is replayed and the jobs
+    /// planned: the totals verified, the store's writer started, the boot
+    /// journaled, and what recovery did logged and kept.
+    async fn resume(
+        &self,
+        mut recovery: Recovery,
+        journaled: Option<&HashSet<(u64, u64)>>,
+        t: &Timings,
+        from_checkpoint: Option<(u64, u64)>,
+        torn_bytes: u64,
+    ) -> Result<(), CoordError> {
         let verifying = std::time::Instant::now();
-        core.verify(journaled.as_ref())?;
+        self.verify(journaled)?;
         let verified = verifying.elapsed();
-        core.store.flush();
-        let _ = core
+        self.store.flush();
+        let _ = self
             .writes
-            .set(StoreWriter::spawn(core.store.clone(), records));
-        let epoch = core.lock().epoch() + 1;
-        core.write(Event::Boot {
+            .set(StoreWriter::spawn(self.store.clone(), recovery.records));
+        let epoch = self.lock().epoch() + 1;
+        self.write(Event::Boot {
             epoch,
-            unix_ms: core.clock.now_ms(),
+            unix_ms: self.clock.now_ms(),
         })
         .await?;
         // Where a restart's time goes: reading the journal, replaying it
         // (state and store rows), checking the store against it.
         let ms = |d: std::time::Duration| d.as_millis() as u64;
+        recovery.ms = ms(t.started.elapsed());
         tracing::info!(
-            dir = %data_dir.display(),
-            records,
-            replayed,
+            dir = %self.data_dir.display(),
+            records = recovery.records,
+            replayed = recovery.replayed,
             checkpoint_upto = from_checkpoint.map(|c| c.0),
             checkpoint_bytes = from_checkpoint.map(|c| c.1),
-            replanned,
-            torn_bytes = replay.truncated,
+            replanned = recovery.replanned,
+            torn_bytes,
             epoch,
-            jobs = core.lock().jobs().count(),
-            read_ms = ms(read),
-            replay_ms = ms(replay_done - read),
+            jobs = self.lock().jobs().count(),
+            read_ms = ms(t.read),
+            replay_ms = ms(t.replayed - t.read),
             verify_ms = ms(verified),
-            ms = ms(started.elapsed()),
+            ms = recovery.ms,
             "coordinator state restored"
         );
-        let _ = core.recovery.set(Recovery {
-            records,
-            replayed,
-            checkpoint_upto: from_checkpoint.map(|c| c.0),
-            replanned,
-            ms: ms(started.elapsed()),
-        });
-        for (id, spec) in unplanned {
-            core.plan_in_background(id, spec);
-        }
-        Ok(core)
+        let _ = self.recovery.set(recovery);
+        Ok(())
     }
 
     /// Re-derives every job's totals from its result rows, and rewrites
@@ -300,10 +397,7 @@ impl Coordinator {
     /// task with a result record: the whole journal was replayed), also
     /// checks every row of the store against it; after a checkpoint that
     /// full scan is left to the audit, so that a start-up stays short.
-    pub(super) fn verify(
-        &self,
-        journaled: Option<&std::collections::HashSet<(u64, u64)>>,
-    ) -> Result<(), CoordError> {
+    pub(super) fn verify(&self, journaled: Option<&HashSet<(u64, u64)>>) -> Result<(), CoordError> {
         let state = self.lock();
         let mut repaired = 0;
         for job in state.jobs() {

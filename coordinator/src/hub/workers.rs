@@ -173,14 +173,7 @@ impl Coordinator {
         let verdict = match checked {
             // Counted long ago: compared with the store's row.
             Err(StateError::ResultNotInMemory { job, task }) => {
-                let row = self.store_writer().lookup(job, task).await;
-                match row.map(|d| d.outcome) {
-                    Some(stored) if stored.tally == tally && stored.checksum == result.checksum => {
-                        Verdict::Duplicate
-                    }
-                    Some(_) => Verdict::Conflict,
-                    None => return Err(StateError::ResultNotInMemory { job, task }.into()),
-                }
+                self.compare_with_row(job, task, &result).await?
             }
             other => other?,
         };
@@ -238,6 +231,26 @@ impl Coordinator {
                 .await?;
                 Ok(Verdict::Conflict)
             }
+        }
+    }
+
+    /// A report of a task counted long ago, whose result left memory:
+    /// a duplicate if the store's row has the same counts and checksum,
+    /// else a conflict.
+    async fn compare_with_row(
+        &self,
+        job: u64,
+        task: u64,
+        result: &Outcome,
+    ) -> Result<Verdict, CoordError> {
+        match self.store_writer().lookup(job, task).await {
+            Some(row)
+                if row.outcome.tally == result.tally && row.outcome.checksum == result.checksum =>
+            {
+                Ok(Verdict::Duplicate)
+            }
+            Some(_) => Ok(Verdict::Conflict),
+            None => Err(StateError::ResultNotInMemory { job, task }.into()),
         }
     }
 

@@ -164,7 +164,7 @@ pub struct Journal {
 enum Msg {
     Append(Append),
     /// Seal the current file (see [`Journal::rotate`]).
-    Rotate(oneshot::Sender<Result<Option<(u64, u64)>, JournalError>>),
+    Rotate(oneshot::Sender<RotateAnswer>),
 }
 
 struct Append {
@@ -274,6 +274,85 @@ fn upgrade(path: &Path, records: &[Event]) -> Result<(), JournalError> {
     Ok(())
 }
 
+/// The live file's records, as opening found them.
+struct Live {
+    records: Vec<Event>,
+    /// Bytes of a torn last write, cut off.
+    truncated: u64,
+    /// The file was of the first format (and is now upgraded).
+    v1: bool,
+}
+
+/// Opens (or creates) the live file at `path`, whose first record is
+/// number `first`: reads it, refuses it if it ends before `acknowledged`,
+/// cuts off a torn last write, upgrades the first format, and leaves the
+/// handle at the end for appends.
+fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live), JournalError> {
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    if !existed {
+        sync_dir(path).map_err(io_err(path))?;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io_err(path))?;
+    let (records, good, v1) = match parse(&bytes, path, first) {
+        Err(JournalError::Corrupt { .. }) if first_seq(&bytes).is_some_and(|s| s > first) => {
+            let next = first_seq(&bytes).expect("checked");
+            return Err(JournalError::MissingRecords {
+                dir: segments::dir_of(path),
+                path: path.to_path_buf(),
+                from: first,
+                to: next - 1,
+                next,
+            });
+        }
+        other => other?,
+    };
+    let last = first - 1 + records.len() as u64;
+    let truncated = (bytes.len() - good) as u64;
+    if last < acknowledged {
+        return Err(JournalError::Behind {
+            path: path.to_path_buf(),
+            last,
+            acknowledged,
+            torn: truncated,
+        });
+    }
+    if truncated > 0 {
+        tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record (never acknowledged)");
+        file.set_len(good as u64).map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+    }
+    if v1 {
+        upgrade(path, &records)?;
+        // The file at `path` is the new one.
+        drop(file);
+        file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err(path))?;
+    } else if good == 0 {
+        file.write_all(MAGIC)
+            .and_then(|()| file.sync_all())
+            .map_err(io_err(path))?;
+    }
+    file.seek(SeekFrom::End(0)).map_err(io_err(path))?;
+    Ok((
+        file,
+        Live {
+            records,
+            truncated,
+            v1,
+        },
+    ))
+}
+
 impl Journal {
     /// Opens (or creates) the journal at `path`, reads the records after
     /// number `after` (0: all; sealed segments wholly before it are not
@@ -291,85 +370,30 @@ impl Journal {
         let sealed = segments::list(path)?;
         let mut records = Vec::new();
         let mut from = None;
-        for s in sealed.iter().filter(|s| s.last > after) {
-            for (seq, r) in (s.first..).zip(segments::read(s)?.0) {
-                if seq > after {
-                    from.get_or_insert(seq);
-                    records.push(r);
-                }
-            }
-        }
-        // The current file's first record follows the last sealed one.
-        let first = sealed.last().map_or(1, |s| s.last + 1);
-        let existed = path.exists();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io_err(path))?;
-        if !existed {
-            sync_dir(path).map_err(io_err(path))?;
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io_err(path))?;
-        let (active, good, v1) = match parse(&bytes, path, first) {
-            Err(JournalError::Corrupt { .. }) if first_seq(&bytes).is_some_and(|s| s > first) => {
-                return Err(JournalError::MissingRecords {
-                    dir: segments::dir_of(path),
-                    path: path.to_path_buf(),
-                    from: first,
-                    to: first_seq(&bytes).expect("checked") - 1,
-                    next: first_seq(&bytes).expect("checked"),
-                })
-            }
-            other => other?,
-        };
-        let last = first - 1 + active.len() as u64;
-        let truncated = (bytes.len() - good) as u64;
-        if last < acknowledged {
-            return Err(JournalError::Behind {
-                path: path.to_path_buf(),
-                last,
-                acknowledged,
-                torn: truncated,
-            });
-        }
-        if truncated > 0 {
-            tracing::warn!(path = %path.display(), bytes = truncated, "cutting off a torn last record (never acknowledged)");
-            file.set_len(good as u64).map_err(io_err(path))?;
-            file.sync_all().map_err(io_err(path))?;
-        }
-        if v1 {
-            upgrade(path, &active)?;
-        }
-        for (seq, r) in (first..).zip(active) {
+        let mut keep = |seq: u64, r: Event| {
             if seq > after {
                 from.get_or_insert(seq);
                 records.push(r);
             }
+        };
+        for s in sealed.iter().filter(|s| s.last > after) {
+            for (seq, r) in (s.first..).zip(segments::read(s)?.0) {
+                keep(seq, r);
+            }
         }
-        if v1 {
-            // Upgraded above: the file at `path` is the new one.
-            drop(file);
-            file = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .open(path)
-                .map_err(io_err(path))?;
-        } else if good == 0 {
-            file.write_all(MAGIC)
-                .and_then(|()| file.sync_all())
-                .map_err(io_err(path))?;
+        // The current file's first record follows the last sealed one.
+        let first = sealed.last().map_or(1, |s| s.last + 1);
+        let (file, live) = open_live(path, first, acknowledged)?;
+        let last = first - 1 + live.records.len() as u64;
+        for (seq, r) in (first..).zip(live.records) {
+            keep(seq, r);
         }
-        file.seek(SeekFrom::End(0)).map_err(io_err(path))?;
         let (tx, rx) = mpsc::channel();
         let owned = path.to_path_buf();
-        let next = last + 1;
         let (healthy_tx, healthy) = tokio::sync::watch::channel(true);
         std::thread::Builder::new()
             .name("journal-writer".into())
-            .spawn(move || writer(file, owned, (first, next), rx, healthy_tx))
+            .spawn(move || writer(file, owned, (first, last + 1), rx, healthy_tx))
             .map_err(io_err(path))?;
         Ok((
             Journal { tx, healthy },
@@ -377,8 +401,8 @@ impl Journal {
                 records,
                 first: from.unwrap_or(last + 1),
                 last,
-                truncated,
-                v1,
+                truncated: live.truncated,
+                v1: live.v1,
             },
         ))
     }
@@ -561,75 +585,33 @@ fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<(Vec<Event>, usize, bo
 /// the pages it could not write): only a restart, which re-reads the
 /// file, is safe then. `healthy` follows the latest outcome.
 fn writer(
-    mut file: File,
+    file: File,
     path: PathBuf,
     // The current file's first sequence number, and the next one to write.
-    (mut file_first, mut next): (u64, u64),
+    (file_first, next): (u64, u64),
     rx: mpsc::Receiver<Msg>,
     healthy: tokio::sync::watch::Sender<bool>,
 ) {
-    let mut poisoned: Option<String> = None;
-    let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
-    let mut good_len = file.metadata().map_or(0, |m| m.len());
+    let mut w = Writer {
+        good_len: file.metadata().map_or(0, |m| m.len()),
+        file,
+        path,
+        file_first,
+        next,
+        poisoned: None,
+        failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
+        healthy,
+    };
     while let Ok(msg) = rx.recv() {
-        let mut rotate = None;
-        let mut group = Vec::new();
-        match msg {
-            Msg::Append(a) => group.push(a),
-            Msg::Rotate(r) => rotate = Some(r),
-        }
-        while rotate.is_none() && group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(Msg::Append(a)) => group.push(a),
-                // After this group, which was sent before it.
-                Ok(Msg::Rotate(r)) => rotate = Some(r),
-                Err(_) => break,
-            }
-        }
-        let mut failed: Option<String> = None;
-        let first = next;
-        if poisoned.is_none() && !group.is_empty() {
-            let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
-            let mut seq = next;
-            for a in &group {
-                buf.extend_from_slice(&frame(seq, &a.payload));
-                seq += 1;
-            }
-            match file.write_all(&buf) {
-                Err(e) => {
-                    WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
-                    if let Some(held) = failures.allow() {
-                        tracing::error!(path = %path.display(), error = %e, failures_not_logged = held, "journal write failed; nothing of it acknowledged, later writes will try again (logged once a minute)");
-                    }
-                    let undone = file
-                        .set_len(good_len)
-                        .and_then(|()| file.seek(SeekFrom::End(0)).map(|_| ()));
-                    if let Err(u) = undone {
-                        tracing::error!(path = %path.display(), error = %u, "cannot cut the journal back after a failed write; refusing further writes");
-                        poisoned = Some(format!("{e}; then {u}"));
-                    }
-                    failed = Some(e.to_string());
-                }
-                Ok(()) => match timed_sync(&file) {
-                    Ok(()) => {
-                        next = seq;
-                        good_len += buf.len() as u64;
-                        GROUP_RECORDS.observe(group.len() as f64);
-                    }
-                    Err(e) => {
-                        WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(path = %path.display(), error = %e, "journal fsync failed; refusing further writes");
-                        poisoned = Some(e.to_string());
-                    }
-                },
-            }
-        }
-        healthy.send_if_modified(|h| {
-            let now = poisoned.is_none() && failed.is_none();
+        let (group, rotate) = gather(msg, &rx);
+        let first = w.next;
+        let failed = w.commit(&group);
+        w.healthy.send_if_modified(|h| {
+            let now = w.poisoned.is_none() && failed.is_none();
             std::mem::replace(h, now) != now
         });
         for (seq, a) in (first..).zip(group) {
-            let result = match (&poisoned, &failed) {
+            let result = match (&w.poisoned, &failed) {
                 (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
                 (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
                 (None, None) => Ok(seq),
@@ -637,29 +619,117 @@ fn writer(
             let _ = a.done.send(result);
         }
         if let Some(answer) = rotate {
-            let result = match &poisoned {
-                Some(e) => Err(JournalError::Poisoned(e.clone())),
-                None if file_first == next => Ok(None),
-                None => match seal(&path, file_first, next - 1) {
-                    Ok(new) => {
-                        file = new;
-                        good_len = MAGIC.len() as u64;
-                        let sealed = (file_first, next - 1);
-                        file_first = next;
-                        Ok(Some(sealed))
-                    }
-                    Err(e) => {
-                        // The handle may now be the sealed file's: no
-                        // append may go there.
-                        WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(path = %path.display(), error = %e, "sealing the journal segment failed; refusing further writes");
-                        poisoned = Some(format!("sealing a segment: {e}"));
-                        healthy.send_replace(false);
-                        Err(JournalError::Poisoned(e.to_string()))
-                    }
-                },
-            };
-            let _ = answer.send(result);
+            let _ = answer.send(w.rotate());
+        }
+    }
+}
+
+/// The appends waiting after `msg`, up to [`MAX_GROUP`], and a rotation
+/// asked for after them (it waits for the group sent before it).
+fn gather(
+    msg: Msg,
+    rx: &mpsc::Receiver<Msg>,
+) -> (Vec<Append>, Option<oneshot::Sender<RotateAnswer>>) {
+    let (mut group, mut rotate) = (Vec::new(), None);
+    match msg {
+        Msg::Append(a) => group.push(a),
+        Msg::Rotate(r) => rotate = Some(r),
+    }
+    while rotate.is_none() && group.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(Msg::Append(a)) => group.push(a),
+            Ok(Msg::Rotate(r)) => rotate = Some(r),
+            Err(_) => break,
+        }
+    }
+    (group, rotate)
+}
+
+/// What a rotation answers: the records sealed, if any.
+type RotateAnswer = Result<Option<(u64, u64)>, JournalError>;
+
+/// The writer thread's file and what it knows of it.
+struct Writer {
+    file: File,
+    path: PathBuf,
+    /// The current file's first sequence number, and the next to write.
+    file_first: u64,
+    next: u64,
+    /// The file's length up to its last fsynced record.
+    good_len: u64,
+    /// Why no write may be tried again (a failed fsync or a failed cut).
+    poisoned: Option<String>,
+    failures: crate::throttle::Throttle,
+    healthy: tokio::sync::watch::Sender<bool>,
+}
+
+impl Writer {
+    /// Writes `group` in one write and one fsync; returns why it failed
+    /// (the file cut back to its last good length), if it did.
+    fn commit(&mut self, group: &[Append]) -> Option<String> {
+        if self.poisoned.is_some() || group.is_empty() {
+            return None;
+        }
+        let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
+        for (seq, a) in (self.next..).zip(group) {
+            buf.extend_from_slice(&frame(seq, &a.payload));
+        }
+        if let Err(e) = self.file.write_all(&buf) {
+            WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+            let path = self.path.display();
+            if let Some(held) = self.failures.allow() {
+                tracing::error!(%path, error = %e, failures_not_logged = held, "journal write failed; nothing of it acknowledged, later writes will try again (logged once a minute)");
+            }
+            let undone = self
+                .file
+                .set_len(self.good_len)
+                .and_then(|()| self.file.seek(SeekFrom::End(0)).map(|_| ()));
+            if let Err(u) = undone {
+                tracing::error!(%path, error = %u, "cannot cut the journal back after a failed write; refusing further writes");
+                self.poisoned = Some(format!("{e}; then {u}"));
+            }
+            return Some(e.to_string());
+        }
+        match timed_sync(&self.file) {
+            Ok(()) => {
+                self.next += group.len() as u64;
+                self.good_len += buf.len() as u64;
+                GROUP_RECORDS.observe(group.len() as f64);
+            }
+            Err(e) => {
+                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), error = %e, "journal fsync failed; refusing further writes");
+                self.poisoned = Some(e.to_string());
+            }
+        }
+        None
+    }
+
+    /// Seals the current file if it holds records, and starts a new one.
+    fn rotate(&mut self) -> RotateAnswer {
+        if let Some(e) = &self.poisoned {
+            return Err(JournalError::Poisoned(e.clone()));
+        }
+        if self.file_first == self.next {
+            return Ok(None);
+        }
+        match seal(&self.path, self.file_first, self.next - 1) {
+            Ok(new) => {
+                self.file = new;
+                self.good_len = MAGIC.len() as u64;
+                let sealed = (self.file_first, self.next - 1);
+                self.file_first = self.next;
+                Ok(Some(sealed))
+            }
+            Err(e) => {
+                // The handle may now be the sealed file's: no append may
+                // go there.
+                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), error = %e, "sealing the journal segment failed; refusing further writes");
+                self.poisoned = Some(format!("sealing a segment: {e}"));
+                self.healthy.send_replace(false);
+                Err(JournalError::Poisoned(e.to_string()))
+            }
         }
     }
 }

@@ -167,6 +167,39 @@ pub enum StateError {
     ResultNotInMemory { job: u64, task: u64 },
 }
 
+/// A vote that agreed on task `task`: the agreeing workers were checked
+/// and are credited (quarantined ones aside); the odd ones out are
+/// conflicts, their workers quarantined. Returns who is credited.
+fn settle(
+    workers: &mut Workers,
+    counters: &mut Counters,
+    job: &mut Job,
+    task: u64,
+    same: Vec<Stored>,
+    odd: Vec<Stored>,
+) -> Vec<String> {
+    for s in &same {
+        workers.entry(&s.worker).checked += 1;
+    }
+    let mut credited: Vec<String> = same
+        .iter()
+        .filter(|s| !workers.quarantined(&s.worker))
+        .map(|s| s.worker.clone())
+        .collect();
+    credited.sort();
+    credited.dedup();
+    for o in odd {
+        workers.entry(&o.worker).conflicts += 1;
+        counters.conflicts += 1;
+        job.ledger.conflicts.push(Conflict {
+            task,
+            worker: o.worker,
+            tally: o.tally,
+        });
+    }
+    credited
+}
+
 /// A lease that ran out (see [`State::expire`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expiry {
@@ -617,27 +650,7 @@ impl State {
                     return Ok(Verdict::AwaitingCheck);
                 }
                 Ballot::Agreed { same, odd } => {
-                    // The odd ones out are conflicts, their workers
-                    // quarantined; the others were checked.
-                    for s in &same {
-                        self.workers.entry(&s.worker).checked += 1;
-                    }
-                    credited = same
-                        .iter()
-                        .filter(|s| !self.workers.quarantined(&s.worker))
-                        .map(|s| s.worker.clone())
-                        .collect();
-                    credited.sort();
-                    credited.dedup();
-                    for o in odd {
-                        self.workers.entry(&o.worker).conflicts += 1;
-                        self.counters.conflicts += 1;
-                        job.ledger.conflicts.push(Conflict {
-                            task,
-                            worker: o.worker,
-                            tally: o.tally,
-                        });
-                    }
+                    credited = settle(&mut self.workers, &mut self.counters, job, task, same, odd);
                 }
             }
         }
