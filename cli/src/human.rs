@@ -102,8 +102,11 @@ pub struct JobInfo {
     /// The coordinator's rate over the latest results, in tasks of the
     /// plan's average size per second (0 while unknown or not running).
     pub tasks_per_second: f64,
-    /// Seconds left at that rate; null once ended or while unknown.
+    /// Seconds left, once the rate is steady; null once ended or while
+    /// unknown.
     pub eta_seconds: Option<f64>,
+    /// The ETA's error (one standard deviation), with it.
+    pub eta_error_seconds: Option<f64>,
     /// Once done: whether the counts equal the published ones (absent past N=27).
     pub matches_known: Option<bool>,
     /// `solve --state` only (null elsewhere): what this run of the
@@ -181,6 +184,7 @@ impl JobInfo {
             // No ETA once ended (the coordinator's last estimate can be a
             // rounding residue such as 5.6e-17 seconds).
             eta_seconds: (!ended && j.eta_seconds >= 0.5).then_some(j.eta_seconds),
+            eta_error_seconds: (!ended && j.eta_seconds >= 0.5).then_some(j.eta_error_seconds),
             matches_known: (state == "done")
                 .then(|| {
                     if strategy == "synthetic" {
@@ -222,7 +226,15 @@ impl JobInfo {
             ("done", _) => "done".into(),
             ("cancelled", _) => "-".into(),
             ("paused", _) => "paused".into(),
-            (_, Some(s)) => human_duration(Duration::from_secs_f64(s)),
+            (_, Some(s)) => {
+                let eta = human_duration(Duration::from_secs_f64(s));
+                match self.eta_error_seconds {
+                    Some(e) if e >= 0.5 => {
+                        format!("{eta} ± {}", human_duration(Duration::from_secs_f64(e)))
+                    }
+                    _ => eta,
+                }
+            }
             _ => "unknown".into(),
         }
     }
@@ -642,6 +654,22 @@ mod tests {
         assert!(job.line().contains(", 1 worker, ETA"), "{}", job.line());
         job.active_workers = 300;
         assert_eq!(said(&job), "300 workers");
+    }
+
+    #[test]
+    fn an_eta_comes_with_its_error_bar_and_only_from_a_steady_rate() {
+        let running = |eta: f64, error: f64| {
+            let j = v1::Job {
+                state: v1::JobState::Running as i32,
+                eta_seconds: eta,
+                eta_error_seconds: error,
+                ..v1::Job::default()
+            };
+            JobInfo::new(&j).eta()
+        };
+        assert_eq!(running(0.0, 0.0), "unknown", "no steady rate yet");
+        assert_eq!(running(1_560.0, 240.0), "26m 0s ± 4m 0s");
+        assert_eq!(running(90.0, 0.1), "1m 30s", "an error under half a second");
     }
 
     #[test]

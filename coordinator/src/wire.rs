@@ -49,6 +49,7 @@ impl From<&JobView> for v1::Job {
             submitted_unix_ms: j.submitted_ms,
             work_per_second: j.work_per_second,
             eta_seconds: j.eta_seconds.unwrap_or(0.0),
+            eta_error_seconds: j.eta_error_seconds.unwrap_or(0.0),
             waiting_for: j.waiting_for.clone().unwrap_or_default(),
             active_workers: j.workers,
             redundancy: j.redundancy,
@@ -236,6 +237,7 @@ mod tests {
                 checking: 6,
                 work_per_second: 9.5,
                 eta_seconds: Some(12.0),
+                eta_error_seconds: Some(1.5),
                 waiting_for: Some("workers".into()),
             };
             let w = through_bytes(&v1::Job::from(&view));
@@ -273,9 +275,11 @@ mod tests {
                 (123.5, 40.25, 9.5)
             );
             assert_eq!((w.eta_seconds, w.waiting_for.as_str()), (12.0, "workers"));
+            assert_eq!(w.eta_error_seconds, 1.5);
             // Absent values: no ETA reads as 0, nothing waited for as "".
             let idle = JobView {
                 eta_seconds: None,
+                eta_error_seconds: None,
                 waiting_for: None,
                 ..view
             };

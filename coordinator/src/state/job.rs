@@ -121,8 +121,10 @@ pub struct JobView {
     pub checking: u64,
     /// Estimated work done per second over the latest results.
     pub work_per_second: f64,
-    /// Seconds left at that rate, when it is known.
+    /// Seconds left, and its error (one standard deviation), once the
+    /// rate is steady (see [`super::rate::Rate::steady`]).
     pub eta_seconds: Option<f64>,
+    pub eta_error_seconds: Option<f64>,
     /// Why it cannot progress now, when it cannot (see [`super::State::waiting_for`]).
     pub waiting_for: Option<String>,
 }
@@ -246,6 +248,11 @@ impl Job {
     pub fn view(&self) -> JobView {
         let (total, unique) = self.counts();
         let rate = self.rate.per_second();
+        let left = (self.work_total - self.work_done).max(0.0);
+        let eta = self
+            .rate
+            .steady()
+            .map(|(steady, error)| (left / steady, left / steady * error));
         JobView {
             id: self.id,
             spec: self.spec,
@@ -273,7 +280,8 @@ impl Job {
             cross_device: self.votes.cross_device,
             checking: self.votes.checking() as u64,
             work_per_second: rate,
-            eta_seconds: (rate > 0.0).then(|| (self.work_total - self.work_done).max(0.0) / rate),
+            eta_seconds: eta.map(|(eta, _)| eta),
+            eta_error_seconds: eta.map(|(_, error)| error),
             waiting_for: None,
         }
     }

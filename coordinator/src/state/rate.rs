@@ -6,6 +6,16 @@ use std::collections::VecDeque;
 /// Results the rate is measured over.
 const WINDOW: usize = 256;
 
+/// Results (after the first) a steady rate needs at least.
+const STEADY_RESULTS: usize = 12;
+
+/// The largest relative error (one standard deviation) of a rate called
+/// steady.
+const STEADY_ERROR: f64 = 0.2;
+
+/// Parts of the window whose rates are compared.
+const PARTS: usize = 4;
+
 /// The latest results' (time in ms, estimated work).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Rate {
@@ -31,11 +41,72 @@ impl Rate {
             _ => 0.0,
         }
     }
+
+    /// The rate and its relative error, once steady: enough results, and
+    /// the rates of [`PARTS`] consecutive parts of the window agree (their
+    /// standard error within [`STEADY_ERROR`] of the whole window's rate).
+    /// `None` while results arrive in bursts or too few have arrived: an
+    /// ETA from them would swing by orders of magnitude.
+    pub fn steady(&self) -> Option<(f64, f64)> {
+        let k = self.recent.len().checked_sub(1)?;
+        if k < STEADY_RESULTS {
+            return None;
+        }
+        let rate = self.per_second();
+        let mut parts = [0.0; PARTS];
+        let mut from = self.recent[0].0;
+        for (p, part) in parts.iter_mut().enumerate() {
+            let (lo, hi) = (1 + p * k / PARTS, 1 + (p + 1) * k / PARTS);
+            let work: f64 = self.recent.range(lo..hi).map(|&(_, w)| w).sum();
+            let to = self.recent[hi - 1].0;
+            if to <= from {
+                return None;
+            }
+            *part = work * 1000.0 / (to - from) as f64;
+            from = to;
+        }
+        let n = PARTS as f64;
+        let mean = parts.iter().sum::<f64>() / n;
+        let var = parts.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let error = var.sqrt() / n.sqrt() / rate;
+        (rate > 0.0 && error <= STEADY_ERROR).then_some((rate, error))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_is_steady_only_once_enough_results_arrive_evenly() {
+        let mut r = Rate::default();
+        // Every worker's first task ends at about the same time: a burst
+        // says nothing of the rate.
+        for i in 0..40 {
+            r.add(20_000 + i % 2, 1.0);
+        }
+        assert_eq!(r.steady(), None, "a burst");
+        let mut r = Rate::default();
+        for i in 0..8 {
+            r.add(i * 1_000, 1.0);
+        }
+        assert_eq!(r.steady(), None, "too few results");
+        for i in 8..40 {
+            r.add(i * 1_000 + (i % 3) * 100, 1.0);
+        }
+        let (rate, error) = r.steady().expect("even results");
+        assert!((rate - 1.0).abs() < 0.05 && error < 0.05, "{rate} {error}");
+        // Results that come ten times faster in the second half: the
+        // parts disagree, the rate is not steady.
+        let mut r = Rate::default();
+        for i in 0..20 {
+            r.add(i * 1_000, 1.0);
+        }
+        for i in 0..20 {
+            r.add(20_000 + i * 100, 1.0);
+        }
+        assert_eq!(r.steady(), None, "a rate that changes");
+    }
 
     #[test]
     fn the_rate_is_work_over_the_window() {
