@@ -264,164 +264,22 @@ pub async fn start_announced(
     clock: Arc<dyn Clock>,
     announce: impl FnOnce(Listening),
 ) -> Result<Running, StartError> {
-    check_tokens(
-        config.worker_token.as_deref(),
-        config.operator_token.as_deref(),
-    )?;
-    if config.insecure {
-        tracing::warn!(
-            listen = %config.listen,
-            "--insecure: calls without a token are accepted beyond loopback; anyone who can reach \
-             {} can submit results and control jobs",
-            config.listen
-        );
-    }
-    let access = decide_access(&config)?;
-    // Dead peers are found by pings; every connection is recycled after
-    // CONNECTION_AGE (clients reconnect on their next call), so idle
-    // connections cannot be held for ever; calls per connection are capped.
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .max_connection_age(CONNECTION_AGE)
-        .max_connection_age_grace(Duration::from_secs(60))
-        .max_concurrent_streams(Some(crate::conns::streams_per_connection()))
-        .concurrency_limit_per_connection(256)
-        // A call whose request does not arrive whole within this ends (its
-        // stream and buffers freed); streamed answers (watch, export) are
-        // not cut by it.
-        .timeout(CALL_TIMEOUT);
-    if let Some(tls) = &config.tls {
-        let read = |path: &PathBuf| {
-            std::fs::read(path).map_err(|source| StartError::TlsFile {
-                path: path.clone(),
-                source,
-            })
-        };
-        let mut t = tonic::transport::ServerTlsConfig::new().identity(
-            tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?),
-        );
-        if let Some(ca) = &tls.client_ca {
-            t = t.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
-        }
-        builder = builder
-            .tls_config(t)
-            .map_err(|e| StartError::Tls(e.to_string()))?;
-    }
+    let access = check_access(&config)?;
+    let builder = server_builder(config.tls.as_ref())?;
     let issued = Arc::new(
         Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
     );
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let metrics_listener = match config.metrics {
-        Some(at) => {
-            if nqueens_metrics::http::beyond_loopback(at) {
-                if !config.metrics_public {
-                    return Err(StartError::PublicMetrics(at));
-                }
-                tracing::warn!(
-                    %at,
-                    "--metrics-public: metrics are served without authentication beyond loopback; anyone \
-                     who can reach {at} reads job progress and worker names"
-                );
-            }
-            Some(
-                nqueens_metrics::http::bind(at)
-                    .await
-                    .map_err(|source| StartError::Bind { addr: at, source })?,
-            )
-        }
-        None => None,
-    };
-    let metrics_addr = match &metrics_listener {
-        Some(l) => Some(l.local_addr().map_err(|source| StartError::Bind {
-            addr: config.metrics.expect("bound"),
-            source,
-        })?),
-        None => None,
-    };
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    set_health(&health, tonic_health::ServingStatus::NotServing).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(v1::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| StartError::Reflection(e.to_string()))?;
-
-    let ready = Ready::default();
-    let table = crate::conns::Table::new(crate::conns::Bounds::from_env());
-    let workers = WorkerServiceServer::with_interceptor(
-        Workers(ready.clone()),
-        worker_auth(
-            access.workers,
-            config.worker_token.map(Arc::from),
-            Arc::clone(&issued),
-        ),
-    );
-    let operators = OperatorServiceServer::with_interceptor(
-        Operators(ready.clone()),
-        bearer(config.operator_token.map(Arc::from), "operator"),
-    );
-    // Every call counted by method and status, refused ones included.
-    let grpc = nqueens_metrics::grpc::GrpcMetrics::new(&crate::metrics::SERVICES);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        builder
-            .layer(grpc.layer())
-            .layer(tower::layer::layer_fn({
-                let table = Arc::clone(&table);
-                move |inner| Busy {
-                    inner,
-                    table: Arc::clone(&table),
-                }
-            }))
-            .layer(tower::util::MapResponseLayer::new(stamp(access)))
-            .add_service(health_service)
-            .add_service(reflection)
-            .add_service(workers)
-            .add_service(operators)
-            .serve_with_incoming_shutdown(
-                // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
-                crate::conns::limited(
-                    tonic::transport::server::TcpIncoming::from(listener)
-                        .with_nodelay(Some(true))
-                        .with_keepalive(Some(Duration::from_secs(60))),
-                    Arc::clone(&table),
-                    config.tls.is_none(),
-                ),
-                async {
-                    let _ = stopped.await;
-                },
-            ),
-    );
-    let metrics = metrics_listener.map(|l| {
-        let ready = ready.clone();
-        tokio::spawn(nqueens_metrics::http::serve(l, move || match ready.get() {
-            Some(core) => Ok(crate::metrics::render(core, &grpc)),
-            None => Err("the coordinator is starting".into()),
-        }))
-    });
+    let (listener, addr) = bind(config.listen).await?;
+    let metrics_listener = bind_metrics(&config).await?;
+    let metrics_addr = metrics_listener.as_ref().map(|(_, at)| *at);
+    let front = serve_front(builder, listener, &config, access, &issued).await?;
+    let metrics = metrics_listener.map(|(l, _)| serve_metrics(l, &front));
     announce(Listening {
         addr,
         metrics_addr,
         access,
     });
-    tracing::info!(access = %access.header(), "access: {}", access.describe());
-    if access.workers && !access.shared_worker_token && !issued.any() {
-        tracing::warn!(
-            "workers must authenticate but no worker token is issued: every worker is refused until \
-             `nqueens token issue NAME --data-dir DIR` gives one a token"
-        );
-    }
+    log_access(access, &issued);
     tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
 
     let core = match Coordinator::open(
@@ -434,97 +292,342 @@ pub async fn start_announced(
     {
         Ok(core) => core,
         Err(e) => {
-            let _ = stop.send(());
-            if let Some(m) = metrics {
-                m.abort();
-            }
-            let _ = server.await;
+            front.abandon(metrics).await;
             return Err(e.into());
         }
     };
     core.set_audit_when_done(config.audit_when_done);
-    ready.set(Arc::clone(&core));
-
-    // NOT_SERVING while the journal cannot be written (a full disk): no
-    // result could be acknowledged. SERVING again once a write succeeds.
-    let mut journal_ok = core.journal_healthy();
-    let serving = |ok: bool| match ok {
-        true => tonic_health::ServingStatus::Serving,
-        false => tonic_health::ServingStatus::NotServing,
-    };
-    set_health(&health, serving(*journal_ok.borrow_and_update())).await;
-    let health_watch = tokio::spawn(async move {
-        while journal_ok.changed().await.is_ok() {
-            let ok = *journal_ok.borrow_and_update();
-            tracing::warn!(journal_writable = ok, "health: {:?}", serving(ok));
-            set_health(&health, serving(ok)).await;
-        }
-    });
-
-    // Revoked tokens stop working within a second or two; memory a flood
-    // left behind goes back to the system.
-    let refresh = Arc::clone(&issued);
-    let refresher = tokio::spawn(async move {
-        let tokens = async {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                if let Err(e) = refresh.refresh() {
-                    tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
-                }
-            }
-        };
-        tokio::join!(tokens, crate::conns::give_back_memory());
-    });
-    let sweep = Arc::clone(&core);
-    let every = Duration::from_millis((config.limits.lease_ttl_ms / 4).clamp(10, 1_000));
-    let sweeper = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
-        loop {
-            tick.tick().await;
-            if let Err(e) = sweep.sweep().await {
-                if let Some(held) = failures.allow() {
-                    tracing::error!(error = %e, failures_not_logged = held, "lease sweep failed (logged once a minute)");
-                }
-            }
-        }
-    });
-    let checkpoints = config.checkpoints;
-    let core_c = Arc::clone(&core);
-    let checkpointer = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1).min(checkpoints.interval));
-        let mut last = tokio::time::Instant::now();
-        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
-        loop {
-            tick.tick().await;
-            let since = core_c.records_since_checkpoint();
-            let due = since >= checkpoints.records.max(1)
-                || (since > 0 && last.elapsed() >= checkpoints.interval);
-            if !due {
-                continue;
-            }
-            last = tokio::time::Instant::now();
-            if let Err(e) = core_c.checkpoint(true).await {
-                if let Some(held) = failures.allow() {
-                    tracing::error!(error = %e, failures_not_logged = held, "checkpoint failed; the journal still holds everything (start-up replays more; logged once a minute)");
-                }
-            }
-        }
-    });
+    front.ready.set(Arc::clone(&core));
+    let health_watch = watch_journal_health(&core, front.health).await;
+    let refresher = spawn_refresher(issued);
+    let sweeper = spawn_sweeper(Arc::clone(&core), config.limits.lease_ttl_ms);
+    let checkpointer = spawn_checkpointer(Arc::clone(&core), config.checkpoints);
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
     Ok(Running {
         addr,
         metrics_addr,
         metrics,
         core,
-        stop: Some(stop),
-        server,
+        stop: Some(front.stop),
+        server: front.server,
         sweeper,
         checkpointer,
         checkpoint_at_shutdown: config.checkpoints.at_shutdown,
         health_watch,
         refresher,
+    })
+}
+
+/// Checks the tokens, warns about `--insecure`, and decides who must
+/// authenticate ([`decide_access`]).
+fn check_access(config: &Config) -> Result<Access, StartError> {
+    check_tokens(
+        config.worker_token.as_deref(),
+        config.operator_token.as_deref(),
+    )?;
+    if config.insecure {
+        tracing::warn!(
+            listen = %config.listen,
+            "--insecure: calls without a token are accepted beyond loopback; anyone who can reach \
+             {} can submit results and control jobs",
+            config.listen
+        );
+    }
+    decide_access(config)
+}
+
+/// The gRPC server's settings, with TLS when `tls` is given.
+fn server_builder(tls: Option<&Tls>) -> Result<tonic::transport::Server, StartError> {
+    // Dead peers are found by pings; every connection is recycled after
+    // CONNECTION_AGE (clients reconnect on their next call), so idle
+    // connections cannot be held for ever; calls per connection are capped.
+    let builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_connection_age(CONNECTION_AGE)
+        .max_connection_age_grace(Duration::from_secs(60))
+        .max_concurrent_streams(Some(crate::conns::streams_per_connection()))
+        .concurrency_limit_per_connection(256)
+        // A call whose request does not arrive whole within this ends (its
+        // stream and buffers freed); streamed answers (watch, export) are
+        // not cut by it.
+        .timeout(CALL_TIMEOUT);
+    match tls {
+        Some(tls) => builder
+            .tls_config(tls_config(tls)?)
+            .map_err(|e| StartError::Tls(e.to_string())),
+        None => Ok(builder),
+    }
+}
+
+/// The server's certificate and key, and the CA its clients' certificates
+/// must be signed by, if any.
+fn tls_config(tls: &Tls) -> Result<tonic::transport::ServerTlsConfig, StartError> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| StartError::TlsFile {
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut t = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?),
+    );
+    if let Some(ca) = &tls.client_ca {
+        t = t.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    Ok(t)
+}
+
+/// Binds the gRPC listener; returns it with the address it got.
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr))
+}
+
+/// Binds the metrics listener, if metrics are served; refuses an address
+/// beyond loopback without `--metrics-public`.
+async fn bind_metrics(
+    config: &Config,
+) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, StartError> {
+    let Some(at) = config.metrics else {
+        return Ok(None);
+    };
+    if nqueens_metrics::http::beyond_loopback(at) {
+        if !config.metrics_public {
+            return Err(StartError::PublicMetrics(at));
+        }
+        tracing::warn!(
+            %at,
+            "--metrics-public: metrics are served without authentication beyond loopback; anyone \
+             who can reach {at} reads job progress and worker names"
+        );
+    }
+    let bind_error = |source| StartError::Bind { addr: at, source };
+    let listener = nqueens_metrics::http::bind(at).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok(Some((listener, addr)))
+}
+
+/// The gRPC server, answering from before the state is recovered.
+struct Front {
+    health: tonic_health::server::HealthReporter,
+    /// Set once the state is recovered; the services answer UNAVAILABLE
+    /// until then.
+    ready: Ready,
+    /// Every call counted by method and status, refused ones included.
+    grpc: Arc<nqueens_metrics::grpc::GrpcMetrics>,
+    stop: oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Front {
+    /// Stops the server (and the metrics server) of a coordinator that
+    /// could not recover its state.
+    async fn abandon(self, metrics: Option<tokio::task::JoinHandle<()>>) {
+        let _ = self.stop.send(());
+        if let Some(m) = metrics {
+            m.abort();
+        }
+        let _ = self.server.await;
+    }
+}
+
+/// Starts serving health (NOT_SERVING), reflection and the worker and
+/// operator services on `listener`, each with its credentials; every
+/// connection takes a place in the connection table (see [`crate::conns`]).
+async fn serve_front(
+    builder: tonic::transport::Server,
+    listener: tokio::net::TcpListener,
+    config: &Config,
+    access: Access,
+    issued: &Arc<Credentials>,
+) -> Result<Front, StartError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, tonic_health::ServingStatus::NotServing).await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartError::Reflection(e.to_string()))?;
+    let ready = Ready::default();
+    let table = crate::conns::Table::new(crate::conns::Bounds::from_env());
+    let workers = WorkerServiceServer::with_interceptor(
+        Workers(ready.clone()),
+        worker_auth(
+            access.workers,
+            config.worker_token.as_deref().map(Arc::from),
+            Arc::clone(issued),
+        ),
+    );
+    let operators = OperatorServiceServer::with_interceptor(
+        Operators(ready.clone()),
+        bearer(config.operator_token.as_deref().map(Arc::from), "operator"),
+    );
+    let grpc = nqueens_metrics::grpc::GrpcMetrics::new(&crate::metrics::SERVICES);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let router = builder
+        .layer(grpc.layer())
+        .layer(tower::layer::layer_fn({
+            let table = Arc::clone(&table);
+            move |inner| Busy {
+                inner,
+                table: Arc::clone(&table),
+            }
+        }))
+        .layer(tower::util::MapResponseLayer::new(stamp(access)))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(workers)
+        .add_service(operators);
+    let incoming = limited_incoming(listener, table, config.tls.is_none());
+    let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+        let _ = stopped.await;
+    }));
+    Ok(Front {
+        health,
+        ready,
+        grpc,
+        stop,
+        server,
+    })
+}
+
+/// The connections accepted on `listener`, each admitted to `table` or
+/// refused.
+fn limited_incoming(
+    listener: tokio::net::TcpListener,
+    table: Arc<crate::conns::Table>,
+    plain: bool,
+) -> impl tokio_stream::Stream<Item = std::io::Result<crate::conns::Limited>> {
+    // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
+    crate::conns::limited(
+        tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(Duration::from_secs(60))),
+        table,
+        plain,
+    )
+}
+
+/// Serves `GET /metrics` on `listener`: 503 until the state is recovered.
+fn serve_metrics(listener: tokio::net::TcpListener, front: &Front) -> tokio::task::JoinHandle<()> {
+    let ready = front.ready.clone();
+    let grpc = Arc::clone(&front.grpc);
+    tokio::spawn(nqueens_metrics::http::serve(
+        listener,
+        move || match ready.get() {
+            Some(core) => Ok(crate::metrics::render(core, &grpc)),
+            None => Err("the coordinator is starting".into()),
+        },
+    ))
+}
+
+/// Logs who must authenticate, and warns when workers must but no worker
+/// token exists yet.
+fn log_access(access: Access, issued: &Credentials) {
+    tracing::info!(access = %access.header(), "access: {}", access.describe());
+    if access.workers && !access.shared_worker_token && !issued.any() {
+        tracing::warn!(
+            "workers must authenticate but no worker token is issued: every worker is refused until \
+             `nqueens token issue NAME --data-dir DIR` gives one a token"
+        );
+    }
+}
+
+/// The health status for a journal that can (`true`) or cannot be written.
+fn serving(journal_ok: bool) -> tonic_health::ServingStatus {
+    match journal_ok {
+        true => tonic_health::ServingStatus::Serving,
+        false => tonic_health::ServingStatus::NotServing,
+    }
+}
+
+/// Sets health from the journal's state now and on each change:
+/// NOT_SERVING while the journal cannot be written (a full disk), as no
+/// result could be acknowledged; SERVING again once a write succeeds.
+async fn watch_journal_health(
+    core: &Coordinator,
+    health: tonic_health::server::HealthReporter,
+) -> tokio::task::JoinHandle<()> {
+    let mut journal_ok = core.journal_healthy();
+    set_health(&health, serving(*journal_ok.borrow_and_update())).await;
+    tokio::spawn(async move {
+        while journal_ok.changed().await.is_ok() {
+            let ok = *journal_ok.borrow_and_update();
+            tracing::warn!(journal_writable = ok, "health: {:?}", serving(ok));
+            set_health(&health, serving(ok)).await;
+        }
+    })
+}
+
+/// Re-reads the issued worker tokens every second, so revoked tokens stop
+/// working within a second or two, and gives memory a flood left behind
+/// back to the system.
+fn spawn_refresher(issued: Arc<Credentials>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let tokens = async {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Err(e) = issued.refresh() {
+                    tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
+                }
+            }
+        };
+        tokio::join!(tokens, crate::conns::give_back_memory());
+    })
+}
+
+/// Expires leases, four times in a lease's life (at most every 10 ms, at
+/// least every second); failures are logged once a minute.
+fn spawn_sweeper(core: Arc<Coordinator>, lease_ttl_ms: u64) -> tokio::task::JoinHandle<()> {
+    let every = Duration::from_millis((lease_ttl_ms / 4).clamp(10, 1_000));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
+        loop {
+            tick.tick().await;
+            if let Err(e) = core.sweep().await {
+                if let Some(held) = failures.allow() {
+                    tracing::error!(error = %e, failures_not_logged = held, "lease sweep failed (logged once a minute)");
+                }
+            }
+        }
+    })
+}
+
+/// Checkpoints the state when `checkpoints` says it is due (checked every
+/// second at most); failures are logged once a minute.
+fn spawn_checkpointer(
+    core: Arc<Coordinator>,
+    checkpoints: Checkpoints,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1).min(checkpoints.interval));
+        let mut last = tokio::time::Instant::now();
+        let mut failures = crate::throttle::Throttle::new(crate::throttle::EVERY);
+        loop {
+            tick.tick().await;
+            let since = core.records_since_checkpoint();
+            let due = since >= checkpoints.records.max(1)
+                || (since > 0 && last.elapsed() >= checkpoints.interval);
+            if !due {
+                continue;
+            }
+            last = tokio::time::Instant::now();
+            if let Err(e) = core.checkpoint(true).await {
+                if let Some(held) = failures.allow() {
+                    tracing::error!(error = %e, failures_not_logged = held, "checkpoint failed; the journal still holds everything (start-up replays more; logged once a minute)");
+                }
+            }
+        }
     })
 }
 

@@ -7,7 +7,7 @@
 use crate::backoff::Backoff;
 use crate::metrics::{Call, Stats};
 use crate::pace::Pace;
-use crate::pool::{Pool, FEEDERS_PER_CARD};
+use crate::pool::{Counted, Pool, FEEDERS_PER_CARD};
 use crate::selftest::{self_test, self_test_cards};
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -137,259 +137,479 @@ pub async fn run_with(
     mut signals: mpsc::UnboundedReceiver<()>,
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
-    // A worker may count on its cards alone (`--core gpu`).
-    let cards = config.devices.len();
-    let threads = if cards > 0 {
-        config.threads
-    } else {
-        config.threads.max(1)
-    };
+    let threads = counting_threads(&config);
     if config.self_test != SelfTest::Passed {
-        let (fault, forced) = (config.self_test == SelfTest::Fault, config.core);
-        let devices = config.devices.clone();
-        tokio::task::spawn_blocking(move || {
-            self_test(fault, threads.max(1), forced, None)?;
-            self_test_cards(&devices, fault)
-        })
-        .await
-        .expect("self-test panicked")
-        .map_err(WorkerError::SelfTest)?;
-        tracing::info!(
-            "self-test passed (N=8..12 by backtracking and by the join, N=10..12 on each card)"
-        );
+        run_self_test(&config, threads).await?;
     }
-    // The version names the engine path and the cards too, so operators
-    // see in the worker list what each machine counts with (the self-test
-    // has settled the path: no second race).
-    let core = core_name(config.core.unwrap_or_else(Path::fastest), &config.devices);
-    let url = config.coordinator.clone();
-    let mut client = WorkerServiceClient::new(connect_tls(
-        &url,
-        config.token.as_deref(),
-        config.tls_ca.as_deref(),
-        config
-            .tls_identity
-            .as_ref()
-            .map(|(c, k)| (c.as_path(), k.as_path())),
-    )?);
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    // The id is this process's own, so that two workers given the same
-    // --name (or none, on one host) never merge into one; the name is
-    // what the operator sees.
-    let display = config.name.clone().unwrap_or_else(|| host.clone());
-    let name = format!("{display}-{}", instance_suffix());
-    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
-    let mut summary = Summary::default();
-    let mut told_tls = false;
-
-    let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
-    stats.started(&name, &display, &core, threads);
-    // Sent again whenever the coordinator asks (it restarted, or lost us).
-    let registration = v1::RegisterRequest {
-        worker_id: name.clone(),
-        host,
-        cores: threads as u32,
-        solver_version: version.clone(),
-        name: display.clone(),
+    let mut link = Link::connect(&config, threads, stats)?;
+    let Some(heartbeat_every) = link.register(&mut signals).await? else {
+        return Ok(Summary::default());
     };
-    // Register, retrying until the coordinator answers.
-    let heartbeat_every = loop {
-        match client.register(registration.clone()).await {
-            Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
-            Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
-                return Err(WorkerError::Refused(s.message().to_string()))
-            }
-            Err(s) => {
-                stats.failed(Call::Register);
-                let wait = backoff.next_delay();
-                match tls_mismatch(&url, &s) {
-                    // Retrying cannot help: say what to change (once).
-                    Some(why) if !told_tls => {
-                        told_tls = true;
-                        tracing::error!("{why}; retrying in {wait:.1?} in case it changes");
-                    }
-                    _ => tracing::warn!(
-                        "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
-                        s.message()
-                    ),
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    Some(()) = signals.recv() => return Ok(summary),
-                }
-            }
-        }
-    };
-    backoff.reset();
-    tracing::info!("connected to {url} as {name} ({threads} threads, core {core})");
+    let session = Session::start(link, &config, heartbeat_every);
+    Ok(session.run(signals).await)
+}
 
-    // Every lease handed to the pool (queued or counting), with its stop flag.
-    let mut held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)> = HashMap::new();
-    let (counted, mut finished) = mpsc::unbounded_channel();
-    let pool = Pool::new(
-        threads,
-        config.core,
-        config.budget,
-        &config.devices,
-        counted,
+/// The CPU threads to count on: at least one, unless the worker counts on
+/// its cards alone (`--core gpu`).
+fn counting_threads(config: &Config) -> usize {
+    if config.devices.is_empty() {
+        config.threads.max(1)
+    } else {
+        config.threads
+    }
+}
+
+/// Runs the known-answer test (faulted on purpose for
+/// [`SelfTest::Fault`]) on the CPU and on each card.
+async fn run_self_test(config: &Config, threads: usize) -> Result<(), WorkerError> {
+    let (fault, forced) = (config.self_test == SelfTest::Fault, config.core);
+    let devices = config.devices.clone();
+    tokio::task::spawn_blocking(move || {
+        self_test(fault, threads.max(1), forced, None)?;
+        self_test_cards(&devices, fault)
+    })
+    .await
+    .expect("self-test panicked")
+    .map_err(WorkerError::SelfTest)?;
+    tracing::info!(
+        "self-test passed (N=8..12 by backtracking and by the join, N=10..12 on each card)"
     );
-    // Tasks counted at once: every CPU thread and every card's feeders;
-    // how many more are held follows the measured rate.
-    let slots = threads + cards * FEEDERS_PER_CARD;
-    let mut pace = Pace::new(slots);
-    // Results go to a reporter task, so no thread waits for an fsync.
-    let (results, to_report) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(report_all(
-        client.clone(),
-        name.clone(),
-        to_report,
-        Arc::clone(&stats),
-    ));
-    let mut drain_deadline: Option<Instant> = None;
-    let mut heartbeat = tokio::time::interval(heartbeat_every);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut next_lease_at = Instant::now();
-    let mut subproblems_done = 0u64;
-    let mut progress = Progress::new();
+    Ok(())
+}
 
-    loop {
-        stats.set_leases(held.len());
-        // Keep a batch queued behind the running tasks, and lease in
-        // batches (once fewer than half of it is queued), so there are few
-        // lease calls per task.
-        let now = std::time::Instant::now();
-        let want = pace
-            .target(now)
-            .saturating_sub(held.len())
-            .min(MAX_LEASE_BATCH);
-        let low = pool.queued() < pace.ahead(now).div_ceil(2) && pool.can_count();
-        if drain_deadline.is_none() && low && want > 0 && Instant::now() >= next_lease_at {
-            let req = v1::LeaseRequest {
-                worker_id: name.clone(),
-                max_tasks: want as u32,
-            };
-            match client.lease(req).await {
-                Ok(r) => {
-                    backoff.reset();
-                    let r = r.into_inner();
-                    if r.register_again {
-                        register_again(&mut client, &registration, &stats).await;
-                    }
-                    let leases = r.leases;
-                    if leases.is_empty() {
-                        next_lease_at = Instant::now() + Duration::from_secs(1);
-                    } else if progress.first_lease() {
-                        tracing::info!("leased {} tasks (then a progress line a minute; each lease and report at debug level)", leases.len());
-                    } else {
-                        tracing::debug!("leased {} tasks", leases.len());
-                    }
-                    for lease in leases {
-                        let stop = Arc::new(AtomicBool::new(false));
-                        held.insert(lease.lease_id, (lease, Arc::clone(&stop)));
-                        pool.push(lease, stop);
-                    }
-                }
-                Err(s) if transient(&s) => {
-                    stats.failed(Call::Lease);
-                    let wait = backoff.next_delay();
-                    tracing::warn!(
-                        "coordinator unreachable ({}); reconnecting in {wait:.1?}",
-                        s.message()
-                    );
-                    next_lease_at = Instant::now() + wait;
+/// The worker's link to the coordinator: the client, who this worker is,
+/// and the backoff its registration and lease calls share.
+struct Link {
+    client: Client,
+    url: String,
+    /// The worker id, unique to this process.
+    name: String,
+    /// The engine path and cards, as [`core_name`] gives them.
+    core: String,
+    threads: usize,
+    /// Sent again whenever the coordinator asks (it restarted, or lost us).
+    registration: v1::RegisterRequest,
+    backoff: Backoff,
+    stats: Arc<Stats>,
+}
+
+impl Link {
+    /// Makes the client for the coordinator (it connects on its first call)
+    /// and records who this worker is in `stats`.
+    fn connect(config: &Config, threads: usize, stats: Arc<Stats>) -> Result<Link, WorkerError> {
+        // The version names the engine path and the cards too, so operators
+        // see in the worker list what each machine counts with (the self-test
+        // has settled the path: no second race).
+        let core = core_name(config.core.unwrap_or_else(Path::fastest), &config.devices);
+        let url = config.coordinator.clone();
+        let client = WorkerServiceClient::new(connect_tls(
+            &url,
+            config.token.as_deref(),
+            config.tls_ca.as_deref(),
+            config
+                .tls_identity
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path())),
+        )?);
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        // The id is this process's own, so that two workers given the same
+        // --name (or none, on one host) never merge into one; the name is
+        // what the operator sees.
+        let display = config.name.clone().unwrap_or_else(|| host.clone());
+        let name = format!("{display}-{}", instance_suffix());
+        let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
+        stats.started(&name, &display, &core, threads);
+        let registration = v1::RegisterRequest {
+            worker_id: name.clone(),
+            host,
+            cores: threads as u32,
+            solver_version: version,
+            name: display,
+        };
+        Ok(Link {
+            client,
+            url,
+            name,
+            core,
+            threads,
+            registration,
+            backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(30)),
+            stats,
+        })
+    }
+
+    /// Registers, retrying with backoff until the coordinator answers;
+    /// returns the heartbeat interval it asks for, or `None` when a signal
+    /// comes first. A refused token ends the worker.
+    async fn register(
+        &mut self,
+        signals: &mut mpsc::UnboundedReceiver<()>,
+    ) -> Result<Option<Duration>, WorkerError> {
+        let mut told_tls = false;
+        let heartbeat_every = loop {
+            match self.client.register(self.registration.clone()).await {
+                Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
+                Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                    return Err(WorkerError::Refused(s.message().to_string()))
                 }
                 Err(s) => {
-                    stats.failed(Call::Lease);
-                    tracing::error!("lease refused: {}", s.message());
-                    next_lease_at = Instant::now() + backoff.next_delay();
-                }
-            }
-        }
-        if let Some(deadline) = drain_deadline {
-            if held.is_empty() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                // Out of grace: hand the running tasks back and go.
-                let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
-                for (_, stop) in held.values() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                summary.released += release(&mut client, &name, refs, &stats).await;
-                break;
-            }
-        }
-        tokio::select! {
-            Some((lease, out)) = finished.recv() => {
-                held.remove(&lease.lease_id);
-                if let Some((result, subproblems, elapsed)) = out {
-                    // Only counted tasks make the pace: tasks that fail at
-                    // once must not make the worker lease more.
-                    pace.finished(std::time::Instant::now());
-                    subproblems_done += subproblems;
-                    stats.counted(subproblems, u128_from_wire(result.nodes.as_ref()), elapsed);
-                    let item = v1::ReportItem { lease: Some(lease_ref(&lease)), result: Some(result) };
-                    results.send(item).expect("the reporter outlives the loop");
-                } else {
-                    stats.stopped();
-                }
-            }
-            _ = heartbeat.tick() => {
-                progress.tick(&stats);
-                let refs: Vec<v1::LeaseRef> = held.values().map(|(l, _)| lease_ref(l)).collect();
-                let req = v1::HeartbeatRequest { worker_id: name.clone(), leases: refs, subproblems_done, draining: drain_deadline.is_some() };
-                match client.heartbeat(req).await {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        if r.register_again {
-                            register_again(&mut client, &registration, &stats).await;
-                        }
-                        for s in r.stop {
-                            if let Some((_, stop)) = held.get(&s.lease_id) {
-                                stop.store(true, Ordering::Relaxed);
-                                tracing::info!("stopping task {} of job {}: cancelled or reassigned", s.task_index, s.job_id);
-                            }
-                            if pool.unqueue(s.lease_id) {
-                                held.remove(&s.lease_id);
-                            }
-                        }
-                    }
-                    Err(s) => {
-                        stats.failed(Call::Heartbeat);
-                        tracing::warn!("heartbeat failed: {}", s.message());
+                    self.stats.failed(Call::Register);
+                    let wait = self.backoff.next_delay();
+                    self.warn_unregistered(&s, wait, &mut told_tls);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        Some(()) = signals.recv() => return Ok(None),
                     }
                 }
             }
-            Some(()) = signals.recv(), if drain_deadline.is_none() => {
-                drain_deadline = Some(Instant::now() + config.grace);
-                let unstarted = pool.take_queued();
-                for l in &unstarted {
-                    held.remove(&l.lease_id);
-                }
-                let refs: Vec<v1::LeaseRef> = unstarted.iter().map(lease_ref).collect();
-                summary.released += release(&mut client, &name, refs, &stats).await;
-                tracing::info!("draining: released {} unstarted tasks; finishing {} running (up to {:?})", summary.released, held.len(), config.grace);
+        };
+        self.backoff.reset();
+        let (url, name, threads, core) = (&self.url, &self.name, self.threads, &self.core);
+        tracing::info!("connected to {url} as {name} ({threads} threads, core {core})");
+        Ok(Some(heartbeat_every))
+    }
+
+    /// Says why a registration failed: a TLS mismatch once (retrying cannot
+    /// help, so it says what to change), anything else on every try.
+    fn warn_unregistered(&self, s: &Status, wait: Duration, told_tls: &mut bool) {
+        let url = &self.url;
+        match tls_mismatch(url, s) {
+            Some(why) if !*told_tls => {
+                *told_tls = true;
+                tracing::error!("{why}; retrying in {wait:.1?} in case it changes");
             }
-            () = tokio::time::sleep_until(next_lease_at), if held.is_empty() && drain_deadline.is_none() => {}
-            () = tokio::time::sleep_until(drain_deadline.unwrap_or_else(Instant::now)), if drain_deadline.is_some() => {}
+            _ => tracing::warn!(
+                "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
+                s.message()
+            ),
         }
     }
-    drop(pool);
-    // Every result counted is reported, until the drain's grace runs out.
-    drop(results);
-    let deadline = drain_deadline.unwrap_or_else(Instant::now);
-    match tokio::time::timeout_at(deadline.max(Instant::now()), reporter).await {
-        Ok(reported) => summary.reported = reported.expect("reporter panicked"),
-        Err(_) => tracing::warn!(
-            "out of grace with results not yet stored; their tasks will run again elsewhere"
-        ),
+
+    /// Sends the worker's description again (the coordinator asked: it
+    /// restarted, or lost track of this worker). One try: if it fails, the
+    /// next answer asks again.
+    async fn register_again(&mut self) {
+        match self.client.register(self.registration.clone()).await {
+            Ok(_) => tracing::info!(
+                "registered again (the coordinator asked: it restarted or lost track of this worker)"
+            ),
+            Err(s) => {
+                self.stats.failed(Call::Register);
+                tracing::warn!("registering again failed ({}); will retry", s.message());
+            }
+        }
     }
-    tracing::info!(
-        "stopped: {} results reported, {} tasks handed back",
-        summary.reported,
-        summary.released
-    );
-    Ok(summary)
+
+    /// Hands leases back; returns how many the coordinator took.
+    async fn release(&mut self, refs: Vec<v1::LeaseRef>) -> u64 {
+        if refs.is_empty() {
+            return 0;
+        }
+        let req = v1::ReleaseRequest {
+            worker_id: self.name.clone(),
+            leases: refs,
+        };
+        match self.client.release(req).await {
+            Ok(r) => r.into_inner().released.into(),
+            Err(s) => {
+                self.stats.failed(Call::Release);
+                tracing::warn!(
+                    "release failed ({}); the leases will expire instead",
+                    s.message()
+                );
+                0
+            }
+        }
+    }
+}
+
+/// A registered worker at work: the leases it holds, the pool counting
+/// them, the reporter storing their results, and where a drain stands.
+struct Session {
+    link: Link,
+    pool: Pool,
+    pace: Pace,
+    /// Every lease handed to the pool (queued or counting), with its stop flag.
+    held: HashMap<u64, (v1::Lease, Arc<AtomicBool>)>,
+    /// Tasks the pool has finished, counted or stopped.
+    finished: mpsc::UnboundedReceiver<Counted>,
+    /// Results for the reporter task, so no thread waits for an fsync.
+    results: mpsc::UnboundedSender<v1::ReportItem>,
+    reporter: JoinHandle<u64>,
+    heartbeat: tokio::time::Interval,
+    next_lease_at: Instant,
+    /// Set by the first signal: when the running tasks are handed back.
+    drain_deadline: Option<Instant>,
+    grace: Duration,
+    subproblems_done: u64,
+    progress: Progress,
+    summary: Summary,
+}
+
+impl Session {
+    /// Starts the counting pool and the reporter for a registered worker.
+    fn start(link: Link, config: &Config, heartbeat_every: Duration) -> Session {
+        let (counted, finished) = mpsc::unbounded_channel();
+        let pool = Pool::new(
+            link.threads,
+            config.core,
+            config.budget,
+            &config.devices,
+            counted,
+        );
+        // Tasks counted at once: every CPU thread and every card's feeders;
+        // how many more are held follows the measured rate.
+        let slots = link.threads + config.devices.len() * FEEDERS_PER_CARD;
+        let (results, to_report) = mpsc::unbounded_channel();
+        let reporter = tokio::spawn(report_all(
+            link.client.clone(),
+            link.name.clone(),
+            to_report,
+            Arc::clone(&link.stats),
+        ));
+        let mut heartbeat = tokio::time::interval(heartbeat_every);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        Session {
+            link,
+            pool,
+            pace: Pace::new(slots),
+            held: HashMap::new(),
+            finished,
+            results,
+            reporter,
+            heartbeat,
+            next_lease_at: Instant::now(),
+            drain_deadline: None,
+            grace: config.grace,
+            subproblems_done: 0,
+            progress: Progress::new(),
+            summary: Summary::default(),
+        }
+    }
+
+    /// Leases, counts, reports and heartbeats until a drain ends; returns
+    /// what the worker did.
+    async fn run(mut self, mut signals: mpsc::UnboundedReceiver<()>) -> Summary {
+        loop {
+            self.link.stats.set_leases(self.held.len());
+            if let Some(want) = self.lease_wanted() {
+                self.lease(want).await;
+            }
+            if self.drain_over().await {
+                break;
+            }
+            let draining = self.drain_deadline.is_some();
+            tokio::select! {
+                Some((lease, out)) = self.finished.recv() => self.task_ended(lease, out),
+                _ = self.heartbeat.tick() => self.send_heartbeat().await,
+                Some(()) = signals.recv(), if !draining => self.start_drain().await,
+                () = tokio::time::sleep_until(self.next_lease_at), if self.held.is_empty() && !draining => {}
+                () = tokio::time::sleep_until(self.drain_deadline.unwrap_or_else(Instant::now)), if draining => {}
+            }
+        }
+        self.stop().await
+    }
+
+    /// How many tasks to lease now, if any: a batch is kept queued behind
+    /// the running tasks and leased in batches (once fewer than half of it
+    /// is queued), so there are few lease calls per task. None while
+    /// draining, or before a failed call's backoff has passed.
+    fn lease_wanted(&self) -> Option<usize> {
+        let now = std::time::Instant::now();
+        let want = self
+            .pace
+            .target(now)
+            .saturating_sub(self.held.len())
+            .min(MAX_LEASE_BATCH);
+        let low = self.pool.queued() < self.pace.ahead(now).div_ceil(2) && self.pool.can_count();
+        let due = Instant::now() >= self.next_lease_at;
+        (self.drain_deadline.is_none() && low && want > 0 && due).then_some(want)
+    }
+
+    /// Leases up to `want` tasks and queues them on the pool; on failure,
+    /// the next lease waits out the backoff.
+    async fn lease(&mut self, want: usize) {
+        let req = v1::LeaseRequest {
+            worker_id: self.link.name.clone(),
+            max_tasks: want as u32,
+        };
+        match self.link.client.lease(req).await {
+            Ok(r) => {
+                self.link.backoff.reset();
+                let r = r.into_inner();
+                if r.register_again {
+                    self.link.register_again().await;
+                }
+                self.hold(r.leases);
+            }
+            Err(s) if transient(&s) => {
+                self.link.stats.failed(Call::Lease);
+                let wait = self.link.backoff.next_delay();
+                tracing::warn!(
+                    "coordinator unreachable ({}); reconnecting in {wait:.1?}",
+                    s.message()
+                );
+                self.next_lease_at = Instant::now() + wait;
+            }
+            Err(s) => {
+                self.link.stats.failed(Call::Lease);
+                tracing::error!("lease refused: {}", s.message());
+                self.next_lease_at = Instant::now() + self.link.backoff.next_delay();
+            }
+        }
+    }
+
+    /// Queues leased tasks on the pool (none leased: asks again in a second).
+    fn hold(&mut self, leases: Vec<v1::Lease>) {
+        if leases.is_empty() {
+            self.next_lease_at = Instant::now() + Duration::from_secs(1);
+        } else if self.progress.first_lease() {
+            tracing::info!("leased {} tasks (then a progress line a minute; each lease and report at debug level)", leases.len());
+        } else {
+            tracing::debug!("leased {} tasks", leases.len());
+        }
+        for lease in leases {
+            let stop = Arc::new(AtomicBool::new(false));
+            self.held.insert(lease.lease_id, (lease, Arc::clone(&stop)));
+            self.pool.push(lease, stop);
+        }
+    }
+
+    /// Whether a drain is over: every task held has ended, or the grace has
+    /// run out, and then the running tasks are stopped and handed back.
+    async fn drain_over(&mut self) -> bool {
+        let Some(deadline) = self.drain_deadline else {
+            return false;
+        };
+        if self.held.is_empty() {
+            return true;
+        }
+        if Instant::now() < deadline {
+            return false;
+        }
+        // Out of grace: hand the running tasks back and go.
+        let refs = self.held_refs();
+        for (_, stop) in self.held.values() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        self.summary.released += self.link.release(refs).await;
+        true
+    }
+
+    fn held_refs(&self) -> Vec<v1::LeaseRef> {
+        self.held.values().map(|(l, _)| lease_ref(l)).collect()
+    }
+
+    /// A task the pool finished: its result goes to the reporter.
+    fn task_ended(&mut self, lease: v1::Lease, out: Option<(v1::TaskResult, u64, Duration)>) {
+        self.held.remove(&lease.lease_id);
+        let Some((result, subproblems, elapsed)) = out else {
+            self.link.stats.stopped();
+            return;
+        };
+        // Only counted tasks make the pace: tasks that fail at once must
+        // not make the worker lease more.
+        self.pace.finished(std::time::Instant::now());
+        self.subproblems_done += subproblems;
+        let nodes = u128_from_wire(result.nodes.as_ref());
+        self.link.stats.counted(subproblems, nodes, elapsed);
+        let item = v1::ReportItem {
+            lease: Some(lease_ref(&lease)),
+            result: Some(result),
+        };
+        self.results
+            .send(item)
+            .expect("the reporter outlives the loop");
+    }
+
+    /// Logs progress (once a minute) and extends every lease held; stops
+    /// the tasks the coordinator names.
+    async fn send_heartbeat(&mut self) {
+        self.progress.tick(&self.link.stats);
+        let req = v1::HeartbeatRequest {
+            worker_id: self.link.name.clone(),
+            leases: self.held_refs(),
+            subproblems_done: self.subproblems_done,
+            draining: self.drain_deadline.is_some(),
+        };
+        match self.link.client.heartbeat(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                if r.register_again {
+                    self.link.register_again().await;
+                }
+                self.stop_tasks(r.stop);
+            }
+            Err(s) => {
+                self.link.stats.failed(Call::Heartbeat);
+                tracing::warn!("heartbeat failed: {}", s.message());
+            }
+        }
+    }
+
+    /// Stops tasks that were cancelled or reassigned: a running one ends
+    /// early with no result; a queued one is dropped.
+    fn stop_tasks(&mut self, stop: Vec<v1::LeaseRef>) {
+        for s in stop {
+            if let Some((_, flag)) = self.held.get(&s.lease_id) {
+                flag.store(true, Ordering::Relaxed);
+                tracing::info!(
+                    "stopping task {} of job {}: cancelled or reassigned",
+                    s.task_index,
+                    s.job_id
+                );
+            }
+            if self.pool.unqueue(s.lease_id) {
+                self.held.remove(&s.lease_id);
+            }
+        }
+    }
+
+    /// Starts a drain: hands back the tasks not started and gives the
+    /// running ones until the grace runs out.
+    async fn start_drain(&mut self) {
+        self.drain_deadline = Some(Instant::now() + self.grace);
+        let unstarted = self.pool.take_queued();
+        for l in &unstarted {
+            self.held.remove(&l.lease_id);
+        }
+        let refs: Vec<v1::LeaseRef> = unstarted.iter().map(lease_ref).collect();
+        self.summary.released += self.link.release(refs).await;
+        tracing::info!(
+            "draining: released {} unstarted tasks; finishing {} running (up to {:?})",
+            self.summary.released,
+            self.held.len(),
+            self.grace
+        );
+    }
+
+    /// Ends the pool, then waits for every result counted to be reported,
+    /// until the drain's grace runs out.
+    async fn stop(self) -> Summary {
+        let Session {
+            pool,
+            results,
+            reporter,
+            drain_deadline,
+            mut summary,
+            ..
+        } = self;
+        drop(pool);
+        drop(results);
+        let deadline = drain_deadline.unwrap_or_else(Instant::now);
+        match tokio::time::timeout_at(deadline.max(Instant::now()), reporter).await {
+            Ok(reported) => summary.reported = reported.expect("reporter panicked"),
+            Err(_) => tracing::warn!(
+                "out of grace with results not yet stored; their tasks will run again elsewhere"
+            ),
+        }
+        tracing::info!(
+            "stopped: {} results reported, {} tasks handed back",
+            summary.reported,
+            summary.released
+        );
+        summary
+    }
 }
 
 /// A line a minute on how the work goes: with short tasks, a line per
@@ -498,93 +718,113 @@ async fn report_many(mut client: Client, mut req: v1::ReportManyRequest, stats: 
                 continue;
             }
             Err(s) => {
-                // The whole call refused (e.g. the worker id): nothing in
-                // it can ever be stored.
-                stats.failed(Call::Report);
-                for _ in &req.reports {
-                    stats.reported("refused");
-                }
-                tracing::error!(
-                    "{} results refused, dropping them: {}",
-                    req.reports.len(),
-                    s.message()
-                );
+                refuse_all(&req.reports, &s, &stats);
                 return acknowledged;
             }
         };
-        let mut again = Vec::new();
-        let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
-        for (i, item) in req.reports.into_iter().enumerate() {
-            // An item without an answer was not judged: send it again.
-            let Some(answer) = answers.get(i) else {
-                again.push(item);
-                continue;
-            };
-            let status = Status::new(Code::from(answer.code), answer.message.clone());
-            if answer.code == 0 {
-                use v1::ReportOutcome as O;
-                let outcome = match O::try_from(answer.outcome) {
-                    Ok(O::Accepted) => "accepted",
-                    Ok(O::Duplicate) => "duplicate",
-                    Ok(O::Conflict) => "conflict",
-                    Ok(O::AwaitingCheck) => "awaiting_check",
-                    Ok(O::NotCounted) => "not_counted",
-                    _ => "?",
-                };
-                stats.reported(outcome);
-                let l = item.lease.unwrap_or_default();
-                tracing::debug!(job = l.job_id, task = l.task_index, outcome, "reported");
-                *outcomes.entry(outcome).or_default() += 1;
-                acknowledged += 1;
-            } else if transient(&status) {
-                again.push(item);
-            } else {
-                stats.reported("refused");
-                let l = item.lease.unwrap_or_default();
-                tracing::error!(
-                    job = l.job_id,
-                    task = l.task_index,
-                    "result refused, dropping it: {}",
-                    answer.message
-                );
-            }
-        }
-        if !outcomes.is_empty() {
-            let said: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
-            let (n, said) = (outcomes.values().sum::<u32>(), said.join(", "));
-            // Only accepted: routine, in the minute's progress line.
-            if outcomes.keys().all(|&o| o == "accepted") {
-                tracing::debug!("reported {n} results ({said})");
-            } else {
-                tracing::info!("reported {n} results ({said})");
-            }
-        }
-        if again.is_empty() {
+        let judged = judge(req.reports, &answers, &stats);
+        acknowledged += judged.acknowledged;
+        log_outcomes(&judged.outcomes);
+        if judged.again.is_empty() {
             return acknowledged;
         }
         stats.failed(Call::Report);
         let wait = backoff.next_delay();
         tracing::warn!(
             "{} results not stored yet; retrying in {wait:.1?}",
-            again.len()
+            judged.again.len()
         );
         tokio::time::sleep(wait).await;
-        req.reports = again;
+        req.reports = judged.again;
     }
 }
 
-/// Sends the worker's description again (the coordinator asked: it
-/// restarted, or lost track of this worker). One try: if it fails, the
-/// next answer asks again.
-async fn register_again(client: &mut Client, registration: &v1::RegisterRequest, stats: &Stats) {
-    match client.register(registration.clone()).await {
-        Ok(_) => tracing::info!(
-            "registered again (the coordinator asked: it restarted or lost track of this worker)"
-        ),
-        Err(s) => {
-            stats.failed(Call::Register);
-            tracing::warn!("registering again failed ({}); will retry", s.message());
+/// The whole call refused (e.g. the worker id): nothing in it can ever be
+/// stored, so every result in it is dropped.
+fn refuse_all(reports: &[v1::ReportItem], s: &Status, stats: &Stats) {
+    stats.failed(Call::Report);
+    for _ in reports {
+        stats.reported("refused");
+    }
+    tracing::error!(
+        "{} results refused, dropping them: {}",
+        reports.len(),
+        s.message()
+    );
+}
+
+/// What the coordinator's answers to one `ReportMany` say.
+struct Judged {
+    /// Results to send again: not judged, or not stored for a reason
+    /// retrying can fix.
+    again: Vec<v1::ReportItem>,
+    /// Results acknowledged, by outcome.
+    outcomes: std::collections::BTreeMap<&'static str, u32>,
+    acknowledged: u64,
+}
+
+/// Sorts `reports` by their answers (in the same order): acknowledged
+/// (counted in `stats` by outcome), to send again, or refused and dropped.
+fn judge(reports: Vec<v1::ReportItem>, answers: &[v1::ReportItemAnswer], stats: &Stats) -> Judged {
+    let mut judged = Judged {
+        again: Vec::new(),
+        outcomes: std::collections::BTreeMap::new(),
+        acknowledged: 0,
+    };
+    for (i, item) in reports.into_iter().enumerate() {
+        // An item without an answer was not judged: send it again.
+        let Some(answer) = answers.get(i) else {
+            judged.again.push(item);
+            continue;
+        };
+        let status = Status::new(Code::from(answer.code), answer.message.clone());
+        let l = item.lease.unwrap_or_default();
+        if answer.code == 0 {
+            let outcome = outcome_name(answer.outcome);
+            stats.reported(outcome);
+            tracing::debug!(job = l.job_id, task = l.task_index, outcome, "reported");
+            *judged.outcomes.entry(outcome).or_default() += 1;
+            judged.acknowledged += 1;
+        } else if transient(&status) {
+            judged.again.push(item);
+        } else {
+            stats.reported("refused");
+            tracing::error!(
+                job = l.job_id,
+                task = l.task_index,
+                "result refused, dropping it: {}",
+                answer.message
+            );
         }
+    }
+    judged
+}
+
+/// A report's outcome as the logs and metrics name it.
+fn outcome_name(outcome: i32) -> &'static str {
+    use v1::ReportOutcome as O;
+    match O::try_from(outcome) {
+        Ok(O::Accepted) => "accepted",
+        Ok(O::Duplicate) => "duplicate",
+        Ok(O::Conflict) => "conflict",
+        Ok(O::AwaitingCheck) => "awaiting_check",
+        Ok(O::NotCounted) => "not_counted",
+        _ => "?",
+    }
+}
+
+/// One line for the results one call acknowledged, by outcome: at debug
+/// level when all were accepted (routine, in the minute's progress line).
+fn log_outcomes(outcomes: &std::collections::BTreeMap<&'static str, u32>) {
+    if outcomes.is_empty() {
+        return;
+    }
+    let said: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o} {n}")).collect();
+    let (n, said) = (outcomes.values().sum::<u32>(), said.join(", "));
+    if outcomes.keys().all(|&o| o == "accepted") {
+        tracing::debug!("reported {n} results ({said})");
+    } else {
+        tracing::info!("reported {n} results ({said})");
     }
 }
 
@@ -595,26 +835,4 @@ fn instance_suffix() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     format!("{:08x}", h.finish() as u32)
-}
-
-/// Hands leases back; returns how many the coordinator took.
-async fn release(client: &mut Client, name: &str, refs: Vec<v1::LeaseRef>, stats: &Stats) -> u64 {
-    if refs.is_empty() {
-        return 0;
-    }
-    let req = v1::ReleaseRequest {
-        worker_id: name.to_string(),
-        leases: refs,
-    };
-    match client.release(req).await {
-        Ok(r) => r.into_inner().released.into(),
-        Err(s) => {
-            stats.failed(Call::Release);
-            tracing::warn!(
-                "release failed ({}); the leases will expire instead",
-                s.message()
-            );
-            0
-        }
-    }
 }
