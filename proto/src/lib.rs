@@ -8,6 +8,7 @@
 pub mod client;
 pub mod convert;
 pub mod refusal;
+pub mod worker_client;
 
 pub use convert::*;
 

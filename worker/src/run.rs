@@ -12,9 +12,13 @@ use crate::selftest::{self_test, self_test_cards};
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
-use nqueens_proto::client::{connect_tls, tls_mismatch, Authed, ClientError};
+use nqueens_proto::client::{connect_tls, tls_mismatch, ClientError};
+use nqueens_proto::refusal::Refusal;
 use nqueens_proto::u128_from_wire;
-use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
+use nqueens_proto::v1;
+use nqueens_proto::worker_client::{
+    item_refusal, worth_retrying, About, WorkerClient, MAX_LEASE_BATCH,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-use tonic::{Code, Status};
+use tonic::Status;
 
 /// How to run a worker.
 #[derive(Clone, Debug)]
@@ -84,24 +88,7 @@ pub enum WorkerError {
     Refused(String),
 }
 
-type Client = WorkerServiceClient<Authed>;
-
-/// Errors worth retrying: the coordinator is away or did not store.
-fn transient(s: &Status) -> bool {
-    matches!(
-        s.code(),
-        Code::Unavailable
-            | Code::Unknown
-            | Code::DeadlineExceeded
-            | Code::Internal
-            | Code::Cancelled
-            | Code::ResourceExhausted
-            | Code::Aborted
-    )
-}
-
-/// The most tasks one lease call asks for (the coordinator's bound).
-const MAX_LEASE_BATCH: usize = 1024;
+type Client = WorkerClient;
 
 /// The engine path and the cards a worker counts with, as the worker
 /// list and the metrics show it: `avx512`, or `avx512+gpu:NVIDIA H100
@@ -112,14 +99,6 @@ fn core_name(path: Path, devices: &[Arc<dyn Device>]) -> String {
         .chain(devices.iter().map(|d| d.name()))
         .collect::<Vec<_>>()
         .join("+")
-}
-
-fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
-    v1::LeaseRef {
-        job_id: l.job_id,
-        task_index: l.task.as_ref().map_or(0, |t| t.index),
-        lease_id: l.lease_id,
-    }
 }
 
 /// Runs until the job queue is drained after a signal on `signals`.
@@ -188,7 +167,7 @@ struct Link {
     core: String,
     threads: usize,
     /// Sent again whenever the coordinator asks (it restarted, or lost us).
-    registration: v1::RegisterRequest,
+    about: About,
     backoff: Backoff,
     stats: Arc<Stats>,
 }
@@ -202,7 +181,7 @@ impl Link {
         // has settled the path: no second race).
         let core = core_name(config.core.unwrap_or_else(Path::fastest), &config.devices);
         let url = config.coordinator.clone();
-        let client = WorkerServiceClient::new(connect_tls(
+        let channel = connect_tls(
             &url,
             config.token.as_deref(),
             config.tls_ca.as_deref(),
@@ -210,7 +189,7 @@ impl Link {
                 .tls_identity
                 .as_ref()
                 .map(|(c, k)| (c.as_path(), k.as_path())),
-        )?);
+        )?;
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         // The id is this process's own, so that two workers given the same
         // --name (or none, on one host) never merge into one; the name is
@@ -219,20 +198,19 @@ impl Link {
         let name = format!("{display}-{}", instance_suffix());
         let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
         stats.started(&name, &display, &core, threads);
-        let registration = v1::RegisterRequest {
-            worker_id: name.clone(),
+        let about = About {
             host,
             cores: threads as u32,
             solver_version: version,
             name: display,
         };
         Ok(Link {
-            client,
+            client: WorkerClient::new(channel, name.clone()),
             url,
             name,
             core,
             threads,
-            registration,
+            about,
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(30)),
             stats,
         })
@@ -247,9 +225,9 @@ impl Link {
     ) -> Result<Option<Duration>, WorkerError> {
         let mut told_tls = false;
         let heartbeat_every = loop {
-            match self.client.register(self.registration.clone()).await {
-                Ok(r) => break Duration::from_millis(r.into_inner().heartbeat_interval_ms.max(50)),
-                Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+            match self.client.register(&self.about).await {
+                Ok(r) => break Duration::from_millis(r.heartbeat_interval_ms.max(50)),
+                Err(s) if Refusal::of(&s).about_the_token() => {
                     return Err(WorkerError::Refused(s.message().to_string()))
                 }
                 Err(s) => {
@@ -289,7 +267,7 @@ impl Link {
     /// restarted, or lost track of this worker). One try: if it fails, the
     /// next answer asks again.
     async fn register_again(&mut self) {
-        match self.client.register(self.registration.clone()).await {
+        match self.client.register(&self.about).await {
             Ok(_) => tracing::info!(
                 "registered again (the coordinator asked: it restarted or lost track of this worker)"
             ),
@@ -305,12 +283,8 @@ impl Link {
         if refs.is_empty() {
             return 0;
         }
-        let req = v1::ReleaseRequest {
-            worker_id: self.name.clone(),
-            leases: refs,
-        };
-        match self.client.release(req).await {
-            Ok(r) => r.into_inner().released.into(),
+        match self.client.release(refs).await {
+            Ok(released) => released.into(),
             Err(s) => {
                 self.stats.failed(Call::Release);
                 tracing::warn!(
@@ -363,7 +337,6 @@ impl Session {
         let (results, to_report) = mpsc::unbounded_channel();
         let reporter = tokio::spawn(report_all(
             link.client.clone(),
-            link.name.clone(),
             to_report,
             Arc::clone(&link.stats),
         ));
@@ -420,7 +393,7 @@ impl Session {
             .pace
             .target(now)
             .saturating_sub(self.held.len())
-            .min(MAX_LEASE_BATCH);
+            .min(MAX_LEASE_BATCH as usize);
         let low = self.pool.queued() < self.pace.ahead(now).div_ceil(2) && self.pool.can_count();
         let due = Instant::now() >= self.next_lease_at;
         (self.drain_deadline.is_none() && low && want > 0 && due).then_some(want)
@@ -429,20 +402,15 @@ impl Session {
     /// Leases up to `want` tasks and queues them on the pool; on failure,
     /// the next lease waits out the backoff.
     async fn lease(&mut self, want: usize) {
-        let req = v1::LeaseRequest {
-            worker_id: self.link.name.clone(),
-            max_tasks: want as u32,
-        };
-        match self.link.client.lease(req).await {
+        match self.link.client.lease(want as u32).await {
             Ok(r) => {
                 self.link.backoff.reset();
-                let r = r.into_inner();
                 if r.register_again {
                     self.link.register_again().await;
                 }
                 self.hold(r.leases);
             }
-            Err(s) if transient(&s) => {
+            Err(s) if worth_retrying(&s) => {
                 self.link.stats.failed(Call::Lease);
                 let wait = self.link.backoff.next_delay();
                 tracing::warn!(
@@ -497,7 +465,7 @@ impl Session {
     }
 
     fn held_refs(&self) -> Vec<v1::LeaseRef> {
-        self.held.values().map(|(l, _)| lease_ref(l)).collect()
+        self.held.values().map(|(l, _)| l.lease_ref()).collect()
     }
 
     /// A task the pool finished: its result goes to the reporter.
@@ -514,7 +482,7 @@ impl Session {
         let nodes = u128_from_wire(result.nodes.as_ref());
         self.link.stats.counted(subproblems, nodes, elapsed);
         let item = v1::ReportItem {
-            lease: Some(lease_ref(&lease)),
+            lease: Some(lease.lease_ref()),
             result: Some(result),
         };
         self.results
@@ -526,15 +494,13 @@ impl Session {
     /// the tasks the coordinator names.
     async fn send_heartbeat(&mut self) {
         self.progress.tick(&self.link.stats);
-        let req = v1::HeartbeatRequest {
-            worker_id: self.link.name.clone(),
-            leases: self.held_refs(),
-            subproblems_done: self.subproblems_done,
-            draining: self.drain_deadline.is_some(),
-        };
-        match self.link.client.heartbeat(req).await {
+        let (held, draining) = (self.held_refs(), self.drain_deadline.is_some());
+        let beat = self
+            .link
+            .client
+            .heartbeat(held, self.subproblems_done, draining);
+        match beat.await {
             Ok(r) => {
-                let r = r.into_inner();
                 if r.register_again {
                     self.link.register_again().await;
                 }
@@ -573,7 +539,7 @@ impl Session {
         for l in &unstarted {
             self.held.remove(&l.lease_id);
         }
-        let refs: Vec<v1::LeaseRef> = unstarted.iter().map(lease_ref).collect();
+        let refs: Vec<v1::LeaseRef> = unstarted.iter().map(v1::Lease::lease_ref).collect();
         self.summary.released += self.link.release(refs).await;
         tracing::info!(
             "draining: released {} unstarted tasks; finishing {} running (up to {:?})",
@@ -664,7 +630,6 @@ const REPORT_BATCH: usize = 1024;
 /// were acknowledged.
 async fn report_all(
     client: Client,
-    worker: String,
     mut results: mpsc::UnboundedReceiver<v1::ReportItem>,
     stats: Arc<Stats>,
 ) -> u64 {
@@ -681,8 +646,7 @@ async fn report_all(
                             Err(_) => break,
                         }
                     }
-                    let req = v1::ReportManyRequest { worker_id: worker.clone(), reports: batch };
-                    in_flight.spawn(report_many(client.clone(), req, Arc::clone(&stats)));
+                    in_flight.spawn(report_many(client.clone(), batch, Arc::clone(&stats)));
                 }
                 None => break,
             },
@@ -700,29 +664,33 @@ async fn report_all(
 /// Reports a batch of results, retrying the ones not stored while the
 /// coordinator is away or busy; a result is dropped only once the
 /// coordinator has answered for it. Returns how many were acknowledged.
-async fn report_many(mut client: Client, mut req: v1::ReportManyRequest, stats: Arc<Stats>) -> u64 {
+async fn report_many(
+    mut client: Client,
+    mut reports: Vec<v1::ReportItem>,
+    stats: Arc<Stats>,
+) -> u64 {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
     let mut acknowledged = 0;
     loop {
-        let answers = match client.report_many(req.clone()).await {
-            Ok(r) => r.into_inner().answers,
-            Err(s) if transient(&s) => {
+        let answers = match client.report_many(reports.clone()).await {
+            Ok(answers) => answers,
+            Err(s) if worth_retrying(&s) => {
                 stats.failed(Call::Report);
                 let wait = backoff.next_delay();
                 tracing::warn!(
                     "{} results not stored yet ({}); retrying in {wait:.1?}",
-                    req.reports.len(),
+                    reports.len(),
                     s.message()
                 );
                 tokio::time::sleep(wait).await;
                 continue;
             }
             Err(s) => {
-                refuse_all(&req.reports, &s, &stats);
+                refuse_all(&reports, &s, &stats);
                 return acknowledged;
             }
         };
-        let judged = judge(req.reports, &answers, &stats);
+        let judged = judge(reports, &answers, &stats);
         acknowledged += judged.acknowledged;
         log_outcomes(&judged.outcomes);
         if judged.again.is_empty() {
@@ -735,7 +703,7 @@ async fn report_many(mut client: Client, mut req: v1::ReportManyRequest, stats: 
             judged.again.len()
         );
         tokio::time::sleep(wait).await;
-        req.reports = judged.again;
+        reports = judged.again;
     }
 }
 
@@ -777,15 +745,15 @@ fn judge(reports: Vec<v1::ReportItem>, answers: &[v1::ReportItemAnswer], stats: 
             judged.again.push(item);
             continue;
         };
-        let status = Status::new(Code::from(answer.code), answer.message.clone());
+        let refused = item_refusal(answer);
         let l = item.lease.unwrap_or_default();
-        if answer.code == 0 {
+        if refused.is_none() {
             let outcome = outcome_name(answer.outcome);
             stats.reported(outcome);
             tracing::debug!(job = l.job_id, task = l.task_index, outcome, "reported");
             *judged.outcomes.entry(outcome).or_default() += 1;
             judged.acknowledged += 1;
-        } else if transient(&status) {
+        } else if refused.as_ref().is_some_and(worth_retrying) {
             judged.again.push(item);
         } else {
             stats.reported("refused");
