@@ -35,37 +35,7 @@ pub enum Command {
         The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
         a difference is reported as an error (exit code 1)."
     )]
-    Solve {
-        /// Board size, 1 to 32.
-        n: Size,
-        #[command(flatten)]
-        threads: Threads,
-        /// Count through a plan of this strategy.
-        #[arg(long, value_parser = strategies())]
-        strategy: Option<Strategy>,
-        #[command(flatten)]
-        shape: PlanShape,
-        /// Keep the run in DIR, so it can stop and resume.
-        #[arg(long, value_name = "DIR")]
-        state: Option<PathBuf>,
-        /// Memory the join may use in all (e.g. 512M, 4G): five eighths for
-        /// its quarter tables, the rest shared by the threads. A board that
-        /// needs more is refused (exit code 2) before it is counted.
-        /// Default: 2^26 quarter placements and 2^24 halves per side.
-        #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
-        memory: Option<u64>,
-        #[command(flatten)]
-        core: CoreArg,
-        #[command(flatten)]
-        progress: Progress,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// With --state: corrupt the self-test (to check that a bad build
-        /// refuses to count).
-        #[arg(long, hide = true, requires = "state")]
-        self_test_fault: bool,
-    },
+    Solve(SolveArgs),
     /// Split one N into subproblems and tasks, and summarise (or list) them.
     #[command(
         after_help = "Examples:\n  nqueens plan 20 --strategy frame\n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\n  \
@@ -78,50 +48,7 @@ pub enum Command {
         count comes from the half- and quarter-turn symmetric searches (Burnside).\n\n\
         Subproblem ids are stable: the same N and options always give the same ids and tasks."
     )]
-    Plan {
-        /// Board size, 1 to 32.
-        n: Size,
-        /// How to split the search [default: as `solve --state` and
-        /// `submit` do: frame up to N=21, else rings; halves in join mode
-        /// up to N=21, else rings].
-        #[arg(long, value_parser = strategies())]
-        strategy: Option<Strategy>,
-        #[command(flatten)]
-        shape: PlanShape,
-        /// List every subproblem (id and description), task by task.
-        #[arg(long, conflicts_with = "task")]
-        list: bool,
-        /// List the subproblems of this task only.
-        #[arg(long, value_name = "I")]
-        task: Option<u64>,
-        /// Project the whole plan's core-time on this machine from a seeded
-        /// random sample counted with the engine (backtracking: Knuth's
-        /// estimator; join: random subproblems counted and timed), with an
-        /// error bar, the path used and, for the join, the memory a task
-        /// needs. Without --mode, both modes, each with its own default
-        /// strategy unless --strategy is given.
-        #[arg(long, conflicts_with_all = ["list", "task"])]
-        estimate: bool,
-        /// Seconds to spend on --estimate (more: a smaller error bar).
-        #[arg(long, value_name = "S", default_value_t = 20, requires = "estimate")]
-        seconds: u64,
-        /// Seed of the --estimate sample (the same seed draws the same sample).
-        #[arg(long, default_value_t = 1, requires = "estimate")]
-        seed: u64,
-        /// Memory the join may use for one task in --estimate (as `solve
-        /// --memory` with one thread).
-        #[arg(long, value_name = "SIZE", value_parser = parse_bytes, requires = "estimate")]
-        memory: Option<u64>,
-        /// A graphics card's rate in nodes per second (the nodes/s of `nqueens bench --core
-        /// gpu` at a large N): --estimate then also projects the backtracking in GPU-hours.
-        #[arg(long, value_name = "NODES/S", requires = "estimate", value_parser = parse_rate)]
-        gpu_rate: Option<f64>,
-        #[command(flatten)]
-        core: CoreArg,
-        /// Print JSON (one object; with --list or --task, one per subproblem).
-        #[arg(long)]
-        json: bool,
-    },
+    Plan(PlanArgs),
     /// Time the solver core against the plain bitmap baseline kept in the repo.
     #[command(
         after_help = "Examples:\n  nqueens bench\n  nqueens bench 14..18 --runs 3\n  nqueens bench 17 --no-baseline --json\n\n\
@@ -132,33 +59,7 @@ pub enum Command {
         which inner loop counted: avx512 or avx2 (16 searches in lanes; the faster of the two on\n\
         this CPU unless --core says), scalar, or search (N < 6)."
     )]
-    Bench {
-        /// Range of N, both ends included: FROM..TO (or a single N).
-        #[arg(default_value = "14..16")]
-        range: SizeRange,
-        #[command(flatten)]
-        threads: Threads,
-        /// Runs per figure; the median is reported.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-        runs: u32,
-        /// Skip the baseline (it is several times slower).
-        #[arg(long)]
-        no_baseline: bool,
-        /// Inner loop for the fast core (N >= 6).
-        #[arg(
-            long,
-            value_enum,
-            default_value = "auto",
-            conflicts_with = "every_core"
-        )]
-        core: Core,
-        /// Time every core this CPU has, one row each.
-        #[arg(long)]
-        every_core: bool,
-        /// Print one JSON object per N.
-        #[arg(long)]
-        json: bool,
-    },
+    Bench(BenchArgs),
     /// Run the coordinator: durable jobs, task leases over gRPC, exact totals.
     #[command(
         after_help = "Examples:\n  nqueens coordinator --data-dir ./nq-data\n  \
@@ -172,75 +73,7 @@ pub enum Command {
         the command line wins). Logs: --log-level and --log-format; RUST_LOG, when set, wins\n\
         (e.g. RUST_LOG=info,nqueens_coordinator=debug)."
     )]
-    Coordinator {
-        /// Address to listen on (port 0 picks a free port).
-        #[arg(long, env = "NQUEENS_LISTEN", default_value = "127.0.0.1:7700")]
-        listen: std::net::SocketAddr,
-        /// Directory for the journal, the store and the lock.
-        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
-        data_dir: PathBuf,
-        /// File holding the token workers must present (or the token
-        /// itself in NQUEENS_WORKER_TOKEN).
-        #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
-        worker_token_file: Option<PathBuf>,
-        /// File holding the token operators must present (or the token
-        /// itself in NQUEENS_OPERATOR_TOKEN).
-        #[arg(long, value_name = "F", env = "NQUEENS_OPERATOR_TOKEN_FILE")]
-        operator_token_file: Option<PathBuf>,
-        /// Allow a non-loopback address without tokens.
-        #[arg(long, env = "NQUEENS_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
-        insecure: bool,
-        /// Seconds a lease lives without a heartbeat.
-        #[arg(
-            long,
-            value_name = "S",
-            env = "NQUEENS_LEASE_TTL",
-            default_value_t = 60
-        )]
-        lease_ttl: u64,
-        /// Serve Prometheus metrics at http://ADDR/metrics (loopback only, unless --metrics-public).
-        #[arg(long, value_name = "ADDR", env = "NQUEENS_METRICS")]
-        metrics: Option<std::net::SocketAddr>,
-        /// Allow --metrics on a non-loopback address: the page carries no
-        /// authentication, so guard it with a firewall or network policy.
-        #[arg(
-            long,
-            requires = "metrics",
-            env = "NQUEENS_METRICS_PUBLIC",
-            value_parser = clap::builder::BoolishValueParser::new()
-        )]
-        metrics_public: bool,
-        /// Refuse a job whose plan has more tasks than this (the coordinator
-        /// keeps a bit per task; a plan's table grows with its groups).
-        #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
-        max_tasks: u64,
-        /// Checkpoint the state after this many journal records (and every
-        /// 5 minutes if anything changed): a restart reads the checkpoint
-        /// and replays only the records after it.
-        #[arg(long, value_name = "RECORDS", env = "NQUEENS_CHECKPOINT_EVERY", default_value_t = nqueens_coordinator::server::Checkpoints::default().records)]
-        checkpoint_every: u64,
-        /// Serve TLS with this certificate chain (PEM).
-        #[arg(long, value_name = "F", requires = "tls_key", env = "NQUEENS_TLS_CERT")]
-        tls_cert: Option<PathBuf>,
-        /// The private key of --tls-cert (PEM).
-        #[arg(long, value_name = "F", requires = "tls_cert", env = "NQUEENS_TLS_KEY")]
-        tls_key: Option<PathBuf>,
-        /// Require client certificates signed by this CA (PEM).
-        #[arg(
-            long,
-            value_name = "F",
-            requires = "tls_cert",
-            env = "NQUEENS_TLS_CLIENT_CA"
-        )]
-        tls_client_ca: Option<PathBuf>,
-        /// Start although the journal lacks exactly N acknowledged records
-        /// (the refusal names N): the checkpoints and the store are moved
-        /// aside and rebuilt from the journal; those tasks are counted again.
-        #[arg(long, value_name = "N")]
-        accept_lost_records: Option<u64>,
-        #[command(flatten)]
-        logs: Logs,
-    },
+    Coordinator(CoordinatorArgs),
     /// Run a worker: lease tasks from a coordinator and count them on every core.
     #[command(
         after_help = "Examples:\n  nqueens worker --coordinator http://127.0.0.1:7700\n  \
@@ -254,84 +87,7 @@ pub enum Command {
         Every option can also be set by the NQUEENS_* variable its help names (a flag given on\n\
         the command line wins); `nqueens doctor --role worker` checks this machine's setup."
     )]
-    Worker {
-        /// The coordinator's address.
-        #[arg(
-            long,
-            env = "NQUEENS_COORDINATOR",
-            default_value = "http://127.0.0.1:7700"
-        )]
-        coordinator: String,
-        /// Counting threads [default: all cores].
-        #[arg(long, value_name = "T", env = "NQUEENS_THREADS", value_parser = clap::value_parser!(u32).range(1..=4096))]
-        threads: Option<u32>,
-        /// File holding the worker token (or the token itself in
-        /// NQUEENS_WORKER_TOKEN).
-        #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
-        token_file: Option<PathBuf>,
-        /// Trust this CA certificate (PEM) for an https:// coordinator.
-        #[arg(long, value_name = "F", env = "NQUEENS_TLS_CA")]
-        tls_ca: Option<PathBuf>,
-        /// Present this client certificate (PEM) to a coordinator that requires one (mTLS).
-        #[arg(
-            long,
-            value_name = "F",
-            requires = "tls_key",
-            env = "NQUEENS_CLIENT_CERT"
-        )]
-        tls_cert: Option<PathBuf>,
-        /// The private key of --tls-cert (PEM).
-        #[arg(
-            long,
-            value_name = "F",
-            requires = "tls_cert",
-            env = "NQUEENS_CLIENT_KEY"
-        )]
-        tls_key: Option<PathBuf>,
-        /// Name shown to operators [default: host-pid].
-        #[arg(long, env = "NQUEENS_WORKER_NAME")]
-        name: Option<String>,
-        /// Seconds a drain waits for running tasks before handing them back.
-        #[arg(long, value_name = "S", env = "NQUEENS_GRACE", default_value_t = 300)]
-        grace: u64,
-        /// Serve this worker's Prometheus metrics at http://ADDR/metrics (rate, tasks, errors,
-        /// leases, engine path; loopback only, unless --metrics-public).
-        #[arg(long, value_name = "ADDR", env = "NQUEENS_WORKER_METRICS")]
-        metrics: Option<std::net::SocketAddr>,
-        /// Allow --metrics on a non-loopback address: the page carries no
-        /// authentication, so guard it with a firewall or network policy.
-        #[arg(
-            long,
-            requires = "metrics",
-            env = "NQUEENS_WORKER_METRICS_PUBLIC",
-            value_parser = clap::builder::BoolishValueParser::new()
-        )]
-        metrics_public: bool,
-        #[command(flatten)]
-        core: CoreArg,
-        /// Graphics cards to count on beside the CPU threads: auto (every hardware GPU; none
-        /// if the machine has no Vulkan, Metal or DX12 driver), none, or card numbers such
-        /// as 0,1 (software devices too). Each card gets its own stream of tasks.
-        #[arg(
-            long,
-            value_name = "LIST",
-            env = "NQUEENS_GPUS",
-            default_value = "auto"
-        )]
-        gpus: nqueens_gpu::Choice,
-        /// Memory the join may use in all while it counts a task (e.g. 4G):
-        /// five eighths for its quarter tables, the rest shared by the
-        /// threads. A task that needs more is not counted here: its lease
-        /// runs out and another worker takes it.
-        /// Default: 2^26 quarter placements and 2^24 halves per side.
-        #[arg(long, value_name = "SIZE", env = "NQUEENS_MEMORY", value_parser = parse_bytes)]
-        memory: Option<u64>,
-        #[command(flatten)]
-        logs: Logs,
-        /// Corrupt the self-test (to check that a bad build refuses to work).
-        #[arg(long, hide = true)]
-        self_test_fault: bool,
-    },
+    Worker(WorkerArgs),
     /// Submit a job to a coordinator: count one N on its workers.
     #[command(
         after_help = "Examples:\n  nqueens submit 18\n  nqueens submit 24 --strategy frame --tasks 100000 --watch\n  nqueens submit 18 --redundancy 2\n  \
@@ -339,24 +95,7 @@ pub enum Command {
         prints the job id; follow it with `nqueens watch JOB`. Submitting the same N twice makes\n\
         two jobs. For large N, frame plans cut the work into more even tasks (see `nqueens plan`)."
     )]
-    Submit {
-        /// Board size, 1 to 32.
-        n: Size,
-        /// How to split the search [default: frame up to N=21, else rings].
-        #[arg(long, value_parser = strategies())]
-        strategy: Option<Strategy>,
-        #[command(flatten)]
-        shape: PlanShape,
-        #[command(flatten)]
-        check: Check,
-        /// Follow the job until it ends, as `nqueens watch` does.
-        #[arg(long)]
-        watch: bool,
-        #[command(flatten)]
-        progress: Progress,
-        #[command(flatten)]
-        connect: Connect,
-    },
+    Submit(SubmitArgs),
     /// Show one job in detail, or the coordinator's jobs and workers in brief.
     #[command(
         after_help = "Examples:\n  nqueens status\n  nqueens status 3\n  nqueens status 3 --json"
@@ -595,4 +334,289 @@ pub enum Command {
         #[arg(long, default_value = "8")]
         n: Size,
     },
+}
+
+/// `nqueens solve`'s options.
+#[derive(clap::Args)]
+pub struct SolveArgs {
+    /// Board size, 1 to 32.
+    pub n: Size,
+    #[command(flatten)]
+    pub threads: Threads,
+    /// Count through a plan of this strategy.
+    #[arg(long, value_parser = strategies())]
+    pub strategy: Option<Strategy>,
+    #[command(flatten)]
+    pub shape: PlanShape,
+    /// Keep the run in DIR, so it can stop and resume.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
+    /// Memory the join may use in all (e.g. 512M, 4G): five eighths for
+    /// its quarter tables, the rest shared by the threads. A board that
+    /// needs more is refused (exit code 2) before it is counted.
+    /// Default: 2^26 quarter placements and 2^24 halves per side.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub memory: Option<u64>,
+    #[command(flatten)]
+    pub core: CoreArg,
+    #[command(flatten)]
+    pub progress: Progress,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// With --state: corrupt the self-test (to check that a bad build
+    /// refuses to count).
+    #[arg(long, hide = true, requires = "state")]
+    pub self_test_fault: bool,
+}
+
+/// `nqueens plan`'s options.
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    /// Board size, 1 to 32.
+    pub n: Size,
+    /// How to split the search [default: as `solve --state` and
+    /// `submit` do: frame up to N=21, else rings; halves in join mode
+    /// up to N=21, else rings].
+    #[arg(long, value_parser = strategies())]
+    pub strategy: Option<Strategy>,
+    #[command(flatten)]
+    pub shape: PlanShape,
+    /// List every subproblem (id and description), task by task.
+    #[arg(long, conflicts_with = "task")]
+    pub list: bool,
+    /// List the subproblems of this task only.
+    #[arg(long, value_name = "I")]
+    pub task: Option<u64>,
+    /// Project the whole plan's core-time on this machine from a seeded
+    /// random sample counted with the engine (backtracking: Knuth's
+    /// estimator; join: random subproblems counted and timed), with an
+    /// error bar, the path used and, for the join, the memory a task
+    /// needs. Without --mode, both modes, each with its own default
+    /// strategy unless --strategy is given.
+    #[arg(long, conflicts_with_all = ["list", "task"])]
+    pub estimate: bool,
+    /// Seconds to spend on --estimate (more: a smaller error bar).
+    #[arg(long, value_name = "S", default_value_t = 20, requires = "estimate")]
+    pub seconds: u64,
+    /// Seed of the --estimate sample (the same seed draws the same sample).
+    #[arg(long, default_value_t = 1, requires = "estimate")]
+    pub seed: u64,
+    /// Memory the join may use for one task in --estimate (as `solve
+    /// --memory` with one thread).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, requires = "estimate")]
+    pub memory: Option<u64>,
+    /// A graphics card's rate in nodes per second (the nodes/s of `nqueens bench --core
+    /// gpu` at a large N): --estimate then also projects the backtracking in GPU-hours.
+    #[arg(long, value_name = "NODES/S", requires = "estimate", value_parser = parse_rate)]
+    pub gpu_rate: Option<f64>,
+    #[command(flatten)]
+    pub core: CoreArg,
+    /// Print JSON (one object; with --list or --task, one per subproblem).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `nqueens bench`'s options.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Range of N, both ends included: FROM..TO (or a single N).
+    #[arg(default_value = "14..16")]
+    pub range: SizeRange,
+    #[command(flatten)]
+    pub threads: Threads,
+    /// Runs per figure; the median is reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// Skip the baseline (it is several times slower).
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Inner loop for the fast core (N >= 6).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        conflicts_with = "every_core"
+    )]
+    pub core: Core,
+    /// Time every core this CPU has, one row each.
+    #[arg(long)]
+    pub every_core: bool,
+    /// Print one JSON object per N.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `nqueens coordinator`'s options.
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "NQUEENS_LISTEN", default_value = "127.0.0.1:7700")]
+    pub listen: std::net::SocketAddr,
+    /// Directory for the journal, the store and the lock.
+    #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// File holding the token workers must present (or the token
+    /// itself in NQUEENS_WORKER_TOKEN).
+    #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// File holding the token operators must present (or the token
+    /// itself in NQUEENS_OPERATOR_TOKEN).
+    #[arg(long, value_name = "F", env = "NQUEENS_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<PathBuf>,
+    /// Allow a non-loopback address without tokens.
+    #[arg(long, env = "NQUEENS_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure: bool,
+    /// Seconds a lease lives without a heartbeat.
+    #[arg(
+        long,
+        value_name = "S",
+        env = "NQUEENS_LEASE_TTL",
+        default_value_t = 60
+    )]
+    pub lease_ttl: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback only, unless --metrics-public).
+    #[arg(long, value_name = "ADDR", env = "NQUEENS_METRICS")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Allow --metrics on a non-loopback address: the page carries no
+    /// authentication, so guard it with a firewall or network policy.
+    #[arg(
+        long,
+        requires = "metrics",
+        env = "NQUEENS_METRICS_PUBLIC",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub metrics_public: bool,
+    /// Refuse a job whose plan has more tasks than this (the coordinator
+    /// keeps a bit per task; a plan's table grows with its groups).
+    #[arg(long, value_name = "M", env = "NQUEENS_MAX_TASKS", default_value_t = nqueens_coordinator::state::Limits::default().max_tasks)]
+    pub max_tasks: u64,
+    /// Checkpoint the state after this many journal records (and every
+    /// 5 minutes if anything changed): a restart reads the checkpoint
+    /// and replays only the records after it.
+    #[arg(long, value_name = "RECORDS", env = "NQUEENS_CHECKPOINT_EVERY", default_value_t = nqueens_coordinator::server::Checkpoints::default().records)]
+    pub checkpoint_every: u64,
+    /// Serve TLS with this certificate chain (PEM).
+    #[arg(long, value_name = "F", requires = "tls_key", env = "NQUEENS_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "F", requires = "tls_cert", env = "NQUEENS_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "tls_cert",
+        env = "NQUEENS_TLS_CLIENT_CA"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Start although the journal lacks exactly N acknowledged records
+    /// (the refusal names N): the checkpoints and the store are moved
+    /// aside and rebuilt from the journal; those tasks are counted again.
+    #[arg(long, value_name = "N")]
+    pub accept_lost_records: Option<u64>,
+    #[command(flatten)]
+    pub logs: Logs,
+}
+
+/// `nqueens worker`'s options.
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's address.
+    #[arg(
+        long,
+        env = "NQUEENS_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub coordinator: String,
+    /// Counting threads [default: all cores].
+    #[arg(long, value_name = "T", env = "NQUEENS_THREADS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub threads: Option<u32>,
+    /// File holding the worker token (or the token itself in
+    /// NQUEENS_WORKER_TOKEN).
+    #[arg(long, value_name = "F", env = "NQUEENS_WORKER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// coordinator.
+    #[arg(long, value_name = "F", env = "NQUEENS_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Present this client certificate (PEM) to a coordinator that requires one (mTLS).
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "tls_key",
+        env = "NQUEENS_CLIENT_CERT"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(
+        long,
+        value_name = "F",
+        requires = "tls_cert",
+        env = "NQUEENS_CLIENT_KEY"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Name shown to operators [default: host-pid].
+    #[arg(long, env = "NQUEENS_WORKER_NAME")]
+    pub name: Option<String>,
+    /// Seconds a drain waits for running tasks before handing them back.
+    #[arg(long, value_name = "S", env = "NQUEENS_GRACE", default_value_t = 300)]
+    pub grace: u64,
+    /// Serve this worker's Prometheus metrics at http://ADDR/metrics (rate, tasks, errors,
+    /// leases, engine path; loopback only, unless --metrics-public).
+    #[arg(long, value_name = "ADDR", env = "NQUEENS_WORKER_METRICS")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Allow --metrics on a non-loopback address: the page carries no
+    /// authentication, so guard it with a firewall or network policy.
+    #[arg(
+        long,
+        requires = "metrics",
+        env = "NQUEENS_WORKER_METRICS_PUBLIC",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub metrics_public: bool,
+    #[command(flatten)]
+    pub core: CoreArg,
+    /// Graphics cards to count on beside the CPU threads: auto (every hardware GPU; none
+    /// if the machine has no Vulkan, Metal or DX12 driver), none, or card numbers such
+    /// as 0,1 (software devices too). Each card gets its own stream of tasks.
+    #[arg(
+        long,
+        value_name = "LIST",
+        env = "NQUEENS_GPUS",
+        default_value = "auto"
+    )]
+    pub gpus: nqueens_gpu::Choice,
+    /// Memory the join may use in all while it counts a task (e.g. 4G):
+    /// five eighths for its quarter tables, the rest shared by the
+    /// threads. A task that needs more is not counted here: its lease
+    /// runs out and another worker takes it.
+    /// Default: 2^26 quarter placements and 2^24 halves per side.
+    #[arg(long, value_name = "SIZE", env = "NQUEENS_MEMORY", value_parser = parse_bytes)]
+    pub memory: Option<u64>,
+    #[command(flatten)]
+    pub logs: Logs,
+    /// Corrupt the self-test (to check that a bad build refuses to work).
+    #[arg(long, hide = true)]
+    pub self_test_fault: bool,
+}
+
+/// `nqueens submit`'s options.
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// Board size, 1 to 32.
+    pub n: Size,
+    /// How to split the search [default: frame up to N=21, else rings].
+    #[arg(long, value_parser = strategies())]
+    pub strategy: Option<Strategy>,
+    #[command(flatten)]
+    pub shape: PlanShape,
+    #[command(flatten)]
+    pub check: Check,
+    /// Follow the job until it ends, as `nqueens watch` does.
+    #[arg(long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub progress: Progress,
+    #[command(flatten)]
+    pub connect: Connect,
 }

@@ -10,11 +10,12 @@ use crate::opts::{Connect, Role};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::solve_on;
 use nqueens_common::Size;
-use nqueens_proto::client::connect_tls;
+use nqueens_proto::client::{connect_tls, Authed};
 use nqueens_proto::v1;
 use serde::Serialize;
 use std::io::{self, Write};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
 
 /// How one check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -59,6 +60,11 @@ impl Check {
             nodes_per_second: None,
             nodes: None,
         }
+    }
+
+    /// A check not made, because an earlier one failed.
+    fn skipped(check: &'static str, why: &str) -> Check {
+        Check::new(check, Outcome::Skip, why, Duration::ZERO)
     }
 
     fn line(&self) -> String {
@@ -124,21 +130,14 @@ pub fn doctor(c: &Connect, role: Role, seconds: f64, core: Option<Path>) -> Resu
 
 /// Reachability and transport, health, the token's role, versions.
 async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
-    use tonic_health::pb::{health_check_response::ServingStatus, health_client::HealthClient};
     let url = &c.coordinator;
-    let tls = url.starts_with("https://");
-    let transport = if tls { "TLS" } else { "plain text (no TLS)" };
-    let skip = |check, why: &str| Check::new(check, Outcome::Skip, why, Duration::ZERO);
-    let (var, role_name) = match role {
-        Role::Operator => ("NQUEENS_OPERATOR_TOKEN", "operator"),
-        Role::Worker => ("NQUEENS_WORKER_TOKEN", "worker"),
-    };
+    let (var, _) = token_names(role);
     let token = match read_token(c.token_file.as_ref(), var) {
         Ok(t) => t,
         Err(f) => {
             return vec![
                 Check::new("token", Outcome::Fail, f.message(), Duration::ZERO),
-                skip("coordinator", "not asked: fix the token first"),
+                Check::skipped("coordinator", "not asked: fix the token first"),
             ]
         }
     };
@@ -154,123 +153,189 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
             )]
         }
     };
-    let mut checks = Vec::new();
-    // Reachable: the health call needs no token, so it tells the network
-    // (and TLS) from the credentials.
+    let health = match ask_health(url, channel.clone()).await {
+        Ok(h) => h,
+        Err(checks) => return checks,
+    };
+    let mut checks = health.checks(url);
     let start = Instant::now();
-    let sent = std::time::SystemTime::now();
-    let health = HealthClient::new(channel.clone())
+    let answer = role_call(channel, role).await;
+    let took = start.elapsed();
+    checks.push(token_check(url, role, token.is_some(), answer, took));
+    checks.push(version_check(health.version));
+    checks.push(clock_check(health.clock, health.sent, took));
+    checks
+}
+
+/// The variable a role's token may come from, and the role's name.
+fn token_names(role: Role) -> (&'static str, &'static str) {
+    match role {
+        Role::Operator => ("NQUEENS_OPERATOR_TOKEN", "operator"),
+        Role::Worker => ("NQUEENS_WORKER_TOKEN", "worker"),
+    }
+}
+
+/// What the coordinator's health call answered.
+struct Health {
+    status: ServingStatus,
+    /// When the call left.
+    sent: SystemTime,
+    /// Its round trip.
+    took: Duration,
+    /// The coordinator's release, from the answer's headers (as the next
+    /// two; an older release sends none).
+    version: Option<String>,
+    /// The coordinator's clock, in unix milliseconds.
+    clock: Option<i128>,
+    /// Who may call the coordinator, described.
+    access: Option<String>,
+}
+
+/// The health call: it needs no token, so it tells the network (and TLS)
+/// from the credentials. When it fails, the checks it leaves: the
+/// coordinator's failure and every later check skipped.
+async fn ask_health(url: &str, channel: Authed) -> Result<Health, Vec<Check>> {
+    let start = Instant::now();
+    let sent = SystemTime::now();
+    let answer = HealthClient::new(channel)
         .check(tonic_health::pb::HealthCheckRequest::default())
         .await;
     let took = start.elapsed();
-    let theirs;
-    let their_clock;
-    let access;
-    let status = match health {
+    match answer {
         Ok(r) => {
             let header = |name| r.metadata().get(name).and_then(|v| v.to_str().ok());
-            theirs = header(nqueens_coordinator::server::VERSION_HEADER).map(str::to_string);
-            access = header(nqueens_coordinator::server::ACCESS_HEADER)
+            let version = header(nqueens_coordinator::server::VERSION_HEADER).map(str::to_string);
+            let access = header(nqueens_coordinator::server::ACCESS_HEADER)
                 .map(nqueens_coordinator::access::describe_header);
-            their_clock = header(nqueens_coordinator::server::TIME_HEADER)
+            let clock = header(nqueens_coordinator::server::TIME_HEADER)
                 .and_then(|v| v.parse::<i128>().ok());
-            r.into_inner().status()
+            Ok(Health {
+                status: r.into_inner().status(),
+                sent,
+                took,
+                version,
+                clock,
+                access,
+            })
         }
         Err(s) => {
             let f = Failure::from_status(url, &s);
-            checks.push(Check::new("coordinator", Outcome::Fail, f.message(), took));
+            let mut checks = vec![Check::new("coordinator", Outcome::Fail, f.message(), took)];
             for name in ["health", "access", "token", "version", "clock"] {
-                checks.push(skip(name, "the coordinator did not answer"));
+                checks.push(Check::skipped(name, "the coordinator did not answer"));
             }
-            return checks;
+            Err(checks)
         }
-    };
-    checks.push(Check::new(
-        "coordinator",
-        Outcome::Ok,
-        format!(
-            "{url} answered in {:.1} ms over {transport}",
-            took.as_secs_f64() * 1e3
-        ),
-        took,
-    ));
-    let serving = status == ServingStatus::Serving;
-    checks.push(Check::new(
-        "health",
-        if serving { Outcome::Ok } else { Outcome::Fail },
-        if serving {
-            "SERVING".to_string()
+    }
+}
+
+impl Health {
+    /// The coordinator reached (and over what), its health, who may call it.
+    fn checks(&self, url: &str) -> Vec<Check> {
+        let transport = if url.starts_with("https://") {
+            "TLS"
         } else {
-            format!(
-                "{} (still recovering its state after a start, or shutting down)",
-                status.as_str_name()
-            )
-        },
-        Duration::ZERO,
-    ));
-    checks.push(Check::new(
-        "access",
-        Outcome::Info,
-        access.unwrap_or_else(|| "the coordinator does not say (an older release)".into()),
-        Duration::ZERO,
-    ));
-    // The token: a call only its role may make.
-    let start = Instant::now();
-    let answer = match role {
+            "plain text (no TLS)"
+        };
+        let serving = self.status == ServingStatus::Serving;
+        vec![
+            Check::new(
+                "coordinator",
+                Outcome::Ok,
+                format!(
+                    "{url} answered in {:.1} ms over {transport}",
+                    self.took.as_secs_f64() * 1e3
+                ),
+                self.took,
+            ),
+            Check::new(
+                "health",
+                if serving { Outcome::Ok } else { Outcome::Fail },
+                if serving {
+                    "SERVING".to_string()
+                } else {
+                    format!(
+                        "{} (still recovering its state after a start, or shutting down)",
+                        self.status.as_str_name()
+                    )
+                },
+                Duration::ZERO,
+            ),
+            Check::new(
+                "access",
+                Outcome::Info,
+                self.access
+                    .clone()
+                    .unwrap_or_else(|| "the coordinator does not say (an older release)".into()),
+                Duration::ZERO,
+            ),
+        ]
+    }
+}
+
+/// A call only `role` may make: the operator lists the jobs; the worker
+/// sends a heartbeat naming no worker, refused as invalid after the token
+/// is checked, so it records nothing.
+async fn role_call(channel: Authed, role: Role) -> Result<(), tonic::Status> {
+    match role {
         Role::Operator => v1::operator_service_client::OperatorServiceClient::new(channel)
             .list_jobs(v1::ListJobsRequest {})
             .await
             .map(|_| ()),
-        // A heartbeat naming no worker: refused as invalid after the token
-        // is checked, so it records nothing.
         Role::Worker => v1::worker_service_client::WorkerServiceClient::new(channel)
             .heartbeat(v1::HeartbeatRequest::default())
             .await
             .map(|_| ()),
-    };
-    let took = start.elapsed();
-    let given = if token.is_some() {
+    }
+}
+
+/// The token, judged by how the coordinator answered [`role_call`].
+fn token_check(
+    url: &str,
+    role: Role,
+    has_token: bool,
+    answer: Result<(), tonic::Status>,
+    took: Duration,
+) -> Check {
+    let (var, role_name) = token_names(role);
+    let given = if has_token {
         format!("the {role_name} token")
     } else {
         format!("no token (none in --token-file or {var})")
     };
-    let token_check = match answer {
+    let (outcome, said) = match answer {
         Err(s)
             if matches!(
                 s.code(),
                 tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
             ) =>
         {
-            Check::new(
-                "token",
+            (
                 Outcome::Fail,
                 format!("{given} was refused: {}", s.message()),
-                took,
             )
         }
-        Err(s) if role == Role::Operator || s.code() != tonic::Code::InvalidArgument => Check::new(
-            "token",
+        Err(s) if role == Role::Operator || s.code() != tonic::Code::InvalidArgument => (
             Outcome::Fail,
             format!(
                 "the {role_name} call failed: {}",
                 Failure::from_status(url, &s).message()
             ),
-            took,
         ),
-        _ if token.is_none() => Check::new(
-            "token",
+        _ if !has_token => (
             Outcome::Ok,
             format!("{given}, and the coordinator needs none for {role_name} calls"),
-            took,
         ),
-        _ => Check::new(
-            "token",
+        _ => (
             Outcome::Ok,
             format!("{given} is accepted for {role_name} calls"),
-            took,
         ),
     };
-    checks.push(token_check);
+    Check::new("token", outcome, said, took)
+}
+
+/// The coordinator's release (`theirs`, if it reports it) against this one.
+fn version_check(theirs: Option<String>) -> Check {
     let mine = env!("CARGO_PKG_VERSION");
     let (outcome, said) = match theirs {
         Some(v) if v == mine => (
@@ -292,9 +357,7 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
             ),
         ),
     };
-    checks.push(Check::new("version", outcome, said, Duration::ZERO));
-    checks.push(clock_check(their_clock, sent, took));
-    checks
+    Check::new("version", outcome, said, Duration::ZERO)
 }
 
 /// This machine's clock against the coordinator's, read halfway through

@@ -21,7 +21,7 @@ use nqueens_common::known::verdict;
 use nqueens_common::plan::{Mode, Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::hub::SystemClock;
-use nqueens_coordinator::server::{self, Config};
+use nqueens_coordinator::server::{self, Config, Running};
 use nqueens_coordinator::state::{Checking, JobState, JobView};
 use nqueens_worker::run::{SelfTest, WorkerError};
 use nqueens_worker::selftest::{self_test, self_test_cards};
@@ -88,42 +88,17 @@ pub fn solve(
     check_known(job.n, job.total, job.unique)
 }
 
+/// Counts the plan's job in `dir` (submitting it unless the directory
+/// holds it already) with an in-process coordinator and worker, following
+/// it until it ends or a signal stops the run.
 async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let started = Instant::now();
-    // The worker's self-test of the search this plan counts with runs while
-    // the coordinator opens its store and plans (it needs no coordinator),
-    // and the worker then counts at once. A backtracking run's self-test
-    // also races the engine paths; a join run needs no race.
     let mode = plan.spec.mode;
-    let (fault, threads, core) = (run.self_test_fault, run.threads.max(1), run.core);
-    let cards: Vec<Arc<dyn Device>> = run.device.iter().cloned().collect();
-    let self_test = tokio::task::spawn_blocking(move || {
-        self_test(fault, threads, core, Some(mode))?;
-        self_test_cards(&cards, fault)
-    });
+    let self_test = start_self_test(&run, mode);
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
         .map_err(|e| Failure::Failed(format!("state directory {}: {e}", dir.display())))?;
-    let job = match find_job(&running.core.jobs(), &plan, &dir)? {
-        Some(job) => job,
-        None => running
-            .core
-            .submit(plan.spec, Checking::NONE)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?,
-    };
-    // Start the worker once the tasks exist, or its first lease comes back
-    // empty and it waits before asking again.
-    let mut changes = running.core.subscribe();
-    while running
-        .core
-        .job(job.id)
-        .is_ok_and(|j| j.state == JobState::Planning)
-    {
-        if changes.changed().await.is_err() {
-            break;
-        }
-    }
+    let job = open_job(&running, plan, &dir).await?;
     let tasks_before = job.done;
     if tasks_before > 0 && !run.json {
         eprintln!(
@@ -134,62 +109,25 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     }
     if let Err(e) = self_test.await.expect("the self-test panicked") {
         // Nothing was counted: the plan stays as it is for a sound build.
-        running
-            .shutdown()
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+        shut_down(running).await?;
         return Err(Failure::Failed(WorkerError::SelfTest(e).to_string()));
     }
     let url = format!("http://{}", running.addr);
     let (stop_worker, signals) = tokio::sync::mpsc::unbounded_channel();
     let worker = tokio::spawn(nqueens_worker::run::run(
-        nqueens_worker::run::Config {
-            coordinator: url.clone(),
-            // A card counts alone: the CPU threads would only slow its feeders.
-            threads: if run.device.is_some() { 0 } else { run.threads },
-            token: None,
-            tls_ca: None,
-            name: Some(format!("embedded-{}", std::process::id())),
-            // Hand running tasks back at once: they are redone next time.
-            grace: Duration::ZERO,
-            self_test: SelfTest::Passed,
-            core: worker_path(run.core, mode),
-            devices: run.device.iter().cloned().collect(),
-            budget: run.budget,
-            tls_identity: None,
-        },
+        worker_config(&run, url.clone(), mode),
         signals,
     ));
-    let mut op = Operator::new(&Connect {
-        coordinator: url,
-        token_file: None,
-        tls_ca: None,
-        tls_cert: None,
-        tls_key: None,
-        json: run.json,
-    })?;
-    let show = if run.json { Show::Nothing } else { Show::Text };
-    let ended = tokio::select! {
-        r = follow(&mut op, job.id, run.progress, show) => Some(r),
-        () = signal() => None,
-    };
+    let ended = follow_job(url, job.id, &run).await?;
     let _ = stop_worker.send(());
     let worker = worker.await.expect("the worker task panicked");
     let last = running
         .core
         .job(job.id)
         .map_err(|e| Failure::Failed(e.to_string()))?;
-    running
-        .shutdown()
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))?;
+    shut_down(running).await?;
     let Some(ended) = ended else {
-        return Err(Failure::Interrupted(format!(
-            "stopped: {} of {} tasks are stored in {}; run the same command again to continue",
-            thousands(last.done.into()),
-            thousands(last.tasks.into()),
-            dir.display()
-        )));
+        return Err(interrupted(&last, &dir));
     };
     let info = ended?;
     worker.map_err(|e| Failure::Failed(e.to_string()))?;
@@ -207,6 +145,98 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     })
 }
 
+/// Starts the worker's self-test of the search this plan counts with. It
+/// runs while the coordinator opens its store and plans (it needs no
+/// coordinator), and the worker then counts at once. A backtracking run's
+/// self-test also races the engine paths; a join run needs no race.
+fn start_self_test(run: &Run, mode: Mode) -> tokio::task::JoinHandle<Result<(), String>> {
+    let (fault, threads, core) = (run.self_test_fault, run.threads.max(1), run.core);
+    let cards: Vec<Arc<dyn Device>> = run.device.iter().cloned().collect();
+    tokio::task::spawn_blocking(move || {
+        self_test(fault, threads, core, Some(mode))?;
+        self_test_cards(&cards, fault)
+    })
+}
+
+/// The plan's job in the state directory, submitted if it has none yet,
+/// once its tasks exist: a worker started before would find its first
+/// lease empty and wait before asking again.
+async fn open_job(
+    running: &Running,
+    plan: Plan,
+    dir: &std::path::Path,
+) -> Result<JobView, Failure> {
+    let job = match find_job(&running.core.jobs(), &plan, dir)? {
+        Some(job) => job,
+        None => running
+            .core
+            .submit(plan.spec, Checking::NONE)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?,
+    };
+    let mut changes = running.core.subscribe();
+    while running
+        .core
+        .job(job.id)
+        .is_ok_and(|j| j.state == JobState::Planning)
+    {
+        if changes.changed().await.is_err() {
+            break;
+        }
+    }
+    Ok(job)
+}
+
+/// The in-process worker: no token or TLS on loopback, and a self-test
+/// already passed.
+fn worker_config(run: &Run, coordinator: String, mode: Mode) -> nqueens_worker::run::Config {
+    nqueens_worker::run::Config {
+        coordinator,
+        // A card counts alone: the CPU threads would only slow its feeders.
+        threads: if run.device.is_some() { 0 } else { run.threads },
+        token: None,
+        tls_ca: None,
+        name: Some(format!("embedded-{}", std::process::id())),
+        // Hand running tasks back at once: they are redone next time.
+        grace: Duration::ZERO,
+        self_test: SelfTest::Passed,
+        core: worker_path(run.core, mode),
+        devices: run.device.iter().cloned().collect(),
+        budget: run.budget,
+        tls_identity: None,
+    }
+}
+
+/// Follows the job at `url` until it ends (`Some`, with how it ended) or
+/// a signal stops the run (`None`).
+async fn follow_job(
+    url: String,
+    job: u64,
+    run: &Run,
+) -> Result<Option<Result<JobInfo, Failure>>, Failure> {
+    let mut op = Operator::new(&Connect {
+        coordinator: url,
+        token_file: None,
+        tls_ca: None,
+        tls_cert: None,
+        tls_key: None,
+        json: run.json,
+    })?;
+    let show = if run.json { Show::Nothing } else { Show::Text };
+    Ok(tokio::select! {
+        r = follow(&mut op, job, run.progress, show) => Some(r),
+        () = signal() => None,
+    })
+}
+
+/// Stops the in-process coordinator.
+async fn shut_down(running: Running) -> Result<(), Failure> {
+    running
+        .shutdown()
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))
+}
+
 /// The path the embedded worker counts on and names: a join counts its
 /// pairs on the join's path, and naming it spares the worker the race that
 /// picks the backtracking path (about 12 ms), which a join never uses.
@@ -215,6 +245,16 @@ fn worker_path(core: Option<Path>, mode: Mode) -> Option<Path> {
         Mode::Join => Some(pair_path(core)),
         Mode::Backtrack => core,
     }
+}
+
+/// A run stopped by a signal, with `last` (its job then) on disk in `dir`.
+fn interrupted(last: &JobView, dir: &std::path::Path) -> Failure {
+    Failure::Interrupted(format!(
+        "stopped: {} of {} tasks are stored in {}; run the same command again to continue",
+        thousands(last.done.into()),
+        thousands(last.tasks.into()),
+        dir.display()
+    ))
 }
 
 fn cancelled(dir: &std::path::Path) -> Failure {

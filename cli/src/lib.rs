@@ -37,12 +37,16 @@ pub mod progress;
 pub mod report;
 pub mod serve;
 
-use args::{Cli, Command};
+use args::{BenchArgs, Cli, Command, CoordinatorArgs, PlanArgs, SolveArgs, SubmitArgs, WorkerArgs};
 use clap::{CommandFactory, Parser};
 use environ::read_token;
 use exit::Failure;
 use nqueens_common::engine::join::Budget;
+use nqueens_common::engine::lanes::Path;
+use nqueens_common::plan::{Mode, Strategy};
+use nqueens_common::Size;
 use operator::Control;
+use opts::PlanShape;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -54,236 +58,26 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Runs one subcommand: each has its function here or in its module.
 fn run(command: Command) -> Result<(), Failure> {
     match command {
-        Command::Solve {
-            n,
-            threads,
-            strategy,
-            shape,
-            state,
-            memory,
-            core,
-            progress,
-            json,
-            self_test_fault,
-        } => {
-            let threads = threads.get();
-            let core = core.core.path()?;
-            let on_card = core == Some(nqueens_common::engine::lanes::Path::Gpu);
-            let (strategy, shape) = gpu::backtracking(n, strategy, shape, on_card)?;
-            let device = gpu::forced(core)?;
-            let join = shape.mode(n, strategy) == nqueens_common::plan::Mode::Join;
-            if memory.is_some() && !join {
-                return Err(Failure::BadInput(
-                    "--memory bounds the join: add --mode join, or leave --memory out".into(),
-                ));
-            }
-            let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
-            if let Some(dir) = state {
-                let run = embedded::Run {
-                    threads,
-                    core,
-                    device,
-                    budget,
-                    progress,
-                    json,
-                    self_test_fault,
-                };
-                return embedded::solve(n, strategy, &shape, dir, run);
-            }
-            if strategy.is_none() && shape.depth.is_some() {
-                return Err(Failure::BadInput(
-                    "--depth shapes a plan, and without --strategy (or --state) solve counts \
-                     without one: add --strategy frame (depth 1 or 2) or --strategy prefix \
-                     (depth 2 to 11), or leave --depth out"
-                        .into(),
-                ));
-            }
-            if join && strategy.is_none() && shape.tasks.is_none() {
-                return local::solve_join(n, threads, budget, core, json);
-            }
-            // --tasks shapes a plan: without --strategy, the default one
-            // of N and the mode (as `solve --state` and `submit` take).
-            let strategy = match (strategy, shape.tasks) {
-                (None, Some(_)) => Some(shape.strategy(n, None)),
-                (s, _) => s,
-            };
-            let run = local::Counting {
-                threads,
-                core,
-                device,
-                budget,
-            };
-            local::solve(n, strategy, &shape, run, json)
-        }
-        Command::Plan {
-            n,
-            strategy,
-            shape,
-            estimate: true,
-            seconds,
-            seed,
-            core,
-            memory,
-            gpu_rate,
-            json,
-            ..
-        } => {
-            let budget = memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, 1));
-            let sample = local::Sample {
-                seconds,
-                seed,
-                core: core.core.path()?,
-                budget,
-                gpu_rate,
-            };
-            local::estimate(n, strategy, &shape, &sample, json)
-        }
-        Command::Plan {
-            n,
-            strategy,
-            shape,
-            list,
-            task,
-            json,
-            ..
-        } => local::plan(n, strategy, &shape, list, task, json),
+        // Counting on this machine.
+        Command::Solve(args) => solve(args),
+        Command::Plan(args) if args.estimate => estimate(args),
+        Command::Plan(args) => plan(args),
         Command::Table {
             range,
             threads,
             json,
         } => local::table(range, threads.get(), json),
-        Command::Bench {
-            range,
-            threads,
-            runs,
-            no_baseline,
-            core,
-            every_core,
-            json,
-        } => {
-            let paths = if every_core {
-                nqueens_common::engine::lanes::Path::available()
-                    .into_iter()
-                    .map(Some)
-                    .collect()
-            } else {
-                vec![core.path()?]
-            };
-            local::bench_range(range, threads.get(), runs, !no_baseline, &paths, json)
-        }
+        Command::Bench(args) => benchmark(args),
         Command::Boards { n, limit, format } => local::boards(n, limit, format),
         Command::Complete { n } => local::complete(n),
-        Command::Coordinator {
-            listen,
-            data_dir,
-            worker_token_file,
-            operator_token_file,
-            insecure,
-            lease_ttl,
-            metrics,
-            metrics_public,
-            max_tasks,
-            checkpoint_every,
-            tls_cert,
-            tls_key,
-            tls_client_ca,
-            accept_lost_records,
-            logs,
-        } => serve::coordinator(
-            nqueens_coordinator::server::Config {
-                listen,
-                data_dir,
-                worker_token: read_token(worker_token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
-                operator_token: read_token(operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
-                insecure,
-                metrics,
-                metrics_public,
-                tls: tls_cert.map(|cert| nqueens_coordinator::server::Tls {
-                    cert,
-                    key: tls_key.expect("clap requires --tls-key with --tls-cert"),
-                    client_ca: tls_client_ca,
-                }),
-                limits: nqueens_coordinator::state::Limits {
-                    lease_ttl_ms: lease_ttl.max(1) * 1000,
-                    max_tasks,
-                    ..Default::default()
-                },
-                checkpoints: nqueens_coordinator::server::Checkpoints {
-                    records: checkpoint_every,
-                    ..Default::default()
-                },
-                audit_when_done: true,
-                accept_lost_records,
-            },
-            logs,
-        ),
-        Command::Worker {
-            coordinator,
-            threads,
-            token_file,
-            tls_ca,
-            tls_cert,
-            tls_key,
-            name,
-            grace,
-            metrics,
-            metrics_public,
-            core,
-            gpus,
-            memory,
-            self_test_fault,
-            logs,
-        } => {
-            let core = core.core.path()?;
-            let devices = gpu::for_worker(core, &gpus)?;
-            // With --core gpu the cards count alone, unless --threads asks
-            // for CPU threads beside them.
-            let cpu_threads = match (core, threads) {
-                (Some(nqueens_common::engine::lanes::Path::Gpu), None) => 0,
-                _ => opts::Threads { threads }.get(),
-            };
-            serve::worker(
-                nqueens_worker::run::Config {
-                    coordinator,
-                    threads: cpu_threads,
-                    token: read_token(token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
-                    tls_ca,
-                    tls_identity: tls_cert.zip(tls_key),
-                    name,
-                    grace: std::time::Duration::from_secs(grace),
-                    self_test: if self_test_fault {
-                        nqueens_worker::run::SelfTest::Fault
-                    } else {
-                        nqueens_worker::run::SelfTest::Run
-                    },
-                    core,
-                    devices,
-                    budget: {
-                        let threads = opts::Threads { threads }.get();
-                        memory.map_or_else(Budget::default, |b| Budget::from_bytes(b, threads))
-                    },
-                },
-                metrics.map(|at| serve::Metrics {
-                    at,
-                    public: metrics_public,
-                }),
-                logs,
-            )
-        }
-        Command::Submit {
-            n,
-            strategy,
-            shape,
-            check,
-            watch,
-            progress,
-            connect,
-        } => {
-            let strategy = shape.strategy(n, strategy);
-            operator::submit(n, strategy, &shape, check, watch, progress, &connect)
-        }
+        // The long-running processes.
+        Command::Coordinator(args) => coordinator(args),
+        Command::Worker(args) => worker(args),
+        // An operator's calls to a coordinator (or its data directory).
+        Command::Submit(args) => submit(args),
         Command::Status { job, connect } => operator::status(job, &connect),
         Command::Watch {
             job,
@@ -310,6 +104,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),
         Command::Delete { job, yes, connect } => operator::delete(job, yes, &connect),
         Command::Retry { job, connect } => operator::control(job, Control::Retry, &connect),
+        // Checks and tools.
         Command::Doctor {
             role,
             seconds,
@@ -317,16 +112,213 @@ fn run(command: Command) -> Result<(), Failure> {
             connect,
         } => doctor::doctor(&connect, role, seconds, core.core.path()?),
         Command::Loadgen(cfg) => loadgen::run(cfg),
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "nqueens",
-                &mut std::io::stdout(),
-            );
-            Ok(())
-        }
+        Command::Completions { shell } => completions(shell),
     }
+}
+
+/// `nqueens solve`: a resumable run with `--state`, else a count in memory.
+fn solve(args: SolveArgs) -> Result<(), Failure> {
+    let n = args.n;
+    let threads = args.threads.get();
+    let core = args.core.core.path()?;
+    let on_card = core == Some(Path::Gpu);
+    let (strategy, shape) = gpu::backtracking(n, args.strategy, args.shape, on_card)?;
+    let device = gpu::forced(core)?;
+    let join = shape.mode(n, strategy) == Mode::Join;
+    if args.memory.is_some() && !join {
+        return Err(Failure::BadInput(
+            "--memory bounds the join: add --mode join, or leave --memory out".into(),
+        ));
+    }
+    let budget = args
+        .memory
+        .map_or_else(Budget::default, |b| Budget::from_bytes(b, threads));
+    let Some(dir) = args.state else {
+        let run = local::Counting {
+            threads,
+            core,
+            device,
+            budget,
+        };
+        return solve_in_memory(n, strategy, &shape, run, args.json);
+    };
+    let run = embedded::Run {
+        threads,
+        core,
+        device,
+        budget,
+        progress: args.progress,
+        json: args.json,
+        self_test_fault: args.self_test_fault,
+    };
+    embedded::solve(n, strategy, &shape, dir, run)
+}
+
+/// `nqueens solve` without `--state`: the join's own count, the whole
+/// search cut into pieces, or a plan's tasks (with `--strategy` or
+/// `--tasks`).
+fn solve_in_memory(
+    n: Size,
+    strategy: Option<Strategy>,
+    shape: &PlanShape,
+    run: local::Counting,
+    json: bool,
+) -> Result<(), Failure> {
+    if strategy.is_none() && shape.depth.is_some() {
+        return Err(Failure::BadInput(
+            "--depth shapes a plan, and without --strategy (or --state) solve counts \
+             without one: add --strategy frame (depth 1 or 2) or --strategy prefix \
+             (depth 2 to 11), or leave --depth out"
+                .into(),
+        ));
+    }
+    let join = shape.mode(n, strategy) == Mode::Join;
+    if join && strategy.is_none() && shape.tasks.is_none() {
+        return local::solve_join(n, run.threads, run.budget, run.core, json);
+    }
+    // --tasks shapes a plan: without --strategy, the default one of N and
+    // the mode (as `solve --state` and `submit` take).
+    let strategy = match (strategy, shape.tasks) {
+        (None, Some(_)) => Some(shape.strategy(n, None)),
+        (s, _) => s,
+    };
+    local::solve(n, strategy, shape, run, json)
+}
+
+/// `nqueens plan N --estimate`: a sampled projection of the plan's time.
+fn estimate(args: PlanArgs) -> Result<(), Failure> {
+    let budget = args
+        .memory
+        .map_or_else(Budget::default, |b| Budget::from_bytes(b, 1));
+    let sample = local::Sample {
+        seconds: args.seconds,
+        seed: args.seed,
+        core: args.core.core.path()?,
+        budget,
+        gpu_rate: args.gpu_rate,
+    };
+    local::estimate(args.n, args.strategy, &args.shape, &sample, args.json)
+}
+
+/// `nqueens plan`: the plan's summary, or its subproblems.
+fn plan(args: PlanArgs) -> Result<(), Failure> {
+    local::plan(
+        args.n,
+        args.strategy,
+        &args.shape,
+        args.list,
+        args.task,
+        args.json,
+    )
+}
+
+/// `nqueens bench`: on the core asked for, or on every core this CPU has.
+fn benchmark(args: BenchArgs) -> Result<(), Failure> {
+    let paths = if args.every_core {
+        Path::available().into_iter().map(Some).collect()
+    } else {
+        vec![args.core.path()?]
+    };
+    let threads = args.threads.get();
+    let baseline = !args.no_baseline;
+    local::bench_range(args.range, threads, args.runs, baseline, &paths, args.json)
+}
+
+/// `nqueens coordinator`: the server's configuration from the options.
+fn coordinator(args: CoordinatorArgs) -> Result<(), Failure> {
+    use nqueens_coordinator::server::{Checkpoints, Config, Tls};
+    let config = Config {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        worker_token: read_token(args.worker_token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+        operator_token: read_token(args.operator_token_file.as_ref(), "NQUEENS_OPERATOR_TOKEN")?,
+        insecure: args.insecure,
+        metrics: args.metrics,
+        metrics_public: args.metrics_public,
+        tls: args.tls_cert.map(|cert| Tls {
+            cert,
+            key: args
+                .tls_key
+                .expect("clap requires --tls-key with --tls-cert"),
+            client_ca: args.tls_client_ca,
+        }),
+        limits: nqueens_coordinator::state::Limits {
+            lease_ttl_ms: args.lease_ttl.max(1) * 1000,
+            max_tasks: args.max_tasks,
+            ..Default::default()
+        },
+        checkpoints: Checkpoints {
+            records: args.checkpoint_every,
+            ..Default::default()
+        },
+        audit_when_done: true,
+        accept_lost_records: args.accept_lost_records,
+    };
+    serve::coordinator(config, args.logs)
+}
+
+/// `nqueens worker`: the worker's configuration from the options.
+fn worker(args: WorkerArgs) -> Result<(), Failure> {
+    use nqueens_worker::run::{Config, SelfTest};
+    let core = args.core.core.path()?;
+    let devices = gpu::for_worker(core, &args.gpus)?;
+    let threads = args.threads;
+    // With --core gpu the cards count alone, unless --threads asks for CPU
+    // threads beside them.
+    let cpu_threads = match (core, threads) {
+        (Some(Path::Gpu), None) => 0,
+        _ => opts::Threads { threads }.get(),
+    };
+    let config = Config {
+        coordinator: args.coordinator,
+        threads: cpu_threads,
+        token: read_token(args.token_file.as_ref(), "NQUEENS_WORKER_TOKEN")?,
+        tls_ca: args.tls_ca,
+        tls_identity: args.tls_cert.zip(args.tls_key),
+        name: args.name,
+        grace: std::time::Duration::from_secs(args.grace),
+        self_test: if args.self_test_fault {
+            SelfTest::Fault
+        } else {
+            SelfTest::Run
+        },
+        core,
+        devices,
+        budget: args.memory.map_or_else(Budget::default, |b| {
+            Budget::from_bytes(b, opts::Threads { threads }.get())
+        }),
+    };
+    let metrics = args.metrics.map(|at| serve::Metrics {
+        at,
+        public: args.metrics_public,
+    });
+    serve::worker(config, metrics, args.logs)
+}
+
+/// `nqueens submit`: the plan's strategy (its default unless given), then
+/// the submission.
+fn submit(args: SubmitArgs) -> Result<(), Failure> {
+    let strategy = args.shape.strategy(args.n, args.strategy);
+    operator::submit(
+        args.n,
+        strategy,
+        &args.shape,
+        args.check,
+        args.watch,
+        args.progress,
+        &args.connect,
+    )
+}
+
+/// `nqueens completions SHELL`: the completion script on stdout.
+fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "nqueens",
+        &mut std::io::stdout(),
+    );
+    Ok(())
 }
 
 /// `nqueens token issue|revoke|list`: per-worker credentials in a data

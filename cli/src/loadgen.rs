@@ -187,17 +187,7 @@ pub fn run(mut cfg: Config) -> Result<(), Failure> {
 /// or until no task has been granted for `cfg.idle` seconds after some
 /// were.
 pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
-    let mut clients = Vec::new();
-    for _ in 0..cfg.connections.max(1) {
-        let channel = connect_tls(
-            &cfg.coordinator,
-            cfg.token.as_deref(),
-            cfg.tls_ca.as_deref(),
-            None,
-        )
-        .map_err(|e| Failure::BadInput(e.to_string()))?;
-        clients.push(WorkerServiceClient::new(channel));
-    }
+    let clients = connect(&cfg)?;
     let counts = Arc::new(Counts::default());
     let lease_ms = Arc::new(Mutex::new(Samples::default()));
     let report_ms = Arc::new(Mutex::new(Samples::default()));
@@ -220,13 +210,53 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
         };
         sims.push(tokio::spawn(sim.run(k)));
     }
-    let limit = Duration::from_secs_f64(cfg.seconds);
     // Ctrl-C or SIGTERM ends the run early, with its summary.
     let signalled = Arc::clone(&stop);
     tokio::spawn(async move {
         crate::environ::signal().await;
         signalled.store(true, Ordering::Relaxed);
     });
+    wait_for_end(&cfg, &counts, &foreign, &stop, started).await;
+    stop.store(true, Ordering::Relaxed);
+    for s in sims {
+        s.await.expect("a simulated worker panicked");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(why) = foreign.lock().expect("lock").take() {
+        return Err(Failure::BadInput(why));
+    }
+    let lease = std::mem::take(&mut *lease_ms.lock().expect("lock"));
+    let report = std::mem::take(&mut *report_ms.lock().expect("lock"));
+    Ok(summarise(&cfg, &counts, seconds, lease, report))
+}
+
+/// The gRPC connections (`cfg.connections`) the simulated workers share.
+fn connect(cfg: &Config) -> Result<Vec<WorkerServiceClient<Authed>>, Failure> {
+    let mut clients = Vec::new();
+    for _ in 0..cfg.connections.max(1) {
+        let channel = connect_tls(
+            &cfg.coordinator,
+            cfg.token.as_deref(),
+            cfg.tls_ca.as_deref(),
+            None,
+        )
+        .map_err(|e| Failure::BadInput(e.to_string()))?;
+        clients.push(WorkerServiceClient::new(channel));
+    }
+    Ok(clients)
+}
+
+/// Waits until the run is to end: `cfg.seconds` have passed, no task was
+/// granted for `cfg.idle` seconds after some were, a signal set `stop`,
+/// or a job was found not synthetic.
+async fn wait_for_end(
+    cfg: &Config,
+    counts: &Counts,
+    foreign: &Mutex<Option<String>>,
+    stop: &AtomicBool,
+    started: Instant,
+) {
+    let limit = Duration::from_secs_f64(cfg.seconds);
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let since_grant = started.elapsed().as_millis() as u64
@@ -242,22 +272,22 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
             || signalled
             || foreign.lock().expect("lock").is_some()
         {
-            break;
+            return;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for s in sims {
-        s.await.expect("a simulated worker panicked");
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(why) = foreign.lock().expect("lock").take() {
-        return Err(Failure::BadInput(why));
-    }
+}
+
+/// The run's summary from its counts and latencies.
+fn summarise(
+    cfg: &Config,
+    counts: &Counts,
+    seconds: f64,
+    mut lease: Samples,
+    mut report: Samples,
+) -> Summary {
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let mut lease = std::mem::take(&mut *lease_ms.lock().expect("lock"));
-    let mut report = std::mem::take(&mut *report_ms.lock().expect("lock"));
     let accepted = get(&counts.accepted);
-    Ok(Summary {
+    Summary {
         workers: cfg.workers,
         seconds,
         leased: get(&counts.leased),
@@ -275,7 +305,7 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
         report_p50_ms: report.quantile_ms(0.5),
         report_p99_ms: report.quantile_ms(0.99),
         report_max_ms: report.quantile_ms(1.0),
-    })
+    }
 }
 
 /// xorshift64: each simulated worker's own stream of choices.
@@ -289,6 +319,16 @@ impl Rng {
         self.0 ^= self.0 << 17;
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// How a simulated worker's lease batch ended.
+enum Batch {
+    /// The reports of the tasks it counted.
+    Reports(Vec<v1::ReportRequest>),
+    /// The worker died holding its leases.
+    Killed,
+    /// A task was not of a synthetic job: the batch was handed back.
+    Foreign,
 }
 
 /// One simulated worker.
@@ -319,83 +359,26 @@ impl Sim {
         }
     }
 
+    /// Leases, counts and reports until the run stops, then adds its
+    /// latencies to the run's. `k` numbers this worker; a killed one comes
+    /// back under a new name.
     async fn run(mut self, k: u32) {
         let mut generation = 0;
         let (mut leases, mut reports) = (Samples::default(), Samples::default());
         self.register().await;
-        'work: while !self.stop.load(Ordering::Relaxed) {
-            let req = v1::LeaseRequest {
-                worker_id: self.name.clone(),
-                max_tasks: self.cfg.batch,
-            };
-            let t0 = Instant::now();
-            let answer = self.client.lease(req).await;
-            leases.add(t0.elapsed());
-            let granted = match answer {
-                Ok(r) => r.into_inner().leases,
-                Err(_) => {
-                    self.counts.errors.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            if granted.is_empty() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        while !self.stop.load(Ordering::Relaxed) {
+            let Some(granted) = self.lease(&mut leases).await else {
                 continue;
-            }
-            let c = Arc::clone(&self.counts);
-            c.leased.fetch_add(granted.len() as u64, Ordering::Relaxed);
-            c.last_grant_ms
-                .fetch_max(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
-            // The results of a lease batch go back in one call (or one
-            // call each, with --one-report-per-call).
-            let mut batch = Vec::new();
-            for l in &granted {
-                let Some(report) = self.report_of(l) else {
-                    // Not a synthetic job: hand everything back and stop.
-                    let refs = granted.iter().map(lease_ref).collect();
-                    let req = v1::ReleaseRequest {
-                        worker_id: self.name.clone(),
-                        leases: refs,
-                    };
-                    let _ = self.client.release(req).await;
-                    break 'work;
-                };
-                if self.rng.unit() < self.cfg.kill_rate {
+            };
+            match self.work(&granted).await {
+                Batch::Reports(batch) => self.report_batch(batch, &mut reports).await,
+                Batch::Killed => {
                     // Dies with every lease it holds; a new worker starts.
-                    c.killed.fetch_add(1, Ordering::Relaxed);
                     generation += 1;
                     self.name = format!("loadgen-{k}-{generation}");
                     self.register().await;
-                    continue 'work;
                 }
-                if self.rng.unit() < self.cfg.fail_rate {
-                    c.abandoned.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if self.cfg.task_ms > 0 {
-                    tokio::time::sleep(Duration::from_millis(self.cfg.task_ms)).await;
-                }
-                batch.push(report);
-            }
-            let calls: Vec<Vec<v1::ReportRequest>> = if self.cfg.one_report_per_call {
-                batch.into_iter().map(|r| vec![r]).collect()
-            } else {
-                vec![batch]
-            };
-            for call in calls.into_iter().filter(|c| !c.is_empty()) {
-                let t0 = Instant::now();
-                let answers = self.send(call).await;
-                reports.add(t0.elapsed());
-                for a in answers {
-                    let counter = match a {
-                        Ok(v1::ReportOutcome::Accepted) => &c.accepted,
-                        Ok(v1::ReportOutcome::Duplicate) => &c.duplicate,
-                        Err(tonic::Code::FailedPrecondition) => &c.refused,
-                        _ => &c.errors,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
+                Batch::Foreign => break,
             }
         }
         self.lease_ms.lock().expect("lock").0.append(&mut leases.0);
@@ -404,6 +387,93 @@ impl Sim {
             .expect("lock")
             .0
             .append(&mut reports.0);
+    }
+
+    /// One lease call, timed into `leases`: the tasks granted, or `None`
+    /// (after a pause) when the call failed or granted none.
+    async fn lease(&mut self, leases: &mut Samples) -> Option<Vec<v1::Lease>> {
+        let req = v1::LeaseRequest {
+            worker_id: self.name.clone(),
+            max_tasks: self.cfg.batch,
+        };
+        let t0 = Instant::now();
+        let answer = self.client.lease(req).await;
+        leases.add(t0.elapsed());
+        let granted = match answer {
+            Ok(r) => r.into_inner().leases,
+            Err(_) => {
+                self.counts.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return None;
+            }
+        };
+        if granted.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return None;
+        }
+        let c = &self.counts;
+        c.leased.fetch_add(granted.len() as u64, Ordering::Relaxed);
+        c.last_grant_ms
+            .fetch_max(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        Some(granted)
+    }
+
+    /// Works through a lease batch: each task reported, abandoned
+    /// (`--fail-rate`), or the worker killed (`--kill-rate`) with every
+    /// lease it holds. A task of a job that is not synthetic hands the
+    /// whole batch back.
+    async fn work(&mut self, granted: &[v1::Lease]) -> Batch {
+        let mut batch = Vec::new();
+        for l in granted {
+            let Some(report) = self.report_of(l) else {
+                let refs = granted.iter().map(lease_ref).collect();
+                let req = v1::ReleaseRequest {
+                    worker_id: self.name.clone(),
+                    leases: refs,
+                };
+                let _ = self.client.release(req).await;
+                return Batch::Foreign;
+            };
+            if self.rng.unit() < self.cfg.kill_rate {
+                self.counts.killed.fetch_add(1, Ordering::Relaxed);
+                return Batch::Killed;
+            }
+            if self.rng.unit() < self.cfg.fail_rate {
+                self.counts.abandoned.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if self.cfg.task_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(self.cfg.task_ms)).await;
+            }
+            batch.push(report);
+        }
+        Batch::Reports(batch)
+    }
+
+    /// Sends a batch's reports in one call (one call each with
+    /// `--one-report-per-call`), each call timed into `reports`, and
+    /// counts their outcomes.
+    async fn report_batch(&mut self, batch: Vec<v1::ReportRequest>, reports: &mut Samples) {
+        let calls: Vec<Vec<v1::ReportRequest>> = if self.cfg.one_report_per_call {
+            batch.into_iter().map(|r| vec![r]).collect()
+        } else {
+            vec![batch]
+        };
+        for call in calls.into_iter().filter(|c| !c.is_empty()) {
+            let t0 = Instant::now();
+            let answers = self.send(call).await;
+            reports.add(t0.elapsed());
+            let c = &self.counts;
+            for a in answers {
+                let counter = match a {
+                    Ok(v1::ReportOutcome::Accepted) => &c.accepted,
+                    Ok(v1::ReportOutcome::Duplicate) => &c.duplicate,
+                    Err(tonic::Code::FailedPrecondition) => &c.refused,
+                    _ => &c.errors,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Sends reports (one by `Report`, several by `ReportMany`): each

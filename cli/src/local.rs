@@ -12,11 +12,13 @@ use nqueens_common::engine::complete::{complete as complete_board, parse_queens}
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
+use nqueens_common::plan::estimate::Estimate;
 use nqueens_common::plan::solve::{solve_join_within, solve_on, solve_plan, SolveError};
-use nqueens_common::plan::{Mode, Strategy, Task};
+use nqueens_common::plan::{Mode, Plan, Strategy, Task};
 use nqueens_common::Size;
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::Arc;
+use std::time::Duration;
 
 fn stdout() -> BufWriter<io::StdoutLock<'static>> {
     BufWriter::new(io::stdout().lock())
@@ -132,8 +134,6 @@ async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
     .await
 }
 
-/// `plan N --estimate`: the projected core-time of the whole plan, in the
-/// mode asked for or (without `--mode`) in both, then which is faster.
 /// How `plan --estimate` samples, and the card rate it projects with.
 pub struct Sample {
     pub seconds: u64,
@@ -144,6 +144,8 @@ pub struct Sample {
     pub gpu_rate: Option<f64>,
 }
 
+/// `plan N --estimate`: the projected core-time of the whole plan, in the
+/// mode asked for or (without `--mode`) in both, then which is faster.
 pub fn estimate(
     n: Size,
     strategy: Option<Strategy>,
@@ -151,21 +153,8 @@ pub fn estimate(
     sample: &Sample,
     json: bool,
 ) -> Result<(), Failure> {
-    let Sample {
-        seconds,
-        seed,
-        core,
-        budget,
-        gpu_rate,
-    } = *sample;
-    // The estimate samples on the CPU; a card's time comes from --gpu-rate.
-    let core = core.filter(|p| *p != Path::Gpu);
-    let modes = match shape.mode {
-        Some(m) => vec![m],
-        None if strategy == Some(Strategy::Halves) => vec![ModeArg::Join],
-        None => vec![ModeArg::Backtrack, ModeArg::Join],
-    };
-    let each = std::time::Duration::from_secs(seconds.max(1)).div_f64(modes.len() as f64);
+    let modes = estimate_modes(shape.mode, strategy);
+    let each = Duration::from_secs(sample.seconds.max(1)).div_f64(modes.len() as f64);
     let mut out = stdout();
     let mut best: Option<(f64, &'static str)> = None;
     let mut failed = None;
@@ -175,14 +164,7 @@ pub fn estimate(
             ..shape.clone()
         };
         let strategy = shape.strategy(n, strategy);
-        let estimated = shape.local_plan(n, strategy).and_then(|plan| {
-            let plan = plan.with_path(core).with_budget(budget);
-            let e = plan
-                .estimate(seed, each)
-                .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
-            Ok((plan, e))
-        });
-        let (plan, e) = match estimated {
+        let (plan, e) = match estimate_mode(n, strategy, &shape, sample, each) {
             Ok(pe) => pe,
             // One mode that cannot take this N (or this memory) leaves the other.
             Err(f) if modes.len() > 1 => {
@@ -200,31 +182,14 @@ pub fn estimate(
             best = Some((e.core_seconds, e.mode));
         }
         if json {
-            let mut v = serde_json::to_value(&e).expect("our types serialize");
-            for key in ["sampled", "probes", "task_bytes"] {
-                v[key] = v[key].to_string().into();
-            }
-            v["strategy"] = plan.spec.strategy.name().into();
-            if let Some(h) = gpu_hours(&e, gpu_rate) {
-                v["gpu_nodes_per_second"] = gpu_rate.into();
-                v["gpu_hours"] = h.into();
-            }
-            json_line(&mut out, &v)?;
+            json_line(&mut out, &estimate_json(&plan, &e, sample.gpu_rate))?;
             continue;
         }
         if i > 0 {
             writeln!(out)?;
         }
-        write_estimate(&mut out, &plan, &e, seed)?;
-        if let (Some(h), Some(rate)) = (gpu_hours(&e, gpu_rate), gpu_rate) {
-            writeln!(
-                out,
-                "gpu time    {h:.4e} GPU-hours ± {:.1}% (≈ {}) at {}nodes/s per card (--gpu-rate)",
-                100.0 * e.nodes_per_subproblem_error / e.nodes_per_subproblem,
-                human_duration(std::time::Duration::from_secs_f64((h * 3600.0).min(1e15))),
-                si(rate)
-            )?;
-        }
+        write_estimate(&mut out, &plan, &e, sample.seed)?;
+        write_gpu_time(&mut out, &e, sample.gpu_rate)?;
     }
     match (best, failed) {
         (None, Some(f)) => return Err(f),
@@ -236,10 +201,74 @@ pub fn estimate(
     Ok(out.flush()?)
 }
 
+/// The modes to estimate: the one asked for, else the join alone for the
+/// halves strategy, else both.
+fn estimate_modes(mode: Option<ModeArg>, strategy: Option<Strategy>) -> Vec<ModeArg> {
+    match mode {
+        Some(m) => vec![m],
+        None if strategy == Some(Strategy::Halves) => vec![ModeArg::Join],
+        None => vec![ModeArg::Backtrack, ModeArg::Join],
+    }
+}
+
+/// One mode's plan and its estimate from a sample of `each`, taken on the
+/// CPU (a card's time comes from `--gpu-rate`).
+fn estimate_mode(
+    n: Size,
+    strategy: Strategy,
+    shape: &PlanShape,
+    sample: &Sample,
+    each: Duration,
+) -> Result<(Plan, Estimate), Failure> {
+    let core = sample.core.filter(|p| *p != Path::Gpu);
+    let plan = shape
+        .local_plan(n, strategy)?
+        .with_path(core)
+        .with_budget(sample.budget);
+    let e = plan
+        .estimate(sample.seed, each)
+        .map_err(|e| Failure::BadInput(format!("N={n}: {e}")))?;
+    Ok((plan, e))
+}
+
+/// One mode's estimate as a JSON object: its counts as decimal strings,
+/// the plan's strategy and, with a card's rate, its GPU-hours.
+fn estimate_json(plan: &Plan, e: &Estimate, gpu_rate: Option<f64>) -> serde_json::Value {
+    let mut v = serde_json::to_value(e).expect("our types serialize");
+    for key in ["sampled", "probes", "task_bytes"] {
+        v[key] = v[key].to_string().into();
+    }
+    v["strategy"] = plan.spec.strategy.name().into();
+    if let Some(h) = gpu_hours(e, gpu_rate) {
+        v["gpu_nodes_per_second"] = gpu_rate.into();
+        v["gpu_hours"] = h.into();
+    }
+    v
+}
+
+/// The backtracking's projected time on a card, as text (nothing without
+/// `--gpu-rate`, or for the join).
+fn write_gpu_time(
+    out: &mut impl Write,
+    e: &Estimate,
+    gpu_rate: Option<f64>,
+) -> Result<(), Failure> {
+    if let (Some(h), Some(rate)) = (gpu_hours(e, gpu_rate), gpu_rate) {
+        writeln!(
+            out,
+            "gpu time    {h:.4e} GPU-hours ± {:.1}% (≈ {}) at {}nodes/s per card (--gpu-rate)",
+            100.0 * e.nodes_per_subproblem_error / e.nodes_per_subproblem,
+            human_duration(Duration::from_secs_f64((h * 3600.0).min(1e15))),
+            si(rate)
+        )?;
+    }
+    Ok(())
+}
+
 /// The backtracking's projected time on one card of `rate` nodes/s:
 /// every node the plan places, at that rate (none for the join, which
 /// counts on the CPU).
-fn gpu_hours(e: &nqueens_common::plan::estimate::Estimate, rate: Option<f64>) -> Option<f64> {
+fn gpu_hours(e: &Estimate, rate: Option<f64>) -> Option<f64> {
     let rate = rate?;
     (e.mode != "join").then(|| e.subproblems * e.nodes_per_subproblem / rate / 3600.0)
 }
@@ -247,8 +276,8 @@ fn gpu_hours(e: &nqueens_common::plan::estimate::Estimate, rate: Option<f64>) ->
 /// One mode's estimate, as text.
 fn write_estimate(
     out: &mut impl Write,
-    plan: &nqueens_common::plan::Plan,
-    e: &nqueens_common::plan::estimate::Estimate,
+    plan: &Plan,
+    e: &Estimate,
     seed: u64,
 ) -> Result<(), Failure> {
     let spec = &plan.spec;
@@ -306,7 +335,7 @@ fn write_estimate(
         "core time   {:.4e} s ± {:.1}% on this machine, one thread (≈ {}; {:.3e} core-years)",
         e.core_seconds,
         100.0 * e.core_seconds_error / e.core_seconds,
-        human_duration(std::time::Duration::from_secs_f64(e.core_seconds.min(1e15))),
+        human_duration(Duration::from_secs_f64(e.core_seconds.min(1e15))),
         years
     )?;
     writeln!(out, "sampled in  {:.1} s (seed {seed})", e.seconds_spent)?;
