@@ -152,15 +152,16 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
     let id = u64::try_from(kit::dec(&lines[0]["job"])).unwrap();
     // A worker speaking the API that inflates every count it reports.
     let (mut liar, _) = kit::clients(&c.url).await;
-    liar.register(v1::RegisterRequest {
-        worker_id: "liar".into(),
-        host: "test".into(),
-        cores: 1,
-        solver_version: "0".into(),
-        name: "liar".into(),
-    })
-    .await
-    .unwrap();
+    liar.raw()
+        .register(v1::RegisterRequest {
+            worker_id: "liar".into(),
+            host: "test".into(),
+            cores: 1,
+            solver_version: "0".into(),
+            name: "liar".into(),
+        })
+        .await
+        .unwrap();
     // Empty while the job is being planned.
     let leases = kit::eventually("the liar's leases", async || {
         Some(kit::lease(&mut liar, "liar", 2).await).filter(|l| !l.is_empty())

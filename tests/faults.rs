@@ -306,7 +306,11 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
         .await
         .pop()
         .expect("a task to lease");
-    let report = w.report(report_of(&lease, "probe")).await.unwrap_err();
+    let report = w
+        .raw()
+        .report(report_of(&lease, "probe"))
+        .await
+        .unwrap_err();
     assert_eq!(report.code(), tonic::Code::Unavailable, "{report:?}");
     assert!(report.message().contains("not stored"), "{report:?}");
     assert_eq!(

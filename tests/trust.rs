@@ -67,6 +67,7 @@ fn forged_leases_are_refused_and_the_count_stays_exact() {
                 .unwrap_err();
             assert_eq!(e.code(), Code::FailedPrecondition, "{r:?}: {e:?}");
             let hb = w
+                .raw()
                 .heartbeat(v1::HeartbeatRequest {
                     worker_id: "thief".into(),
                     leases: vec![*r],
@@ -155,12 +156,13 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             (reg("w\n", "h", "v"), "worker_id"),
             (named(&big), "name"),
         ] {
-            let e = w.register(req).await.unwrap_err();
+            let e = w.raw().register(req).await.unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument);
             assert!(e.message().starts_with(field), "{}", e.message());
         }
         let many = vec![v1::LeaseRef::default(); 5_000];
         let e = w
+            .raw()
             .heartbeat(v1::HeartbeatRequest {
                 worker_id: "w".into(),
                 leases: many.clone(),
@@ -173,6 +175,7 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
             .message()
             .contains("leases has 5000 entries; the limit is 4096"));
         let e = w
+            .raw()
             .release(v1::ReleaseRequest {
                 worker_id: "w".into(),
                 leases: many,
@@ -192,7 +195,8 @@ fn oversized_fields_are_refused_and_replies_stay_small() {
         // Many workers at the largest sizes allowed: the listing still fits.
         for i in 0..1_100 {
             let id = format!("{i:0>128}");
-            w.register(reg(&id, &"h".repeat(256), &"v".repeat(64)))
+            w.raw()
+                .register(reg(&id, &"h".repeat(256), &"v".repeat(64)))
                 .await
                 .unwrap();
         }

@@ -11,7 +11,9 @@ use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::solve::solve_on;
 use nqueens_common::Size;
 use nqueens_proto::client::{connect_tls, Authed};
+use nqueens_proto::refusal::Refusal;
 use nqueens_proto::v1;
+use nqueens_proto::worker_client::WorkerClient;
 use serde::Serialize;
 use std::io::{self, Write};
 use std::time::{Duration, Instant, SystemTime};
@@ -282,8 +284,8 @@ async fn role_call(channel: Authed, role: Role) -> Result<(), tonic::Status> {
             .list_jobs(v1::ListJobsRequest {})
             .await
             .map(|_| ()),
-        Role::Worker => v1::worker_service_client::WorkerServiceClient::new(channel)
-            .heartbeat(v1::HeartbeatRequest::default())
+        Role::Worker => WorkerClient::new(channel, "")
+            .heartbeat(Vec::new(), 0, false)
             .await
             .map(|_| ()),
     }
@@ -304,18 +306,11 @@ fn token_check(
         format!("no token (none in --token-file or {var})")
     };
     let (outcome, said) = match answer {
-        Err(s)
-            if matches!(
-                s.code(),
-                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
-            ) =>
-        {
-            (
-                Outcome::Fail,
-                format!("{given} was refused: {}", s.message()),
-            )
-        }
-        Err(s) if role == Role::Operator || s.code() != tonic::Code::InvalidArgument => (
+        Err(s) if Refusal::of(&s).about_the_token() => (
+            Outcome::Fail,
+            format!("{given} was refused: {}", s.message()),
+        ),
+        Err(s) if role == Role::Operator || Refusal::of(&s) != Refusal::BadRequest => (
             Outcome::Fail,
             format!(
                 "the {role_name} call failed: {}",

@@ -13,9 +13,11 @@ use crate::exit::Failure;
 use crate::format::dec;
 use crate::opts::{positive_seconds, probability};
 use nqueens_common::plan::{Plan, Strategy};
-use nqueens_proto::client::{connect_tls, Authed};
+use nqueens_proto::client::connect_tls;
+use nqueens_proto::refusal::Refusal;
 use nqueens_proto::task_from_wire;
-use nqueens_proto::v1::{self, worker_service_client::WorkerServiceClient};
+use nqueens_proto::v1;
+use nqueens_proto::worker_client::{item_refusal, About, WorkerClient};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -197,7 +199,7 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
     let mut sims = Vec::new();
     for k in 0..cfg.workers {
         let sim = Sim {
-            client: clients[k as usize % clients.len()].clone(),
+            client: clients[k as usize % clients.len()].renamed(format!("loadgen-{k}")),
             cfg: cfg.clone(),
             counts: Arc::clone(&counts),
             lease_ms: Arc::clone(&lease_ms),
@@ -206,7 +208,6 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
             stop: Arc::clone(&stop),
             started,
             rng: Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(k).wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1),
-            name: format!("loadgen-{k}"),
         };
         sims.push(tokio::spawn(sim.run(k)));
     }
@@ -231,7 +232,7 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
 }
 
 /// The gRPC connections (`cfg.connections`) the simulated workers share.
-fn connect(cfg: &Config) -> Result<Vec<WorkerServiceClient<Authed>>, Failure> {
+fn connect(cfg: &Config) -> Result<Vec<WorkerClient>, Failure> {
     let mut clients = Vec::new();
     for _ in 0..cfg.connections.max(1) {
         let channel = connect_tls(
@@ -241,7 +242,7 @@ fn connect(cfg: &Config) -> Result<Vec<WorkerServiceClient<Authed>>, Failure> {
             None,
         )
         .map_err(|e| Failure::BadInput(e.to_string()))?;
-        clients.push(WorkerServiceClient::new(channel));
+        clients.push(WorkerClient::new(channel, "loadgen"));
     }
     Ok(clients)
 }
@@ -324,7 +325,7 @@ impl Rng {
 /// How a simulated worker's lease batch ended.
 enum Batch {
     /// The reports of the tasks it counted.
-    Reports(Vec<v1::ReportRequest>),
+    Reports(Vec<v1::ReportItem>),
     /// The worker died holding its leases.
     Killed,
     /// A task was not of a synthetic job: the batch was handed back.
@@ -333,7 +334,7 @@ enum Batch {
 
 /// One simulated worker.
 struct Sim {
-    client: WorkerServiceClient<Authed>,
+    client: WorkerClient,
     cfg: Config,
     counts: Arc<Counts>,
     lease_ms: Arc<Mutex<Samples>>,
@@ -342,19 +343,17 @@ struct Sim {
     stop: Arc<AtomicBool>,
     started: Instant,
     rng: Rng,
-    name: String,
 }
 
 impl Sim {
     async fn register(&mut self) {
-        let req = v1::RegisterRequest {
-            worker_id: self.name.clone(),
+        let about = About {
             host: "loadgen".into(),
             cores: 1,
             solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
-            name: self.name.clone(),
+            name: self.client.id().to_string(),
         };
-        if self.client.register(req).await.is_err() {
+        if self.client.register(&about).await.is_err() {
             self.counts.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -375,7 +374,7 @@ impl Sim {
                 Batch::Killed => {
                     // Dies with every lease it holds; a new worker starts.
                     generation += 1;
-                    self.name = format!("loadgen-{k}-{generation}");
+                    self.client = self.client.renamed(format!("loadgen-{k}-{generation}"));
                     self.register().await;
                 }
                 Batch::Foreign => break,
@@ -392,15 +391,11 @@ impl Sim {
     /// One lease call, timed into `leases`: the tasks granted, or `None`
     /// (after a pause) when the call failed or granted none.
     async fn lease(&mut self, leases: &mut Samples) -> Option<Vec<v1::Lease>> {
-        let req = v1::LeaseRequest {
-            worker_id: self.name.clone(),
-            max_tasks: self.cfg.batch,
-        };
         let t0 = Instant::now();
-        let answer = self.client.lease(req).await;
+        let answer = self.client.lease(self.cfg.batch).await;
         leases.add(t0.elapsed());
         let granted = match answer {
-            Ok(r) => r.into_inner().leases,
+            Ok(r) => r.leases,
             Err(_) => {
                 self.counts.errors.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -426,12 +421,8 @@ impl Sim {
         let mut batch = Vec::new();
         for l in granted {
             let Some(report) = self.report_of(l) else {
-                let refs = granted.iter().map(lease_ref).collect();
-                let req = v1::ReleaseRequest {
-                    worker_id: self.name.clone(),
-                    leases: refs,
-                };
-                let _ = self.client.release(req).await;
+                let refs = granted.iter().map(v1::Lease::lease_ref).collect();
+                let _ = self.client.release(refs).await;
                 return Batch::Foreign;
             };
             if self.rng.unit() < self.cfg.kill_rate {
@@ -453,8 +444,8 @@ impl Sim {
     /// Sends a batch's reports in one call (one call each with
     /// `--one-report-per-call`), each call timed into `reports`, and
     /// counts their outcomes.
-    async fn report_batch(&mut self, batch: Vec<v1::ReportRequest>, reports: &mut Samples) {
-        let calls: Vec<Vec<v1::ReportRequest>> = if self.cfg.one_report_per_call {
+    async fn report_batch(&mut self, batch: Vec<v1::ReportItem>, reports: &mut Samples) {
+        let calls: Vec<Vec<v1::ReportItem>> = if self.cfg.one_report_per_call {
             batch.into_iter().map(|r| vec![r]).collect()
         } else {
             vec![batch]
@@ -468,7 +459,7 @@ impl Sim {
                 let counter = match a {
                     Ok(v1::ReportOutcome::Accepted) => &c.accepted,
                     Ok(v1::ReportOutcome::Duplicate) => &c.duplicate,
-                    Err(tonic::Code::FailedPrecondition) => &c.refused,
+                    Err(Refusal::WrongState) => &c.refused,
                     _ => &c.errors,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
@@ -477,47 +468,32 @@ impl Sim {
     }
 
     /// Sends reports (one by `Report`, several by `ReportMany`): each
-    /// one's outcome, or the code it was refused with.
-    async fn send(
-        &mut self,
-        call: Vec<v1::ReportRequest>,
-    ) -> Vec<Result<v1::ReportOutcome, tonic::Code>> {
+    /// one's outcome, or why it was refused.
+    async fn send(&mut self, call: Vec<v1::ReportItem>) -> Vec<Result<v1::ReportOutcome, Refusal>> {
         let n = call.len();
-        let outcome = |o: i32| v1::ReportOutcome::try_from(o).map_err(|_| tonic::Code::Unknown);
         if n == 1 {
-            let req = call.into_iter().next().expect("one report");
-            return vec![match self.client.report(req).await {
-                Ok(r) => outcome(r.into_inner().outcome),
-                Err(s) => Err(s.code()),
-            }];
+            let item = call.into_iter().next().expect("one report");
+            let sent = self.client.report(
+                item.lease.unwrap_or_default(),
+                item.result.unwrap_or_default(),
+            );
+            return vec![sent.await.map_err(|s| Refusal::of(&s))];
         }
-        let req = v1::ReportManyRequest {
-            worker_id: self.name.clone(),
-            reports: call
-                .into_iter()
-                .map(|r| v1::ReportItem {
-                    lease: r.lease,
-                    result: r.result,
+        match self.client.report_many(call).await {
+            Ok(answers) => answers
+                .iter()
+                .map(|a| match item_refusal(a) {
+                    None => v1::ReportOutcome::try_from(a.outcome).map_err(|_| Refusal::Internal),
+                    Some(s) => Err(Refusal::of(&s)),
                 })
                 .collect(),
-        };
-        match self.client.report_many(req).await {
-            Ok(r) => r
-                .into_inner()
-                .answers
-                .into_iter()
-                .map(|a| match tonic::Code::from(a.code) {
-                    tonic::Code::Ok => outcome(a.outcome),
-                    code => Err(code),
-                })
-                .collect(),
-            Err(s) => vec![Err(s.code()); n],
+            Err(s) => vec![Err(Refusal::of(&s)); n],
         }
     }
 
     /// The report of a synthetic task; `None` (and the run's error set)
     /// for a task of any other job.
-    fn report_of(&self, l: &v1::Lease) -> Option<v1::ReportRequest> {
+    fn report_of(&self, l: &v1::Lease) -> Option<v1::ReportItem> {
         let task = l.task.as_ref()?;
         let counted = task_from_wire(task).ok().and_then(|(spec, t)| {
             (spec.strategy == Strategy::Synthetic)
@@ -533,23 +509,14 @@ impl Sim {
             ));
             return None;
         };
-        Some(v1::ReportRequest {
-            worker_id: self.name.clone(),
-            lease: Some(lease_ref(l)),
+        Some(v1::ReportItem {
+            lease: Some(l.lease_ref()),
             result: Some(v1::TaskResult {
                 checksum,
                 solver_version: format!("loadgen {}", env!("CARGO_PKG_VERSION")),
                 ..nqueens_proto::v1::TaskResult::from(&tally)
             }),
         })
-    }
-}
-
-fn lease_ref(l: &v1::Lease) -> v1::LeaseRef {
-    v1::LeaseRef {
-        job_id: l.job_id,
-        task_index: l.task.as_ref().map_or(0, |t| t.index),
-        lease_id: l.lease_id,
     }
 }
 

@@ -10,7 +10,6 @@
 use nqueens_common::plan::{Strategy, Tally};
 use nqueens_coordinator::hub::SystemClock;
 use nqueens_coordinator::server::start;
-use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::ReportOutcome;
 use nqueens_testkit as kit;
 use std::sync::Arc;
@@ -40,7 +39,7 @@ async fn main() {
         .map(|k| {
             let (url, zero) = (url.clone(), zero.clone());
             tokio::spawn(async move {
-                let mut w = WorkerServiceClient::connect(url).await.unwrap();
+                let (mut w, _) = kit::clients(&url).await;
                 let name = format!("bench-{k}");
                 let mut reported = 0u64;
                 loop {

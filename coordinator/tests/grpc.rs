@@ -191,7 +191,7 @@ async fn an_expired_lease_is_reassigned_and_its_holder_told_to_stop() {
         leases: vec![first.lease_ref()],
         ..Default::default()
     };
-    let hb = w.heartbeat(hb).await.unwrap().into_inner();
+    let hb = w.raw().heartbeat(hb).await.unwrap().into_inner();
     assert_eq!(hb.stop, vec![first.lease_ref()]);
     assert_eq!(
         kit::count_and_report(&mut w, "other", &second).await,
@@ -222,7 +222,10 @@ async fn pause_resume_and_cancel() {
         subproblems_done: 3,
         draining: false,
     };
-    assert_eq!(w.heartbeat(hb).await.unwrap().into_inner().stop.len(), 1);
+    assert_eq!(
+        w.raw().heartbeat(hb).await.unwrap().into_inner().stop.len(),
+        1
+    );
     let again = ops.resume_job(id).await.unwrap_err();
     assert_eq!(again.code(), Code::FailedPrecondition, "{again}");
     r.shutdown().await.unwrap();
@@ -304,6 +307,7 @@ async fn every_invalid_input_gets_its_status() {
     let job = submit(&mut ops, spec(8, Strategy::Frame, 3)).await;
     let l = kit::lease(&mut w, "w1", 1).await.remove(0);
     let e = w
+        .raw()
         .lease(v1::LeaseRequest {
             worker_id: "w1".into(),
             max_tasks: 0,
@@ -312,6 +316,7 @@ async fn every_invalid_input_gets_its_status() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     let e = w
+        .raw()
         .lease(v1::LeaseRequest {
             worker_id: String::new(),
             max_tasks: 1,
@@ -329,6 +334,7 @@ async fn every_invalid_input_gets_its_status() {
         }
     };
     let e = w
+        .raw()
         .report(report("intruder", Some(l.lease_ref()), Some(good.clone())))
         .await
         .unwrap_err();
@@ -337,21 +343,24 @@ async fn every_invalid_input_gets_its_status() {
     let mut far = l.lease_ref();
     far.task_index = 10_000;
     assert_eq!(
-        w.report(report("w1", Some(far), Some(good.clone())))
+        w.raw()
+            .report(report("w1", Some(far), Some(good.clone())))
             .await
             .unwrap_err()
             .code(),
         Code::NotFound
     );
     assert_eq!(
-        w.report(report("w1", None, Some(good.clone())))
+        w.raw()
+            .report(report("w1", None, Some(good.clone())))
             .await
             .unwrap_err()
             .code(),
         Code::InvalidArgument
     );
     assert_eq!(
-        w.report(report("w1", Some(l.lease_ref()), None))
+        w.raw()
+            .report(report("w1", Some(l.lease_ref()), None))
             .await
             .unwrap_err()
             .code(),
@@ -360,6 +369,7 @@ async fn every_invalid_input_gets_its_status() {
     let mut huge = good.clone();
     huge.weighted = Some(nqueens_proto::v1::U128::from(1_000));
     let e = w
+        .raw()
         .report(report("w1", Some(l.lease_ref()), Some(huge)))
         .await
         .unwrap_err();
@@ -821,7 +831,7 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         ReportOutcome::try_from(r.into_inner().outcome).unwrap()
     };
     assert_eq!(
-        outcome(w.report(report(good.clone())).await.unwrap()),
+        outcome(w.raw().report(report(good.clone())).await.unwrap()),
         ReportOutcome::Duplicate
     );
     let mut other_counts = good.clone();
@@ -829,7 +839,7 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         u128_from_wire(good.weighted.as_ref()) + 8,
     ));
     assert_eq!(
-        outcome(w.report(report(other_counts)).await.unwrap()),
+        outcome(w.raw().report(report(other_counts)).await.unwrap()),
         ReportOutcome::Conflict
     );
     let same_counts_other_checksum = v1::TaskResult {
@@ -837,7 +847,12 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
         ..good.clone()
     };
     assert_eq!(
-        outcome(w.report(report(same_counts_other_checksum)).await.unwrap()),
+        outcome(
+            w.raw()
+                .report(report(same_counts_other_checksum))
+                .await
+                .unwrap()
+        ),
         ReportOutcome::Conflict
     );
     let j = kit::job(&mut ops, job.job_id).await;
@@ -1103,7 +1118,7 @@ async fn a_result_no_longer_in_memory_is_compared_with_the_store() {
         lease: Some(got[0].lease_ref()),
         result: Some(other),
     };
-    let outcome = w.report(r2).await.unwrap().into_inner().outcome;
+    let outcome = w.raw().report(r2).await.unwrap().into_inner().outcome;
     assert_eq!(
         ReportOutcome::try_from(outcome).unwrap(),
         ReportOutcome::Conflict
@@ -1149,7 +1164,7 @@ async fn report_many_judges_each_result_as_report_would() {
             item(&got[1]),
         ],
     };
-    let answers = w.report_many(req).await.unwrap().into_inner().answers;
+    let answers = w.raw().report_many(req).await.unwrap().into_inner().answers;
     let seen: Vec<(i32, Code)> = answers
         .iter()
         .map(|a| (a.outcome, Code::from(a.code)))
@@ -1178,14 +1193,14 @@ async fn report_many_judges_each_result_as_report_would() {
         worker_id: "w1".into(),
         reports: vec![item(&got[0]); 1025],
     };
-    let refused = w.report_many(many).await.unwrap_err();
+    let refused = w.raw().report_many(many).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
     // So is an oversized worker id, and nothing is counted by either.
     let long = v1::ReportManyRequest {
         worker_id: "w".repeat(10_000),
         reports: vec![item(&got[2])],
     };
-    let refused = w.report_many(long).await.unwrap_err();
+    let refused = w.raw().report_many(long).await.unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument);
     let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!((j.done, kit::counts(&j).0), (2, sum));
@@ -1333,18 +1348,20 @@ async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
         ..Default::default()
     };
     // Never registered: asked to.
-    let asked = w.lease(lease("w")).await.unwrap().into_inner();
+    let asked = w.raw().lease(lease("w")).await.unwrap().into_inner();
     assert!(asked.register_again);
     kit::register(&mut w, "w").await;
     assert!(
-        !w.lease(lease("w"))
+        !w.raw()
+            .lease(lease("w"))
             .await
             .unwrap()
             .into_inner()
             .register_again
     );
     assert!(
-        !w.heartbeat(beat("w"))
+        !w.raw()
+            .heartbeat(beat("w"))
             .await
             .unwrap()
             .into_inner()
@@ -1356,14 +1373,16 @@ async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     let r = serve(dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
     assert!(
-        w.heartbeat(beat("w"))
+        w.raw()
+            .heartbeat(beat("w"))
             .await
             .unwrap()
             .into_inner()
             .register_again
     );
     assert!(
-        w.lease(lease("w"))
+        w.raw()
+            .lease(lease("w"))
             .await
             .unwrap()
             .into_inner()
@@ -1371,7 +1390,8 @@ async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     );
     kit::register(&mut w, "w").await;
     assert!(
-        !w.heartbeat(beat("w"))
+        !w.raw()
+            .heartbeat(beat("w"))
             .await
             .unwrap()
             .into_inner()

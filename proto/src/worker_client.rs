@@ -63,6 +63,17 @@ where
         &self.id
     }
 
+    /// The same connection, speaking for worker `id`.
+    pub fn renamed(&self, id: impl Into<String>) -> Self
+    where
+        T: Clone,
+    {
+        WorkerClient {
+            rpc: self.rpc.clone(),
+            id: id.into(),
+        }
+    }
+
     /// The generated client, for requests no honest worker sends (tests
     /// of a hostile client).
     pub fn raw(&mut self) -> &mut WorkerServiceClient<T> {

@@ -1,25 +1,33 @@
-//! A raw gRPC client of a coordinator (a process or in-process): what a
-//! worker or an operator sends, built from the wire types directly, so
+//! Clients of a coordinator (a process or in-process): an honest worker
+//! calls through the project's worker client, as real workers do;
+//! `Workers::raw` and the operator client take wire types directly, so
 //! tests can also send what no real client would.
 
 use crate::wait::{within, PATIENCE};
 use nqueens_common::plan::{Plan, PlanSpec, Strategy, Tally};
 use nqueens_common::Size;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
-use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_proto::worker_client::{About, WorkerClient};
 use nqueens_proto::{task_from_wire, u128_from_wire};
 use tonic::transport::Channel;
 
-pub type Workers = WorkerServiceClient<Channel>;
+/// A worker client; each helper below speaks for the worker id it is
+/// given.
+pub type Workers = WorkerClient<Channel>;
 pub type Operators = OperatorServiceClient<Channel>;
 
 /// A worker and an operator client of `url`.
 pub async fn clients(url: &str) -> (Workers, Operators) {
     (
-        WorkerServiceClient::connect(url.to_string())
-            .await
-            .expect("connect to the coordinator"),
+        WorkerClient::new(
+            Channel::from_shared(url.to_string())
+                .expect("a URL")
+                .connect()
+                .await
+                .expect("connect to the coordinator"),
+            "",
+        ),
         operators(url).await,
     )
 }
@@ -125,27 +133,18 @@ pub fn done(j: &v1::Job) -> bool {
 
 /// Registers a worker as a real one would, with made-up details.
 pub async fn register(w: &mut Workers, worker: &str) {
-    w.register(v1::RegisterRequest {
-        worker_id: worker.into(),
+    let about = About {
         host: "h".into(),
         cores: 1,
         solver_version: "t".into(),
         name: worker.into(),
-    })
-    .await
-    .unwrap();
+    };
+    w.renamed(worker).register(&about).await.unwrap();
 }
 
 /// Leases up to `max` tasks for `worker`.
 pub async fn lease(w: &mut Workers, worker: &str, max: u32) -> Vec<v1::Lease> {
-    w.lease(v1::LeaseRequest {
-        worker_id: worker.into(),
-        max_tasks: max,
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .leases
+    w.renamed(worker).lease(max).await.unwrap().leases
 }
 
 /// A leased task counted as a worker counts it: its tally and checksum.
@@ -190,9 +189,7 @@ pub async fn report(
     lease: v1::LeaseRef,
     result: v1::TaskResult,
 ) -> Result<ReportOutcome, tonic::Status> {
-    w.report(report_request(worker, lease, result))
-        .await
-        .map(|r| ReportOutcome::try_from(r.into_inner().outcome).unwrap())
+    w.renamed(worker).report(lease, result).await
 }
 
 /// Counts a leased task as an honest worker would, and reports it.
