@@ -249,10 +249,14 @@ impl Job {
         let (total, unique) = self.counts();
         let rate = self.rate.per_second();
         let left = (self.work_total - self.work_done).max(0.0);
-        let eta = self
-            .rate
-            .steady()
-            .map(|(steady, error)| (left / steady, left / steady * error));
+        // Nothing left (up to rounding): no time left, known exactly.
+        let eta = if left <= self.work_total * 1e-9 {
+            Some((0.0, 0.0))
+        } else {
+            self.rate
+                .steady()
+                .map(|(steady, error)| (left / steady, left / steady * error))
+        };
         JobView {
             id: self.id,
             spec: self.spec,
