@@ -5,9 +5,14 @@
 //! The names start with `nqueens_worker_process_`: the coordinator's own
 //! page has `nqueens_worker_*{worker}` series, its view of each worker
 //! (what it credited), which must not be mixed up with what a worker says
-//! of itself.
+//! of itself. A counter is named without the `_total` the encoder appends.
 
-use nqueens_metrics::{Kind, Page};
+use nqueens_metrics::{family, single, BuildInfo};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -43,42 +48,45 @@ struct Info {
     threads: usize,
 }
 
-/// A worker's counters, shared by its loop and its metrics endpoint.
+/// A worker's counters, shared by its loop and its metrics endpoint (a
+/// [`Collector`] of its page).
 #[derive(Debug)]
 pub struct Stats {
     info: OnceLock<Info>,
-    started_ms: u64,
-    tasks_counted: AtomicU64,
-    tasks_stopped: AtomicU64,
-    subproblems: AtomicU64,
-    nodes: AtomicU64,
-    counting_us: AtomicU64,
-    results: [AtomicU64; OUTCOMES.len()],
-    errors: [AtomicU64; CALLS.len()],
-    leases: AtomicU64,
-    last_result_ms: AtomicU64,
+    /// Unix time this worker started, in seconds.
+    started: f64,
+    tasks_counted: Counter,
+    tasks_stopped: Counter,
+    subproblems: Counter,
+    nodes: Counter,
+    counting_seconds: Counter<f64, AtomicU64>,
+    results: [Counter; OUTCOMES.len()],
+    errors: [Counter; CALLS.len()],
+    leases: Gauge,
+    /// Unix time of the latest answer to a report, in seconds (0: none yet).
+    last_result: Gauge<f64, AtomicU64>,
 }
 
-fn now_ms() -> u64 {
+fn now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0.0, |d| d.as_millis() as f64 / 1000.0)
 }
 
 impl Stats {
     pub fn new() -> Arc<Stats> {
         Arc::new(Stats {
             info: OnceLock::new(),
-            started_ms: now_ms(),
-            tasks_counted: AtomicU64::new(0),
-            tasks_stopped: AtomicU64::new(0),
-            subproblems: AtomicU64::new(0),
-            nodes: AtomicU64::new(0),
-            counting_us: AtomicU64::new(0),
+            started: now(),
+            tasks_counted: Counter::default(),
+            tasks_stopped: Counter::default(),
+            subproblems: Counter::default(),
+            nodes: Counter::default(),
+            counting_seconds: Counter::default(),
             results: Default::default(),
             errors: Default::default(),
-            leases: AtomicU64::new(0),
-            last_result_ms: AtomicU64::new(0),
+            leases: Gauge::default(),
+            last_result: Gauge::default(),
         })
     }
 
@@ -93,43 +101,43 @@ impl Stats {
 
     /// A task counted to its end.
     pub(crate) fn counted(&self, subproblems: u64, nodes: u128, elapsed: std::time::Duration) {
-        self.tasks_counted.fetch_add(1, Ordering::Relaxed);
-        self.subproblems.fetch_add(subproblems, Ordering::Relaxed);
+        self.tasks_counted.inc();
+        self.subproblems.inc_by(subproblems);
         let nodes = u64::try_from(nodes).unwrap_or(u64::MAX);
         let _ = self
             .nodes
+            .inner()
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(n.saturating_add(nodes))
             });
-        self.counting_us
-            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+        self.counting_seconds.inc_by(elapsed.as_secs_f64());
     }
 
     /// A task that ended without a result (stopped, or not decodable).
     pub(crate) fn stopped(&self) {
-        self.tasks_stopped.fetch_add(1, Ordering::Relaxed);
+        self.tasks_stopped.inc();
     }
 
     /// A report's outcome, one of [`OUTCOMES`].
     pub(crate) fn reported(&self, outcome: &str) {
         if let Some(i) = OUTCOMES.iter().position(|&o| o == outcome) {
-            self.results[i].fetch_add(1, Ordering::Relaxed);
+            self.results[i].inc();
         }
-        self.last_result_ms.store(now_ms(), Ordering::Relaxed);
+        self.last_result.set(now());
     }
 
     /// A failed call to the coordinator.
     pub(crate) fn failed(&self, call: Call) {
-        self.errors[call as usize].fetch_add(1, Ordering::Relaxed);
+        self.errors[call as usize].inc();
     }
 
     pub(crate) fn set_leases(&self, n: usize) {
-        self.leases.store(n as u64, Ordering::Relaxed);
+        self.leases.set(n as i64);
     }
 
     /// Tasks counted to their end so far.
     pub fn tasks_counted(&self) -> u64 {
-        self.tasks_counted.load(Ordering::Relaxed)
+        self.tasks_counted.get()
     }
 
     /// Results the coordinator has answered (refused ones left out).
@@ -138,108 +146,118 @@ impl Stats {
             .iter()
             .zip(&self.results)
             .filter(|(o, _)| **o != "refused")
-            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .map(|(_, n)| n.get())
             .sum()
     }
 
     /// The metrics page.
-    pub fn render(&self) -> String {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let mut page = Page::new();
-        page.build_info("worker");
+    pub fn render(self: &Arc<Self>) -> String {
+        nqueens_metrics::render([
+            Box::new(BuildInfo("worker")) as Box<dyn Collector>,
+            Box::new(Arc::clone(self)),
+        ])
+    }
+
+    /// Who this worker is (once it has started) and since when.
+    fn identity(&self, e: &mut DescriptorEncoder) -> fmt::Result {
         if let Some(i) = self.info.get() {
-            page.family(
+            let threads = i.threads.to_string();
+            let labels = [
+                ("worker", i.id.as_str()),
+                ("name", &i.name),
+                ("path", &i.path),
+                ("threads", &threads),
+            ];
+            family(
+                e,
                 "nqueens_worker_process_info",
-                Kind::Gauge,
                 "This worker (always 1): its id and name, the engine path it counts with, its counting threads.",
-            )
-            .sample(
-                "nqueens_worker_process_info",
-                &[
-                    ("worker", &i.id),
-                    ("name", &i.name),
-                    ("path", &i.path),
-                    ("threads", &i.threads.to_string()),
-                ],
-                1.0,
-            );
-            page.single(
+                [(labels, ConstGauge::new(1i64))],
+            )?;
+            single(
+                e,
                 "nqueens_worker_process_threads",
-                Kind::Gauge,
                 "Counting threads.",
-                i.threads as f64,
-            );
+                &ConstGauge::new(i.threads),
+            )?;
         }
-        page.single(
+        single(
+            e,
             "nqueens_worker_process_start_timestamp_seconds",
-            Kind::Gauge,
             "Unix time this worker started.",
-            self.started_ms as f64 / 1000.0,
+            &ConstGauge::new(self.started),
         )
-        .single(
-            "nqueens_worker_process_tasks_counted_total",
-            Kind::Counter,
-            "Tasks counted to their end.",
-            get(&self.tasks_counted),
-        )
-        .single(
-            "nqueens_worker_process_tasks_stopped_total",
-            Kind::Counter,
-            "Tasks ended without a result (cancelled, reassigned, stopped by a drain, or not decodable).",
-            get(&self.tasks_stopped),
-        )
-        .single(
-            "nqueens_worker_process_subproblems_total",
-            Kind::Counter,
-            "Subproblems counted (rate() is the worker's speed).",
-            get(&self.subproblems),
-        )
-        .single(
-            "nqueens_worker_process_nodes_total",
-            Kind::Counter,
-            "Search nodes visited by the counted tasks.",
-            get(&self.nodes),
-        )
-        .single(
-            "nqueens_worker_process_counting_seconds_total",
-            Kind::Counter,
+    }
+
+    /// The tasks counted, and what counting them took.
+    fn work(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        for (name, help, counter) in [
+            (
+                "nqueens_worker_process_tasks_counted",
+                "Tasks counted to their end.",
+                &self.tasks_counted,
+            ),
+            (
+                "nqueens_worker_process_tasks_stopped",
+                "Tasks ended without a result (cancelled, reassigned, stopped by a drain, or not decodable).",
+                &self.tasks_stopped,
+            ),
+            (
+                "nqueens_worker_process_subproblems",
+                "Subproblems counted (rate() is the worker's speed).",
+                &self.subproblems,
+            ),
+            (
+                "nqueens_worker_process_nodes",
+                "Search nodes visited by the counted tasks.",
+                &self.nodes,
+            ),
+        ] {
+            single(e, name, help, counter)?;
+        }
+        single(
+            e,
+            "nqueens_worker_process_counting_seconds",
             "Thread-seconds spent counting tasks (rate() over threads is the busy share).",
-            get(&self.counting_us) / 1e6,
-        );
-        // A counter family with one label, a sample per (value, counter).
-        let mut by =
-            |name: &str, help: &str, label: &str, values: &[&str], counts: &[AtomicU64]| {
-                page.family(name, Kind::Counter, help);
-                for (v, n) in values.iter().zip(counts) {
-                    page.sample(name, &[(label, v)], get(n));
-                }
-            };
-        by(
-            "nqueens_worker_process_results_total",
-            "Results reported, by the coordinator's answer (refused: dropped after an error retrying cannot fix).",
-            "outcome",
-            &OUTCOMES,
-            &self.results,
-        );
-        by(
-            "nqueens_worker_process_errors_total",
-            "Failed calls to the coordinator, by call (retries count each time).",
-            "call",
-            &CALLS,
-            &self.errors,
-        );
-        page.single(
-            "nqueens_worker_process_leases",
-            Kind::Gauge,
-            "Leases held: tasks queued or being counted.",
-            get(&self.leases),
+            &self.counting_seconds,
         )
-        .single(
+    }
+
+    /// The coordinator's answers and failed calls, and the leases held.
+    fn calls(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let results = OUTCOMES.iter().zip(&self.results);
+        family(
+            e,
+            "nqueens_worker_process_results",
+            "Results reported, by the coordinator's answer (refused: dropped after an error retrying cannot fix).",
+            results.map(|(&outcome, n)| ([("outcome", outcome)], n.clone())),
+        )?;
+        let errors = CALLS.iter().zip(&self.errors);
+        family(
+            e,
+            "nqueens_worker_process_errors",
+            "Failed calls to the coordinator, by call (retries count each time).",
+            errors.map(|(&call, n)| ([("call", call)], n.clone())),
+        )?;
+        single(
+            e,
+            "nqueens_worker_process_leases",
+            "Leases held: tasks queued or being counted.",
+            &self.leases,
+        )?;
+        single(
+            e,
             "nqueens_worker_process_last_result_timestamp_seconds",
-            Kind::Gauge,
             "Unix time of the latest answer to a report (0: none yet).",
-            get(&self.last_result_ms) / 1000.0,
-        );
-        page.finish()
+            &self.last_result,
+        )
+    }
+}
+
+impl Collector for Stats {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        self.identity(&mut encoder)?;
+        self.work(&mut encoder)?;
+        self.calls(&mut encoder)
     }
 }

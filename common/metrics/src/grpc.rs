@@ -8,12 +8,16 @@
 //! whose response is dropped before its status (the client went away) is
 //! counted as `Canceled`. The latency runs from the request to its status.
 
-use crate::{Histogram, Kind, Page, CALL_SECONDS};
+use crate::{family, CALL_SECONDS};
 use http_body::{Body, Frame, SizeHint};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -45,16 +49,22 @@ const UNKNOWN: usize = 2;
 const MAX_METHODS: usize = 128;
 
 /// Counts of one method's calls.
+#[derive(Debug)]
 struct Method {
-    codes: [u64; CODES.len()],
-    latency: Box<Histogram>,
+    codes: [Counter; CODES.len()],
+    latency: Histogram,
 }
 
-/// The calls seen by a server.
+/// The calls seen by a server; a [`Collector`] of
+/// `nqueens_grpc_requests_total{method,code}` (the codes seen) and
+/// `nqueens_grpc_request_duration_seconds{method}`.
+#[derive(Debug)]
 pub struct GrpcMetrics {
     /// Services whose methods get their own label (`package.Service`).
     services: Vec<String>,
-    methods: Mutex<BTreeMap<String, Method>>,
+    /// A call takes the read lock, and the write lock only for its
+    /// method's first call.
+    methods: RwLock<BTreeMap<String, Method>>,
 }
 
 impl GrpcMetrics {
@@ -63,7 +73,7 @@ impl GrpcMetrics {
     pub fn new(services: &[&str]) -> Arc<GrpcMetrics> {
         Arc::new(GrpcMetrics {
             services: services.iter().map(|s| s.to_string()).collect(),
-            methods: Mutex::default(),
+            methods: RwLock::default(),
         })
     }
 
@@ -91,49 +101,48 @@ impl GrpcMetrics {
     }
 
     fn record(&self, method: &str, code: usize, started: Instant) {
-        let mut methods = self.methods.lock().expect("grpc metrics lock");
+        let seconds = started.elapsed().as_secs_f64();
+        let count = |m: &Method| {
+            m.codes[code.min(CODES.len() - 1)].inc();
+            m.latency.observe(seconds);
+        };
+        if let Some(m) = self.methods.read().expect("grpc metrics lock").get(method) {
+            count(m);
+            return;
+        }
+        let mut methods = self.methods.write().expect("grpc metrics lock");
         let key = match methods.contains_key(method) || methods.len() < MAX_METHODS {
             true => method,
             false => "other",
         };
-        let m = methods.entry(key.to_string()).or_insert_with(|| Method {
-            codes: [0; CODES.len()],
-            latency: Box::new(Histogram::new(CALL_SECONDS)),
-        });
-        m.codes[code.min(CODES.len() - 1)] += 1;
-        m.latency.observe_duration(started.elapsed());
+        count(methods.entry(key.to_string()).or_insert_with(|| Method {
+            codes: Default::default(),
+            latency: crate::histogram(CALL_SECONDS),
+        }));
     }
+}
 
-    /// `nqueens_grpc_requests_total{method,code}` and
-    /// `nqueens_grpc_request_duration_seconds{method}`.
-    pub fn render(&self, page: &mut Page) {
-        let methods = self.methods.lock().expect("grpc metrics lock");
-        page.family(
-            "nqueens_grpc_requests_total",
-            Kind::Counter,
+impl Collector for GrpcMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let methods = self.methods.read().expect("grpc metrics lock");
+        let codes = methods.iter().flat_map(|(method, m)| {
+            let seen = CODES.iter().zip(&m.codes).filter(|(_, n)| n.get() > 0);
+            seen.map(move |(code, n)| ([("method", method.as_str()), ("code", code)], n.clone()))
+        });
+        family(
+            &mut encoder,
+            "nqueens_grpc_requests",
             "gRPC calls answered, by method and status code.",
-        );
-        for (name, m) in methods.iter() {
-            for (code, &n) in CODES.iter().zip(&m.codes).filter(|(_, &n)| n > 0) {
-                page.sample(
-                    "nqueens_grpc_requests_total",
-                    &[("method", name), ("code", code)],
-                    n as f64,
-                );
-            }
-        }
-        page.family(
+            codes,
+        )?;
+        family(
+            &mut encoder,
             "nqueens_grpc_request_duration_seconds",
-            Kind::Histogram,
             "Time from a gRPC call's request to its status, by method.",
-        );
-        for (name, m) in methods.iter() {
-            page.histogram(
-                "nqueens_grpc_request_duration_seconds",
-                &[("method", name)],
-                &m.latency,
-            );
-        }
+            methods
+                .iter()
+                .map(|(method, m)| ([("method", method.as_str())], m.latency.clone())),
+        )
     }
 }
 
@@ -312,10 +321,9 @@ mod tests {
         for i in 0..2 * MAX_METHODS {
             m.record(&format!("s/M{i}"), 12, now);
         }
-        let mut page = Page::new();
-        m.render(&mut page);
-        let text = page.finish();
+        let text = crate::render([Box::new(Arc::clone(&m)) as Box<dyn Collector>]);
         for line in [
+            "# TYPE nqueens_grpc_requests_total counter\n",
             "nqueens_grpc_requests_total{method=\"s/A\",code=\"OK\"} 1\n",
             "nqueens_grpc_requests_total{method=\"s/A\",code=\"Unavailable\"} 1\n",
             "nqueens_grpc_requests_total{method=\"s/A\",code=\"Unauthenticated\"} 1\n",
@@ -323,8 +331,8 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
-        let methods = m.methods.lock().unwrap();
+        let methods = m.methods.read().unwrap();
         assert_eq!(methods.len(), MAX_METHODS + 1);
-        assert_eq!(methods["other"].codes[12], MAX_METHODS as u64 + 1);
+        assert_eq!(methods["other"].codes[12].get(), MAX_METHODS as u64 + 1);
     }
 }

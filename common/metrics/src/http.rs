@@ -5,8 +5,9 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use std::net::SocketAddr;
 
-/// The content type of the text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of the Prometheus text format (version 0.0.4), which
+/// [`crate::render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Binds a metrics listener.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {

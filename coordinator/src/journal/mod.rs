@@ -34,22 +34,24 @@ pub mod codec;
 pub mod segments;
 
 use crate::state::Event;
-use nqueens_metrics::Histogram;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, LazyLock};
 use tokio::sync::oneshot;
 
 /// The time of each fsync of the writer thread (seconds). Process-wide:
 /// the coordinator opens its journal itself, and a process serves one
 /// coordinator (tests, which start several, see their sum).
-pub static FSYNC_SECONDS: Histogram = Histogram::new(nqueens_metrics::FSYNC_SECONDS);
+pub static FSYNC_SECONDS: LazyLock<Histogram> =
+    LazyLock::new(|| nqueens_metrics::histogram(nqueens_metrics::FSYNC_SECONDS));
 /// Records committed by each fsync (the group commit's group size).
-pub static GROUP_RECORDS: Histogram = Histogram::new(nqueens_metrics::SIZES);
+pub static GROUP_RECORDS: LazyLock<Histogram> =
+    LazyLock::new(|| nqueens_metrics::histogram(nqueens_metrics::SIZES));
 /// Writes and fsyncs that failed.
-pub static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
+pub static WRITE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// The first bytes of a journal in the current format.
 pub const MAGIC: &[u8; 8] = b"NQJRNL\x00\x02";
@@ -675,7 +677,7 @@ impl Writer {
             buf.extend_from_slice(&frame(seq, &a.payload));
         }
         if let Err(e) = self.file.write_all(&buf) {
-            WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+            WRITE_ERRORS.inc();
             let path = self.path.display();
             if let Some(held) = self.failures.allow() {
                 tracing::error!(%path, error = %e, failures_not_logged = held, "journal write failed; nothing of it acknowledged, later writes will try again (logged once a minute)");
@@ -697,7 +699,7 @@ impl Writer {
                 GROUP_RECORDS.observe(group.len() as f64);
             }
             Err(e) => {
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                WRITE_ERRORS.inc();
                 tracing::error!(path = %self.path.display(), error = %e, "journal fsync failed; refusing further writes");
                 self.poisoned = Some(e.to_string());
             }
@@ -724,7 +726,7 @@ impl Writer {
             Err(e) => {
                 // The handle may now be the sealed file's: no append may
                 // go there.
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                WRITE_ERRORS.inc();
                 tracing::error!(path = %self.path.display(), error = %e, "sealing the journal segment failed; refusing further writes");
                 self.poisoned = Some(format!("sealing a segment: {e}"));
                 self.healthy.send_replace(false);
@@ -753,7 +755,7 @@ fn seal(path: &Path, first: u64, last: u64) -> io::Result<File> {
 fn timed_sync(file: &File) -> io::Result<()> {
     let started = std::time::Instant::now();
     let synced = file.sync_data();
-    FSYNC_SECONDS.observe_duration(started.elapsed());
+    FSYNC_SECONDS.observe(started.elapsed().as_secs_f64());
     synced
 }
 
