@@ -9,6 +9,7 @@ use crate::format::thousands;
 use crate::human::JobInfo;
 use crate::opts::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
+use nqueens_proto::refusal::Refusal;
 use nqueens_worker::backoff::Backoff;
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;
@@ -68,7 +69,19 @@ pub async fn follow(
                         break;
                     }
                 }
-                // The coordinator went away (a restart?): watch again.
+                // The coordinator said it is shutting down: no point waiting.
+                Err(s) if Refusal::is_closing(&s) => {
+                    if let Some(bar) = &bar {
+                        bar.abandon();
+                    }
+                    return Err(Failure::Unreachable(format!(
+                        "the coordinator at {} shut down while job {job} was watched; \
+                         watch it again once the coordinator is back",
+                        op.url
+                    )));
+                }
+                // The coordinator went away (a crash, a network break):
+                // watch again.
                 Ok(None) | Err(_) => {
                     let wait = backoff.next_delay();
                     let note = format!("lost the coordinator at {}; watching again in {wait:.1?}", op.url);

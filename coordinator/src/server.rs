@@ -206,7 +206,7 @@ impl Running {
     /// Stops accepting calls and waits for the server to end; the data
     /// directory is free once this returns.
     pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
-        self.core.stop_planning();
+        self.core.close();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -220,7 +220,16 @@ impl Running {
             m.abort();
             let _ = m.await;
         }
-        let served = self.server.await.expect("server task panicked");
+        // Calls in flight finish, within a bound: a client that keeps a
+        // stream open must not keep the process (and its lock) alive.
+        let served = match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.server).await {
+            Ok(served) => served.expect("server task panicked"),
+            Err(_) => {
+                tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still open after the shutdown grace; closing their connections");
+                self.server.abort();
+                Ok(())
+            }
+        };
         // The next start reads this instead of replaying the journal.
         let checkpoint = match self.checkpoint_at_shutdown {
             true => self.core.checkpoint(false).await,
@@ -240,6 +249,10 @@ impl Running {
 }
 
 pub use crate::conns::{CONNECTION_AGE, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT};
+
+/// How long a shutdown waits for calls in flight before it closes their
+/// connections.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Opens the data directory and starts serving.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<Running, StartError> {

@@ -427,6 +427,7 @@ impl OperatorService for Operators {
         self.0.core()?.job(id)?;
         let core = Arc::clone(self.0.core()?);
         let mut changes = core.subscribe();
+        let mut closing = core.closing();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let spacing = std::time::Duration::from_millis(core.limits().watch_spacing_ms);
         let ended = move |core: &Coordinator| {
@@ -439,11 +440,18 @@ impl OperatorService for Operators {
                 if tx.send(Ok(v1::Job::from(&view))).await.is_err() || over {
                     break;
                 }
-                // Wait for a change, or for the client to go away (so no
-                // task outlives its watcher).
+                // A shutdown ends the watch, saying so.
+                let closed = *closing.borrow_and_update();
+                if closed {
+                    let _ = tx.send(Err(Refusal::closing())).await;
+                    break;
+                }
+                // Wait for a change, for the client to go away (so no task
+                // outlives its watcher), or for a shutdown.
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { break },
                     () = tx.closed() => break,
+                    _ = closing.changed() => continue,
                 }
                 // Coalesce the changes of the next moment into one
                 // snapshot, but send a job's last snapshot at once, even

@@ -35,6 +35,9 @@ pub enum Refusal {
     Transport,
 }
 
+/// The message of [`Refusal::closing`].
+const CLOSING: &str = "the coordinator is shutting down";
+
 /// Each refusal's gRPC code: the one table, read both ways. A code not in
 /// it (a transport's `UNKNOWN`, `CANCELLED`, `DEADLINE_EXCEEDED`,
 /// `ABORTED`) reads as [`Refusal::Transport`].
@@ -92,6 +95,17 @@ impl Refusal {
             self,
             Refusal::NotNow | Refusal::Full | Refusal::Internal | Refusal::Transport
         )
+    }
+
+    /// What a coordinator that is shutting down answers a call it ends
+    /// early (a watch).
+    pub fn closing() -> Status {
+        Refusal::NotNow.status(CLOSING)
+    }
+
+    /// Whether `status` says the coordinator shut down.
+    pub fn is_closing(status: &Status) -> bool {
+        Refusal::of(status) == Refusal::NotNow && status.message() == CLOSING
     }
 
     /// Whether the caller's credential is the problem.

@@ -156,6 +156,8 @@ pub struct Coordinator {
     planning: Mutex<std::collections::HashMap<u64, Arc<AtomicBool>>>,
     /// Set at shutdown: no planning starts or continues.
     stopping: AtomicBool,
+    /// True once shutting down: long calls (watches) end, saying so.
+    closing: tokio::sync::watch::Sender<bool>,
     /// Whether a job that finishes is audited in the background.
     audit_when_done: AtomicBool,
     /// Held open for the lifetime of the process: the data directory's lock.
@@ -218,6 +220,18 @@ impl Coordinator {
     /// A receiver that changes after every state change.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// Begins a shutdown: planning stops, and every call that streams
+    /// until something happens (a watch) ends, telling its client why.
+    pub fn close(&self) {
+        self.stop_planning();
+        self.closing.send_replace(true);
+    }
+
+    /// True once [`Coordinator::close`] was called.
+    pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
     }
 
     /// Journals an event (waiting for its fsync), then applies it.

@@ -317,6 +317,7 @@ impl Coordinator {
             data_dir: data_dir.to_path_buf(),
             planning: Mutex::default(),
             stopping: AtomicBool::new(false),
+            closing: tokio::sync::watch::channel(false).0,
             audit_when_done: AtomicBool::new(true),
             _lock: lock,
         });
