@@ -144,9 +144,16 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let mut sum = nqueens_common::plan::Tally::default();
     let mut tasks = BTreeSet::new();
+    let mut total = 0;
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
         let n = |name: &str| f[col(name)].parse::<u128>().unwrap();
+        // Each row's share of the total, summed by a third party as is.
+        total += n("total");
+        assert!(
+            f[col("take")] == "all" || n("take") < u128::from(u64::MAX),
+            "{line}"
+        );
         let mut t = nqueens_common::plan::Tally {
             weighted: n("weighted"),
             half: n("half"),
@@ -178,16 +185,42 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         .finish(&sum)
         .unwrap();
     assert_eq!((t.total().unwrap(), t.unique().unwrap()), (14_200, 1_787));
-    let (code, jsonl, err) = run(&["export", id, "--format", "jsonl", "--coordinator", &c.url]);
-    assert_eq!(code, 0, "{err}");
-    let rows: Vec<serde_json::Value> = jsonl
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(rows.len(), tasks.len());
-    assert!(rows
-        .iter()
-        .all(|r| r["weighted"].is_string() && r["task"].is_string()));
+    assert_eq!(total, 14_200, "the total column sums to the job's total");
+    // `--json` writes JSON lines, as `--format jsonl` does; they end with
+    // a trailer saying the export is complete.
+    for format in [&["--format", "jsonl"][..], &["--json"][..]] {
+        let (code, jsonl, err) =
+            run(&[&["export", id, "--coordinator", &c.url][..], format].concat());
+        assert_eq!(code, 0, "{err}");
+        let mut rows: Vec<serde_json::Value> = jsonl
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let end = rows.pop().unwrap();
+        assert_eq!(end["complete"], true, "{end}");
+        assert_eq!(
+            (kit::dec(&end["rows"]), kit::dec(&end["total"])),
+            (tasks.len() as u128, 14_200)
+        );
+        assert_eq!(rows.len(), tasks.len());
+        assert!(rows
+            .iter()
+            .all(|r| r["weighted"].is_string() && r["task"].is_string()));
+    }
+    // A reader that stops after one line (`| head -1`): no panic, exit 0.
+    let mut head = nqueens(&["export", id, "--coordinator", &c.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(head.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("task,"), "{first}");
+    let out = head.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
 
     // Subproblem ids pass 2^53: as numbers, jq would round them.
     let (_, listed, _) = run(&["plan", "10", "--strategy", "frame", "--list", "--json"]);

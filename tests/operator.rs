@@ -87,7 +87,10 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     let (_, lines, _) = operator(&c.url, &["resume", &id2]);
     // Still planning (N=17 takes a moment to plan), or running.
     let resumed = lines[0]["state"].as_str();
-    assert!(matches!(resumed, Some("running" | "planning")), "{resumed:?}");
+    assert!(
+        matches!(resumed, Some("running" | "planning")),
+        "{resumed:?}"
+    );
     let (_, lines, _) = operator(&c.url, &["cancel", &id2]);
     assert_eq!(lines[0]["state"], "cancelled");
     let (code, _, err) = operator(&c.url, &["watch", &id2]);

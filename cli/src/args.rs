@@ -180,7 +180,7 @@ pub enum Command {
     )]
     Export {
         job: u64,
-        /// csv or jsonl.
+        /// csv or jsonl (`--json` means jsonl).
         #[arg(long, value_enum, default_value = "csv")]
         format: crate::export::Format,
         /// Write here instead of standard output.

@@ -98,7 +98,15 @@ fn run(command: Command) -> Result<(), Failure> {
             format,
             output,
             connect,
-        } => export::export(job, format, output.as_deref(), &connect),
+        } => {
+            // `--json` asks for JSON output, as everywhere else.
+            let format = if connect.json {
+                export::Format::Jsonl
+            } else {
+                format
+            };
+            export::export(job, format, output.as_deref(), &connect)
+        }
         Command::Pause { job, connect } => operator::control(job, Control::Pause, &connect),
         Command::Resume { job, connect } => operator::control(job, Control::Resume, &connect),
         Command::Cancel { job, connect } => operator::control(job, Control::Cancel, &connect),

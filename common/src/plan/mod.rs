@@ -875,6 +875,18 @@ impl Plan {
         }))
     }
 
+    /// A task's share of the total: summed over every task, the job's
+    /// total (what [`Plan::finish`] gives for the sum). A whole-board plan
+    /// counts classes (`c1 + 2·c2 + 4·c4 + 8·c8`); every other plan
+    /// counts weighted boards.
+    pub fn total_of(&self, t: &Tally) -> Result<u128, CountOverflow> {
+        if self.whole() {
+            t.classes.total()
+        } else {
+            Ok(t.weighted)
+        }
+    }
+
     /// The class counts of the whole N from the tally of every task.
     pub fn finish(&self, t: &Tally) -> Result<Totals, PlanError> {
         if self.whole() {
