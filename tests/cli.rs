@@ -864,3 +864,79 @@ fn cross_device_needs_redundancy_and_a_backtracking_plan() {
         assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// The help of `args` at a terminal `columns` wide.
+fn help_at(args: &[&str], columns: usize) -> String {
+    let out = Command::new(kit::binary())
+        .args(args)
+        .arg("--help")
+        .env("COLUMNS", columns.to_string())
+        .output()
+        .expect("start nqueens");
+    assert!(out.status.success(), "{args:?} --help");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every command with a help page: the top level, each subcommand, each
+/// token action.
+fn commands() -> Vec<Vec<String>> {
+    let top = help_at(&[], 200);
+    let listed = |help: &str| -> Vec<String> {
+        help.lines()
+            .skip_while(|l| *l != "Commands:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(String::from))
+            .filter(|c| c != "help")
+            .collect()
+    };
+    let mut all = vec![vec![]];
+    for c in listed(&top) {
+        let sub = help_at(&[c.as_str()], 200);
+        all.extend(listed(&sub).into_iter().map(|s| vec![c.clone(), s]));
+        all.push(vec![c]);
+    }
+    all
+}
+
+/// At 80 columns every line of every help fits; examples are written to
+/// fit (a long one continues after a `\`, never splits a flag from its
+/// value), and prose is left for the terminal to wrap (no hard line
+/// breaks that leave ragged lines at other widths).
+#[test]
+fn every_help_fits_80_columns_and_wraps_its_prose_cleanly() {
+    let commands = commands();
+    assert!(commands.len() > 25, "{commands:?}");
+    for c in &commands {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        for line in help_at(&args, 80).lines() {
+            assert!(line.chars().count() <= 80, "{args:?}: {line}");
+        }
+        let wide = help_at(&args, 200);
+        let lines: Vec<&str> = wide.lines().collect();
+        let mut in_examples = false;
+        for (i, line) in lines.iter().enumerate() {
+            in_examples = match *line {
+                "Examples:" => true,
+                "" => false,
+                _ => in_examples,
+            };
+            let next = lines.get(i + 1).copied().unwrap_or("");
+            if in_examples && line.starts_with("  ") {
+                assert!(line.chars().count() <= 80, "{args:?}: example {line}");
+                if next.starts_with("      ") {
+                    assert!(line.ends_with('\\'), "{args:?}: {line} / {next}");
+                }
+            }
+            // An epilogue's prose wraps at the terminal's width only: a
+            // line followed by more of its paragraph is nearly full.
+            let prose = |l: &str| !l.is_empty() && !l.starts_with(' ') && !l.ends_with(':');
+            if !in_examples && prose(line) && prose(next) {
+                assert!(
+                    line.chars().count() > 200 - 30,
+                    "{args:?}: a hard line break in prose: {line} / {next}"
+                );
+            }
+        }
+    }
+}

@@ -14,7 +14,18 @@ use std::path::PathBuf;
     long_about = "Count the solutions of the N-Queens problem exactly: all of them (total) and \
                   those distinct up to rotation and reflection (unique), with a multithreaded, \
                   symmetry-aware bitmap search.",
-    after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 18 --state ./run18      (resumable after Ctrl-C or a crash)\n  nqueens plan 20 --strategy frame\n  nqueens table 4..14\n  nqueens coordinator --data-dir ./nq-data\n  nqueens worker --coordinator http://127.0.0.1:7700\n  nqueens submit 20 --strategy frame && nqueens watch 1\n\nExit codes: 0 success, 1 failed (wrong count, no completion, job cancelled), 2 bad input,\n3 coordinator unreachable, 4 unknown job, 5 token refused, 130 interrupted."
+    after_help = "Examples:\
+        \n  nqueens solve 16\
+        \n  nqueens solve 18 --state ./run18      (resumable after Ctrl-C or a crash)\
+        \n  nqueens plan 20 --strategy frame\
+        \n  nqueens table 4..14\
+        \n  nqueens coordinator --data-dir ./nq-data\
+        \n  nqueens worker --coordinator http://127.0.0.1:7700\
+        \n  nqueens submit 20 --strategy frame && nqueens watch 1\
+        \n\
+        \nExit codes: 0 success, 1 failed (wrong count, no completion, job cancelled), 2 \
+        bad input, 3 coordinator unreachable, 4 unknown job, 5 token refused, 130 \
+        interrupted."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -24,77 +35,96 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Count the total and unique solutions of one N.
-    #[command(
-        after_help = "Examples:\n  nqueens solve 16\n  nqueens solve 17 --threads 1\n  nqueens solve 12 --json\n  \
-        nqueens solve 17 --strategy frame\n  nqueens solve 19 --state ./run19\n\n\
-        Without --strategy the whole search is cut into pieces in memory. With --strategy the\n\
-        count goes through a plan's tasks, as a cluster would run it (see `nqueens plan`).\n\n\
-        With --state DIR the run is durable: a coordinator and a worker run inside this process,\n\
-        every finished task is on disk in DIR, and the same command after Ctrl-C, kill -9 or a\n\
-        power cut continues where it stopped (strategy frame up to N=21, else rings, unless given).\n\n\
-        The result is compared with the published counts (OEIS A000170, A002562) up to N=27;\n\
-        a difference is reported as an error (exit code 1)."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens solve 16\
+        \n  nqueens solve 17 --threads 1\
+        \n  nqueens solve 12 --json\
+        \n  nqueens solve 17 --strategy frame\
+        \n  nqueens solve 19 --state ./run19\
+        \n\
+        \nWithout --strategy the whole search is cut into pieces in memory. With --strategy \
+        the count goes through a plan's tasks, as a cluster would run it (see `nqueens \
+        plan`).\
+        \n\
+        \nWith --state DIR the run is durable: a coordinator and a worker run inside this \
+        process, every finished task is on disk in DIR, and the same command after Ctrl-C, \
+        kill -9 or a power cut continues where it stopped (strategy frame up to N=21, else \
+        rings, unless given).\
+        \n\
+        \nThe result is compared with the published counts (OEIS A000170, A002562) up to \
+        N=27; a difference is reported as an error (exit code 1).")]
     Solve(SolveArgs),
     /// Split one N into subproblems and tasks, and summarise (or list) them.
-    #[command(
-        after_help = "Examples:\n  nqueens plan 20 --strategy frame\n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\n  \
-        nqueens plan 10 --strategy frame --list\n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\n  \
-        nqueens plan 28 --strategy frame --estimate\n\n\
-        prefix: the first K rows of the symmetry-pruned search; each subproblem's class counts\n\
-        add up directly.\n\
-        frame: one queen on each of the 8 border lines (rows and columns 0, 1, N-2, N-1), one\n\
-        frame per symmetry orbit with its weight (2, 4 or 8; 1 if fully symmetric); the unique\n\
-        count comes from the half- and quarter-turn symmetric searches (Burnside).\n\n\
-        Subproblem ids are stable: the same N and options always give the same ids and tasks."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens plan 20 --strategy frame\
+        \n  nqueens plan 16 --strategy prefix --depth 5 --tasks 200\
+        \n  nqueens plan 10 --strategy frame --list\
+        \n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\
+        \n  nqueens plan 28 --strategy frame --estimate\
+        \n\
+        \nprefix: the first K rows of the symmetry-pruned search; each subproblem's class \
+        counts add up directly. frame: one queen on each of the 8 border lines (rows and \
+        columns 0, 1, N-2, N-1), one frame per symmetry orbit with its weight (2, 4 or 8; 1 \
+        if fully symmetric); the unique count comes from the half- and quarter-turn \
+        symmetric searches (Burnside).\
+        \n\
+        \nSubproblem ids are stable: the same N and options always give the same ids and \
+        tasks.")]
     Plan(PlanArgs),
     /// Time the solver core against the plain bitmap baseline kept in the repo.
-    #[command(
-        after_help = "Examples:\n  nqueens bench\n  nqueens bench 14..18 --runs 3\n  nqueens bench 17 --no-baseline --json\n\n\
-        Each N is counted by the fast core on one thread and on T threads (default: all cores),\n\
-        then by the baseline (a Somers-style bitmap search using only the mirror symmetry) on\n\
-        one thread. Times are medians of --runs in-process runs; every count is checked.\n\
-        speedup = baseline time / fast core time, both on one thread. The core column says\n\
-        which inner loop counted: avx512 or avx2 (16 searches in lanes; the faster of the two on\n\
-        this CPU unless --core says), scalar, or search (N < 6)."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens bench\
+        \n  nqueens bench 14..18 --runs 3\
+        \n  nqueens bench 17 --no-baseline --json\
+        \n\
+        \nEach N is counted by the fast core on one thread and on T threads (default: all \
+        cores), then by the baseline (a Somers-style bitmap search using only the mirror \
+        symmetry) on one thread. Times are medians of --runs in-process runs; every count \
+        is checked. speedup = baseline time / fast core time, both on one thread. The core \
+        column says which inner loop counted: avx512 or avx2 (16 searches in lanes; the \
+        faster of the two on this CPU unless --core says), scalar, or search (N < 6).")]
     Bench(BenchArgs),
     /// Run the coordinator: durable jobs, task leases over gRPC, exact totals.
-    #[command(
-        after_help = "Examples:\n  nqueens coordinator --data-dir ./nq-data\n  \
-        nqueens coordinator --listen 0.0.0.0:7700 --data-dir /var/lib/nqueens \\\n      \
-        --worker-token-file /etc/nqueens/worker.token --operator-token-file /etc/nqueens/operator.token\n\n\
-        Every result is on disk (fsync) before a worker is told it was stored. After a crash or\n\
-        kill -9, start it again on the same --data-dir: every job continues where it was.\n\
-        Tokens can also come from NQUEENS_WORKER_TOKEN and NQUEENS_OPERATOR_TOKEN. Listening\n\
-        beyond loopback without both tokens is refused unless --insecure is given.\n\
-        Every option can also be set by the NQUEENS_* variable its help names (a flag given on\n\
-        the command line wins). Logs: --log-level and --log-format; RUST_LOG, when set, wins\n\
-        (e.g. RUST_LOG=info,nqueens_coordinator=debug)."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens coordinator --data-dir ./nq-data\
+        \n  nqueens coordinator --listen 0.0.0.0:7700 --data-dir /var/lib/nqueens \\\
+        \n      --worker-token-file /etc/nqueens/worker.token \\\
+        \n      --operator-token-file /etc/nqueens/operator.token\
+        \n\
+        \nEvery result is on disk (fsync) before a worker is told it was stored. After a \
+        crash or kill -9, start it again on the same --data-dir: every job continues where \
+        it was. Tokens can also come from NQUEENS_WORKER_TOKEN and NQUEENS_OPERATOR_TOKEN. \
+        Listening beyond loopback without both tokens is refused unless --insecure is \
+        given. Every option can also be set by the NQUEENS_* variable its help names (a \
+        flag given on the command line wins). Logs: --log-level and --log-format; RUST_LOG, \
+        when set, wins (e.g. RUST_LOG=info,nqueens_coordinator=debug).")]
     Coordinator(CoordinatorArgs),
     /// Run a worker: lease tasks from a coordinator and count them on every core.
-    #[command(
-        after_help = "Examples:\n  nqueens worker --coordinator http://127.0.0.1:7700\n  \
-        NQUEENS_COORDINATOR=http://coord:7700 nqueens worker --token-file /etc/nqueens/worker.token\n\n\
-        The worker first checks itself on N=8..12 (and each card on N=10..12) and refuses to work\n\
-        if it miscounts. It counts on every thread and every hardware GPU (--gpus), keeps about\n\
-        5 seconds of tasks in hand at its measured rate, heartbeats its leases, and keeps each\n\
-        result until the coordinator has stored it, reconnecting with backoff when it is away.\n\
-        SIGTERM or Ctrl-C: stop leasing, hand back unstarted tasks, finish running ones within\n\
-        --grace, exit 0. A second signal exits at once (code 130). It writes nothing to disk.\n\
-        Every option can also be set by the NQUEENS_* variable its help names (a flag given on\n\
-        the command line wins); `nqueens doctor --role worker` checks this machine's setup."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens worker --coordinator http://127.0.0.1:7700\
+        \n  NQUEENS_COORDINATOR=http://coord:7700 nqueens worker \\\
+        \n      --token-file /etc/nqueens/worker.token\
+        \n\
+        \nThe worker first checks itself on N=8..12 (and each card on N=10..12) and refuses \
+        to work if it miscounts. It counts on every thread and every hardware GPU (--gpus), \
+        keeps about 5 seconds of tasks in hand at its measured rate, heartbeats its leases, \
+        and keeps each result until the coordinator has stored it, reconnecting with \
+        backoff when it is away. SIGTERM or Ctrl-C: stop leasing, hand back unstarted \
+        tasks, finish running ones within --grace, exit 0. A second signal exits at once \
+        (code 130). It writes nothing to disk. Every option can also be set by the \
+        NQUEENS_* variable its help names (a flag given on the command line wins); `nqueens \
+        doctor --role worker` checks this machine's setup.")]
     Worker(WorkerArgs),
     /// Submit a job to a coordinator: count one N on its workers.
-    #[command(
-        after_help = "Examples:\n  nqueens submit 18\n  nqueens submit 24 --strategy frame --tasks 100000 --watch\n  nqueens submit 18 --redundancy 2\n  \
-        NQUEENS_COORDINATOR=http://coord:7700 nqueens submit 20 --json\n\n\
-        prints the job id; follow it with `nqueens watch JOB`. Submitting the same N twice makes\n\
-        two jobs. For large N, frame plans cut the work into more even tasks (see `nqueens plan`)."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens submit 18\
+        \n  nqueens submit 24 --strategy frame --tasks 100000 --watch\
+        \n  nqueens submit 18 --redundancy 2\
+        \n  NQUEENS_COORDINATOR=http://coord:7700 nqueens submit 20 --json\
+        \n\
+        \nprints the job id; follow it with `nqueens watch JOB`. Submitting the same N \
+        twice makes two jobs. For large N, frame plans cut the work into more even tasks \
+        (see `nqueens plan`).")]
     Submit(SubmitArgs),
     /// Show one job in detail, or the coordinator's jobs and workers in brief.
     #[command(
@@ -107,12 +137,14 @@ pub enum Command {
         connect: Connect,
     },
     /// Follow a job until it ends: progress by expected work, rate, ETA, counts so far.
-    #[command(
-        after_help = "Examples:\n  nqueens watch 3\n  nqueens watch 3 --json | jq .done\n  nqueens watch 3 --interval 60 > progress.log\n\n\
-        On a terminal: a progress bar. Otherwise: one line every --interval seconds (JSON lines\n\
-        with --json) and a last one when the job ends. Exit code 0 when the job is done and its\n\
-        counts match the published ones, 1 when it was cancelled or differs."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens watch 3\
+        \n  nqueens watch 3 --json | jq .done\
+        \n  nqueens watch 3 --interval 60 > progress.log\
+        \n\
+        \nOn a terminal: a progress bar. Otherwise: one line every --interval seconds (JSON \
+        lines with --json) and a last one when the job ends. Exit code 0 when the job is \
+        done and its counts match the published ones, 1 when it was cancelled or differs.")]
     Watch {
         /// The job id.
         job: u64,
@@ -135,29 +167,31 @@ pub enum Command {
     },
     /// Ask a coordinator whether it is serving (gRPC health): for container
     /// health checks and scripts that wait for a coordinator to come up.
-    #[command(
-        after_help = "Examples:\n  nqueens health --coordinator http://coord:7700\n  \
-        until nqueens health 2>/dev/null; do sleep 1; done\n\n\
-        Exit code 0 when the coordinator answers SERVING, 1 when it answers otherwise,\n\
-        3 when it cannot be reached. Needs no token."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens health --coordinator http://coord:7700\
+        \n  until nqueens health 2>/dev/null; do sleep 1; done\
+        \n\
+        \nExit code 0 when the coordinator answers SERVING, 1 when it answers otherwise, 3 \
+        when it cannot be reached. Needs no token.")]
     Health {
         #[command(flatten)]
         connect: Connect,
     },
     /// Re-check a job from its journal: CRCs, plan, every result, the sums,
     /// the published counts; with a digest another site can compare.
-    #[command(
-        after_help = "Examples:\n  nqueens audit 3\n  nqueens audit 3 --data-dir /var/lib/nqueens   (no coordinator needed)\n  \
-        nqueens audit 3 --json | jq -r .digest\n\n\
-        The audit reads the journal file, not the coordinator's memory: every record's CRC, the\n\
-        plan re-computed and compared with the digest journaled when the job was planned, each\n\
-        counted result checked against its task, the totals summed again from nothing (checked\n\
-        128-bit arithmetic) and compared with the running totals and the published counts.\n\
-        The digest (SHA-256 of the plan and every counted result, without node counts or\n\
-        timings) is the same at any site that counted the same plan correctly.\n\
-        Exit code 0 when nothing is wrong (a job still running is audited so far), 1 otherwise."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens audit 3\
+        \n  nqueens audit 3 --data-dir /var/lib/nqueens   (no coordinator needed)\
+        \n  nqueens audit 3 --json | jq -r .digest\
+        \n\
+        \nThe audit reads the journal file, not the coordinator's memory: every record's \
+        CRC, the plan re-computed and compared with the digest journaled when the job was \
+        planned, each counted result checked against its task, the totals summed again from \
+        nothing (checked 128-bit arithmetic) and compared with the running totals and the \
+        published counts. The digest (SHA-256 of the plan and every counted result, without \
+        node counts or timings) is the same at any site that counted the same plan \
+        correctly. Exit code 0 when nothing is wrong (a job still running is audited so \
+        far), 1 otherwise.")]
     Audit {
         job: u64,
         /// Read the journal in this coordinator data directory instead of
@@ -169,15 +203,17 @@ pub enum Command {
     },
     /// Stream every counted task of a job (CSV or JSON lines) for a third
     /// party to re-add and re-audit.
-    #[command(
-        after_help = "Examples:\n  nqueens export 3 > job3.csv\n  nqueens export 3 --format jsonl --output job3.jsonl\n\n\
-        One row per counted task, in task order: the task and its subproblem range (lo, hi, skip,\n\
-        take, subproblems, as `nqueens plan N ... --task I` shows them), its counts (c1, c2, c4,\n\
-        c8, weighted, half, quarter, nodes), checksum, worker, unix_ms, elapsed_ms and\n\
-        solver_version. Every integer in JSON lines is a decimal string. At the end the rows are\n\
-        re-added and the sum compared with the job's counts (on standard error); exit code 1 if\n\
-        they differ. A running job exports the tasks counted so far."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens export 3 > job3.csv\
+        \n  nqueens export 3 --format jsonl --output job3.jsonl\
+        \n\
+        \nOne row per counted task, in task order: the task and its subproblem range (lo, \
+        hi, skip, take, subproblems, as `nqueens plan N ... --task I` shows them), its \
+        counts (c1, c2, c4, c8, weighted, half, quarter, nodes), checksum, worker, unix_ms, \
+        elapsed_ms and solver_version. Every integer in JSON lines is a decimal string. At \
+        the end the rows are re-added and the sum compared with the job's counts (on \
+        standard error); exit code 1 if they differ. A running job exports the tasks \
+        counted so far.")]
     Export {
         job: u64,
         /// csv or jsonl (`--json` means jsonl).
@@ -190,13 +226,15 @@ pub enum Command {
         connect: Connect,
     },
     /// Issue, revoke or list per-worker tokens, stored hashed in a coordinator's data directory.
-    #[command(
-        after_help = "Examples:\n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\n  \
-        nqueens token revoke rack1-node07 --data-dir /var/lib/nqueens\n  nqueens token list --data-dir /var/lib/nqueens\n\n\
-        An issued token is printed once; the data directory keeps only its SHA-256. A running\n\
-        coordinator accepts it (as a worker token) and forgets a revoked one within seconds.\n\
-        Redundancy counts votes by credential: two worker ids under one token are one vote."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\
+        \n  nqueens token revoke rack1-node07 --data-dir /var/lib/nqueens\
+        \n  nqueens token list --data-dir /var/lib/nqueens\
+        \n\
+        \nAn issued token is printed once; the data directory keeps only its SHA-256. A \
+        running coordinator accepts it (as a worker token) and forgets a revoked one within \
+        seconds. Redundancy counts votes by credential: two worker ids under one token are \
+        one vote.")]
     Token {
         #[command(subcommand)]
         action: TokenAction,
@@ -220,13 +258,13 @@ pub enum Command {
         connect: Connect,
     },
     /// Delete a finished or cancelled job, its task list and its results.
-    #[command(
-        after_help = "Examples:\n  nqueens export 3 > job3.csv && nqueens delete 3 --yes\n\n\
-        The job leaves the coordinator's state and store (journaled: a restart does not bring it\n\
-        back, and its id is never given again); `status`, `export` and `audit` then say it was\n\
-        deleted. The journal's old segments still hold its records. A running or paused job is\n\
-        refused: cancel it first."
-    )]
+    #[command(after_help = "Examples:\
+        \n  nqueens export 3 > job3.csv && nqueens delete 3 --yes\
+        \n\
+        \nThe job leaves the coordinator's state and store (journaled: a restart does not \
+        bring it back, and its id is never given again); `status`, `export` and `audit` \
+        then say it was deleted. The journal's old segments still hold its records. A \
+        running or paused job is refused: cancel it first.")]
     Delete {
         job: u64,
         /// Confirm: without it nothing is deleted.
@@ -237,11 +275,11 @@ pub enum Command {
     },
     /// Put a job's dead tasks (out of retries) back in its schedule.
     #[command(
-        after_help = "A task whose leases kept expiring (a worker crashing on it, a network that\n\
-        drops its results) is marked dead after the retry budget and the job cannot finish.\n\
-        Once the cause is fixed, `nqueens retry JOB` hands those tasks out again, first in line,\n\
-        each with a fresh budget. Durable (journaled); refused for a cancelled job or one with no\n\
-        dead tasks."
+        after_help = "A task whose leases kept expiring (a worker crashing on it, a network that drops \
+        its results) is marked dead after the retry budget and the job cannot finish. Once \
+        the cause is fixed, `nqueens retry JOB` hands those tasks out again, first in line, \
+        each with a fresh budget. Durable (journaled); refused for a cancelled job or one \
+        with no dead tasks."
     )]
     Retry {
         job: u64,
@@ -250,15 +288,19 @@ pub enum Command {
     },
     /// Check this machine's setup against a coordinator: reachable, TLS,
     /// health, the token's role, the CPU and engine path, a speed sample.
-    #[command(after_help = "Examples:\n  nqueens doctor\n  \
-        nqueens doctor --coordinator https://coord:7700 --tls-ca ca.pem --token-file op.token\n  \
-        nqueens doctor --role worker --token-file /etc/nqueens/worker.token\n  \
-        nqueens doctor --json | jq -r '.checks[] | select(.outcome == \"fail\") | .detail'\n\n\
-        One line per check: ok, FAIL, skip (an earlier check failed) or info. The token check\n\
-        makes one call only its role may make (operator: list the jobs; worker: a heartbeat\n\
-        naming no worker, which records nothing). The speed sample counts N=15 on one thread\n\
-        for --seconds, every count checked, as a worker here would count.\n\
-        Exit code 0 when no check failed, 1 otherwise.")]
+    #[command(after_help = "Examples:\
+        \n  nqueens doctor\
+        \n  nqueens doctor --coordinator https://coord:7700 --tls-ca ca.pem \\\
+        \n      --token-file op.token\
+        \n  nqueens doctor --role worker --token-file /etc/nqueens/worker.token\
+        \n  nqueens doctor --json \\\
+        \n      | jq -r '.checks[] | select(.outcome == \"fail\") | .detail'\
+        \n\
+        \nOne line per check: ok, FAIL, skip (an earlier check failed) or info. The token \
+        check makes one call only its role may make (operator: list the jobs; worker: a \
+        heartbeat naming no worker, which records nothing). The speed sample counts N=15 on \
+        one thread for --seconds, every count checked, as a worker here would count. Exit \
+        code 0 when no check failed, 1 otherwise.")]
     Doctor {
         /// Whose token to check: an operator's (NQUEENS_OPERATOR_TOKEN) or a
         /// worker's (NQUEENS_WORKER_TOKEN).
@@ -324,10 +366,13 @@ pub enum Command {
     },
     /// Complete a board from given queens read on standard input.
     #[command(
-        after_help = "Input (the classic judge format): a line with k, then k lines 'row col'\n\
-        (0-based) of the given queens. Output: one full board holding them, 'Q' and '.'.\n\n\
-        Example:\n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\n\n\
-        Exit codes: 0 completed, 1 no completion exists, 2 bad input."
+        after_help = "Input (the classic judge format): a line with k, then k lines 'row col' (0-based) \
+        of the given queens. Output: one full board holding them, 'Q' and '.'.\
+        \n\
+        \nExample:\
+        \n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\
+        \n\
+        \nExit codes: 0 completed, 1 no completion exists, 2 bad input."
     )]
     Complete {
         /// Board size, 1 to 32.
