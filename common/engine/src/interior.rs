@@ -211,7 +211,27 @@ impl Interior {
         self.search::<true>(start)
     }
 
+    /// Fills `steps` with what a queen in row k needs, one record per row
+    /// up to the third-to-last: its shift, the next row's open columns and
+    /// shift, and the open columns of the row after.
+    #[inline(always)]
+    fn fill_steps(&self, steps: &mut [[u32; 4]; 32]) {
+        for (k, step) in steps.iter_mut().enumerate().take(self.rows - 2) {
+            *step = [
+                self.shift[k],
+                self.allowed[k + 1],
+                self.shift[k + 1],
+                self.allowed[k + 2],
+            ];
+        }
+    }
+
     /// The body of [`Interior::count_from`], inlined into each build of it.
+    // One function so the compiler keeps the search state (the masks, the
+    // row, the stack depth, the counters) in registers from one queen to
+    // the next: the loop calls nothing that is not `#[inline(always)]`, and
+    // only the set-up done once per start ([`Interior::fill_steps`]) is a
+    // function of its own.
     #[inline(always)]
     fn search<const BMI2: bool>(&self, start: &Start) -> PieceCounts {
         let i0 = usize::from(start.row);
@@ -225,18 +245,8 @@ impl Interior {
         // masks before the row's queen, the row.
         let mut stack = [(0u32, 0u32, 0u32, 0u32, 0u32); 32];
         let seen = |l: u32, r: u32, c: u32| l | r | c;
-        // What a queen in row k needs, in one record: its shift, the next
-        // row's open columns and shift, and the open columns of the row
-        // after.
         let mut steps = [[0u32; 4]; 32];
-        for (k, step) in steps.iter_mut().enumerate().take(self.rows - 2) {
-            *step = [
-                self.shift[k],
-                self.allowed[k + 1],
-                self.shift[k + 1],
-                self.allowed[k + 2],
-            ];
-        }
+        self.fill_steps(&mut steps);
         let (mut i, mut ld, mut col, mut rd) = (i0, start.l, start.d, start.r);
         let mut bm = self.allowed[i & 31] & !(start.l | start.d | start.r);
         let (gap_ab, gap_bc) = LastThree::gaps(self);

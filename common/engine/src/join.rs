@@ -252,6 +252,58 @@ impl Drop for Taken<'_> {
     }
 }
 
+/// The walk that fills a [`Quarter`]'s lists: every placement on the run
+/// of `len` free rows from `first`, in the columns of `side`, each in the
+/// list of the row set it uses, while the join has room for it.
+struct QuarterWalk<'a> {
+    rows: &'a Rows,
+    first: usize,
+    len: usize,
+    side: u32,
+    /// Placements (columns, diagonals, anti-diagonals) by row set.
+    lists: Vec<Vec<(u32, u64, u64)>>,
+    taken: Taken<'a>,
+}
+
+impl QuarterWalk<'_> {
+    /// Places queens on the run's rows from `i` on, given those placed on
+    /// the rows before `i`: on row set `set`, taking columns `c` and
+    /// diagonals `d1`, `d2`.
+    fn place(
+        &mut self,
+        i: usize,
+        set: usize,
+        (c, d1, d2): (u32, u64, u64),
+    ) -> Result<(), TooLarge> {
+        if i == self.len {
+            if !self.taken.one() {
+                return Err(TooLarge {
+                    limit: self.taken.room.limit,
+                });
+            }
+            self.lists[set].push((c, d1, d2));
+            return Ok(());
+        }
+        // Row i left empty, then each open column of it taken.
+        self.place(i + 1, set, (c, d1, d2))?;
+        let p = self.rows.pos[self.first + i];
+        let mut open = self.rows.open[self.first + i]
+            & self.side
+            & !(c | (d1 >> p) as u32 | (d2 >> (31 - p)) as u32);
+        while open != 0 {
+            let col = open.trailing_zeros();
+            open &= open - 1;
+            let next = (
+                c | 1 << col,
+                d1 | 1u64 << (p + col),
+                d2 | 1u64 << (col + 31 - p),
+            );
+            self.place(i + 1, set | 1 << i, next)?;
+        }
+        Ok(())
+    }
+}
+
 impl Quarter {
     fn new(
         rows: &Rows,
@@ -260,67 +312,23 @@ impl Quarter {
         side: u32,
         room: &Room,
     ) -> Result<Quarter, TooLarge> {
-        let mut lists: Vec<Vec<(u32, u64, u64)>> = vec![Vec::new(); 1 << len];
-        #[allow(clippy::too_many_arguments)]
-        fn walk(
-            rows: &Rows,
-            first: usize,
-            len: usize,
-            side: u32,
-            i: usize,
-            set: usize,
-            (c, d1, d2): (u32, u64, u64),
-            lists: &mut [Vec<(u32, u64, u64)>],
-            room: &mut Taken,
-        ) -> Result<(), TooLarge> {
-            if i == len {
-                if !room.one() {
-                    return Err(TooLarge {
-                        limit: room.room.limit,
-                    });
-                }
-                lists[set].push((c, d1, d2));
-                return Ok(());
-            }
-            walk(rows, first, len, side, i + 1, set, (c, d1, d2), lists, room)?;
-            let p = rows.pos[first + i];
-            let mut open =
-                rows.open[first + i] & side & !(c | (d1 >> p) as u32 | (d2 >> (31 - p)) as u32);
-            while open != 0 {
-                let col = open.trailing_zeros();
-                open &= open - 1;
-                let next = (
-                    c | 1 << col,
-                    d1 | 1u64 << (p + col),
-                    d2 | 1u64 << (col + 31 - p),
-                );
-                walk(
-                    rows,
-                    first,
-                    len,
-                    side,
-                    i + 1,
-                    set | 1 << i,
-                    next,
-                    lists,
-                    room,
-                )?;
-            }
-            Ok(())
-        }
-        let mut taken = Taken { room, left: 0 };
-        walk(
+        let mut walk = QuarterWalk {
             rows,
             first,
             len,
             side,
-            0,
-            0,
-            (0, 0, 0),
-            &mut lists,
-            &mut taken,
-        )?;
+            lists: vec![Vec::new(); 1 << len],
+            taken: Taken { room, left: 0 },
+        };
+        walk.place(0, 0, (0, 0, 0))?;
+        let QuarterWalk { lists, taken, .. } = walk;
         drop(taken);
+        Ok(Quarter::of_lists(first, len, lists))
+    }
+
+    /// The table of the placements in `lists` (those on row set `t` in
+    /// `lists[t]`), each row set's sorted by the columns they take.
+    fn of_lists(first: usize, len: usize, lists: Vec<Vec<(u32, u64, u64)>>) -> Quarter {
         let total: usize = lists.iter().map(Vec::len).sum();
         let mut q = Quarter {
             first,
@@ -340,7 +348,7 @@ impl Quarter {
             }
         }
         q.at.push(q.cols.len() as u64);
-        Ok(q)
+        q
     }
 
     /// The placements on the rows of `rows_in` that fall in this run.

@@ -198,66 +198,11 @@ impl Plan {
         started: Instant,
     ) -> Result<Estimate, PlanError> {
         let mut s = JoinSample::default();
-        let (subproblems, exact);
-        if self.spec.strategy == Strategy::Halves {
-            // Each piece apart (stratified): its tables built once, timed,
-            // then its choices sampled with an equal share of the budget.
-            let n = self.spec.n.n();
-            let pieces = whole_pieces(n);
-            let mut total = 0u64;
-            for piece in 0..pieces {
-                let (shape, _) = Shape::piece(n, piece);
-                let mut choices = Vec::new();
-                shape.for_each_choice(|c, _| choices.push(c));
-                total += choices.len() as u64;
-                let t = Instant::now();
-                let join = shape.build(self.budget)?.on(self.path);
-                s.build_seconds += t.elapsed().as_secs_f64();
-                s.table_bytes = s.table_bytes.max(join.table_bytes());
-                s.path = Some(join.path());
-                let until = budget.mul_f64((piece + 1) as f64 / pieces as f64);
-                let mut taken = Vec::new();
-                while !choices.is_empty()
-                    && (taken.len() < 8 || (started.elapsed() < until && taken.len() < 100_000))
-                {
-                    let c = choices[rng.below(choices.len() as u64) as usize];
-                    taken.push(s.time(|h| join.count_choice(c, h))?);
-                }
-                s.add_stratum(&taken, choices.len() as f64);
-            }
-            (subproblems, exact) = (total as f64, true);
+        let (subproblems, exact) = if self.spec.strategy == Strategy::Halves {
+            (self.sample_halves(&mut s, rng, budget, started)?, true)
         } else {
-            (subproblems, exact) = self.subproblem_count(rng);
-            // A subproblem drawn with probability p weighs 1 / p: a ring
-            // part's time counts for all its ring's parts, and the sum over
-            // draws is scaled to the plan's rings (or subproblems).
-            let (units, _) = match self.spec.strategy {
-                Strategy::Rings => self.ring_plan().subproblem_count(rng),
-                _ => (subproblems, exact),
-            };
-            // At least two draws for an error bar, more while the budget
-            // lasts: at record N one draw counts a part of 20 free rows,
-            // tens of seconds.
-            let mut taken = Vec::new();
-            while taken.len() < 2 || (started.elapsed() < budget && taken.len() < 100_000) {
-                let (it, start, times) = self.random_start(rng);
-                let (mut bytes, mut path) = (0, Path::Scalar);
-                let (mut secs, nodes) = s.time(|h| {
-                    let join = Join::within(&it, &start, self.budget)?.on(self.path);
-                    (bytes, path) = (join.table_bytes(), join.path());
-                    let mut c = crate::engine::counts::PieceCounts::default();
-                    for (choice, _) in join.choices() {
-                        c.nodes += join.count_choice(choice, h)?.nodes;
-                    }
-                    Ok(c)
-                })?;
-                s.table_bytes = s.table_bytes.max(bytes);
-                s.path = Some(path);
-                secs *= times;
-                taken.push((secs, nodes * times));
-            }
-            s.add_stratum(&taken, units);
-        }
+            self.sample_interiors(&mut s, rng, budget, started)?
+        };
         Ok(Estimate {
             mode: Mode::Join.name(),
             path: s.path.unwrap_or(Path::Scalar).name(),
@@ -273,6 +218,91 @@ impl Plan {
             seconds_spent: started.elapsed().as_secs_f64(),
             task_bytes: s.table_bytes + s.halves.bytes(),
         })
+    }
+
+    /// Samples a halves plan into `s`, each piece apart (stratified): its
+    /// tables built once, timed, then its choices drawn with an equal share
+    /// of the budget. Returns the plan's choices (exact).
+    fn sample_halves(
+        &self,
+        s: &mut JoinSample,
+        rng: &mut Rng,
+        budget: Duration,
+        started: Instant,
+    ) -> Result<f64, PlanError> {
+        let n = self.spec.n.n();
+        let pieces = whole_pieces(n);
+        let mut total = 0u64;
+        for piece in 0..pieces {
+            let (shape, _) = Shape::piece(n, piece);
+            let mut choices = Vec::new();
+            shape.for_each_choice(|c, _| choices.push(c));
+            total += choices.len() as u64;
+            let t = Instant::now();
+            let join = shape.build(self.budget)?.on(self.path);
+            s.build_seconds += t.elapsed().as_secs_f64();
+            s.table_bytes = s.table_bytes.max(join.table_bytes());
+            s.path = Some(join.path());
+            let until = budget.mul_f64((piece + 1) as f64 / pieces as f64);
+            let mut taken = Vec::new();
+            while !choices.is_empty()
+                && (taken.len() < 8 || (started.elapsed() < until && taken.len() < 100_000))
+            {
+                let c = choices[rng.below(choices.len() as u64) as usize];
+                taken.push(s.time(|h| join.count_choice(c, h))?);
+            }
+            s.add_stratum(&taken, choices.len() as f64);
+        }
+        Ok(total as f64)
+    }
+
+    /// Samples a prefix, frame or rings plan into `s`: random subproblems
+    /// counted by the join. Returns the plan's subproblems and whether that
+    /// number is exact.
+    fn sample_interiors(
+        &self,
+        s: &mut JoinSample,
+        rng: &mut Rng,
+        budget: Duration,
+        started: Instant,
+    ) -> Result<(f64, bool), PlanError> {
+        let (subproblems, exact) = self.subproblem_count(rng);
+        // A subproblem drawn with probability p weighs 1 / p: a ring
+        // part's time counts for all its ring's parts, and the sum over
+        // draws is scaled to the plan's rings (or subproblems).
+        let (units, _) = match self.spec.strategy {
+            Strategy::Rings => self.ring_plan().subproblem_count(rng),
+            _ => (subproblems, exact),
+        };
+        // At least two draws for an error bar, more while the budget
+        // lasts: at record N one draw counts a part of 20 free rows,
+        // tens of seconds.
+        let mut taken = Vec::new();
+        while taken.len() < 2 || (started.elapsed() < budget && taken.len() < 100_000) {
+            taken.push(self.time_random_join(s, rng)?);
+        }
+        s.add_stratum(&taken, units);
+        Ok((subproblems, exact))
+    }
+
+    /// Counts one random subproblem by the join (its tables built for it)
+    /// and returns its seconds and nodes, times the subproblems it stands
+    /// for in the draw.
+    fn time_random_join(&self, s: &mut JoinSample, rng: &mut Rng) -> Result<(f64, f64), PlanError> {
+        let (it, start, times) = self.random_start(rng);
+        let (mut bytes, mut path) = (0, Path::Scalar);
+        let (secs, nodes) = s.time(|h| {
+            let join = Join::within(&it, &start, self.budget)?.on(self.path);
+            (bytes, path) = (join.table_bytes(), join.path());
+            let mut c = crate::engine::counts::PieceCounts::default();
+            for (choice, _) in join.choices() {
+                c.nodes += join.count_choice(choice, h)?.nodes;
+            }
+            Ok(c)
+        })?;
+        s.table_bytes = s.table_bytes.max(bytes);
+        s.path = Some(path);
+        Ok((secs * times, nodes * times))
     }
 
     /// A random subproblem of a prefix, frame or rings plan, as an interior

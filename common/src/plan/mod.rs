@@ -328,110 +328,139 @@ impl Plan {
         })
     }
 
+    /// The plan's groups in id order, and its subproblems by class.
     fn groups(&self, stop: &AtomicBool) -> Result<GroupsAndClasses, PlanError> {
-        let n = self.spec.n;
-        let mut groups = Vec::new();
-        let classes;
         if self.whole() {
-            classes = vec![("whole search".into(), 1)];
             let id = Subproblem::Whole.id();
-            groups.push(Group {
+            let whole = Group {
                 lo: id,
                 hi: id + 1,
                 count: 1,
                 work: 1.0,
-            });
-            return Ok((groups, classes));
+            };
+            return Ok((vec![whole], vec![("whole search".into(), 1)]));
         }
-        match (self.spec.strategy, &self.frames) {
-            (Strategy::Prefix, _) => {
-                let mut by_weight = [0u64; 3];
-                let tag = (Kind::Prefix as u64) << KIND_SHIFT;
-                let below = POS_BITS * (self.spec.depth - 2);
-                for_each_chunk(stop, |chunk| {
-                    let (lo, hi) = (tag | chunk << below, tag | (chunk + 1) << below);
-                    self.for_each_prefix(lo, hi, |cols, weight, work| {
-                        by_weight[weight as usize] += 1;
-                        // Group the pieces that share all rows but the last.
-                        add_to_group(&mut groups, prefix_id(cols), POS_BITS, work);
-                    });
-                })?;
-                classes = vec![
-                    ("prefixes of weight 2".into(), by_weight[2]),
-                    ("prefixes of weight 1".into(), by_weight[1]),
-                ];
-            }
-            (Strategy::Frame, Some(frames)) => {
-                let mut by_weight = [0u64; 9];
-                let tag = (Kind::Frame as u64) << KIND_SHIFT;
-                let nn = n.n();
-                for_each_border(frames, stop, |f, w, queens| {
-                    by_weight[w as usize] += 1;
-                    let id = tag | f.key();
-                    let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
-                    // Group the frames that share an outer ring (a depth-1
-                    // frame is its ring: each is a group of its own).
-                    let inner = (frames.lines() - 4) as u32 * POS_BITS;
-                    add_to_group(&mut groups, id, inner, work);
-                })?;
-                classes = weight_classes("frames", &by_weight);
-            }
-            (Strategy::Rings, Some(frames)) => {
-                let mut by_weight = [0u64; 9];
-                let tag = (Kind::RingPart as u64) << KIND_SHIFT;
-                let nn = n.n();
-                for_each_border(frames, stop, |ring, w, queens| {
-                    let free = nn - queens;
-                    self.for_each_part(frames, ring, |part, start| {
-                        by_weight[w as usize] += 1;
-                        let id = tag | ring.key() << PART_BITS | u64::from(part);
-                        let work = FRAME_ROW_FACTOR.powi((free - usize::from(start.row)) as i32);
-                        // A ring's parts are one group.
-                        add_to_group(&mut groups, id, PART_BITS, work);
-                    });
-                })?;
-                classes = weight_classes("ring parts", &by_weight);
-            }
-            (Strategy::Halves, _) => {
-                let nn = n.n();
-                let mut choices = 0u64;
-                // A choice's work: the model's unit of a board of N rows,
-                // shared out, so the symmetric searches weigh next to nothing.
-                for piece in 0..whole_pieces(nn) {
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(PlanError::Stopped);
-                    }
-                    let (shape, _) = Shape::piece(nn, piece);
-                    shape.for_each_choice(|s, _| {
-                        choices += 1;
-                        // A piece's choices are one group.
-                        let id = choice_id(piece as u8, s);
-                        add_to_group(&mut groups, id, 32, 2f64.powi(nn as i32));
-                    });
-                }
-                classes = vec![("choices of east rows".into(), choices)];
-            }
+        let mut groups = Vec::new();
+        let mut classes = match (self.spec.strategy, &self.frames) {
+            (Strategy::Prefix, _) => self.prefix_groups(stop, &mut groups)?,
+            (Strategy::Frame, Some(frames)) => self.frame_groups(frames, stop, &mut groups)?,
+            (Strategy::Rings, Some(frames)) => self.ring_groups(frames, stop, &mut groups)?,
+            (Strategy::Halves, _) => self.halves_groups(stop, &mut groups)?,
             (Strategy::Frame | Strategy::Rings, None) => {
                 unreachable!("whole() covers border plans without frames")
             }
             (Strategy::Synthetic, _) => unreachable!("synthetic plans are never enumerated"),
+        };
+        self.symmetric_groups(&mut groups, &mut classes);
+        // In id order (a ring part's kind sorts after the symmetric ones):
+        // tasks are id ranges.
+        groups.sort_by_key(|g| g.lo);
+        Ok((groups, classes))
+    }
+
+    /// A prefix plan's groups: the pieces that share all rows but the last.
+    fn prefix_groups(
+        &self,
+        stop: &AtomicBool,
+        groups: &mut Vec<Group>,
+    ) -> Result<Classes, PlanError> {
+        let mut by_weight = [0u64; 3];
+        let tag = (Kind::Prefix as u64) << KIND_SHIFT;
+        let below = POS_BITS * (self.spec.depth - 2);
+        for_each_chunk(stop, |chunk| {
+            let (lo, hi) = (tag | chunk << below, tag | (chunk + 1) << below);
+            self.for_each_prefix(lo, hi, |cols, weight, work| {
+                by_weight[weight as usize] += 1;
+                add_to_group(groups, prefix_id(cols), POS_BITS, work);
+            });
+        })?;
+        Ok(vec![
+            ("prefixes of weight 2".into(), by_weight[2]),
+            ("prefixes of weight 1".into(), by_weight[1]),
+        ])
+    }
+
+    /// A frame plan's groups: the frames that share an outer ring (a
+    /// depth-1 frame is its ring: each is a group of its own).
+    fn frame_groups(
+        &self,
+        frames: &Frames,
+        stop: &AtomicBool,
+        groups: &mut Vec<Group>,
+    ) -> Result<Classes, PlanError> {
+        let mut by_weight = [0u64; 9];
+        let tag = (Kind::Frame as u64) << KIND_SHIFT;
+        let nn = self.spec.n.n();
+        for_each_border(frames, stop, |f, w, queens| {
+            by_weight[w as usize] += 1;
+            let id = tag | f.key();
+            let work = FRAME_ROW_FACTOR.powi((nn - queens) as i32);
+            let inner = (frames.lines() - 4) as u32 * POS_BITS;
+            add_to_group(groups, id, inner, work);
+        })?;
+        Ok(weight_classes("frames", &by_weight))
+    }
+
+    /// A rings plan's groups: a ring's parts are one group.
+    fn ring_groups(
+        &self,
+        frames: &Frames,
+        stop: &AtomicBool,
+        groups: &mut Vec<Group>,
+    ) -> Result<Classes, PlanError> {
+        let mut by_weight = [0u64; 9];
+        let tag = (Kind::RingPart as u64) << KIND_SHIFT;
+        let nn = self.spec.n.n();
+        for_each_border(frames, stop, |ring, w, queens| {
+            let free = nn - queens;
+            self.for_each_part(frames, ring, |part, start| {
+                by_weight[w as usize] += 1;
+                let id = tag | ring.key() << PART_BITS | u64::from(part);
+                let work = FRAME_ROW_FACTOR.powi((free - usize::from(start.row)) as i32);
+                add_to_group(groups, id, PART_BITS, work);
+            });
+        })?;
+        Ok(weight_classes("ring parts", &by_weight))
+    }
+
+    /// A halves plan's groups: a piece's choices of east rows are one
+    /// group. A choice's work is the model's unit of a board of N rows,
+    /// shared out, so the symmetric searches weigh next to nothing.
+    fn halves_groups(
+        &self,
+        stop: &AtomicBool,
+        groups: &mut Vec<Group>,
+    ) -> Result<Classes, PlanError> {
+        let nn = self.spec.n.n();
+        let mut choices = 0u64;
+        for piece in 0..whole_pieces(nn) {
+            if stop.load(Ordering::Relaxed) {
+                return Err(PlanError::Stopped);
+            }
+            let (shape, _) = Shape::piece(nn, piece);
+            shape.for_each_choice(|s, _| {
+                choices += 1;
+                let id = choice_id(piece as u8, s);
+                add_to_group(groups, id, 32, 2f64.powi(nn as i32));
+            });
         }
-        let mut classes = classes;
+        Ok(vec![("choices of east rows".into(), choices)])
+    }
+
+    /// The half- and quarter-turn symmetric searches, each a group of its
+    /// own (no other id shares its bits), and their classes.
+    fn symmetric_groups(&self, groups: &mut Vec<Group>, classes: &mut Classes) {
+        let n = self.spec.n;
         // A symmetric search chooses about N/2 (half) or N/4 (quarter) queens.
         let nn = n.n();
         for (turn, rows) in [(Turn::Half, nn / 2), (Turn::Quarter, nn / 4)] {
             for first in 0..n.get() as u8 {
                 let id = Subproblem::Symmetric { turn, first }.id();
-                // Each its own group (no other id shares its bits).
-                add_to_group(&mut groups, id, 0, FRAME_ROW_FACTOR.powi(rows as i32));
+                add_to_group(groups, id, 0, FRAME_ROW_FACTOR.powi(rows as i32));
             }
         }
         classes.push(("half-turn searches".into(), n.get().into()));
         classes.push(("quarter-turn searches".into(), n.get().into()));
-        // In id order (a ring part's kind sorts after the symmetric ones):
-        // tasks are id ranges.
-        groups.sort_by_key(|g| g.lo);
-        Ok((groups, classes))
     }
 
     /// Prefixes at the plan's depth with ids in `lo..hi`, in id order, with
@@ -517,81 +546,100 @@ impl Plan {
         ] {
             let base = (kind as u64) << KIND_SHIFT;
             let (lo, hi) = (task.lo.max(base), task.hi.min(base | PAYLOAD));
-            if lo >= hi {
-                continue;
+            if lo < hi {
+                self.for_each_of_kind(kind, lo, hi, &mut each);
             }
-            match kind {
-                Kind::Whole => each(Subproblem::Whole),
-                Kind::Prefix => self.for_each_prefix(lo, hi, |cols, weight, _| {
-                    each(Subproblem::Prefix {
-                        cols: cols.to_vec(),
-                        weight,
-                    })
-                }),
-                Kind::Frame => {
-                    if let Some(fr) = &self.frames {
-                        fr.for_each_in(
-                            lo & PAYLOAD,
-                            (hi - base).min(PAYLOAD),
-                            |frame, weight, _| each(Subproblem::Frame { frame, weight }),
-                        );
-                    }
-                }
-                Kind::RingPart => {
-                    let (Some(fr), Strategy::Rings) = (&self.frames, self.spec.strategy) else {
-                        continue;
-                    };
-                    let (lo, hi) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
-                    // Every ring with a part in lo..hi.
-                    let rings = (lo >> PART_BITS, ((hi - 1) >> PART_BITS) + 1);
-                    fr.for_each_in(rings.0, rings.1, |ring, weight, _| {
-                        let first = ring.key() << PART_BITS;
-                        self.for_each_part(fr, ring, |part, start| {
-                            if (lo..hi).contains(&(first | u64::from(part))) {
-                                each(Subproblem::RingPart {
-                                    ring,
-                                    weight,
-                                    part,
-                                    start,
-                                });
-                            }
-                        });
+        }
+    }
+
+    /// Visits this plan's subproblems of `kind` with ids in `lo..hi` (a
+    /// non-empty range within the kind's ids), in id order.
+    fn for_each_of_kind(&self, kind: Kind, lo: u64, hi: u64, each: &mut impl FnMut(Subproblem)) {
+        let base = (kind as u64) << KIND_SHIFT;
+        // The range's payloads.
+        let (from, to) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
+        match kind {
+            Kind::Whole => each(Subproblem::Whole),
+            Kind::Prefix => self.for_each_prefix(lo, hi, |cols, weight, _| {
+                each(Subproblem::Prefix {
+                    cols: cols.to_vec(),
+                    weight,
+                })
+            }),
+            Kind::Frame => {
+                if let Some(fr) = &self.frames {
+                    fr.for_each_in(from, to, |frame, weight, _| {
+                        each(Subproblem::Frame { frame, weight })
                     });
                 }
-                Kind::Choice => {
-                    if self.spec.strategy != Strategy::Halves {
-                        continue;
-                    }
-                    let nn = self.spec.n.n();
-                    let (lo, hi) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
-                    let last = whole_pieces(nn) as u64 - 1;
-                    for piece in lo >> 32..=((hi - 1) >> 32).min(last) {
-                        let (shape, times) = Shape::piece(nn, piece as usize);
-                        let first = piece << 32;
-                        let (from, to) = (lo.max(first) - first, hi.min(first + (1 << 32)) - first);
-                        shape.for_each_choice_in(from, to, |choice, w| {
-                            each(Subproblem::Choice {
-                                piece: piece as u8,
-                                choice,
-                                weight: w * times,
-                            })
-                        });
-                    }
-                }
-                Kind::HalfTurn | Kind::QuarterTurn => {
-                    let turn = if kind == Kind::HalfTurn {
-                        Turn::Half
-                    } else {
-                        Turn::Quarter
-                    };
-                    for first in (lo & PAYLOAD)..(hi - base).min(self.spec.n.get().into()) {
-                        each(Subproblem::Symmetric {
-                            turn,
-                            first: first as u8,
-                        });
-                    }
+            }
+            Kind::RingPart => {
+                if let (Some(fr), Strategy::Rings) = (&self.frames, self.spec.strategy) {
+                    self.for_each_ring_part_in(fr, from, to, each);
                 }
             }
+            Kind::Choice => {
+                if self.spec.strategy == Strategy::Halves {
+                    self.for_each_choice_in(from, to, each);
+                }
+            }
+            Kind::HalfTurn | Kind::QuarterTurn => {
+                let turn = if kind == Kind::HalfTurn {
+                    Turn::Half
+                } else {
+                    Turn::Quarter
+                };
+                for first in from..to.min(self.spec.n.get().into()) {
+                    each(Subproblem::Symmetric {
+                        turn,
+                        first: first as u8,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Visits the ring parts with payloads in `lo..hi`, in id order.
+    fn for_each_ring_part_in(
+        &self,
+        fr: &Frames,
+        lo: u64,
+        hi: u64,
+        each: &mut impl FnMut(Subproblem),
+    ) {
+        // Every ring with a part in lo..hi.
+        let rings = (lo >> PART_BITS, ((hi - 1) >> PART_BITS) + 1);
+        fr.for_each_in(rings.0, rings.1, |ring, weight, _| {
+            let first = ring.key() << PART_BITS;
+            self.for_each_part(fr, ring, |part, start| {
+                if (lo..hi).contains(&(first | u64::from(part))) {
+                    each(Subproblem::RingPart {
+                        ring,
+                        weight,
+                        part,
+                        start,
+                    });
+                }
+            });
+        });
+    }
+
+    /// Visits the choices of east rows with payloads in `lo..hi` (a
+    /// piece in the high 32 bits, a choice in the low), in id order.
+    fn for_each_choice_in(&self, lo: u64, hi: u64, each: &mut impl FnMut(Subproblem)) {
+        let nn = self.spec.n.n();
+        let last = whole_pieces(nn) as u64 - 1;
+        for piece in lo >> 32..=((hi - 1) >> 32).min(last) {
+            let (shape, times) = Shape::piece(nn, piece as usize);
+            let first = piece << 32;
+            let (from, to) = (lo.max(first) - first, hi.min(first + (1 << 32)) - first);
+            shape.for_each_choice_in(from, to, |choice, w| {
+                each(Subproblem::Choice {
+                    piece: piece as u8,
+                    choice,
+                    weight: w * times,
+                })
+            });
         }
     }
 
@@ -599,37 +647,11 @@ impl Plan {
     /// one the plan itself enumerates.
     pub fn decode(&self, id: u64) -> Result<Subproblem, PlanError> {
         let payload = id & PAYLOAD;
-        let n = self.spec.n;
         let kind = id >> KIND_SHIFT;
         match kind {
             0 if self.whole() && payload == 0 => Ok(Subproblem::Whole),
             1 if !self.whole() && self.spec.strategy == Strategy::Prefix => {
-                let depth = self.spec.depth as usize;
-                let bad = |why| PlanError::BadPrefix(id, why);
-                if payload >> (POS_BITS as usize * depth) != 0 {
-                    return Err(bad("more rows than the plan's depth"));
-                }
-                let cols: Vec<u8> = (0..depth)
-                    .rev()
-                    .map(|i| (payload >> (POS_BITS as usize * i) & 31) as u8)
-                    .collect();
-                if cols.iter().any(|&c| u32::from(c) >= n.get()) {
-                    return Err(bad("a column off the board"));
-                }
-                if 2 * u32::from(cols[0]) + 1 > n.get() {
-                    return Err(bad(
-                        "row 0's queen is in the right half (the mirror image counts it)",
-                    ));
-                }
-                if (1..depth).any(|i| !safe_below(&cols[..i], cols[i])) {
-                    return Err(bad("two queens attack each other"));
-                }
-                let weight = if 2 * u32::from(cols[0]) + 1 == n.get() {
-                    1
-                } else {
-                    2
-                };
-                Ok(Subproblem::Prefix { cols, weight })
+                self.decode_prefix(id, payload)
             }
             2 => {
                 let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
@@ -640,41 +662,11 @@ impl Plan {
                 })
             }
             5 if !self.whole() && self.spec.strategy == Strategy::Rings => {
-                let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
-                let ring = fr
-                    .decode(payload >> PART_BITS)
-                    .map_err(|e| PlanError::BadFrame(id, e))?;
-                let want = (payload & ((1 << PART_BITS) - 1)) as u32;
-                let mut found = None;
-                self.for_each_part(fr, ring, |part, start| {
-                    if part == want {
-                        found = Some(start);
-                    }
-                });
-                let start = found.ok_or(PlanError::BadPart(id))?;
-                Ok(Subproblem::RingPart {
-                    ring,
-                    weight: fr.weight(&ring),
-                    part: want,
-                    start,
-                })
+                self.decode_ring_part(id, payload)
             }
-            6 if self.spec.strategy == Strategy::Halves => {
-                let (piece, choice) = (payload >> 32, payload as u32);
-                let nn = n.n();
-                if piece >= whole_pieces(nn) as u64 {
-                    return Err(PlanError::BadChoice(id));
-                }
-                let (shape, times) = Shape::piece(nn, piece as usize);
-                let w = shape.weight(choice).ok_or(PlanError::BadChoice(id))?;
-                Ok(Subproblem::Choice {
-                    piece: piece as u8,
-                    choice,
-                    weight: w * times,
-                })
-            }
+            6 if self.spec.strategy == Strategy::Halves => self.decode_choice(id, payload),
             3 | 4 if !self.whole() => {
-                if payload >= n.get().into() {
+                if payload >= self.spec.n.get().into() {
                     return Err(PlanError::BadColumn(id));
                 }
                 let turn = if kind == 3 { Turn::Half } else { Turn::Quarter };
@@ -685,6 +677,79 @@ impl Plan {
             }
             _ => Err(PlanError::WrongKind(id)),
         }
+    }
+
+    /// The prefix `id` (its `payload`) names, checked: one column per row
+    /// of the plan's depth, on the board, row 0's queen in the left half,
+    /// no two queens attacking.
+    fn decode_prefix(&self, id: u64, payload: u64) -> Result<Subproblem, PlanError> {
+        let n = self.spec.n;
+        let depth = self.spec.depth as usize;
+        let bad = |why| PlanError::BadPrefix(id, why);
+        if payload >> (POS_BITS as usize * depth) != 0 {
+            return Err(bad("more rows than the plan's depth"));
+        }
+        let cols: Vec<u8> = (0..depth)
+            .rev()
+            .map(|i| (payload >> (POS_BITS as usize * i) & 31) as u8)
+            .collect();
+        if cols.iter().any(|&c| u32::from(c) >= n.get()) {
+            return Err(bad("a column off the board"));
+        }
+        if 2 * u32::from(cols[0]) + 1 > n.get() {
+            return Err(bad(
+                "row 0's queen is in the right half (the mirror image counts it)",
+            ));
+        }
+        if (1..depth).any(|i| !safe_below(&cols[..i], cols[i])) {
+            return Err(bad("two queens attack each other"));
+        }
+        let weight = if 2 * u32::from(cols[0]) + 1 == n.get() {
+            1
+        } else {
+            2
+        };
+        Ok(Subproblem::Prefix { cols, weight })
+    }
+
+    /// The ring part `id` (its `payload`) names, checked: a canonical ring
+    /// and one of its parts' numbers.
+    fn decode_ring_part(&self, id: u64, payload: u64) -> Result<Subproblem, PlanError> {
+        let fr = self.frames.as_ref().ok_or(PlanError::WrongKind(id))?;
+        let ring = fr
+            .decode(payload >> PART_BITS)
+            .map_err(|e| PlanError::BadFrame(id, e))?;
+        let want = (payload & ((1 << PART_BITS) - 1)) as u32;
+        let mut found = None;
+        self.for_each_part(fr, ring, |part, start| {
+            if part == want {
+                found = Some(start);
+            }
+        });
+        let start = found.ok_or(PlanError::BadPart(id))?;
+        Ok(Subproblem::RingPart {
+            ring,
+            weight: fr.weight(&ring),
+            part: want,
+            start,
+        })
+    }
+
+    /// The choice of east rows `id` (its `payload`) names, checked: a
+    /// piece of the board, and a choice its shape lists.
+    fn decode_choice(&self, id: u64, payload: u64) -> Result<Subproblem, PlanError> {
+        let (piece, choice) = (payload >> 32, payload as u32);
+        let nn = self.spec.n.n();
+        if piece >= whole_pieces(nn) as u64 {
+            return Err(PlanError::BadChoice(id));
+        }
+        let (shape, times) = Shape::piece(nn, piece as usize);
+        let w = shape.weight(choice).ok_or(PlanError::BadChoice(id))?;
+        Ok(Subproblem::Choice {
+            piece: piece as u8,
+            choice,
+            weight: w * times,
+        })
     }
 
     /// The queens a prefix or frame subproblem places (none for the others).
@@ -723,13 +788,39 @@ impl Plan {
         &self,
         subs: &[Subproblem],
         joined: &mut JoinRun,
-        stop: &std::sync::atomic::AtomicBool,
+        stop: &AtomicBool,
     ) -> Result<Option<(Vec<PieceCounts>, Path)>, PlanError> {
-        let n = self.spec.n;
         let mut out = vec![PieceCounts::default(); subs.len()];
-        let mut interiors = Vec::new();
-        let mut froms = Vec::new();
-        let mut at = Vec::new();
+        let Some(batch) = self.count_apart(subs, joined, stop, &mut out)? else {
+            return Ok(None);
+        };
+        let counted = if self.spec.mode == Mode::Join {
+            self.count_joined(&batch, stop)?
+                .map(|counted| (counted, joined.path(self.path)))
+        } else {
+            self.count_backtracking(&batch, stop)?
+        };
+        let Some((counted, path)) = counted else {
+            return Ok(None);
+        };
+        for (i, c) in batch.at.into_iter().zip(counted) {
+            out[i] = c;
+        }
+        Ok(Some((out, path)))
+    }
+
+    /// Counts the subproblems of `subs` that have no interior into `out`
+    /// (choices of east rows by the join, symmetric and whole searches by
+    /// their own searches) and gathers the interiors of the others, to be
+    /// counted together. `None` once `stop` is set.
+    fn count_apart(
+        &self,
+        subs: &[Subproblem],
+        joined: &mut JoinRun,
+        stop: &AtomicBool,
+        out: &mut [PieceCounts],
+    ) -> Result<Option<Batch>, PlanError> {
+        let mut batch = Batch::default();
         let mut last_ring: Option<(Frame, Interior)> = None;
         for (i, s) in subs.iter().enumerate() {
             if let Subproblem::Choice { piece, choice, .. } = s {
@@ -749,65 +840,78 @@ impl Plan {
                         it
                     }
                 };
-                interiors.push(it);
-                froms.push(*start);
-                at.push(i);
+                batch.push(it, *start, i);
                 continue;
             }
             if let Some(it) = self.interior(s) {
-                interiors.push(it);
-                froms.push(Start::default());
-                at.push(i);
+                batch.push(it, Start::default(), i);
                 continue;
             }
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            out[i] = match s {
-                Subproblem::Symmetric { turn, first } => count_symmetric(n, *turn, *first),
-                _ => {
-                    let c = crate::plan::solve::solve_on(n, 1, self.path)
-                        .map_err(|_| PlanError::Inconsistent("whole search"))?
-                        .counts;
-                    let small = |x: u128| u64::try_from(x).map_err(|_| CountOverflow);
-                    PieceCounts {
-                        c1: small(c.c1)?,
-                        c2: small(c.c2)?,
-                        c4: small(c.c4)?,
-                        c8: small(c.c8)?,
-                        nodes: small(c.nodes)?,
-                    }
-                }
-            };
+            out[i] = self.count_search(s)?;
         }
-        if self.spec.mode == Mode::Join {
-            for ((it, from), i) in interiors.iter().zip(&froms).zip(at) {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(None);
-                }
-                // Each thread builds its own tables: its share of the budget.
-                let budget = self.budget.per_thread();
-                out[i] = join::count_within(it, from, budget, self.path)?;
+        Ok(Some(batch))
+    }
+
+    /// A symmetric search's counts, or the whole board's (the one
+    /// subproblem of a whole plan).
+    fn count_search(&self, s: &Subproblem) -> Result<PieceCounts, PlanError> {
+        let n = self.spec.n;
+        if let Subproblem::Symmetric { turn, first } = s {
+            return Ok(count_symmetric(n, *turn, *first));
+        }
+        let c = crate::plan::solve::solve_on(n, 1, self.path)
+            .map_err(|_| PlanError::Inconsistent("whole search"))?
+            .counts;
+        let small = |x: u128| u64::try_from(x).map_err(|_| CountOverflow);
+        Ok(PieceCounts {
+            c1: small(c.c1)?,
+            c2: small(c.c2)?,
+            c4: small(c.c4)?,
+            c8: small(c.c8)?,
+            nodes: small(c.nodes)?,
+        })
+    }
+
+    /// A batch's interiors counted by the join, in order, each by its own
+    /// tables. `None` once `stop` is set.
+    fn count_joined(
+        &self,
+        batch: &Batch,
+        stop: &AtomicBool,
+    ) -> Result<Option<Vec<PieceCounts>>, PlanError> {
+        let mut counted = Vec::with_capacity(batch.interiors.len());
+        for (it, from) in batch.interiors.iter().zip(&batch.froms) {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
             }
-            return Ok(Some((out, joined.path(self.path))));
+            // Each thread builds its own tables: its share of the budget.
+            let budget = self.budget.per_thread();
+            counted.push(join::count_within(it, from, budget, self.path)?);
         }
+        Ok(Some(counted))
+    }
+
+    /// A batch's interiors counted by backtracking, in order, on the card
+    /// if the plan has one, else in the CPU's lanes, with the path that
+    /// counted them. `None` once `stop` is set.
+    fn count_backtracking(
+        &self,
+        batch: &Batch,
+        stop: &AtomicBool,
+    ) -> Result<Option<(Vec<PieceCounts>, Path)>, PlanError> {
         // A card's thread names the card even for a chunk with no
         // interior (only the Burnside searches, which every task counts on
         // the CPU): such a task has nothing a card could count, and a
         // cross-device check of it must not wait for one.
-        let counted = match &self.device {
+        Ok(match &self.device {
             Some(device) => device
-                .count_below(&interiors, &froms, stop)?
+                .count_below(&batch.interiors, &batch.froms, stop)?
                 .map(|counted| (counted, Path::Gpu)),
-            None => count_below(&interiors, &froms, self.path, stop)?,
-        };
-        let Some((counted, path)) = counted else {
-            return Ok(None);
-        };
-        for (i, c) in at.into_iter().zip(counted) {
-            out[i] = c;
-        }
-        Ok(Some((out, path)))
+            None => count_below(&batch.interiors, &batch.froms, self.path, stop)?,
+        })
     }
 
     /// Counts every subproblem of a task.
@@ -939,6 +1043,25 @@ impl JoinRun {
 /// Subproblems counted together (their interiors and jobs in memory at
 /// once): plenty to keep the lanes full, a few MB at most.
 const CHUNK: usize = 4096;
+
+/// A chunk's prefixes, frames and ring parts, counted together: their
+/// interiors, the start below which each is counted, and each one's
+/// place in the chunk.
+#[derive(Default)]
+struct Batch {
+    interiors: Vec<Interior>,
+    froms: Vec<Start>,
+    at: Vec<usize>,
+}
+
+impl Batch {
+    /// Adds the interior `it` of the chunk's subproblem `i`, counted below `from`.
+    fn push(&mut self, it: Interior, from: Start, i: usize) {
+        self.interiors.push(it);
+        self.froms.push(from);
+        self.at.push(i);
+    }
+}
 
 /// A task being counted, chunk by chunk, in id order.
 struct TaskRun<'a> {
