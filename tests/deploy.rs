@@ -145,6 +145,8 @@ fn the_compose_file_keeps_data_in_a_volume_tokens_in_secrets_and_workers_scalabl
     );
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn the_kubernetes_manifests_wire_ports_probes_tokens_storage_and_cpus() {
     let mut docs = yaml("k8s/coordinator.yaml");

@@ -256,6 +256,8 @@ async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
 // logs would on a full disk: a failed log write must not stop anything
 // (it once panicked the journal's writer thread, through tracing's
 // eprintln! of its own write error).
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothing() {
     let _watchdog =

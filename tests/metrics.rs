@@ -29,6 +29,8 @@ struct Scrape {
 }
 
 impl Scrape {
+    // Over 80 lines: one pass over the page, a line at a time (a type, or a
+    // sample's name, escaped labels and value) into the scrape it fills.
     fn parse(text: &str) -> Scrape {
         let mut s = Scrape {
             text: text.to_string(),
@@ -276,6 +278,8 @@ fn conventions(s: &Scrape, role: &str) {
     assert_eq!(info, 1.0);
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn every_process_serves_prometheus_metrics_by_the_conventions() {
     let _watchdog = watchdog("every_process_serves_prometheus_metrics");
@@ -464,6 +468,8 @@ fn clause_labels(expr: &str, word: &str) -> Vec<String> {
     found
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn the_grafana_dashboard_uses_only_metrics_and_labels_that_exist() {
     let _watchdog = watchdog("the_grafana_dashboard_uses_only_metrics_that_exist");

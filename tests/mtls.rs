@@ -30,6 +30,8 @@ fn certificates(dir: &Path) -> impl Fn(&str) -> (PathBuf, PathBuf) + '_ {
     }
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn a_worker_and_the_cli_work_over_mutual_tls() {
     let _watchdog = kit::watchdog("a_worker_and_the_cli_work_over_mutual_tls");

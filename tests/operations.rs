@@ -44,6 +44,8 @@ const JOB_INTEGERS: [&str; 12] = [
     "submitted_unix_ms",
 ];
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
     let _watchdog = kit::watchdog("json_integers_are_strings");
@@ -278,6 +280,8 @@ fn timestamped(line: &str) -> bool {
         && b[20] == b' '
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn watch_lines_carry_time_state_and_rate_and_a_finished_job_is_exactly_done() {
     let _watchdog = kit::watchdog("watch_lines_carry_time_state_and_rate");
@@ -700,6 +704,8 @@ fn every_flag_of_the_coordinator_and_the_worker_reads_an_environment_variable() 
     assert!(log.contains("\"message\":\"shutting down\""), "{log}");
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     let _watchdog = kit::watchdog("doctor_checks_a_live_coordinator");

@@ -6,6 +6,8 @@ use nqueens_testkit::{self as kit, nqueens, operator};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     let _watchdog = kit::watchdog("submit_watch_status_jobs_workers_pause_resume_cancel");
@@ -190,6 +192,8 @@ fn tasks_done(line: &str) -> Option<u64> {
     inside.split_once('/')?.0.replace(',', "").parse().ok()
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
     let _watchdog = kit::watchdog("a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored");

@@ -36,6 +36,8 @@ async fn total(ops: &mut Operators, job: u64) -> (i32, u128) {
     (j.state, u128_from_wire(j.total.as_ref()))
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn forged_leases_are_refused_and_the_count_stays_exact() {
     let _watchdog = kit::watchdog("forged_leases_are_refused_and_the_count_stays_exact");
@@ -500,6 +502,8 @@ fn issue(dir: &str, name: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[test]
 fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
     let _watchdog = kit::watchdog("issued_worker_tokens_vote_once_each_and_can_be_revoked");

@@ -231,6 +231,8 @@ async fn pause_resume_and_cancel() {
     r.shutdown().await.unwrap();
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[tokio::test]
 async fn every_invalid_input_gets_its_status() {
     let dir = kit::tempdir();
@@ -1607,6 +1609,8 @@ async fn follow_advice(
 /// and says what to do, and that advice, followed, leads to a start and an
 /// exact count; never a start that lost one. (Seed in the message;
 /// `NQUEENS_DAMAGE_SEEDS` runs more.)
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_damage_never_starts_without_an_acknowledged_result() {
     let base = kit::tempdir();

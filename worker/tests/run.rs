@@ -118,6 +118,8 @@ async fn a_worker_counts_jobs_in_join_mode_exactly() {
     r.shutdown().await.unwrap();
 }
 
+// Over 80 lines: one scenario whose steps each build on the state the
+// last one left; split, they would only pass that state along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workers_metrics_count_what_it_did() {
     let dir = kit::tempdir();

@@ -233,6 +233,8 @@ mod tests {
         assert_eq!(complete(n(4), &[Queen { row: 0, col: 0 }]), None);
     }
 
+    // Over 80 lines: one scenario whose steps each build on the state the
+    // last one left; split, they would only pass that state along.
     #[test]
     fn every_bad_input_names_its_problem() {
         let cases: &[(&str, InputError)] = &[

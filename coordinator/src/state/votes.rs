@@ -262,6 +262,8 @@ mod tests {
     /// Under `cross_device`, two CPUs (or two cards) that agree are not
     /// enough: a card and a CPU are; and a task waiting on one kind is
     /// offered only to a worker with the other.
+    // Over 80 lines: one scenario whose steps each build on the state the
+    // last one left; split, they would only pass that state along.
     #[test]
     fn cross_device_agreement_needs_a_card_and_a_cpu() {
         let mut v = Votes::new(
