@@ -940,3 +940,26 @@ fn every_help_fits_80_columns_and_wraps_its_prose_cleanly() {
         }
     }
 }
+
+/// Mistakes in where things are: each named with what to give instead.
+#[test]
+fn a_data_dir_that_is_a_file_and_a_foreign_scheme_are_named() {
+    let dir = kit::tempdir();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let o = nqueens(&["coordinator", "--data-dir", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is a file, not a directory"),
+        "{}",
+        stderr(&o)
+    );
+    for (url, says) in [
+        ("ftp://x", "ftp:// is not a scheme a coordinator speaks"),
+        ("localhost:7700", "no scheme"),
+    ] {
+        let o = nqueens(&["status", "--coordinator", url]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    }
+}

@@ -100,7 +100,10 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     assert!(err.contains("was cancelled"), "{err}");
     let (code, _, err) = operator(&c.url, &["cancel", &id2]);
     assert_eq!(code, 1, "cancelling twice: {err}");
-    assert!(err.contains("cannot be cancelled"), "{err}");
+    assert!(
+        err.contains("is cancelled; it cannot be cancelled"),
+        "{err}"
+    );
 
     // Redundancy options reach the coordinator; a bad share is refused.
     let (code, lines, err) = operator(
@@ -322,6 +325,15 @@ fn a_sigterm_ends_the_coordinator_and_every_watch_says_why() {
     kit::terminate(&c.child);
     let status = c.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
+    // What it left is its user's only: the data directory, the journal,
+    // the checkpoint written at the stop.
+    use std::os::unix::fs::PermissionsExt;
+    let data = dir.path().join("data");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for f in ["journal", "checkpoint"] {
+        assert_eq!(mode(&data.join(f)), 0o600, "{f}");
+    }
     for w in watches {
         let out = w.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

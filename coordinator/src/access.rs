@@ -35,7 +35,7 @@ pub fn mark(dir: &Path) -> std::io::Result<()> {
     if dir.join(MARK).exists() {
         return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
+    crate::owner_only::create_dir_all(dir)?;
     let text = "Workers of this data directory must authenticate (a shared worker token or an \
                 issued one).\nTo open it to anonymous workers, stop the coordinator and delete \
                 this file and worker-tokens.\n";

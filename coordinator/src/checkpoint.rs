@@ -15,7 +15,6 @@ use crate::seen::Seen;
 use crate::state::State;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -89,7 +88,7 @@ pub fn save(dir: &Path, bytes: &[u8]) -> io::Result<()> {
     static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!("checkpoint.tmp.{n}"));
-    let written = File::create(&tmp).and_then(|mut f| {
+    let written = crate::owner_only::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
         f.sync_all()
     });

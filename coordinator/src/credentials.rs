@@ -104,7 +104,7 @@ pub fn issue(dir: &Path, name: &str) -> Result<String, CredentialError> {
     if !valid_name(name) {
         return Err(CredentialError::BadName(name.to_string()));
     }
-    std::fs::create_dir_all(dir).map_err(|source| CredentialError::Io {
+    crate::owner_only::create_dir_all(dir).map_err(|source| CredentialError::Io {
         path: dir.to_path_buf(),
         source,
     })?;

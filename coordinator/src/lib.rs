@@ -11,6 +11,7 @@
 //!   start, jobs, worker calls; the data directory lock.
 //! - [`journal`]: the fsynced, CRC-checked results journal (source of truth).
 //! - [`metrics`]: the Prometheus endpoint.
+//! - [`owner_only`]: files and directories of the data directory, mode 0600/0700.
 //! - [`rows`]: the store's compact result rows, many tasks to a block.
 //! - [`seen`]: which journal records a reader has taken in.
 //! - [`server`]: the gRPC server, health, reflection, tokens, lease sweeper.
@@ -28,6 +29,7 @@ pub mod credentials;
 pub mod hub;
 pub mod journal;
 pub mod metrics;
+pub mod owner_only;
 pub mod rows;
 pub mod seen;
 pub mod server;

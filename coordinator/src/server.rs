@@ -155,6 +155,11 @@ pub enum StartError {
          127.0.0.1:PORT, or add --metrics-public if a firewall or network policy guards it"
     )]
     PublicMetrics(SocketAddr),
+    #[error(
+        "--data-dir {0} is a file, not a directory: give the directory a coordinator keeps its \
+         journal in (it is created if missing)"
+    )]
+    DataDirIsAFile(PathBuf),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -277,6 +282,9 @@ pub async fn start_announced(
     clock: Arc<dyn Clock>,
     announce: impl FnOnce(Listening),
 ) -> Result<Running, StartError> {
+    if config.data_dir.exists() && !config.data_dir.is_dir() {
+        return Err(StartError::DataDirIsAFile(config.data_dir.clone()));
+    }
     let access = check_access(&config)?;
     let builder = server_builder(config.tls.as_ref())?;
     let issued = Arc::new(

@@ -62,6 +62,14 @@ pub fn connect_tls(
     ca: Option<&Path>,
     identity: Option<(&Path, &Path)>,
 ) -> Result<Authed, ClientError> {
+    let scheme = match url.split_once("://") {
+        Some(("http" | "https", _)) => None,
+        Some((other, _)) => Some(format!("{other}:// is not a scheme a coordinator speaks")),
+        None => Some("no scheme".to_string()),
+    };
+    if let Some(why) = scheme {
+        return Err(ClientError::Address(url.to_string(), why));
+    }
     let mut endpoint = Channel::from_shared(url.to_string())
         .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
         // A host that drops packets fails the call instead of hanging it.
@@ -72,12 +80,6 @@ pub fn connect_tls(
         .http2_keep_alive_interval(std::time::Duration::from_secs(20))
         .keep_alive_timeout(std::time::Duration::from_secs(20))
         .keep_alive_while_idle(true);
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(ClientError::Address(
-            url.to_string(),
-            "no scheme".to_string(),
-        ));
-    }
     if identity.is_some() && !url.starts_with("https://") {
         return Err(ClientError::IdentityWithoutTls(url.to_string()));
     }

@@ -84,7 +84,7 @@ pub enum WorkerError {
     SelfTest(String),
     #[error(transparent)]
     Client(#[from] ClientError),
-    #[error("the coordinator refused this worker: {0} (check the worker token)")]
+    #[error("the coordinator refused this worker: {0} (give the worker token with --token-file F or NQUEENS_WORKER_TOKEN)")]
     Refused(String),
 }
 
@@ -194,7 +194,10 @@ impl Link {
         // The id is this process's own, so that two workers given the same
         // --name (or none, on one host) never merge into one; the name is
         // what the operator sees.
-        let display = config.name.clone().unwrap_or_else(|| host.clone());
+        let display = config
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
         let name = format!("{display}-{}", instance_suffix());
         let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
         stats.started(&name, &display, &core, threads);

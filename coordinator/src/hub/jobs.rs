@@ -109,7 +109,7 @@ impl Coordinator {
             checking,
         })
         .await?;
-        tracing::info!(job = id, n = spec.n.get(), strategy = ?spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy = checking.redundancy, cross_device = checking.cross_device, "job submitted");
+        tracing::info!(job = id, n = spec.n.get(), strategy = %spec.strategy, depth = spec.depth, tasks = spec.tasks, redundancy = checking.redundancy, cross_device = checking.cross_device, "job submitted");
         self.plan_in_background(id, spec);
         self.job(id)
     }

@@ -113,7 +113,8 @@ fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
         path: data_dir.to_path_buf(),
         why,
     };
-    std::fs::create_dir_all(data_dir).map_err(|e| dir_err(format!("cannot create it: {e}")))?;
+    crate::owner_only::create_dir_all(data_dir)
+        .map_err(|e| dir_err(format!("cannot create it: {e}")))?;
     let lock =
         File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
     lock.try_lock().map_err(|e| {

@@ -264,7 +264,7 @@ fn upgrade(path: &Path, records: &[Event]) -> Result<(), JournalError> {
         bytes.extend_from_slice(&frame(i as u64 + 1, &codec::encode(r)));
     }
     let write = || -> io::Result<()> {
-        let mut f = File::create(&tmp)?;
+        let mut f = crate::owner_only::create(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
         std::fs::rename(path, path.with_extension("v1"))?;
@@ -291,12 +291,7 @@ struct Live {
 /// handle at the end for appends.
 fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live), JournalError> {
     let existed = path.exists();
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(io_err(path))?;
+    let mut file = crate::owner_only::append(path).map_err(io_err(path))?;
     if !existed {
         sync_dir(path).map_err(io_err(path))?;
     }
@@ -740,11 +735,7 @@ impl Writer {
 /// sealed segments and opens a new, empty one in its place.
 fn seal(path: &Path, first: u64, last: u64) -> io::Result<File> {
     segments::seal(path, first, last)?;
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)?;
+    let mut file = crate::owner_only::append(path)?;
     file.write_all(MAGIC)?;
     file.sync_all()?;
     sync_dir(path)?;

@@ -137,7 +137,7 @@ pub fn read(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
 pub(super) fn seal(journal: &Path, first: u64, last: u64) -> io::Result<()> {
     let dir = dir_of(journal);
     if !dir.exists() {
-        std::fs::create_dir(&dir)?;
+        crate::owner_only::create_dir_all(&dir)?;
         sync_dir(&dir)?;
     }
     std::fs::rename(journal, dir.join(name(first, last)))?;
@@ -155,7 +155,7 @@ pub fn compress(journal: &Path) -> Result<usize, JournalError> {
         let packed = dir.join(format!("{}.gz", name(s.first, s.last)));
         let tmp = dir.join(format!("{}.gz.tmp", name(s.first, s.last)));
         let write = || -> io::Result<()> {
-            let mut gz = GzEncoder::new(File::create(&tmp)?, Compression::fast());
+            let mut gz = GzEncoder::new(crate::owner_only::create(&tmp)?, Compression::fast());
             io::copy(&mut io::BufReader::new(File::open(&s.path)?), &mut gz)?;
             gz.finish()?.sync_all()?;
             std::fs::rename(&tmp, &packed)?;

@@ -20,6 +20,19 @@ pub enum JobState {
     Done,
 }
 
+impl std::fmt::Display for JobState {
+    /// As operators read it: `running`, `cancelled`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JobState::Planning => "planning",
+            JobState::Running => "running",
+            JobState::Paused => "paused",
+            JobState::Cancelled => "cancelled",
+            JobState::Done => "done",
+        })
+    }
+}
+
 /// A planned job's tasks: a table computed once and kept (its runs, not
 /// its tasks: see [`TaskTable`]), or derived from their index on demand (a
 /// synthetic plan of any size).

@@ -137,7 +137,7 @@ pub enum StateError {
     },
     #[error("result for task {task} of job {job} is impossible: {why}")]
     Implausible { job: u64, task: u64, why: String },
-    #[error("job {job} is {state:?}; it cannot be {action}")]
+    #[error("job {job} is {state}; it cannot be {action}")]
     Finished {
         job: u64,
         state: JobState,
@@ -153,9 +153,7 @@ pub enum StateError {
     NothingToRetry { job: u64 },
     #[error("job {0} was deleted")]
     Deleted(u64),
-    #[error(
-        "job {job} is {state:?}: only a done or cancelled job can be deleted (cancel it first)"
-    )]
+    #[error("job {job} is {state}: only a done or cancelled job can be deleted (cancel it first)")]
     NotDeletable { job: u64, state: JobState },
     #[error("journal record does not fit the state: {0}")]
     BadRecord(String),
@@ -567,7 +565,7 @@ impl State {
             JobState::Running | JobState::Paused | JobState::Cancelled
         ) {
             return Err(StateError::BadRecord(format!(
-                "a job cannot be set {state:?}"
+                "a job cannot be set {state}"
             )));
         }
         let job = self.job_mut(job)?;
