@@ -402,13 +402,20 @@ impl State {
     /// seen within a lease's lifetime (and not quarantined) have.
     pub fn waiting_for(&self, id: u64, now_ms: u64) -> Option<String> {
         let job = self.jobs.get(&id)?;
+        let since = now_ms.saturating_sub(self.limits.lease_ttl_ms);
+        let voters = self.workers.voters_since(since);
         match job.state() {
             JobState::Planning => return Some("planning: its tasks are being computed".into()),
+            JobState::Running if voters == 0 => {
+                return Some(
+                    "workers: none has called within a lease's lifetime (start one with `nqueens worker --coordinator \
+                     URL`; `nqueens workers` lists those seen)"
+                        .into(),
+                )
+            }
             JobState::Running if job.redundancy() > 1 => {}
             _ => return None,
         }
-        let since = now_ms.saturating_sub(self.limits.lease_ttl_ms);
-        let voters = self.workers.voters_since(since);
         let needed = job.redundancy() as usize;
         if voters < needed {
             return Some(format!(

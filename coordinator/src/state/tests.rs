@@ -792,6 +792,17 @@ mod whole {
     }
 
     #[test]
+    fn a_running_job_says_when_no_worker_is_there() {
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 1);
+        let why = s.waiting_for(1, 0).expect("no worker ever called");
+        assert!(why.contains("none has called"), "{why}");
+        s.touch_worker("w", 0);
+        assert_eq!(s.waiting_for(1, 0), None);
+        // Silent for longer than a lease: none again.
+        assert!(s.waiting_for(1, TTL + 1).is_some());
+    }
+
+    #[test]
     fn a_job_says_when_its_redundancy_cannot_be_met_by_the_connected_credentials() {
         let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 2), 1, 2, 1.0, false);
         let now = 5 * TTL;
@@ -826,8 +837,9 @@ mod whole {
             (checked(&s, "a1"), checked(&s, "b1"), checked(&s, "a2")),
             (1, 1, 0)
         );
-        // Redundancy 1 never waits for credentials.
-        let (s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        // Redundancy 1 never waits for credentials: one worker is enough.
+        let (mut s, _, _) = running(spec(8, Strategy::Frame, 2), 1);
+        s.touch_worker("a1", now);
         assert_eq!(s.waiting_for(1, now), None);
     }
 
