@@ -777,6 +777,10 @@ fn doctor_checks_a_live_coordinator_and_fails_on_a_dead_one() {
     let (code, out, _) = doctor(&["--role", "worker", "--token-file", token.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.lines().any(|l| l.starts_with("FAIL  token")), "{out}");
+    // The worker token given where the operator's is checked: named as such.
+    let (code, out, _) = doctor(&["--token-file", worker_token.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the token given is a worker token"), "{out}");
 
     // JSON: one object, the speed sample as a number and a string.
     let (code, out, err) = doctor(&["--token-file", token.to_str().unwrap(), "--json"]);

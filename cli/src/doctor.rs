@@ -161,11 +161,32 @@ async fn coordinator_checks(c: &Connect, role: Role) -> Vec<Check> {
     };
     let mut checks = health.checks(url);
     let start = Instant::now();
-    let answer = role_call(channel, role).await;
+    let answer = role_call(channel.clone(), role).await;
     let took = start.elapsed();
-    checks.push(token_check(url, role, token.is_some(), answer, took));
+    // An operator token refused: perhaps it is the worker's.
+    let workers_protected = health
+        .access
+        .as_deref()
+        .is_some_and(|a| a.contains("workers need a token"));
+    let worker_token = role == Role::Operator
+        && token.is_some()
+        && workers_protected
+        && answer
+            .as_ref()
+            .is_err_and(|s| Refusal::of(s).about_the_token())
+        && role_call(channel, Role::Worker)
+            .await
+            .is_err_and(|s| Refusal::of(&s) == Refusal::BadRequest);
+    let mut check = token_check(url, role, token.is_some(), answer, took);
+    if worker_token {
+        check.detail = "the token given is a worker token, refused for operator calls: check a \
+                        worker's setup with --role worker, or give the operator token \
+                        (--token-file or NQUEENS_OPERATOR_TOKEN)"
+            .into();
+    }
+    checks.push(check);
     checks.push(version_check(health.version));
-    checks.push(clock_check(health.clock, health.sent, took));
+    checks.push(clock_check(health.clock, health.sent, health.took));
     checks
 }
 

@@ -724,6 +724,13 @@ fn refuse_all(reports: &[v1::ReportItem], s: &Status, stats: &Stats) {
     );
 }
 
+/// A refusal that is no fault of the worker's: the job was cancelled or
+/// finished, or the lease went to another worker meanwhile. Logged at INFO,
+/// not as an error.
+fn not_needed(s: &Status) -> bool {
+    Refusal::of(s) == Refusal::WrongState
+}
+
 /// What the coordinator's answers to one `ReportMany` say.
 struct Judged {
     /// Results to send again: not judged, or not stored for a reason
@@ -760,12 +767,18 @@ fn judge(reports: Vec<v1::ReportItem>, answers: &[v1::ReportItemAnswer], stats: 
             judged.again.push(item);
         } else {
             stats.reported("refused");
-            tracing::error!(
-                job = l.job_id,
-                task = l.task_index,
-                "result refused, dropping it: {}",
-                answer.message
-            );
+            let (job, task) = (l.job_id, l.task_index);
+            match refused.as_ref().is_some_and(not_needed) {
+                true => tracing::info!(
+                    job,
+                    task,
+                    "result not needed, dropping it: {}",
+                    answer.message
+                ),
+                false => {
+                    tracing::error!(job, task, "result refused, dropping it: {}", answer.message)
+                }
+            }
         }
     }
     judged
@@ -806,4 +819,20 @@ fn instance_suffix() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     format!("{:08x}", h.finish() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancelled_jobs_result_is_not_needed_a_bad_one_is_an_error() {
+        assert!(not_needed(&Status::failed_precondition(
+            "job 3 is cancelled; it cannot be reported"
+        )));
+        assert!(!not_needed(&Status::invalid_argument(
+            "result.c1 is implausible"
+        )));
+        assert!(!not_needed(&Status::permission_denied("worker id bound")));
+    }
 }
