@@ -963,3 +963,15 @@ fn a_data_dir_that_is_a_file_and_a_foreign_scheme_are_named() {
         assert!(stderr(&o).contains(says), "{}", stderr(&o));
     }
 }
+
+/// A negative N is a bad size, said as such (not taken for a flag).
+#[test]
+fn a_negative_n_is_a_bad_size() {
+    for cmd in ["solve", "plan", "submit"] {
+        let o = nqueens(&[cmd, "-1"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("between 1 and 32, got '-1'"), "{cmd}: {err}");
+        assert!(!err.contains("-- -1"), "{cmd}: {err}");
+    }
+}

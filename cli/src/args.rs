@@ -385,6 +385,7 @@ pub enum Command {
 #[derive(clap::Args)]
 pub struct SolveArgs {
     /// Board size, 1 to 32.
+    #[arg(allow_negative_numbers = true)]
     pub n: Size,
     #[command(flatten)]
     pub threads: Threads,
@@ -419,6 +420,7 @@ pub struct SolveArgs {
 #[derive(clap::Args)]
 pub struct PlanArgs {
     /// Board size, 1 to 32.
+    #[arg(allow_negative_numbers = true)]
     pub n: Size,
     /// How to split the search [default: as `solve --state` and
     /// `submit` do: frame up to N=21, else rings; halves in join mode
@@ -649,6 +651,7 @@ pub struct WorkerArgs {
 #[derive(clap::Args)]
 pub struct SubmitArgs {
     /// Board size, 1 to 32.
+    #[arg(allow_negative_numbers = true)]
     pub n: Size,
     /// How to split the search [default: frame up to N=21, else rings].
     #[arg(long, value_parser = strategies())]
