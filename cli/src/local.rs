@@ -238,6 +238,9 @@ fn estimate_json(plan: &Plan, e: &Estimate, gpu_rate: Option<f64>) -> serde_json
     for key in ["sampled", "probes", "task_bytes"] {
         v[key] = v[key].to_string().into();
     }
+    // A count, as `plan --json` gives it: a decimal string (rounded when
+    // estimated; `subproblems_exact` says which).
+    v["subproblems"] = format!("{:.0}", e.subproblems).into();
     v["strategy"] = plan.spec.strategy.name().into();
     if let Some(h) = gpu_hours(e, gpu_rate) {
         v["gpu_nodes_per_second"] = gpu_rate.into();
