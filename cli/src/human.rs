@@ -442,12 +442,14 @@ impl WorkerRow {
         row
     }
 
-    /// quarantined (no more leases), lost (not heard from within a
+    /// quarantined (no more leases), left (silent after saying it was
+    /// draining: it went away as asked), lost (not heard from within a
     /// lease's lifetime), draining (going away), working (holding tasks),
     /// or idle.
     fn state(&self) -> &'static str {
         match () {
             () if self.quarantined => "quarantined",
+            () if self.lost && self.draining => "left",
             () if self.lost => "lost",
             () if self.draining => "draining",
             () if self.leases > 0 => "working",
@@ -670,6 +672,21 @@ mod tests {
         assert_eq!(running(0.0, 0.0), "unknown", "no steady rate yet");
         assert_eq!(running(1_560.0, 240.0), "26m 0s ± 4m 0s");
         assert_eq!(running(90.0, 0.1), "1m 30s", "an error under half a second");
+    }
+
+    #[test]
+    fn a_worker_silent_after_draining_left_one_silent_otherwise_is_lost() {
+        let w = |draining, lost| {
+            let w = v1::Worker {
+                draining,
+                lost,
+                ..v1::Worker::default()
+            };
+            WorkerRow::new(&w).state
+        };
+        assert_eq!(w(true, true), "left");
+        assert_eq!(w(false, true), "lost");
+        assert_eq!(w(true, false), "draining");
     }
 
     #[test]

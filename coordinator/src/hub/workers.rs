@@ -272,7 +272,14 @@ impl Coordinator {
         };
         self.bump();
         for w in lost {
-            tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, last_seen_ms = w.last_seen_ms, "worker lost: not heard from within a lease's lifetime");
+            match w.draining {
+                true => {
+                    tracing::info!(worker = %w.id, name = %w.name, host = %w.host, "worker left: silent after draining")
+                }
+                false => {
+                    tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, last_seen_ms = w.last_seen_ms, "worker lost: not heard from within a lease's lifetime")
+                }
+            }
         }
         for w in quarantined {
             tracing::warn!(worker = %w.id, name = %w.name, host = %w.host, conflicts = w.conflicts, "worker quarantined: a result of it was contradicted; it gets no more work and its results are not counted");
