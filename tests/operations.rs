@@ -920,3 +920,46 @@ fn commands_whose_reader_has_gone_end_quietly() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&listed.stdout).contains("alpha"));
 }
+
+/// At `COLUMNS=80`, what `status`, `jobs`, `workers` and `watch` print
+/// fits: long reasons and big counts wrap, under their column.
+#[test]
+fn operator_output_fits_80_columns() {
+    let _watchdog = kit::watchdog("operator_output_fits_80_columns");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    let narrow = |args: &[&str]| {
+        let out = nqueens(args)
+            .args(["--coordinator", &c.url])
+            .env("COLUMNS", "80")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // A job that waits (redundancy 2, one credential): the longest reason.
+    let (_, lines, _) = operator(&c.url, &["submit", "12", "--redundancy", "2"]);
+    let stalled = kit::dec(&lines[0]["job"]).to_string();
+    let (_, lines, _) = operator(&c.url, &["submit", "10", "--tasks", "20"]);
+    let done = kit::dec(&lines[0]["job"]).to_string();
+    let _w = kit::worker(&c.url, "a-worker-with-a-rather-long-name", 1);
+    let watched = narrow(&["watch", &done, "--interval", "0.05"]);
+    assert!(watched.contains("ETA done"), "{watched}");
+    let status = narrow(&["status", &stalled]);
+    assert!(status.contains("redundancy 2 needs"), "{status}");
+    for out in [
+        watched,
+        status,
+        narrow(&["jobs"]),
+        narrow(&["workers"]),
+        narrow(&["status"]),
+    ] {
+        for line in out.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}

@@ -154,3 +154,70 @@ mod tests {
         );
     }
 }
+
+/// The width text is wrapped to: `COLUMNS` when set, else the terminal's
+/// when standard output is one, else none (a pipe or a file gets one line
+/// per record, for grep).
+pub fn text_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    let columns = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok());
+    columns.or_else(|| io::stdout().is_terminal().then(terminal_columns).flatten())
+}
+
+/// The terminal's width.
+fn terminal_columns() -> Option<usize> {
+    terminal_size::terminal_size().map(|(w, _)| usize::from(w.0))
+}
+
+/// Each line of `text` wrapped at spaces to `width` columns, continuation
+/// lines indented by `indent` spaces (a word longer than the line stays
+/// whole). `None`: unchanged.
+pub fn wrap(text: &str, width: Option<usize>, indent: usize) -> String {
+    let Some(width) = width.filter(|&w| w > indent + 10) else {
+        return text.to_string();
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut col = 0;
+        for word in line.split(' ') {
+            let len = word.chars().count();
+            if col > indent && col + 1 + len > width {
+                out.push('\n');
+                out.extend(std::iter::repeat_n(' ', indent));
+                col = indent;
+            } else if col > 0 || out.ends_with(' ') {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(word);
+            col += len;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::*;
+
+    #[test]
+    fn lines_wrap_at_spaces_with_an_indent_and_fit() {
+        let line =
+            "2026-11-23T19:43:20Z job 1 N=27 frame: running 24.3% (47/194 tasks), rate 32.9 \
+                    tasks/s, total so far 234,907,967,154,122,528, unique 29,363,495,934,315,694, \
+                    1 worker, ETA 4.5s";
+        let wrapped = wrap(line, Some(80), 2);
+        assert!(wrapped.lines().count() >= 3, "{wrapped}");
+        for l in wrapped.lines() {
+            assert!(l.chars().count() <= 80, "{l}");
+        }
+        assert!(wrapped.lines().skip(1).all(|l| l.starts_with("  ")));
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(words(&wrapped), words(line), "nothing lost or added");
+        assert_eq!(wrap(line, None, 2), line, "no width: unchanged");
+        assert_eq!(wrap("a\nb c", Some(80), 2), "a\nb c", "short lines stay");
+    }
+}

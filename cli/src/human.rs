@@ -291,6 +291,14 @@ impl JobInfo {
     }
 
     /// The block of `nqueens status JOB`.
+    /// How long ago it was submitted, as people read it.
+    pub fn age(&self) -> String {
+        let age = SystemTime::now()
+            .duration_since(UNIX_EPOCH + Duration::from_millis(self.submitted_unix_ms))
+            .unwrap_or_default();
+        human_duration(Duration::from_secs(age.as_secs()))
+    }
+
     pub fn text(&self) -> String {
         let age = SystemTime::now()
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.submitted_unix_ms))

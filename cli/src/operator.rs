@@ -4,6 +4,7 @@
 use crate::client::Operator;
 use crate::exit::Failure;
 use crate::format::json_line;
+use crate::format::{text_width, wrap};
 use crate::human::{AuditView, JobInfo, WorkerRow};
 use crate::opts::{Check, Connect, PlanShape, Progress};
 use crate::progress::{follow, Show};
@@ -30,7 +31,8 @@ fn print_job(job: &JobInfo, json: bool) -> Result<(), Failure> {
     if json {
         json_line(&mut out, job)?;
     } else {
-        write!(out, "{}", job.text())?;
+        // Continuation lines under the values column.
+        write!(out, "{}", wrap(&job.text(), text_width(), 10))?;
     }
     Ok(out.flush()?)
 }

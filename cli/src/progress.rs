@@ -4,8 +4,8 @@
 
 use crate::client::Operator;
 use crate::exit::Failure;
-use crate::format::json_line;
 use crate::format::thousands;
+use crate::format::{json_line, text_width, wrap};
 use crate::human::JobInfo;
 use crate::opts::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -109,7 +109,7 @@ pub async fn follow(
     match bar {
         Some(bar) => {
             bar.finish_and_clear();
-            writeln!(io::stdout(), "{}", last.line())?;
+            writeln!(io::stdout(), "{}", wrap(&last.line(), text_width(), 2))?;
         }
         None if lines => print_line(&last, json)?,
         None => {}
@@ -122,7 +122,7 @@ fn print_line(info: &JobInfo, json: bool) -> Result<(), Failure> {
     if json {
         json_line(&mut out, info)?;
     } else {
-        writeln!(out, "{}", info.line())?;
+        writeln!(out, "{}", wrap(&info.line(), text_width(), 2))?;
     }
     Ok(out.flush()?)
 }
@@ -130,10 +130,11 @@ fn print_line(info: &JobInfo, json: bool) -> Result<(), Failure> {
 fn new_bar() -> ProgressBar {
     let bar = ProgressBar::new(BAR_LEN);
     bar.set_style(
-        // Two lines, so the bar keeps its width on an 80-column terminal
-        // and the counts line is cut to the terminal's width, not wrapped.
+        // Three lines, each within an 80-column terminal at any count: the
+        // job's age and total (at most 39 digits), the bar, and what
+        // matters next, cut at the terminal's width rather than wrapped.
         ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{wide_bar}] {percent:>3}%\n  {wide_msg}",
+            "{spinner} {prefix}\n[{wide_bar}] {percent:>3}%\n  {wide_msg}",
         )
         .expect("the template is valid")
         .progress_chars("=> "),
@@ -144,15 +145,21 @@ fn new_bar() -> ProgressBar {
 
 fn draw(bar: &ProgressBar, j: &JobInfo) {
     bar.set_position((j.progress * BAR_LEN as f64) as u64);
+    bar.set_prefix(format!(
+        "job {} {} old, total{} {}",
+        j.job,
+        j.age(),
+        if j.state == "done" { "" } else { " so far" },
+        thousands(j.total)
+    ));
     bar.set_message(format!(
         // What matters first: a narrow terminal cuts the end of the line.
-        "{} · ETA {} · {}/{} tasks · {} · total {} · {}{}",
+        "{} · ETA {} · {}/{} tasks · {} · {}{}",
         j.state,
         j.eta(),
         thousands(j.done.into()),
         thousands(j.tasks.into()),
         j.rate(),
-        thousands(j.total),
         j.workers_text(),
         j.warnings(),
     ));

@@ -170,13 +170,15 @@ pub fn kill9(child: &mut Child) {
     child.wait().unwrap();
 }
 
-/// The binary with these arguments, its output captured; no coordinator
-/// or token from the environment, stdin empty.
+/// The binary with these arguments, its output captured; no coordinator,
+/// token or terminal width from the environment, stdin empty.
 pub fn nqueens(args: &[&str]) -> Command {
     let mut c = Command::new(binary());
     c.args(args)
         .env_remove("NQUEENS_COORDINATOR")
         .env_remove("NQUEENS_OPERATOR_TOKEN")
+        // Lines as a pipe gets them, whatever terminal runs the tests.
+        .env_remove("COLUMNS")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null());
     c
