@@ -279,7 +279,10 @@ impl Plan {
         // tens of seconds.
         let mut taken = Vec::new();
         while taken.len() < 2 || (started.elapsed() < budget && taken.len() < 100_000) {
-            taken.push(self.time_random_join(s, rng)?);
+            // The first two draws share the budget; later ones take what
+            // is left.
+            let share = budget.mul_f64(((taken.len() + 1) as f64 / 2.0).min(1.0));
+            taken.push(self.time_random_join(s, rng, started + share)?);
         }
         s.add_stratum(&taken, units);
         Ok((subproblems, exact))
@@ -287,22 +290,36 @@ impl Plan {
 
     /// Counts one random subproblem by the join (its tables built for it)
     /// and returns its seconds and nodes, times the subproblems it stands
-    /// for in the draw.
-    fn time_random_join(&self, s: &mut JoinSample, rng: &mut Rng) -> Result<(f64, f64), PlanError> {
+    /// for in the draw. Its choices are counted in a random order until
+    /// `until`; past it (a record N's subproblem takes minutes), those
+    /// counted (at least 4) stand for all of them.
+    fn time_random_join(
+        &self,
+        s: &mut JoinSample,
+        rng: &mut Rng,
+        until: Instant,
+    ) -> Result<(f64, f64), PlanError> {
         let (it, start, times) = self.random_start(rng);
-        let (mut bytes, mut path) = (0, Path::Scalar);
-        let (secs, nodes) = s.time(|h| {
-            let join = Join::within(&it, &start, self.budget)?.on(self.path);
-            (bytes, path) = (join.table_bytes(), join.path());
-            let mut c = crate::engine::counts::PieceCounts::default();
-            for (choice, _) in join.choices() {
-                c.nodes += join.count_choice(choice, h)?.nodes;
-            }
-            Ok(c)
-        })?;
-        s.table_bytes = s.table_bytes.max(bytes);
-        s.path = Some(path);
-        Ok((secs * times, nodes * times))
+        let built = Instant::now();
+        let join = Join::within(&it, &start, self.budget)?.on(self.path);
+        let build = built.elapsed().as_secs_f64();
+        s.table_bytes = s.table_bytes.max(join.table_bytes());
+        s.path = Some(join.path());
+        let mut choices = join.choices();
+        let all = choices.len();
+        let (mut secs, mut nodes, mut counted) = (0.0, 0.0, 0);
+        while counted < all && (counted < 4 || Instant::now() < until) {
+            // A random choice of those left (a partial Fisher-Yates shuffle).
+            let k = counted + rng.below((all - counted) as u64) as usize;
+            choices.swap(counted, k);
+            let t = Instant::now();
+            nodes += join.count_choice(choices[counted].0, &mut s.halves)?.nodes as f64;
+            secs += t.elapsed().as_secs_f64();
+            counted += 1;
+        }
+        s.sampled += 1;
+        let scale = all as f64 / counted.max(1) as f64;
+        Ok(((build + secs * scale) * times, nodes * scale * times))
     }
 
     /// A random subproblem of a prefix, frame or rings plan, as an interior
