@@ -458,25 +458,29 @@ fn the_default_strategy_is_rings_cut_into_parts_beyond_21() {
 }
 
 /// Without a mode, N=18 to 21 are joined by halves (faster, and their
-/// tables fit the default bound); smaller and larger boards backtrack.
+/// tables fit the default bound), N=25 to 28 join their ring parts (as
+/// fast or faster by the estimate, and their tables fit); the others
+/// backtrack.
 #[test]
-fn the_default_mode_is_the_join_from_18_to_21() {
-    use nqueens_common::plan::{default_mode, default_strategy, JOIN_DEFAULT};
+fn the_default_mode_is_the_join_where_it_is_faster_and_fits() {
+    use nqueens_common::plan::{default_mode, default_strategy, JOIN_DEFAULT, JOIN_RINGS_DEFAULT};
     for n in 1..=32 {
         let size = Size::new(n).unwrap();
         let mode = default_mode(size);
-        let want = if (18..=21).contains(&n) {
+        let want = if (18..=21).contains(&n) || (25..=28).contains(&n) {
             Mode::Join
         } else {
             Mode::Backtrack
         };
         assert_eq!(mode, want, "N={n}");
-        if mode == Mode::Join {
+        if JOIN_DEFAULT.contains(&n) {
             assert_eq!(default_strategy(size, mode), Strategy::Halves, "N={n}");
             // The halves' tables fit the default bound.
-            assert!(JOIN_DEFAULT.contains(&n));
             let (shape, _) = nqueens_common::engine::join::Shape::piece(n as usize, 0);
             assert!(shape.build(Default::default()).is_ok(), "N={n}");
+        }
+        if JOIN_RINGS_DEFAULT.contains(&n) {
+            assert_eq!(default_strategy(size, mode), Strategy::Rings, "N={n}");
         }
     }
 }

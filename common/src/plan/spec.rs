@@ -119,14 +119,23 @@ pub const RING_DEFAULT_MAX_N: u32 = 21;
 /// against 34.5 s on AVX-512), to N=21, the last whose whole-board tables fit the
 /// join's default memory bound. Below, a count takes seconds either way and
 /// the classic search stays the one benchmarks and lessons measure; above,
-/// records are cut into ring parts and counted by backtracking unless the
-/// join is asked for (`plan N --estimate` says which is faster there).
+/// records are cut into ring parts (see [`JOIN_RINGS_DEFAULT`] for the
+/// mode that counts them).
 pub const JOIN_DEFAULT: std::ops::RangeInclusive<u32> = 18..=21;
 
+/// The record boards whose ring parts are counted by the join when no
+/// mode is asked for: from N=25, where `plan N --estimate` finds the join
+/// as fast as backtracking (2-core Zen 4, AVX2 path: 8.4 against 8.7
+/// core-years) and faster beyond (N=28: 1.8·10^3 against 1.1·10^4), to
+/// N=28, whose sampled ring parts need 0.5 GB per task, well inside the
+/// join's default memory bound (N=29 needs 1.3 GB and is left to `--mode
+/// join`; N=30 is past the bound). Past it, backtracking.
+pub const JOIN_RINGS_DEFAULT: std::ops::RangeInclusive<u32> = 25..=28;
+
 /// The mode a plan of N counts with when none is given: the join over
-/// [`JOIN_DEFAULT`], backtracking elsewhere.
+/// [`JOIN_DEFAULT`] and [`JOIN_RINGS_DEFAULT`], backtracking elsewhere.
 pub fn default_mode(n: Size) -> Mode {
-    if JOIN_DEFAULT.contains(&n.get()) {
+    if JOIN_DEFAULT.contains(&n.get()) || JOIN_RINGS_DEFAULT.contains(&n.get()) {
         Mode::Join
     } else {
         Mode::Backtrack
