@@ -130,11 +130,11 @@ fn print_line(info: &JobInfo, json: bool) -> Result<(), Failure> {
 fn new_bar() -> ProgressBar {
     let bar = ProgressBar::new(BAR_LEN);
     bar.set_style(
-        // Three lines, each within an 80-column terminal at any count: the
-        // job's age and total (at most 39 digits), the bar, and what
-        // matters next, cut at the terminal's width rather than wrapped.
+        // Two lines, so the bar keeps its width on an 80-column terminal
+        // and the counts line is cut to the terminal's width, not wrapped:
+        // the job's age, then what matters first.
         ProgressStyle::with_template(
-            "{spinner} {prefix}\n[{wide_bar}] {percent:>3}%\n  {wide_msg}",
+            "{spinner} {prefix:>8} [{wide_bar}] {percent:>3}%\n  {wide_msg}",
         )
         .expect("the template is valid")
         .progress_chars("=> "),
@@ -145,18 +145,14 @@ fn new_bar() -> ProgressBar {
 
 fn draw(bar: &ProgressBar, j: &JobInfo) {
     bar.set_position((j.progress * BAR_LEN as f64) as u64);
-    bar.set_prefix(format!(
-        "job {} {} old, total{} {}",
-        j.job,
-        j.age(),
-        if j.state == "done" { "" } else { " so far" },
-        thousands(j.total)
-    ));
+    bar.set_prefix(j.age());
     bar.set_message(format!(
-        // What matters first: a narrow terminal cuts the end of the line.
-        "{} · ETA {} · {}/{} tasks · {} · {}{}",
+        // What matters first: a narrow terminal cuts the end of the line
+        // (a total of N=32 takes 29 columns).
+        "{} · ETA {} · total {} · {}/{} tasks · {} · {}{}",
         j.state,
         j.eta(),
+        thousands(j.total),
         thousands(j.done.into()),
         thousands(j.tasks.into()),
         j.rate(),
