@@ -70,6 +70,10 @@ pub struct Estimate {
     /// quarter tables and one thread's halves), in bytes; 0 when
     /// backtracking (a task's lanes hold a few MB).
     pub task_bytes: u64,
+    /// Join mode: the share of the sampled subproblems' choices counted
+    /// (1: each sampled subproblem counted whole; less where one would
+    /// outlast the budget, and its counted choices stand for the rest).
+    pub counted_share: f64,
 }
 
 /// A small deterministic generator (xorshift64*): the same seed gives the
@@ -185,6 +189,7 @@ impl Plan {
             probes,
             seconds_spent: started.elapsed().as_secs_f64(),
             task_bytes: 0,
+            counted_share: 1.0,
         })
     }
 
@@ -217,6 +222,10 @@ impl Plan {
             probes: 1,
             seconds_spent: started.elapsed().as_secs_f64(),
             task_bytes: s.table_bytes + s.halves.bytes(),
+            counted_share: match s.choices {
+                0 => 1.0,
+                all => s.choices_counted as f64 / all as f64,
+            },
         })
     }
 
@@ -318,6 +327,8 @@ impl Plan {
             counted += 1;
         }
         s.sampled += 1;
+        s.choices += all as u64;
+        s.choices_counted += counted as u64;
         let scale = all as f64 / counted.max(1) as f64;
         Ok(((build + secs * scale) * times, nodes * scale * times))
     }
@@ -505,6 +516,10 @@ struct JoinSample {
     table_bytes: u64,
     halves: Halves,
     path: Option<Path>,
+    /// Of the subproblems drawn whole or in part: their choices, and
+    /// those counted.
+    choices: u64,
+    choices_counted: u64,
 }
 
 impl JoinSample {
