@@ -182,13 +182,14 @@ pub fn wrap(text: &str, width: Option<usize>, indent: usize) -> String {
             out.push('\n');
         }
         let mut col = 0;
-        for word in line.split(' ') {
+        for (k, word) in line.split(' ').enumerate() {
             let len = word.chars().count();
-            if col > indent && col + 1 + len > width {
+            if k > 0 && col > indent && col + 1 + len > width {
                 out.push('\n');
                 out.extend(std::iter::repeat_n(' ', indent));
                 col = indent;
-            } else if col > 0 || out.ends_with(' ') {
+            } else if k > 0 {
+                // Runs of spaces (columns, an indent) stay as they are.
                 out.push(' ');
                 col += 1;
             }
@@ -219,5 +220,11 @@ mod wrap_tests {
         assert_eq!(words(&wrapped), words(line), "nothing lost or added");
         assert_eq!(wrap(line, None, 2), line, "no width: unchanged");
         assert_eq!(wrap("a\nb c", Some(80), 2), "a\nb c", "short lines stay");
+        let table = "  JOB  PLAN\njob       1";
+        assert_eq!(
+            wrap(table, Some(80), 2),
+            table,
+            "leading and inner spaces stay"
+        );
     }
 }
