@@ -72,6 +72,15 @@ pub struct Config {
     /// gRPC connections the simulated workers share.
     #[arg(long, value_name = "C", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub connections: u32,
+    /// Give each simulated worker a connection of its own, as real
+    /// workers have (a killed one dials a new one), instead of sharing
+    /// --connections.
+    #[arg(long, conflicts_with = "connections")]
+    pub own_connections: bool,
+    /// Tasks of a batch each simulated worker counts at once, as a
+    /// worker's threads do (a batch of B takes ceil(B/T) task times).
+    #[arg(long, value_name = "T", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub threads: u32,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -118,6 +127,10 @@ struct Counts {
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub workers: u32,
+    /// gRPC connections they used (one each with --own-connections).
+    pub connections: u32,
+    /// Tasks each counted at once.
+    pub threads: u32,
     pub seconds: f64,
     #[serde(serialize_with = "dec")]
     pub leased: u64,
@@ -156,9 +169,11 @@ pub fn run(mut cfg: Config) -> Result<(), Failure> {
     } else {
         writeln!(
             out,
-            "{} simulated workers for {:.1} s: {} reports acknowledged ({:.0}/s), {} leased, \
-             {} duplicate, {} refused, {} abandoned, {} workers killed, {} errors",
+            "{} simulated workers on {} connections for {:.1} s: {} reports acknowledged \
+             ({:.0}/s), {} leased, {} duplicate, {} refused, {} abandoned, {} workers killed, \
+             {} errors",
             summary.workers,
+            summary.connections,
             summary.seconds,
             summary.accepted,
             summary.accepted_per_second,
@@ -189,7 +204,12 @@ pub fn run(mut cfg: Config) -> Result<(), Failure> {
 /// or until no task has been granted for `cfg.idle` seconds after some
 /// were.
 pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
-    let clients = connect(&cfg)?;
+    let shared = match cfg.own_connections {
+        true => Vec::new(),
+        false => (0..cfg.connections.max(1))
+            .map(|_| dial(&cfg))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let counts = Arc::new(Counts::default());
     let lease_ms = Arc::new(Mutex::new(Samples::default()));
     let report_ms = Arc::new(Mutex::new(Samples::default()));
@@ -199,7 +219,11 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
     let mut sims = Vec::new();
     for k in 0..cfg.workers {
         let sim = Sim {
-            client: clients[k as usize % clients.len()].renamed(format!("loadgen-{k}")),
+            client: match shared.is_empty() {
+                true => dial(&cfg)?,
+                false => shared[k as usize % shared.len()].clone(),
+            }
+            .renamed(format!("loadgen-{k}")),
             cfg: cfg.clone(),
             counts: Arc::clone(&counts),
             lease_ms: Arc::clone(&lease_ms),
@@ -231,20 +255,16 @@ pub async fn simulate(cfg: Config) -> Result<Summary, Failure> {
     Ok(summarise(&cfg, &counts, seconds, lease, report))
 }
 
-/// The gRPC connections (`cfg.connections`) the simulated workers share.
-fn connect(cfg: &Config) -> Result<Vec<WorkerClient>, Failure> {
-    let mut clients = Vec::new();
-    for _ in 0..cfg.connections.max(1) {
-        let channel = connect_tls(
-            &cfg.coordinator,
-            cfg.token.as_deref(),
-            cfg.tls_ca.as_deref(),
-            None,
-        )
-        .map_err(|e| Failure::BadInput(e.to_string()))?;
-        clients.push(WorkerClient::new(channel, "loadgen"));
-    }
-    Ok(clients)
+/// A client on a gRPC connection of its own (made on first use).
+fn dial(cfg: &Config) -> Result<WorkerClient, Failure> {
+    let channel = connect_tls(
+        &cfg.coordinator,
+        cfg.token.as_deref(),
+        cfg.tls_ca.as_deref(),
+        None,
+    )
+    .map_err(|e| Failure::BadInput(e.to_string()))?;
+    Ok(WorkerClient::new(channel, "loadgen"))
 }
 
 /// Waits until the run is to end: `cfg.seconds` have passed, no task was
@@ -290,6 +310,11 @@ fn summarise(
     let accepted = get(&counts.accepted);
     Summary {
         workers: cfg.workers,
+        connections: match cfg.own_connections {
+            true => cfg.workers,
+            false => cfg.connections,
+        },
+        threads: cfg.threads,
         seconds,
         leased: get(&counts.leased),
         accepted,
@@ -374,7 +399,12 @@ impl Sim {
                 Batch::Killed => {
                     // Dies with every lease it holds; a new worker starts.
                     generation += 1;
-                    self.client = self.client.renamed(format!("loadgen-{k}-{generation}"));
+                    let name = format!("loadgen-{k}-{generation}");
+                    self.client = match self.cfg.own_connections {
+                        true => dial(&self.cfg)
+                            .map_or_else(|_| self.client.renamed(&name), |c| c.renamed(&name)),
+                        false => self.client.renamed(&name),
+                    };
                     self.register().await;
                 }
                 Batch::Foreign => break,
@@ -413,9 +443,9 @@ impl Sim {
         Some(granted)
     }
 
-    /// Works through a lease batch: each task reported, abandoned
-    /// (`--fail-rate`), or the worker killed (`--kill-rate`) with every
-    /// lease it holds. A task of a job that is not synthetic hands the
+    /// Works through a lease batch, `--threads` tasks at a time: each
+    /// task reported, abandoned (`--fail-rate`), or the worker killed
+    /// (`--kill-rate`) with every lease it holds. A task of a job that is not synthetic hands the
     /// whole batch back.
     async fn work(&mut self, granted: &[v1::Lease]) -> Batch {
         let mut batch = Vec::new();
@@ -433,10 +463,12 @@ impl Sim {
                 self.counts.abandoned.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if self.cfg.task_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(self.cfg.task_ms)).await;
-            }
             batch.push(report);
+        }
+        // Counted `threads` at a time.
+        let rounds = (batch.len() as u64).div_ceil(u64::from(self.cfg.threads));
+        if self.cfg.task_ms > 0 && rounds > 0 {
+            tokio::time::sleep(Duration::from_millis(self.cfg.task_ms * rounds)).await;
         }
         Batch::Reports(batch)
     }

@@ -141,27 +141,41 @@ fn result_fields(r: &v1::TaskResult) -> Result<(), Status> {
     text("result.solver_version", &r.solver_version, MAX_VERSION).map(|_| ())
 }
 
-/// Checks one reported result and has the coordinator judge it (stored
-/// on disk before `New` is answered); a counted one's nodes go to the
-/// metrics.
+/// Judges a worker's reports: each one's verdict or why it was refused;
+/// the error of the whole call when the worker is not admitted or nothing
+/// can be journaled. The valid ones are stored together (one fsync).
 async fn judge(
     core: &Coordinator,
     worker: &str,
     credential: &str,
-    lease: Option<v1::LeaseRef>,
-    result: Option<v1::TaskResult>,
-) -> Result<Verdict, Status> {
-    let lease = lease_ref(lease.as_ref())?;
-    let result = result.ok_or_else(|| Refusal::BadRequest.status("result is missing"))?;
-    result_fields(&result)?;
-    let nodes = u128_from_wire(result.nodes.as_ref());
-    let verdict = core
-        .report(worker, credential, lease, Outcome::from(&result))
-        .await?;
-    if verdict == Verdict::New {
-        crate::metrics::counted(core, lease.job, nodes);
+    items: Vec<(Option<v1::LeaseRef>, Option<v1::TaskResult>)>,
+) -> Result<Vec<Result<Verdict, Status>>, Status> {
+    let mut answers: Vec<Result<Verdict, Status>> = Vec::with_capacity(items.len());
+    let (mut valid, mut at) = (Vec::new(), Vec::new());
+    for (i, (lease, result)) in items.into_iter().enumerate() {
+        let checked = lease_ref(lease.as_ref()).and_then(|lease| {
+            let result = result.ok_or_else(|| Refusal::BadRequest.status("result is missing"))?;
+            result_fields(&result)?;
+            Ok((lease, result))
+        });
+        match checked {
+            Ok((lease, result)) => {
+                let nodes = u128_from_wire(result.nodes.as_ref());
+                valid.push((lease, Outcome::from(&result)));
+                at.push((i, lease.job, nodes));
+                answers.push(Ok(Verdict::NotCounted));
+            }
+            Err(s) => answers.push(Err(s)),
+        }
     }
-    Ok(verdict)
+    let judged = core.report_all(worker, credential, valid).await?;
+    for ((i, job, nodes), verdict) in at.into_iter().zip(judged) {
+        if matches!(verdict, Ok(Verdict::New)) {
+            crate::metrics::counted(core, job, nodes);
+        }
+        answers[i] = verdict.map_err(Status::from);
+    }
+    Ok(answers)
 }
 
 fn lease_ref(r: Option<&v1::LeaseRef>) -> Result<LeaseRef, Status> {
@@ -291,7 +305,10 @@ impl WorkerService for Workers {
         let cred = credential(&req);
         let r = req.into_inner();
         let worker = worker_id(&r.worker_id)?;
-        let verdict = judge(self.0.core()?, worker, &cred, r.lease, r.result).await?;
+        let verdict = judge(self.0.core()?, worker, &cred, vec![(r.lease, r.result)])
+            .await?
+            .pop()
+            .expect("one report, one answer")?;
         Ok(Response::new(v1::ReportResponse {
             outcome: v1::ReportOutcome::from(verdict) as i32,
         }))
@@ -306,13 +323,12 @@ impl WorkerService for Workers {
         let worker = worker_id(&r.worker_id)?;
         list("reports", &r.reports, MAX_LEASE_BATCH as usize)?;
         let core = self.0.core()?;
-        // All at once: their journal records share fsyncs.
-        let judged = r
-            .reports
-            .into_iter()
-            .map(|item| judge(core, worker, &cred, item.lease, item.result));
-        let answers = futures_util::future::join_all(judged)
+        let n = r.reports.len();
+        let items = r.reports.into_iter().map(|i| (i.lease, i.result)).collect();
+        // A refusal of the whole batch is each item's answer.
+        let answers = judge(core, worker, &cred, items)
             .await
+            .unwrap_or_else(|s| vec![Err(s); n])
             .into_iter()
             .map(|judged| match judged {
                 Ok(v) => v1::ReportItemAnswer {

@@ -1745,3 +1745,43 @@ async fn a_data_directory_of_the_previous_release_opens_and_goes_on() {
     assert_eq!(next.job_id, 5, "a deleted job's id is never given again");
     r.shutdown().await.unwrap();
 }
+
+/// The version, clock and access headers are on every answer a person's
+/// client may read (health, operator calls), and on no worker call: those
+/// are nearly all the traffic, and a clock that changes on every answer
+/// costs the header table a new entry each time.
+#[tokio::test]
+async fn the_stamp_is_on_health_and_operator_answers_not_on_worker_calls() {
+    use nqueens_coordinator::server::{ACCESS_HEADER, TIME_HEADER, VERSION_HEADER};
+    let dir = kit::tempdir();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let stamped = |m: &tonic::metadata::MetadataMap| {
+        [VERSION_HEADER, TIME_HEADER, ACCESS_HEADER].map(|h| m.get(h).is_some())
+    };
+    let channel = Channel::from_shared(kit::url(&r))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(stamped(health.metadata()), [true; 3]);
+    let jobs = ops.list_jobs(v1::ListJobsRequest {}).await.unwrap();
+    assert_eq!(stamped(jobs.metadata()), [true; 3]);
+    submit(&mut ops, spec(8, Strategy::Prefix, 4)).await;
+    kit::register(&mut w, "w1").await;
+    let lease = w
+        .raw()
+        .lease(v1::LeaseRequest {
+            worker_id: "w1".into(),
+            max_tasks: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(lease.get_ref().leases.len(), 1);
+    assert_eq!(stamped(lease.metadata()), [false; 3]);
+    r.shutdown().await.unwrap();
+}

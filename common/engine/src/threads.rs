@@ -3,9 +3,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The number of threads to use by default: every core.
+/// The number of threads to use by default: every core. Asked of the
+/// system once: the answer reads cgroup files, too slow for a hot path.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Runs `each(acc, i)` for every i in 0..items on up to `threads` threads.

@@ -236,40 +236,56 @@ impl Coordinator {
 
     /// Journals an event (waiting for its fsync), then applies it.
     async fn write(&self, r: Event) -> Result<Option<Verdict>, CoordError> {
-        let seq = self.journal.append(&r).await?;
-        // The result that finishes a job (seen under one lock, so it is
+        let mut applied = self.write_all(vec![r]).await?;
+        Ok(applied.pop().expect("one event, one answer")?)
+    }
+
+    /// Journals events in one group (one fsync), then applies them in
+    /// order under one lock: each one's verdict, or why it was not applied.
+    async fn write_all(
+        &self,
+        events: Vec<Event>,
+    ) -> Result<Vec<Result<Option<Verdict>, StateError>>, CoordError> {
+        let first = self.journal.append_all(&events).await?;
+        // The results that finish a job (seen under one lock, so each is
         // logged once).
-        let (v, finished) = {
+        let mut finished = Vec::new();
+        let mut answers = Vec::with_capacity(events.len());
+        {
             let mut s = self.lock();
-            let job = match &r {
-                Event::TaskDone(d) => Some(d.job),
-                _ => None,
-            };
             let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
-            let before = job.is_some_and(|id| done(&s, id));
-            let applied = s.apply(&r);
-            // Under the state's lock, so that a checkpoint of the state
-            // knows which records it holds, and finds each of them sent to
-            // the store's thread: every record is told to it (its count of
-            // records caught up must have no gap), none before it starts.
-            // The store's result row is the counted result, nothing else.
-            self.applied.lock().expect("applied lock").add(seq);
-            if let Some(w) = self.writes.get() {
-                match (&applied, r) {
-                    (Ok(Some(Verdict::New)), Event::TaskDone(d)) => w.result(d, seq),
-                    _ => w.seen(seq),
+            for (seq, r) in (first..).zip(events) {
+                let job = match &r {
+                    Event::TaskDone(d) => Some(d.job),
+                    _ => None,
+                };
+                let before = job.is_some_and(|id| done(&s, id));
+                let applied = s.apply(&r);
+                // Under the state's lock, so that a checkpoint of the state
+                // knows which records it holds, and finds each of them sent
+                // to the store's thread: every record is told to it (its
+                // count of records caught up must have no gap), none before
+                // it starts. The store's result row is the counted result,
+                // nothing else.
+                self.applied.lock().expect("applied lock").add(seq);
+                if let Some(w) = self.writes.get() {
+                    match (&applied, r) {
+                        (Ok(Some(Verdict::New)), Event::TaskDone(d)) => w.result(d, seq),
+                        _ => w.seen(seq),
+                    }
                 }
+                finished.extend(job.filter(|&id| !before && done(&s, id)));
+                answers.push(applied);
             }
-            (applied?, job.filter(|&id| !before && done(&s, id)))
-        };
-        if let Some(j) = finished.and_then(|id| self.job(id).ok()) {
+        }
+        for j in finished.into_iter().filter_map(|id| self.job(id).ok()) {
             tracing::info!(job = j.id, n = j.spec.n.get(), total = %j.total, unique = %j.unique, tasks = j.tasks, "job done");
             if self.audit_when_done.load(Ordering::Relaxed) {
                 self.audit_in_background(j.id, j.tasks);
             }
         }
         self.bump();
-        Ok(v)
+        Ok(answers)
     }
 
     /// Writes a checkpoint of the state, if anything was journaled since

@@ -161,75 +161,116 @@ impl Coordinator {
         r: LeaseRef,
         result: Outcome,
     ) -> Result<Verdict, CoordError> {
-        let tally = result.tally;
+        let mut answers = self
+            .report_all(worker, credential, vec![(r, result)])
+            .await?;
+        answers.pop().expect("one report, one answer")
+    }
+
+    /// Stores a worker's results: each one's verdict (`New` once on disk)
+    /// or why it was refused; those to journal share one write and one
+    /// fsync. Fails as a whole only when the worker is not admitted or the
+    /// journal cannot be written.
+    pub async fn report_all(
+        &self,
+        worker: &str,
+        credential: &str,
+        reports: Vec<(LeaseRef, Outcome)>,
+    ) -> Result<Vec<Result<Verdict, CoordError>>, CoordError> {
         self.admit(worker, credential).await?;
         let (checked, credential) = {
             let s = self.lock();
-            (
-                s.check_report(worker, &r, &tally, result.checksum),
-                s.credential_of(worker),
-            )
-        };
-        let verdict = match checked {
-            // Counted long ago: compared with the store's row.
-            Err(StateError::ResultNotInMemory { job, task }) => {
-                self.compare_with_row(job, task, &result).await?
-            }
-            other => other?,
+            let checked: Vec<_> = reports
+                .iter()
+                .map(|(r, o)| s.check_report(worker, r, &o.tally, o.checksum))
+                .collect();
+            (checked, s.credential_of(worker))
         };
         let now = self.now_ms();
-        let done = || {
-            Event::TaskDone(Done {
+        let mut answers = Vec::with_capacity(reports.len());
+        let (mut events, mut written) = (Vec::new(), Vec::new());
+        for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
+            let verdict = match checked {
+                // Counted long ago: compared with the store's row.
+                Err(StateError::ResultNotInMemory { job, task }) => {
+                    self.compare_with_row(job, task, &result).await
+                }
+                other => other.map_err(CoordError::from),
+            };
+            let done = Done {
                 job: r.job,
                 task: r.task,
-                outcome: result.clone(),
+                outcome: result,
                 worker: worker.to_string(),
                 lease_id: r.lease_id,
                 unix_ms: now,
                 credential: credential.clone(),
-            })
-        };
+            };
+            match verdict.map(|v| self.settle(v, done)) {
+                Ok((v, None)) => answers.push(Ok(v)),
+                Ok((v, Some(event))) => {
+                    events.push(event);
+                    written.push((i, v));
+                    answers.push(Ok(v));
+                }
+                Err(e) => answers.push(Err(e)),
+            }
+        }
+        if !events.is_empty() {
+            let applied = self.write_all(events).await?;
+            for ((i, v), applied) in written.into_iter().zip(applied) {
+                // A concurrent report may have won meanwhile: `apply` then
+                // answers Duplicate or Conflict, and never adds twice.
+                answers[i] = match (v, applied) {
+                    (Verdict::New, Ok(applied)) => Ok(applied.unwrap_or(Verdict::New)),
+                    (v, Ok(_)) => Ok(v),
+                    (_, Err(e)) => Err(e.into()),
+                };
+            }
+        }
+        Ok(answers)
+    }
+
+    /// What a checked report leads to: its answer, and the event to
+    /// journal first if any (after which `New` may turn out a duplicate).
+    fn settle(&self, verdict: Verdict, d: Done) -> (Verdict, Option<Event>) {
+        let worker = d.worker.as_str();
         match verdict {
             Verdict::Duplicate => {
                 self.lock().note_duplicate();
-                Ok(verdict)
+                (verdict, None)
             }
-            Verdict::AwaitingCheck => Ok(verdict),
+            Verdict::AwaitingCheck => (verdict, None),
             Verdict::NotCounted if self.lock().quarantined(worker) => {
                 // Kept in the journal for the audit, never counted.
                 tracing::warn!(
-                    job = r.job,
-                    task = r.task,
+                    job = d.job,
+                    task = d.task,
                     worker,
                     "result of a quarantined worker: journaled, not counted"
                 );
-                self.write(done()).await?;
-                Ok(Verdict::NotCounted)
+                (Verdict::NotCounted, Some(Event::TaskDone(d)))
             }
-            Verdict::NotCounted => Ok(verdict),
+            Verdict::NotCounted => (verdict, None),
             Verdict::New => {
-                // A concurrent report may have won meanwhile: `apply` then
-                // answers Duplicate or Conflict, and never adds twice.
-                let applied = self.write(done()).await?;
-                tracing::debug!(job = r.job, task = r.task, worker, "result counted");
-                Ok(applied.unwrap_or(Verdict::New))
+                tracing::debug!(job = d.job, task = d.task, worker, "result counted");
+                (Verdict::New, Some(Event::TaskDone(d)))
             }
             Verdict::Conflict => {
                 tracing::warn!(
-                    job = r.job,
-                    task = r.task,
+                    job = d.job,
+                    task = d.task,
                     worker,
                     "verification conflict: result differs from the stored one"
                 );
-                self.write(Event::TaskConflict {
-                    job: r.job,
-                    task: r.task,
-                    outcome: result,
-                    worker: worker.to_string(),
-                    unix_ms: now,
-                })
-                .await?;
-                Ok(Verdict::Conflict)
+                let conflict = Event::TaskConflict {
+                    job: d.job,
+                    task: d.task,
+                    worker: d.worker,
+                    outcome: d.outcome,
+                    unix_ms: d.unix_ms,
+                };
+                (Verdict::Conflict, Some(conflict))
             }
         }
     }

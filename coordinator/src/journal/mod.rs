@@ -169,9 +169,10 @@ enum Msg {
     Rotate(oneshot::Sender<RotateAnswer>),
 }
 
+/// Records written together, numbered in order.
 struct Append {
-    payload: Vec<u8>,
-    /// The record's sequence number once it is on disk.
+    payloads: Vec<Vec<u8>>,
+    /// The first record's sequence number once all are on disk.
     done: oneshot::Sender<Result<u64, JournalError>>,
 }
 
@@ -422,14 +423,21 @@ impl Journal {
     /// Appends a record and returns once it is on disk, with its sequence
     /// number (records count from 1).
     pub async fn append(&self, record: &Event) -> Result<u64, JournalError> {
-        let payload = codec::encode(record);
-        if payload.len() > MAX_RECORD {
-            return Err(JournalError::TooLarge(payload.len()));
+        self.append_all(std::slice::from_ref(record)).await
+    }
+
+    /// Appends records in one message to the writer, so they share one
+    /// write and one fsync, numbered in order; returns once all are on
+    /// disk, with the first one's sequence number.
+    pub async fn append_all(&self, records: &[Event]) -> Result<u64, JournalError> {
+        let payloads: Vec<Vec<u8>> = records.iter().map(codec::encode).collect();
+        if let Some(big) = payloads.iter().find(|p| p.len() > MAX_RECORD) {
+            return Err(JournalError::TooLarge(big.len()));
         }
         let (done, wait) = oneshot::channel();
         let gone = || JournalError::Poisoned("the journal writer has stopped".into());
         self.tx
-            .send(Msg::Append(Append { payload, done }))
+            .send(Msg::Append(Append { payloads, done }))
             .map_err(|_| gone())?;
         wait.await.map_err(|_| gone())?
     }
@@ -607,12 +615,14 @@ fn writer(
             let now = w.poisoned.is_none() && failed.is_none();
             std::mem::replace(h, now) != now
         });
-        for (seq, a) in (first..).zip(group) {
+        let mut seq = first;
+        for a in group {
             let result = match (&w.poisoned, &failed) {
                 (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
                 (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
                 (None, None) => Ok(seq),
             };
+            seq += a.payloads.len() as u64;
             let _ = a.done.send(result);
         }
         if let Some(answer) = rotate {
@@ -632,9 +642,13 @@ fn gather(
         Msg::Append(a) => group.push(a),
         Msg::Rotate(r) => rotate = Some(r),
     }
-    while rotate.is_none() && group.len() < MAX_GROUP {
+    let mut records: usize = group.iter().map(|a| a.payloads.len()).sum();
+    while rotate.is_none() && records < MAX_GROUP {
         match rx.try_recv() {
-            Ok(Msg::Append(a)) => group.push(a),
+            Ok(Msg::Append(a)) => {
+                records += a.payloads.len();
+                group.push(a)
+            }
             Ok(Msg::Rotate(r)) => rotate = Some(r),
             Err(_) => break,
         }
@@ -667,10 +681,12 @@ impl Writer {
         if self.poisoned.is_some() || group.is_empty() {
             return None;
         }
-        let mut buf = Vec::with_capacity(group.iter().map(|a| HEADER + a.payload.len()).sum());
-        for (seq, a) in (self.next..).zip(group) {
-            buf.extend_from_slice(&frame(seq, &a.payload));
+        let payloads = || group.iter().flat_map(|a| &a.payloads);
+        let mut buf = Vec::with_capacity(payloads().map(|p| HEADER + p.len()).sum());
+        for (seq, p) in (self.next..).zip(payloads()) {
+            buf.extend_from_slice(&frame(seq, p));
         }
+        let records = payloads().count();
         if let Err(e) = self.file.write_all(&buf) {
             WRITE_ERRORS.inc();
             let path = self.path.display();
@@ -689,9 +705,9 @@ impl Writer {
         }
         match timed_sync(&self.file) {
             Ok(()) => {
-                self.next += group.len() as u64;
+                self.next += records as u64;
                 self.good_len += buf.len() as u64;
-                GROUP_RECORDS.observe(group.len() as f64);
+                GROUP_RECORDS.observe(records as f64);
             }
             Err(e) => {
                 WRITE_ERRORS.inc();
