@@ -526,10 +526,9 @@ impl Store {
 /// A write for the store's thread (or a read that must see every write
 /// queued before it).
 enum Write {
-    /// A counted result and its journal record's number.
-    Result(Box<Done>, u64),
-    /// A journal record with no row.
-    Seen(u64),
+    /// Journal records by number, each with its counted result's row if
+    /// it has one.
+    Records(Vec<(u64, Option<Done>)>),
     Table(u64, TaskTable),
     Lookup(u64, u64, tokio::sync::oneshot::Sender<Option<Done>>),
     /// A deleted job's rows and task list.
@@ -579,14 +578,11 @@ impl StoreWriter {
         }
     }
 
-    /// Queues a counted result's row (journal record `seq`).
-    pub fn result(&self, d: Done, seq: u64) {
-        self.send(Write::Result(Box::new(d), seq));
-    }
-
-    /// Notes journal record `seq`, which has no row.
-    pub fn seen(&self, seq: u64) {
-        self.send(Write::Seen(seq));
+    /// Notes journal records by number and queues the rows of the
+    /// counted results among them: one message, so one wake-up of the
+    /// store's thread, for a whole group.
+    pub fn records(&self, records: Vec<(u64, Option<Done>)>) {
+        self.send(Write::Records(records));
     }
 
     /// Queues the removal of a deleted job's rows (after every write queued
@@ -651,13 +647,11 @@ fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
     let warn = |e: StoreError| tracing::warn!(error = %e, "store update failed; the journal holds the record");
     loop {
         let closing = match rx.recv_timeout(FLUSH_EVERY) {
-            Ok(Write::Result(d, seq)) => {
-                gathered.push(*d);
-                seen.add(seq);
-                false
-            }
-            Ok(Write::Seen(seq)) => {
-                seen.add(seq);
+            Ok(Write::Records(records)) => {
+                for (seq, row) in records {
+                    gathered.extend(row);
+                    seen.add(seq);
+                }
                 false
             }
             Ok(Write::Table(job, table)) => {

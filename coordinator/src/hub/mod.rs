@@ -251,6 +251,7 @@ impl Coordinator {
         // logged once).
         let mut finished = Vec::new();
         let mut answers = Vec::with_capacity(events.len());
+        let mut records = Vec::with_capacity(events.len());
         {
             let mut s = self.lock();
             let done = |s: &State, id| s.job(id).is_ok_and(|j| j.state() == JobState::Done);
@@ -261,21 +262,21 @@ impl Coordinator {
                 };
                 let before = job.is_some_and(|id| done(&s, id));
                 let applied = s.apply(&r);
-                // Under the state's lock, so that a checkpoint of the state
-                // knows which records it holds, and finds each of them sent
-                // to the store's thread: every record is told to it (its
-                // count of records caught up must have no gap), none before
-                // it starts. The store's result row is the counted result,
-                // nothing else.
                 self.applied.lock().expect("applied lock").add(seq);
-                if let Some(w) = self.writes.get() {
-                    match (&applied, r) {
-                        (Ok(Some(Verdict::New)), Event::TaskDone(d)) => w.result(d, seq),
-                        _ => w.seen(seq),
-                    }
-                }
+                // The store's result row is the counted result, nothing else.
+                records.push(match (&applied, r) {
+                    (Ok(Some(Verdict::New)), Event::TaskDone(d)) => (seq, Some(d)),
+                    _ => (seq, None),
+                });
                 finished.extend(job.filter(|&id| !before && done(&s, id)));
                 answers.push(applied);
+            }
+            // Under the state's lock, so that a checkpoint of the state
+            // knows which records it holds, and finds each of them sent to
+            // the store's thread: every record is told to it (its count of
+            // records caught up must have no gap), none before it starts.
+            if let Some(w) = self.writes.get() {
+                w.records(records);
             }
         }
         for j in finished.into_iter().filter_map(|id| self.job(id).ok()) {
