@@ -1322,3 +1322,74 @@ fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
     let c = kit::start(&data);
     done_exactly(&c.url, job);
 }
+
+/// `cmd` run as the unprivileged user `nobody` (uid and gid 65534), where
+/// the test runs as root and `setpriv` is at hand; else `None`, so that
+/// a permission can be taken away from the coordinator (root ignores it).
+fn as_nobody(cmd: &std::process::Command) -> Option<std::process::Command> {
+    let out = std::process::Command::new("id").arg("-u").output().ok()?;
+    let root = String::from_utf8_lossy(&out.stdout).trim() == "0";
+    let setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        return None;
+    }
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .stdout(std::process::Stdio::piped());
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    Some(c)
+}
+
+/// Gives `path` and everything under it to `nobody`.
+fn give_to_nobody(path: &std::path::Path) {
+    std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap() {
+            give_to_nobody(&e.unwrap().path());
+        }
+    }
+}
+
+/// A `store/` its coordinator may not write (a permission, not damage):
+/// the start stops, names the permission, and moves nothing; once the
+/// permission is given back (the printed advice), the same store opens
+/// with every result.
+#[test]
+fn a_store_without_write_permission_stops_the_start_and_is_not_moved_aside() {
+    use std::os::unix::fs::PermissionsExt;
+    let _watchdog = kit::watchdog("a_store_without_write_permission_stops_the_start");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let Some(mut start) = as_nobody(&kit::coordinator_cmd(&data, "127.0.0.1:0")) else {
+        eprintln!("skipped: needs root and setpriv to take a permission away from the coordinator");
+        return;
+    };
+    let job = counted(&data, 6);
+    give_to_nobody(dir.path());
+    let store = data.join("store");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = start.stderr(std::process::Stdio::piped()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains("not damage: nothing was moved"), "{err}");
+    let names: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
+    // The advice followed: the permission given back, the start again.
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let start = as_nobody(&kit::coordinator_cmd(&data, "127.0.0.1:0")).unwrap();
+    let c = kit::spawn_coordinator(start);
+    done_exactly(&c.url, job);
+}
