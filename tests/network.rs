@@ -138,9 +138,6 @@ async fn a_long_jittery_lossy_link_changes_no_count() {
     kit::stop_workers(far);
 }
 
-// Over 80 lines: one scenario whose steps (partition, the others finish,
-// heal, late results, a second job) each build on the state the last
-// one left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_partitioned_past_its_leases_counts_nothing_twice_and_goes_on() {
     let _watchdog =
