@@ -1,17 +1,17 @@
 //! Whole-system fault tests: one coordinator and three workers, all real
-//! processes on loopback, counting N=16 through a coordinator crash, a
-//! network partition longer than a lease, and a disk that stops taking
-//! writes; and 200 simulated workers misbehaving for a minute. Each test
-//! ends with the job exact and an audit showing every task counted once.
-//! (A worker killed mid-task and a lying worker are in `cluster.rs`.)
+//! processes on loopback, counting N=16 through a coordinator crash and a
+//! disk that stops taking writes; and 200 simulated workers misbehaving
+//! for a minute. Each test ends with the job exact and an audit showing
+//! every task counted once. (A worker killed mid-task and a lying worker
+//! are in `cluster.rs`; partitions, stalls and slow links in
+//! `network.rs`.)
 
-use nqueens_common::known::known;
 use nqueens_common::plan::Strategy;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
 use nqueens_testkit::{
-    self as kit, done, free_addr, job, kill9, start_at, start_with, terminate, watchdog, worker,
-    worker_logged, Coordinator, Worker,
+    self as kit, done, free_addr, job, kill9, start_at, start_with, watchdog, worker, Coordinator,
+    Worker,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -40,40 +40,9 @@ async fn wait_for(ops: &mut Ops, id: u64, what: &str, until: impl Fn(&v1::Job) -
     .await
 }
 
-/// The job is done with the published counts, and its audit finds every
-/// task counted exactly once and nothing wrong.
-async fn exact_and_audited(ops: &mut Ops, id: u64, n: u32) {
-    let j = job(ops, id).await;
-    let k = known(n).unwrap();
-    assert!(done(&j), "{j:?}");
-    assert_eq!(kit::counts(&j), (k.total, k.unique), "job {id} (N={n})");
-    assert_eq!(j.done, j.tasks);
-    let a = ops
-        .audit_job(v1::JobRef { job_id: id })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(a.problems, Vec::<String>::new());
-    assert_eq!(a.known, v1::KnownCheck::Matches as i32);
-    assert_eq!(a.counted, j.tasks, "every task counted once");
-    // Two workers may report one task at the same moment (one held its
-    // lease from before a restart): both results are journaled, the replay
-    // counts the first and the audit agrees.
-    assert!(a.result_records >= j.tasks);
-}
-
 /// The report a correct worker makes for a lease.
 fn report_of(l: &v1::Lease, worker: &str) -> v1::ReportRequest {
     kit::report_request(worker, l.lease_ref(), kit::result_of(l))
-}
-
-/// SIGTERM to each worker: each drains and exits 0.
-fn stop(workers: Vec<Worker>) {
-    for mut w in workers {
-        terminate(&w);
-        let status = w.wait().unwrap();
-        assert!(status.success(), "a worker exited with {status}");
-    }
 }
 
 /// A coordinator on a fixed port (found again after a restart), an N=16
@@ -120,7 +89,7 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
         "acknowledged results survive the crash"
     );
     wait_for(&mut ops, id, "the job to finish after the restart", done).await;
-    exact_and_audited(&mut ops, id, 16).await;
+    kit::exact_and_audited(&mut ops, id).await;
     // The restarted coordinator knew the workers only from their results
     // (no name, no cores): each was asked to register again, and did.
     kit::eventually("every worker to register again", async || {
@@ -132,124 +101,7 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
         })
     })
     .await;
-    stop(workers);
-}
-
-/// A TCP proxy that can stop passing bytes (both ways, on every
-/// connection, new ones too) and start again: a network partition that
-/// heals, as TCP sees one.
-mod proxy {
-    use std::sync::Arc;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::watch;
-
-    pub struct Proxy {
-        pub url: String,
-        open: Arc<watch::Sender<bool>>,
-    }
-
-    impl Proxy {
-        pub async fn start(to: String) -> Proxy {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("http://{}", listener.local_addr().unwrap());
-            let open = Arc::new(watch::Sender::new(true));
-            let gate = Arc::clone(&open);
-            tokio::spawn(async move {
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = TcpStream::connect(&to).await else {
-                        continue;
-                    };
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    tokio::spawn(pipe(cr, sw, gate.subscribe()));
-                    tokio::spawn(pipe(sr, cw, gate.subscribe()));
-                }
-            });
-            Proxy { url, open }
-        }
-
-        pub fn cut(&self) {
-            self.open.send_replace(false);
-        }
-
-        pub fn heal(&self) {
-            self.open.send_replace(true);
-        }
-    }
-
-    /// Copies bytes while the gate is open; holds them while it is shut.
-    async fn pipe(
-        mut from: impl AsyncReadExt + Unpin,
-        mut to: impl AsyncWriteExt + Unpin,
-        mut gate: watch::Receiver<bool>,
-    ) {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            if gate.wait_for(|open| *open).await.is_err() {
-                return;
-            }
-            let n = match from.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if gate.wait_for(|open| *open).await.is_err() {
-                return;
-            }
-            if to.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_cut_off_longer_than_its_lease_is_not_counted_twice() {
-    let _watchdog = watchdog("a_worker_cut_off_longer_than_its_lease_is_not_counted_twice");
-    let dir = kit::tempdir();
-    let c = start_with(&dir.path().join("data"), &["--lease-ttl", "2"]);
-    let mut ops = kit::operators(&c.url).await;
-    let id = submit(&mut ops, 16, Strategy::Frame, 100).await;
-    wait_for(&mut ops, id, "the plan", |j| j.tasks > 0).await;
-
-    // The far worker reaches the coordinator only through the proxy.
-    let proxy = proxy::Proxy::start(c.url.trim_start_matches("http://").to_string()).await;
-    let far_log = dir.path().join("far.log");
-    let far = worker_logged(&proxy.url, "far", 1, &far_log);
-    // Its own log says it holds tasks (the coordinator's view alone could
-    // be seen before the lease's answer has crossed the proxy).
-    kit::eventually("the far worker to lease", async || {
-        std::fs::read_to_string(&far_log).is_ok_and(|l| l.contains("leased"))
-    })
-    .await;
-    proxy.cut();
-
-    // Two near workers finish everything, the far worker's expired
-    // leases included, while it is cut off.
-    let near: Vec<Worker> = (1..=2)
-        .map(|k| worker(&c.url, &format!("near{k}"), 1))
-        .collect();
-    wait_for(&mut ops, id, "the near workers to finish the job", done).await;
-    let before = job(&mut ops, id).await;
-
-    // The partition heals: the far worker's late results arrive, and must
-    // change nothing.
-    proxy.heal();
-    let mut workers = near;
-    workers.push(far);
-    stop(workers);
-    let log = std::fs::read_to_string(&far_log).unwrap();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("reported") && l.contains("duplicate")),
-        "the far worker delivered no late result; its log:\n{log}"
-    );
-    let after = job(&mut ops, id).await;
-    assert_eq!(
-        (after.done, after.total, after.unique),
-        (before.done, before.total, before.unique)
-    );
-    exact_and_audited(&mut ops, id, 16).await;
+    kit::stop_workers(workers);
 }
 
 // The coordinator's stderr goes to a file under the same limit, as its
@@ -339,13 +191,13 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     .await;
     let (code, out) = health(&c.url);
     assert_eq!(code, 0, "SERVING again: {out}");
-    exact_and_audited(&mut ops, id, 16).await;
-    stop(workers);
+    kit::exact_and_audited(&mut ops, id).await;
+    kit::stop_workers(workers);
     // And after a restart nothing is missing.
     kill9(&mut c.child);
     let c = start_at(&data, &addr, &[], Some(&log));
     let mut ops = kit::operators(&c.url).await;
-    exact_and_audited(&mut ops, id, 16).await;
+    kit::exact_and_audited(&mut ops, id).await;
 }
 
 /// `nqueens health` against `url`: its exit code and output.
@@ -514,11 +366,11 @@ async fn two_hundred_simulated_workers_for_a_minute_lose_and_double_nothing() {
     // One well-behaved worker finishes what the simulated ones left
     // (abandoned leases expire after two seconds).
     let finisher = worker(&c.url, "finisher", 2);
-    for &(id, n) in &jobs {
+    for &(id, _) in &jobs {
         wait_for(&mut ops, id, "the finisher to finish the job", done).await;
-        exact_and_audited(&mut ops, id, n).await;
+        kit::exact_and_audited(&mut ops, id).await;
     }
-    stop(vec![finisher]);
+    kit::stop_workers([finisher]);
     // No task accepted twice among all the simulated workers.
     let count = accepted.len();
     eprintln!(

@@ -47,6 +47,22 @@ impl tonic::service::Interceptor for Auth {
     }
 }
 
+/// How long a connection may stay silent before a ping asks whether the
+/// other end is there, and how long the answer may take: a half-open
+/// connection (no FIN, no RST: a dead host, a NAT that forgot it) fails
+/// its calls within twice this, 40 s by default, less than a lease's
+/// default lifetime (60 s), so a worker behind one reconnects before its
+/// leases expire. `NQUEENS_KEEPALIVE` (seconds, at least 1) changes it
+/// for links that need quicker detection (tests use a few seconds).
+pub fn keepalive() -> std::time::Duration {
+    let secs = std::env::var("NQUEENS_KEEPALIVE")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(20);
+    std::time::Duration::from_secs(secs)
+}
+
 /// A lazily connected channel to `url`: the first call connects, and a
 /// lost connection is re-established by the next call. `https://` uses
 /// `ca` (PEM) as the only trusted root when given, else the public roots.
@@ -75,10 +91,10 @@ pub fn connect_tls(
         // A host that drops packets fails the call instead of hanging it.
         .connect_timeout(std::time::Duration::from_secs(10))
         // A connection that went silent (a dead host, a NAT that forgot
-        // it) is found by pings and fails its calls, which are retried on
-        // a new one; a pause shorter than this survives.
-        .http2_keep_alive_interval(std::time::Duration::from_secs(20))
-        .keep_alive_timeout(std::time::Duration::from_secs(20))
+        // it, a partition) is found by pings and fails its calls, which
+        // are retried on a new one; a pause shorter than this survives.
+        .http2_keep_alive_interval(keepalive())
+        .keep_alive_timeout(keepalive())
         .keep_alive_while_idle(true);
     if identity.is_some() && !url.starts_with("https://") {
         return Err(ClientError::IdentityWithoutTls(url.to_string()));

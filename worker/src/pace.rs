@@ -4,6 +4,12 @@
 //! CPU thread, so a fixed number per thread would starve a GPU worker, and
 //! a CPU worker on long tasks would hold hours of work that another worker
 //! could have taken.
+//!
+//! The queue also covers [`ROUND_TRIPS_AHEAD`] lease round trips at the
+//! measured rate, whatever the per-slot cap: a worker far from its
+//! coordinator (150 ms away) on tasks of a few milliseconds would
+//! otherwise ask for more only when less than one round trip of work is
+//! left, and its threads would wait for every answer.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -24,8 +30,16 @@ pub const MAX_AHEAD: usize = 2048;
 /// held, and a coordinator takes at most 4,096 in one.
 pub const MAX_HELD: usize = 4096;
 
+/// Lease round trips of work kept queued at least: a lease is asked for
+/// once half the queue is gone, so two round trips of work are left when
+/// it goes out, one to spare for a slow answer.
+pub const ROUND_TRIPS_AHEAD: u32 = 4;
+
 /// Finished tasks the rate is measured over.
 const WINDOW: usize = 256;
+
+/// Lease round trips remembered; the longest of them counts (jitter).
+const TRIPS: usize = 8;
 
 /// A worker's pace: its slots (CPU threads and card feeders) and when its
 /// latest tasks finished.
@@ -33,6 +47,8 @@ const WINDOW: usize = 256;
 pub struct Pace {
     slots: usize,
     finished: VecDeque<Instant>,
+    /// The latest lease calls' round trips.
+    trips: VecDeque<Duration>,
 }
 
 impl Pace {
@@ -40,7 +56,16 @@ impl Pace {
         Pace {
             slots: slots.max(1),
             finished: VecDeque::with_capacity(WINDOW),
+            trips: VecDeque::with_capacity(TRIPS),
         }
+    }
+
+    /// A lease call was answered after `took`.
+    pub fn round_trip(&mut self, took: Duration) {
+        if self.trips.len() == TRIPS {
+            self.trips.pop_front();
+        }
+        self.trips.push_back(took);
     }
 
     /// A task finished (counted, or stopped) at `at`.
@@ -60,13 +85,20 @@ impl Pace {
 
     /// Tasks to keep queued beyond the running ones: two per slot until a
     /// rate is known, then what the rate finishes in [`AHEAD`] (at least
-    /// one, at most [`MAX_AHEAD_PER_SLOT`] a slot and [`MAX_AHEAD`]).
+    /// one, at most [`MAX_AHEAD_PER_SLOT`] a slot and [`MAX_AHEAD`]), and
+    /// never less than the rate finishes in [`ROUND_TRIPS_AHEAD`] of the
+    /// longest recent lease round trips (within [`MAX_HELD`]).
     pub fn ahead(&self, now: Instant) -> usize {
         let most = (MAX_AHEAD_PER_SLOT * self.slots).min(MAX_AHEAD);
-        match self.rate(now) {
-            None => 2 * self.slots,
-            Some(rate) => ((rate * AHEAD.as_secs_f64()).ceil() as usize).clamp(1, most),
-        }
+        let Some(rate) = self.rate(now) else {
+            return 2 * self.slots;
+        };
+        let trip = self.trips.iter().max().copied().unwrap_or_default();
+        let link = (rate * (trip * ROUND_TRIPS_AHEAD).as_secs_f64()).ceil() as usize;
+        let link = link.min(MAX_HELD - self.slots.min(MAX_HELD));
+        ((rate * AHEAD.as_secs_f64()).ceil() as usize)
+            .clamp(1, most)
+            .max(link)
     }
 
     /// Tasks to hold in all (running and queued), at most [`MAX_HELD`].
@@ -116,6 +148,21 @@ mod tests {
             flood.finished(t0);
         }
         assert_eq!(flood.ahead(t0 + Duration::from_millis(1)), MAX_AHEAD);
+        // 150 ms from the coordinator, 1,000 tiny tasks a second: four
+        // round trips of them, past the per-slot cap.
+        let mut far = Pace::new(1);
+        for i in 0..=100 {
+            far.finished(t0 + Duration::from_millis(i));
+        }
+        let now = t0 + Duration::from_millis(100);
+        assert_eq!(far.ahead(now), MAX_AHEAD_PER_SLOT);
+        far.round_trip(Duration::from_millis(150));
+        far.round_trip(Duration::from_millis(120));
+        assert_eq!(far.ahead(now), 600);
+        // A round trip far slower still: within what a heartbeat names.
+        far.round_trip(Duration::from_secs(100));
+        assert_eq!(far.target(now), MAX_HELD);
+
         let mut wide = Pace::new(4000);
         wide.finished(t0);
         wide.finished(t0 + Duration::from_millis(1));

@@ -367,6 +367,15 @@ impl Session {
     /// what the worker did.
     async fn run(mut self, mut signals: mpsc::UnboundedReceiver<()>) -> Summary {
         loop {
+            // Every task that finished meanwhile, before deciding what to
+            // lease: a lease call takes a round trip, in which many short
+            // tasks finish. Taken one a turn, they piled up behind the
+            // calls far from the coordinator, still counted as held, so
+            // the worker leased fewer and fewer (two tasks a round trip at
+            // 150 ms) and its threads waited.
+            while let Ok((lease, out)) = self.finished.try_recv() {
+                self.task_ended(lease, out);
+            }
             self.link.stats.set_leases(self.held.len());
             if let Some(want) = self.lease_wanted() {
                 self.lease(want).await;
@@ -405,8 +414,10 @@ impl Session {
     /// Leases up to `want` tasks and queues them on the pool; on failure,
     /// the next lease waits out the backoff.
     async fn lease(&mut self, want: usize) {
+        let asked = std::time::Instant::now();
         match self.link.client.lease(want as u32).await {
             Ok(r) => {
+                self.pace.round_trip(asked.elapsed());
                 self.link.backoff.reset();
                 if r.register_again {
                     self.link.register_again().await;

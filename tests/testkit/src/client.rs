@@ -218,3 +218,53 @@ pub async fn work(w: &mut Workers, worker: &str, limit: usize) -> usize {
     }
     n
 }
+
+/// The job is done, and its audit finds nothing wrong and every task
+/// counted exactly once; the audit, whose digest is the same wherever the
+/// plan was counted correctly.
+pub async fn audited(ops: &mut Operators, id: u64) -> v1::AuditReport {
+    let j = job(ops, id).await;
+    assert!(done(&j), "{j:?}");
+    assert_eq!(j.done, j.tasks);
+    let a = ops
+        .audit_job(v1::JobRef { job_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.problems, Vec::<String>::new());
+    assert_eq!(a.counted, j.tasks, "every task counted once");
+    // Two workers may report one task at the same moment (one held its
+    // lease from before a restart or a partition): both results are
+    // journaled, the replay counts the first and the audit agrees.
+    assert!(a.result_records >= j.tasks);
+    a
+}
+
+/// [`audited`], and the job's counts are the published ones (`known.rs`).
+pub async fn exact_and_audited(ops: &mut Operators, id: u64) -> v1::AuditReport {
+    let j = job(ops, id).await;
+    let n = j.plan.as_ref().expect("a job has a plan").n;
+    let k = nqueens_common::known::known(n).expect("a board size with published counts");
+    assert!(done(&j), "{j:?}");
+    assert_eq!(counts(&j), (k.total, k.unique), "job {id} (N={n})");
+    let a = audited(ops, id).await;
+    assert_eq!(a.known, v1::KnownCheck::Matches as i32);
+    a
+}
+
+/// The audit digest of `plan` counted without faults: by an honest
+/// client of a coordinator inside the test, on a temporary directory.
+pub async fn reference_digest(plan: v1::PlanSpec) -> String {
+    use nqueens_coordinator::hub::{Clock, SystemClock};
+    let dir = crate::tempdir();
+    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
+    let r = nqueens_coordinator::server::start(crate::config(dir.path()), clock)
+        .await
+        .expect("start a reference coordinator");
+    let (mut w, mut ops) = clients(&crate::url(&r)).await;
+    let id = submit_planned(&mut ops, job_request(plan)).await.job_id;
+    work(&mut w, "reference", usize::MAX).await;
+    let digest = audited(&mut ops, id).await.digest;
+    r.shutdown().await.expect("stop the reference coordinator");
+    digest
+}

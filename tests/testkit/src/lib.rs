@@ -7,6 +7,8 @@
 //!   loopback port with a temporary data directory.
 //! - [`client`]: a raw gRPC client of either: submit, lease, count a lease
 //!   as an honest (or lying) worker would, report, read and watch jobs.
+//! - [`proxy`]: a TCP proxy with faults changed while it runs (delay,
+//!   jitter, bandwidth, loss as TCP shows it, stalls, partitions, resets).
 //! - [`wait`]: polling until a condition holds, always with a deadline
 //!   (never a sleep standing in for synchronisation).
 //! - [`watchdog`]: a hung whole-system test fails with the stacks of its
@@ -22,12 +24,14 @@
 pub mod client;
 pub mod inproc;
 pub mod process;
+pub mod proxy;
 pub mod wait;
 pub mod watchdog;
 
 pub use client::*;
 pub use inproc::*;
 pub use process::*;
+pub use proxy::Proxy;
 pub use wait::*;
 pub use watchdog::*;
 

@@ -236,6 +236,15 @@ impl Drop for Worker {
     }
 }
 
+/// SIGTERM to each worker: each must drain and exit 0.
+pub fn stop_workers(workers: impl IntoIterator<Item = Worker>) {
+    for mut w in workers {
+        terminate(&w);
+        let status = w.wait().unwrap();
+        assert!(status.success(), "a worker exited with {status}");
+    }
+}
+
 /// A worker process; its warnings go to the test's stderr.
 pub fn worker(url: &str, name: &str, threads: u32) -> Worker {
     let child = worker_cmd(url, name, threads)

@@ -24,8 +24,14 @@ pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
 /// exits the test binary with an error. A hang must never become a CI
 /// timeout with nothing to read.
 pub fn watchdog(test: &'static str) -> Watchdog {
+    watchdog_within(test, test_limit())
+}
+
+/// [`watchdog`] for a test that takes minutes by design (an `#[ignore]`d
+/// long run): it fails after `limit`, or [`test_limit`] if that is longer.
+pub fn watchdog_within(test: &'static str, limit: Duration) -> Watchdog {
     let (tx, rx) = mpsc::channel::<()>();
-    let limit = test_limit();
+    let limit = limit.max(test_limit());
     std::thread::spawn(move || {
         if rx.recv_timeout(limit) != Err(mpsc::RecvTimeoutError::Timeout) {
             return;
