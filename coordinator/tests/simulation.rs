@@ -362,87 +362,135 @@ async fn report(
 /// simulated time per task), heartbeats and reports until the end of the
 /// simulation.
 async fn worker(i: usize, seed: u64, trace: Trace) -> turmoil::Result {
-    let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x5851_f42d_4c95_7f2d));
+    let rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x5851_f42d_4c95_7f2d));
     let who = format!("w{i}");
-    let mut client = WorkerClient::new(channel(), who.clone());
-    let about = About {
-        host: who.clone(),
-        cores: 1,
-        solver_version: "sim".into(),
-        name: who.clone(),
+    let mut w = SimWorker {
+        client: WorkerClient::new(channel(), who.clone()),
+        about: About {
+            host: who.clone(),
+            cores: 1,
+            solver_version: "sim".into(),
+            name: who.clone(),
+        },
+        who,
+        backoff: Backoff::new(rng.clone()),
+        rng,
+        trace,
+        held: BTreeMap::new(),
+        done_at: tokio::time::Instant::now(),
+        next_lease_at: tokio::time::Instant::now(),
     };
-    let mut backoff = Backoff::new(rng.clone());
     let every = loop {
-        match client.register(&about).await {
+        match w.client.register(&w.about).await {
             Ok(r) => break Duration::from_millis(r.heartbeat_interval_ms.max(50)),
             Err(s) => {
-                note(&trace, &who, format!("register {:?}", s.code()));
-                tokio::time::sleep(backoff.next_delay()).await;
+                w.note(format!("register {:?}", s.code()));
+                tokio::time::sleep(w.backoff.next_delay()).await;
             }
         }
     };
-    backoff.reset();
-    note(&trace, &who, "registered".into());
+    w.backoff.reset();
+    w.note("registered".into());
     let mut heartbeat = tokio::time::interval(every);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // Leases held, by task, the first being counted until `done_at`.
-    let mut held: BTreeMap<(u64, u64), v1::Lease> = BTreeMap::new();
-    let mut done_at = tokio::time::Instant::now();
-    let mut next_lease_at = tokio::time::Instant::now();
     loop {
-        let counting = !held.is_empty();
+        let counting = !w.held.is_empty();
         tokio::select! {
             biased;
-            _ = heartbeat.tick() => {
-                let refs = held.values().map(v1::Lease::lease_ref).collect();
-                match client.heartbeat(refs, 0, false).await {
-                    Ok(r) => {
-                        if r.register_again {
-                            let again = client.register(&about).await.map(|_| ());
-                            note(&trace, &who, format!("register again {:?}", again.map_err(|s| s.code())));
-                        }
-                        for s in r.stop {
-                            if held.remove(&(s.job_id, s.task_index)).is_some() {
-                                note(&trace, &who, format!("task {} stopped", s.task_index));
-                            }
-                        }
+            _ = heartbeat.tick() => w.heartbeat().await,
+            () = tokio::time::sleep_until(w.done_at), if counting => w.counted(),
+            () = tokio::time::sleep_until(w.next_lease_at), if !counting => w.lease().await,
+        }
+    }
+}
+
+/// One simulated worker's state.
+struct SimWorker {
+    client: WorkerClient<Channel>,
+    about: About,
+    who: String,
+    backoff: Backoff,
+    rng: Rng,
+    trace: Trace,
+    /// Leases held, by task, the first being counted until `done_at`.
+    held: BTreeMap<(u64, u64), v1::Lease>,
+    done_at: tokio::time::Instant,
+    next_lease_at: tokio::time::Instant,
+}
+
+impl SimWorker {
+    fn note(&self, what: String) {
+        note(&self.trace, &self.who, what);
+    }
+
+    /// Registers again (one try), as the coordinator asked.
+    async fn register_again(&mut self) {
+        let again = self.client.register(&self.about).await.map(|_| ());
+        self.note(format!("register again {:?}", again.map_err(|s| s.code())));
+    }
+
+    /// Extends the leases held; drops the tasks the coordinator names.
+    async fn heartbeat(&mut self) {
+        let refs = self.held.values().map(v1::Lease::lease_ref).collect();
+        match self.client.heartbeat(refs, 0, false).await {
+            Ok(r) => {
+                if r.register_again {
+                    self.register_again().await;
+                }
+                for s in r.stop {
+                    if self.held.remove(&(s.job_id, s.task_index)).is_some() {
+                        self.note(format!("task {} stopped", s.task_index));
                     }
-                    Err(s) => note(&trace, &who, format!("heartbeat {:?}", s.code())),
                 }
             }
-            () = tokio::time::sleep_until(done_at), if counting => {
-                let (&key, _) = held.iter().next().expect("counting one");
-                let lease = held.remove(&key).expect("held");
-                if let Some(result) = count(&lease) {
-                    let item = v1::ReportItem { lease: Some(lease.lease_ref()), result: Some(result) };
-                    let rng = Rng(rng.next());
-                    tokio::spawn(report(client.clone(), item, Backoff::new(rng), Arc::clone(&trace)));
+            Err(s) => self.note(format!("heartbeat {:?}", s.code())),
+        }
+    }
+
+    /// The task being counted is done: its result goes to a reporter.
+    fn counted(&mut self) {
+        let (&key, _) = self.held.iter().next().expect("counting one");
+        let lease = self.held.remove(&key).expect("held");
+        if let Some(result) = count(&lease) {
+            let item = v1::ReportItem {
+                lease: Some(lease.lease_ref()),
+                result: Some(result),
+            };
+            let backoff = Backoff::new(Rng(self.rng.next()));
+            let trace = Arc::clone(&self.trace);
+            tokio::spawn(report(self.client.clone(), item, backoff, trace));
+        }
+        self.next_task();
+    }
+
+    fn next_task(&mut self) {
+        let ms = self.rng.range(TASK_MS.0, TASK_MS.1);
+        self.done_at = tokio::time::Instant::now() + Duration::from_millis(ms);
+    }
+
+    /// Leases a batch; none leased, asks again in a second; a failed call
+    /// waits out the backoff.
+    async fn lease(&mut self) {
+        match self.client.lease(3).await {
+            Ok(r) => {
+                self.backoff.reset();
+                if r.register_again {
+                    self.register_again().await;
                 }
-                done_at = tokio::time::Instant::now() + Duration::from_millis(rng.range(TASK_MS.0, TASK_MS.1));
+                let index = |l: &v1::Lease| l.task.as_ref().map_or(0, |t| t.index);
+                let tasks: Vec<u64> = r.leases.iter().map(index).collect();
+                self.note(format!("leased {tasks:?}"));
+                if r.leases.is_empty() {
+                    self.next_lease_at = tokio::time::Instant::now() + Duration::from_secs(1);
+                }
+                for l in r.leases {
+                    self.held.insert((l.job_id, index(&l)), l);
+                }
+                self.next_task();
             }
-            () = tokio::time::sleep_until(next_lease_at), if !counting => {
-                match client.lease(3).await {
-                    Ok(r) => {
-                        backoff.reset();
-                        if r.register_again {
-                            let again = client.register(&about).await.map(|_| ());
-                            note(&trace, &who, format!("register again {:?}", again.map_err(|s| s.code())));
-                        }
-                        let tasks: Vec<u64> = r.leases.iter().map(|l| l.task.as_ref().map_or(0, |t| t.index)).collect();
-                        note(&trace, &who, format!("leased {tasks:?}"));
-                        if r.leases.is_empty() {
-                            next_lease_at = tokio::time::Instant::now() + Duration::from_secs(1);
-                        }
-                        for l in r.leases {
-                            held.insert((l.job_id, l.task.as_ref().map_or(0, |t| t.index)), l);
-                        }
-                        done_at = tokio::time::Instant::now() + Duration::from_millis(rng.range(TASK_MS.0, TASK_MS.1));
-                    }
-                    Err(s) => {
-                        note(&trace, &who, format!("lease {:?}", s.code()));
-                        next_lease_at = tokio::time::Instant::now() + backoff.next_delay();
-                    }
-                }
+            Err(s) => {
+                self.note(format!("lease {:?}", s.code()));
+                self.next_lease_at = tokio::time::Instant::now() + self.backoff.next_delay();
             }
         }
     }
