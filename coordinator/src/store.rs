@@ -649,10 +649,14 @@ impl StoreWriter {
     /// Stops taking writes and waits (boundedly) until the queued ones are
     /// written and flushed.
     pub fn close(&self) {
-        let sink = self.tx.lock().expect("store queue lock").take();
-        if let Some(StoreSink::Inline(mut inline)) = sink {
-            let (store, pending) = &mut *inline;
-            pending.write_if_due(store, true);
+        // The thread's queue is dropped here: the thread drains it and ends.
+        match self.tx.lock().expect("store queue lock").take() {
+            Some(StoreSink::Inline(mut inline)) => {
+                let (store, pending) = &mut *inline;
+                pending.write_if_due(store, true);
+            }
+            Some(StoreSink::Thread(tx)) => drop(tx),
+            None => {}
         }
         if let Some(finished) = self.finished.lock().expect("store queue lock").take() {
             if finished.recv_timeout(CLOSE_WAIT) == Err(RecvTimeoutError::Timeout) {
