@@ -240,11 +240,29 @@ fn forget(open: &mut Open, conn: &Conn) {
     }
 }
 
+/// An accepted connection the table can hold: a TCP stream in production,
+/// a simulated one in the simulation tests.
+pub trait Accepted: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The client's address, which its place in the table is kept under.
+    fn peer(&self) -> std::io::Result<SocketAddr>;
+    /// The addresses the services read from each call.
+    fn connect_info(&self) -> tonic::transport::server::TcpConnectInfo;
+}
+
+impl Accepted for tokio::net::TcpStream {
+    fn peer(&self) -> std::io::Result<SocketAddr> {
+        self.peer_addr()
+    }
+    fn connect_info(&self) -> tonic::transport::server::TcpConnectInfo {
+        tonic::transport::server::Connected::connect_info(self)
+    }
+}
+
 /// A connection holding a place in the [`Table`] until it closes; closed
 /// when its client goes quiet (see the timeouts above) or when it is
 /// evicted to make way.
-pub struct Limited {
-    io: tokio::net::TcpStream,
+pub struct Limited<IO: Accepted = tokio::net::TcpStream> {
+    io: IO,
     conn: Arc<Conn>,
     table: Arc<Table>,
     /// Bytes read so far, up to HANDSHAKE_BYTES.
@@ -252,13 +270,13 @@ pub struct Limited {
     quiet: Pin<Box<tokio::time::Sleep>>,
 }
 
-impl Drop for Limited {
+impl<IO: Accepted> Drop for Limited<IO> {
     fn drop(&mut self) {
         self.table.close(&self.conn);
     }
 }
 
-impl Limited {
+impl<IO: Accepted> Limited<IO> {
     fn evicted(&self, cx: &mut Context<'_>) -> bool {
         self.conn.waker.register(cx.waker());
         self.conn.closed.load(Ordering::Acquire)
@@ -272,7 +290,7 @@ fn gone() -> std::io::Error {
     )
 }
 
-impl AsyncRead for Limited {
+impl<IO: Accepted> AsyncRead for Limited<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -312,7 +330,7 @@ impl AsyncRead for Limited {
     }
 }
 
-impl AsyncWrite for Limited {
+impl<IO: Accepted> AsyncWrite for Limited<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -346,10 +364,10 @@ impl AsyncWrite for Limited {
     }
 }
 
-impl tonic::transport::server::Connected for Limited {
+impl<IO: Accepted> tonic::transport::server::Connected for Limited<IO> {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        Accepted::connect_info(&self.io)
     }
 }
 
@@ -360,12 +378,7 @@ const TELLING: usize = 64;
 /// Tells a refused client why and closes, bounded in time and in number:
 /// over plain text, its calls are answered RESOURCE_EXHAUSTED with the
 /// reason (so the client's error names the cause); over TLS it is closed.
-fn refuse(
-    io: tokio::net::TcpStream,
-    why: String,
-    plain: bool,
-    telling: &Arc<tokio::sync::Semaphore>,
-) {
+fn refuse<IO: Accepted>(io: IO, why: String, plain: bool, telling: &Arc<tokio::sync::Semaphore>) {
     let Ok(place) = Arc::clone(telling).try_acquire_owned() else {
         return;
     };
@@ -392,18 +405,18 @@ fn refuse(
 }
 
 /// The accepted connections, each with a place in `table` (or refused).
-pub fn limited(
-    incoming: tonic::transport::server::TcpIncoming,
+pub fn limited<IO: Accepted>(
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>>,
     table: Arc<Table>,
     plain: bool,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Limited>> {
+) -> impl tokio_stream::Stream<Item = std::io::Result<Limited<IO>>> {
     use tokio_stream::StreamExt;
     let mut warned = Instant::now() - Duration::from_secs(60);
     let telling = Arc::new(tokio::sync::Semaphore::new(TELLING));
     incoming.filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(io) => {
-            let peer = io.peer_addr().ok()?;
+            let peer = io.peer().ok()?;
             match table.admit(peer) {
                 Ok(conn) => Some(Ok(Limited {
                     io,

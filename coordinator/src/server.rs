@@ -3,7 +3,7 @@
 
 use crate::access::{bearer, worker_auth, Access};
 use crate::credentials::Credentials;
-use crate::hub::{Clock, CoordError, Coordinator, SystemClock};
+use crate::hub::{Clock, CoordError, Coordinator, IoMode, SystemClock};
 use crate::service::{Operators, Ready, Workers};
 use crate::state::Limits;
 use nqueens_proto::v1::{
@@ -282,18 +282,73 @@ pub async fn start_announced(
     clock: Arc<dyn Clock>,
     announce: impl FnOnce(Listening),
 ) -> Result<Running, StartError> {
+    let prepared = prepare(&config)?;
+    let (listener, addr) = bind(config.listen).await?;
+    let incoming = tcp_incoming(listener);
+    let io = IoMode::Threads;
+    serve_prepared(config, clock, prepared, (incoming, addr), io, announce).await
+}
+
+/// [`start`] on connections accepted by the caller, which arrive at
+/// `addr`, with the data directory's disk work done as `io` says: for the
+/// simulation tests, whose network is simulated and whose one thread runs
+/// every host ([`IoMode::Inline`]). The same services, connection table,
+/// recovery and timers as [`start`].
+pub async fn start_on<IO: crate::conns::Accepted>(
+    config: Config,
+    clock: Arc<dyn Clock>,
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    addr: SocketAddr,
+    io: IoMode,
+) -> Result<Running, StartError> {
+    let prepared = prepare(&config)?;
+    serve_prepared(config, clock, prepared, (incoming, addr), io, |_| {}).await
+}
+
+/// What a start settles before it listens: who must authenticate, the
+/// server's settings, the issued worker tokens.
+struct Prepared {
+    access: Access,
+    builder: tonic::transport::Server,
+    issued: Arc<Credentials>,
+}
+
+fn prepare(config: &Config) -> Result<Prepared, StartError> {
     if config.data_dir.exists() && !config.data_dir.is_dir() {
         return Err(StartError::DataDirIsAFile(config.data_dir.clone()));
     }
-    let access = check_access(&config)?;
+    let access = check_access(config)?;
     let builder = server_builder(config.tls.as_ref())?;
     let issued = Arc::new(
         Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
     );
-    let (listener, addr) = bind(config.listen).await?;
+    Ok(Prepared {
+        access,
+        builder,
+        issued,
+    })
+}
+
+/// Serves the connections of `incoming` (accepted at `addr`), announces
+/// it, recovers the state and starts the timers.
+async fn serve_prepared<IO: crate::conns::Accepted>(
+    config: Config,
+    clock: Arc<dyn Clock>,
+    Prepared {
+        access,
+        builder,
+        issued,
+    }: Prepared,
+    (incoming, addr): (
+        impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+        SocketAddr,
+    ),
+    io: IoMode,
+    announce: impl FnOnce(Listening),
+) -> Result<Running, StartError> {
     let metrics_listener = bind_metrics(&config).await?;
     let metrics_addr = metrics_listener.as_ref().map(|(_, at)| *at);
-    let front = serve_front(builder, listener, &config, access, &issued).await?;
+    let front = serve_front(builder, incoming, &config, access, &issued).await?;
     let metrics = metrics_listener.map(|(l, _)| serve_metrics(l, &front));
     announce(Listening {
         addr,
@@ -308,6 +363,7 @@ pub async fn start_announced(
         config.limits,
         clock,
         config.accept_lost_records,
+        io,
     )
     .await
     {
@@ -463,9 +519,9 @@ impl Front {
 /// Starts serving health (NOT_SERVING), reflection and the worker and
 /// operator services on `listener`, each with its credentials; every
 /// connection takes a place in the connection table (see [`crate::conns`]).
-async fn serve_front(
+async fn serve_front<IO: crate::conns::Accepted>(
     builder: tonic::transport::Server,
-    listener: tokio::net::TcpListener,
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
     config: &Config,
     access: Access,
     issued: &Arc<Credentials>,
@@ -510,7 +566,7 @@ async fn serve_front(
         .add_service(reflection)
         .add_service(workers)
         .add_service(operators);
-    let incoming = limited_incoming(listener, table, config.tls.is_none());
+    let incoming = crate::conns::limited(incoming, table, config.tls.is_none());
     let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
         let _ = stopped.await;
     }));
@@ -523,21 +579,12 @@ async fn serve_front(
     })
 }
 
-/// The connections accepted on `listener`, each admitted to `table` or
-/// refused.
-fn limited_incoming(
-    listener: tokio::net::TcpListener,
-    table: Arc<crate::conns::Table>,
-    plain: bool,
-) -> impl tokio_stream::Stream<Item = std::io::Result<crate::conns::Limited>> {
+/// The connections accepted on `listener`.
+fn tcp_incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     // Without NODELAY, small replies wait ~40 ms for delayed ACKs.
-    crate::conns::limited(
-        tonic::transport::server::TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(Some(Duration::from_secs(60))),
-        table,
-        plain,
-    )
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)))
 }
 
 /// Serves `GET /metrics` on `listener`: 503 until the state is recovered.

@@ -545,9 +545,17 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// The one thread that writes to the store once the coordinator serves.
 /// Writes are queued, never waited for: the journal already holds them.
 pub struct StoreWriter {
-    tx: Mutex<Option<mpsc::Sender<Write>>>,
+    tx: Mutex<Option<StoreSink>>,
     /// Says when the thread has drained its queue and flushed.
     finished: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+/// Where the store's writes go: to its thread, or (with
+/// [`IoMode::Inline`](crate::hub::IoMode)) straight to the store, on the
+/// caller's thread.
+enum StoreSink {
+    Thread(mpsc::Sender<Write>),
+    Inline(Box<(Store, Pending)>),
 }
 
 impl StoreWriter {
@@ -566,15 +574,35 @@ impl StoreWriter {
             })
             .expect("start the store thread");
         StoreWriter {
-            tx: Mutex::new(Some(tx)),
+            tx: Mutex::new(Some(StoreSink::Thread(tx))),
             finished: Mutex::new(Some(finished)),
         }
     }
 
+    /// The store's writer without a thread: each write is made by the
+    /// caller, before it goes on (see [`crate::hub::IoMode::Inline`]).
+    pub fn inline(store: Store, caught_up: u64) -> StoreWriter {
+        StoreWriter {
+            tx: Mutex::new(Some(StoreSink::Inline(Box::new((
+                store,
+                Pending::new(caught_up),
+            ))))),
+            finished: Mutex::new(None),
+        }
+    }
+
     fn send(&self, w: Write) {
-        if let Some(tx) = self.tx.lock().expect("store queue lock").as_ref() {
+        match self.tx.lock().expect("store queue lock").as_mut() {
             // A dead thread has logged why; the journal holds the record.
-            let _ = tx.send(w);
+            Some(StoreSink::Thread(tx)) => {
+                let _ = tx.send(w);
+            }
+            Some(StoreSink::Inline(inline)) => {
+                let (store, pending) = &mut **inline;
+                pending.take(store, w);
+                pending.write_if_due(store, false);
+            }
+            None => {}
         }
     }
 
@@ -617,7 +645,15 @@ impl StoreWriter {
     /// Stops taking writes and waits (boundedly) until the queued ones are
     /// written and flushed.
     pub fn close(&self) {
-        drop(self.tx.lock().expect("store queue lock").take());
+        // The thread's queue is dropped here: the thread drains it and ends.
+        match self.tx.lock().expect("store queue lock").take() {
+            Some(StoreSink::Inline(mut inline)) => {
+                let (store, pending) = &mut *inline;
+                pending.write_if_due(store, true);
+            }
+            Some(StoreSink::Thread(tx)) => drop(tx),
+            None => {}
+        }
         if let Some(finished) = self.finished.lock().expect("store queue lock").take() {
             if finished.recv_timeout(CLOSE_WAIT) == Err(RecvTimeoutError::Timeout) {
                 tracing::warn!(
@@ -638,74 +674,100 @@ impl Drop for StoreWriter {
 const GATHER: usize = 1 << 14;
 
 fn write_loop(store: &Store, rx: &mpsc::Receiver<Write>, caught_up: u64) {
-    // Results wait here, so that each block is rewritten once per batch
-    // rather than once per result; a lookup sees them.
-    let mut gathered: Vec<Done> = Vec::new();
-    let mut seen = Seen::upto(caught_up);
-    let mut written = caught_up;
-    let mut flushed = Instant::now();
-    let warn = |e: StoreError| tracing::warn!(error = %e, "store update failed; the journal holds the record");
+    let mut pending = Pending::new(caught_up);
     loop {
         let closing = match rx.recv_timeout(FLUSH_EVERY) {
-            Ok(Write::Records(records)) => {
-                for (seq, row) in records {
-                    gathered.extend(row);
-                    seen.add(seq);
-                }
-                false
-            }
-            Ok(Write::Table(job, table)) => {
-                store.put_table(job, &table).unwrap_or_else(warn);
-                false
-            }
-            Ok(Write::DeleteJob(job)) => {
-                // Its rows still gathered go first, then all of them.
-                let (theirs, ours): (Vec<_>, Vec<_>) =
-                    gathered.drain(..).partition(|d| d.job == job);
-                gathered = ours;
-                drop(theirs);
-                store.delete_job(job).unwrap_or_else(warn);
-                false
-            }
-            Ok(Write::Lookup(job, task, answer)) => {
-                let waiting = gathered
-                    .iter()
-                    .find(|d| d.job == job && d.task == task)
-                    .cloned();
-                let _ = answer.send(waiting.or_else(|| store.result(job, task)));
-                false
-            }
-            Ok(Write::Sync(answer)) => {
-                let synced = store
-                    .add_results(std::mem::take(&mut gathered), Some(seen.upto))
-                    .and_then(|()| store.sync());
-                match synced {
-                    Ok(()) => {
-                        written = seen.upto;
-                        let _ = answer.send(written);
-                    }
-                    Err(e) => warn(e), // dropping `answer` says: nothing synced
-                }
-                flushed = Instant::now();
+            Ok(w) => {
+                pending.take(store, w);
                 false
             }
             Err(RecvTimeoutError::Timeout) => false,
             Err(RecvTimeoutError::Disconnected) => true,
         };
-        if closing || gathered.len() >= GATHER || flushed.elapsed() >= FLUSH_EVERY {
-            // Every record up to `seen.upto` has reached this thread: its
-            // row is written now, or was before.
-            if !gathered.is_empty() || seen.upto > written {
-                store
-                    .add_results(std::mem::take(&mut gathered), Some(seen.upto))
-                    .unwrap_or_else(warn);
-                store.flush();
-                written = seen.upto;
-            }
-            flushed = Instant::now();
-        }
+        pending.write_if_due(store, closing);
         if closing {
             break;
+        }
+    }
+}
+
+/// What the store's writer holds between writes.
+struct Pending {
+    /// Results wait here, so that each block is rewritten once per batch
+    /// rather than once per result; a lookup sees them.
+    gathered: Vec<Done>,
+    seen: Seen,
+    written: u64,
+    flushed: Instant,
+}
+
+fn warn(e: StoreError) {
+    tracing::warn!(error = %e, "store update failed; the journal holds the record");
+}
+
+impl Pending {
+    fn new(caught_up: u64) -> Pending {
+        Pending {
+            gathered: Vec::new(),
+            seen: Seen::upto(caught_up),
+            written: caught_up,
+            flushed: Instant::now(),
+        }
+    }
+
+    /// Takes one write (or answers a read or a sync).
+    fn take(&mut self, store: &Store, w: Write) {
+        match w {
+            Write::Records(records) => {
+                for (seq, row) in records {
+                    self.gathered.extend(row);
+                    self.seen.add(seq);
+                }
+            }
+            Write::Table(job, table) => store.put_table(job, &table).unwrap_or_else(warn),
+            Write::DeleteJob(job) => {
+                // Its rows still gathered go first, then all of them.
+                self.gathered.retain(|d| d.job != job);
+                store.delete_job(job).unwrap_or_else(warn);
+            }
+            Write::Lookup(job, task, answer) => {
+                let waiting = self
+                    .gathered
+                    .iter()
+                    .find(|d| d.job == job && d.task == task)
+                    .cloned();
+                let _ = answer.send(waiting.or_else(|| store.result(job, task)));
+            }
+            Write::Sync(answer) => {
+                let synced = store
+                    .add_results(std::mem::take(&mut self.gathered), Some(self.seen.upto))
+                    .and_then(|()| store.sync());
+                match synced {
+                    Ok(()) => {
+                        self.written = self.seen.upto;
+                        let _ = answer.send(self.written);
+                    }
+                    Err(e) => warn(e), // dropping `answer` says: nothing synced
+                }
+                self.flushed = Instant::now();
+            }
+        }
+    }
+
+    /// Writes the gathered rows and flushes when enough have gathered, a
+    /// while has passed, or the writer is closing.
+    fn write_if_due(&mut self, store: &Store, closing: bool) {
+        if closing || self.gathered.len() >= GATHER || self.flushed.elapsed() >= FLUSH_EVERY {
+            // Every record up to `seen.upto` has reached the writer: its
+            // row is written now, or was before.
+            if !self.gathered.is_empty() || self.seen.upto > self.written {
+                store
+                    .add_results(std::mem::take(&mut self.gathered), Some(self.seen.upto))
+                    .unwrap_or_else(warn);
+                store.flush();
+                self.written = self.seen.upto;
+            }
+            self.flushed = Instant::now();
         }
     }
 }

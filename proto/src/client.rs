@@ -5,7 +5,7 @@ use crate::refusal::Refusal;
 use std::path::{Path, PathBuf};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
 /// A channel whose every call carries the token.
@@ -86,16 +86,7 @@ pub fn connect_tls(
     if let Some(why) = scheme {
         return Err(ClientError::Address(url.to_string(), why));
     }
-    let mut endpoint = Channel::from_shared(url.to_string())
-        .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
-        // A host that drops packets fails the call instead of hanging it.
-        .connect_timeout(std::time::Duration::from_secs(10))
-        // A connection that went silent (a dead host, a NAT that forgot
-        // it, a partition) is found by pings and fails its calls, which
-        // are retried on a new one; a pause shorter than this survives.
-        .http2_keep_alive_interval(keepalive())
-        .keep_alive_timeout(keepalive())
-        .keep_alive_while_idle(true);
+    let mut endpoint = endpoint(url)?;
     if identity.is_some() && !url.starts_with("https://") {
         return Err(ClientError::IdentityWithoutTls(url.to_string()));
     }
@@ -136,6 +127,22 @@ pub fn connect_tls(
         endpoint.connect_lazy(),
         Auth(token),
     ))
+}
+
+/// The endpoint every connection to a coordinator is made from: its
+/// connect timeout and keep-alive pings (TLS and the token are added by
+/// [`connect_tls`]; the simulation tests give it their own connector).
+pub fn endpoint(url: &str) -> Result<Endpoint, ClientError> {
+    Ok(Channel::from_shared(url.to_string())
+        .map_err(|e| ClientError::Address(url.to_string(), e.to_string()))?
+        // A host that drops packets fails the call instead of hanging it.
+        .connect_timeout(std::time::Duration::from_secs(10))
+        // A connection that went silent (a dead host, a NAT that forgot
+        // it, a partition) is found by pings and fails its calls, which
+        // are retried on a new one; a pause shorter than this survives.
+        .http2_keep_alive_interval(keepalive())
+        .keep_alive_timeout(keepalive())
+        .keep_alive_while_idle(true))
 }
 
 /// The one-line reason a call failed, with what to do about it.

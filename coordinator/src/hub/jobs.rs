@@ -53,12 +53,13 @@ impl Coordinator {
         }
         let stop = Arc::new(AtomicBool::new(self.stopping.load(Ordering::Relaxed)));
         self.planning_flags().insert(id, Arc::clone(&stop));
-        let scheduled = tokio::task::spawn_blocking(move || {
-            Plan::new(spec).and_then(|p| TaskList::of(&p, &stop))
-        })
-        .await;
+        let scheduled = self
+            .blocking("planning thread", move || {
+                Plan::new(spec).and_then(|p| TaskList::of(&p, &stop))
+            })
+            .await;
         self.planning_flags().remove(&id);
-        let tasks = scheduled.expect("planning thread panicked")?;
+        let tasks = scheduled?;
         // A listed plan is kept in the store (a derived one needs nothing).
         if let TaskList::Listed(table) = &tasks {
             match self.writes.get() {
@@ -90,9 +91,8 @@ impl Coordinator {
         // rather than planned without bound.
         let plan = Plan::new(spec)?;
         let plan_listed = plan.derived_tasks().is_none();
-        tokio::task::spawn_blocking(move || plan.check_size())
-            .await
-            .expect("size check panicked")?;
+        self.blocking("size check", move || plan.check_size())
+            .await?;
         let max = self.limits().max_tasks;
         if spec.tasks > max && plan_listed {
             return Err(CoordError::TooManyTasks {

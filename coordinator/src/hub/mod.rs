@@ -49,6 +49,23 @@ impl ManualClock {
     }
 }
 
+/// Where the coordinator's disk work runs (journal appends and their
+/// fsync, store writes, plans, checkpoints).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// On the journal's and the store's writer threads and tokio's
+    /// blocking pool: the async threads never wait for the disk.
+    #[default]
+    Threads,
+    /// On the calling task, which waits for it. For the simulation tests,
+    /// whose one thread runs every host on simulated time: work on another
+    /// thread would finish at a moment of the real clock, not of the
+    /// simulation, and a seed would not replay. Every call sees the same
+    /// results in the same order as with threads; records are committed
+    /// one fsync each rather than in groups.
+    Inline,
+}
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CoordError {
@@ -160,6 +177,7 @@ pub struct Coordinator {
     closing: tokio::sync::watch::Sender<bool>,
     /// Whether a job that finishes is audited in the background.
     audit_when_done: AtomicBool,
+    io: IoMode,
     /// Held open for the lifetime of the process: the data directory's lock.
     _lock: File,
 }
@@ -169,6 +187,20 @@ mod recovery;
 mod workers;
 
 impl Coordinator {
+    /// Runs `f` off the async threads (inline with [`IoMode::Inline`]).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        match self.io {
+            IoMode::Threads => tokio::task::spawn_blocking(f)
+                .await
+                .unwrap_or_else(|e| panic!("{what} panicked: {e}")),
+            IoMode::Inline => f(),
+        }
+    }
+
     /// True while the journal can be written; changes when that does.
     pub fn journal_healthy(&self) -> tokio::sync::watch::Receiver<bool> {
         self.journal.healthy()
@@ -319,9 +351,8 @@ impl Coordinator {
         }
         let dir = self.data_dir.clone();
         let len = bytes.len() as u64;
-        tokio::task::spawn_blocking(move || checkpoint::save(&dir, &bytes))
+        self.blocking("checkpoint thread", move || checkpoint::save(&dir, &bytes))
             .await
-            .expect("checkpoint thread panicked")
             .map_err(|e| CoordError::DataDir {
                 path: self.data_dir.clone(),
                 why: format!("cannot write the checkpoint: {e}"),
@@ -331,10 +362,11 @@ impl Coordinator {
         if seal {
             sealed = self.journal.rotate().await?;
             let journal = self.data_dir.join("journal");
-            compressed =
-                tokio::task::spawn_blocking(move || crate::journal::segments::compress(&journal))
-                    .await
-                    .expect("compression thread panicked")?;
+            compressed = self
+                .blocking("compression thread", move || {
+                    crate::journal::segments::compress(&journal)
+                })
+                .await?;
         }
         let made = CheckpointMade {
             upto: seen.upto,

@@ -142,7 +142,7 @@ struct Found {
 /// checks the journal reaches every acknowledged record; a journal that
 /// ends before stops the start unless `accept_lost` is exactly the number
 /// of records it lacks (then the checkpoints and the store are set aside).
-fn find(data_dir: &Path, accept_lost: Option<u64>) -> Result<Found, CoordError> {
+fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, CoordError> {
     let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
     let loaded = checkpoint::load(data_dir);
     // How far results were acknowledged, by the store's and the latest
@@ -164,7 +164,8 @@ fn find(data_dir: &Path, accept_lost: Option<u64>) -> Result<Found, CoordError> 
     });
     let journal_path = data_dir.join("journal");
     let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
-    let (journal, replay) = match Journal::open(&journal_path, after, marks.acknowledged()) {
+    let (journal, replay) = match Journal::open_with(&journal_path, after, marks.acknowledged(), io)
+    {
         Err(JournalError::Behind { last, torn, .. }) => {
             let missing = marks.acknowledged() - last;
             if accept_lost != Some(missing) {
@@ -174,7 +175,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>) -> Result<Found, CoordError> 
             drop(store);
             checkpoint = None;
             (store, store_opened) = set_aside(data_dir)?;
-            Journal::open(&journal_path, 0, 0)?
+            Journal::open_with(&journal_path, 0, 0, io)?
         }
         other => other?,
     };
@@ -271,11 +272,13 @@ impl Coordinator {
     ///
     /// A journal that ends before what was acknowledged stops the start,
     /// unless `accept_lost` is exactly the number of records it lacks.
+    /// `io` says where the disk work runs from then on.
     pub async fn open(
         data_dir: &Path,
         limits: Limits,
         clock: Arc<dyn Clock>,
         accept_lost: Option<u64>,
+        io: IoMode,
     ) -> Result<Arc<Coordinator>, CoordError> {
         let started = std::time::Instant::now();
         let lock = lock_dir(data_dir)?;
@@ -283,7 +286,7 @@ impl Coordinator {
             path: data_dir.to_path_buf(),
             why,
         })?;
-        let found = find(data_dir, accept_lost)?;
+        let found = find(data_dir, accept_lost, io)?;
         let read = started.elapsed();
         let from_checkpoint = found.checkpoint.as_ref().map(|c| (c.seen.upto, c.bytes));
         let (mut state, applied) = match found.checkpoint {
@@ -320,6 +323,7 @@ impl Coordinator {
             stopping: AtomicBool::new(false),
             closing: tokio::sync::watch::channel(false).0,
             audit_when_done: AtomicBool::new(true),
+            io,
             _lock: lock,
         });
         let mut recovery = Recovery {
@@ -361,9 +365,10 @@ impl Coordinator {
         self.verify(journaled)?;
         let verified = verifying.elapsed();
         self.store.flush();
-        let _ = self
-            .writes
-            .set(StoreWriter::spawn(self.store.clone(), recovery.records));
+        let _ = self.writes.set(match self.io {
+            IoMode::Threads => StoreWriter::spawn(self.store.clone(), recovery.records),
+            IoMode::Inline => StoreWriter::inline(self.store.clone(), recovery.records),
+        });
         let epoch = self.lock().epoch() + 1;
         self.write(Event::Boot {
             epoch,

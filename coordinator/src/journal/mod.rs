@@ -158,8 +158,34 @@ pub struct Replay {
 /// A handle to append records; cheap to clone.
 #[derive(Clone)]
 pub struct Journal {
-    tx: mpsc::Sender<Msg>,
+    sink: Sink,
     healthy: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Where appends go: to the writer thread, or (with
+/// [`IoMode::Inline`](crate::hub::IoMode)) straight to the writer, on the
+/// caller's thread.
+#[derive(Clone)]
+enum Sink {
+    Thread(mpsc::Sender<Msg>),
+    Inline(std::sync::Arc<std::sync::Mutex<Writer>>),
+}
+
+impl Sink {
+    /// Hands `msg` to the writer; false if it has stopped.
+    fn send(&self, msg: Msg) -> bool {
+        match self {
+            Sink::Thread(tx) => tx.send(msg).is_ok(),
+            Sink::Inline(w) => {
+                let mut w = w.lock().expect("journal writer lock");
+                match msg {
+                    Msg::Append(a) => w.answer(vec![a], None),
+                    Msg::Rotate(r) => w.answer(Vec::new(), Some(r)),
+                }
+                true
+            }
+        }
+    }
 }
 
 /// What the writer thread is asked to do.
@@ -365,6 +391,16 @@ impl Journal {
         after: u64,
         acknowledged: u64,
     ) -> Result<(Journal, Replay), JournalError> {
+        Journal::open_with(path, after, acknowledged, crate::hub::IoMode::Threads)
+    }
+
+    /// [`Journal::open`], its writes made where `io` says.
+    pub fn open_with(
+        path: &Path,
+        after: u64,
+        acknowledged: u64,
+        io: crate::hub::IoMode,
+    ) -> Result<(Journal, Replay), JournalError> {
         let sealed = segments::list(path)?;
         let mut records = Vec::new();
         let mut from = None;
@@ -386,15 +422,23 @@ impl Journal {
         for (seq, r) in (first..).zip(live.records) {
             keep(seq, r);
         }
-        let (tx, rx) = mpsc::channel();
-        let owned = path.to_path_buf();
         let (healthy_tx, healthy) = tokio::sync::watch::channel(true);
-        std::thread::Builder::new()
-            .name("journal-writer".into())
-            .spawn(move || writer(file, owned, (first, last + 1), rx, healthy_tx))
-            .map_err(io_err(path))?;
+        let w = Writer::new(file, path.to_path_buf(), (first, last + 1), healthy_tx);
+        let sink = match io {
+            crate::hub::IoMode::Threads => {
+                let (tx, rx) = mpsc::channel();
+                std::thread::Builder::new()
+                    .name("journal-writer".into())
+                    .spawn(move || writer(w, rx))
+                    .map_err(io_err(path))?;
+                Sink::Thread(tx)
+            }
+            crate::hub::IoMode::Inline => {
+                Sink::Inline(std::sync::Arc::new(std::sync::Mutex::new(w)))
+            }
+        };
         Ok((
-            Journal { tx, healthy },
+            Journal { sink, healthy },
             Replay {
                 records,
                 first: from.unwrap_or(last + 1),
@@ -411,7 +455,9 @@ impl Journal {
     pub async fn rotate(&self) -> Result<Option<(u64, u64)>, JournalError> {
         let (done, wait) = oneshot::channel();
         let gone = || JournalError::Poisoned("the journal writer has stopped".into());
-        self.tx.send(Msg::Rotate(done)).map_err(|_| gone())?;
+        if !self.sink.send(Msg::Rotate(done)) {
+            return Err(gone());
+        }
         wait.await.map_err(|_| gone())?
     }
 
@@ -436,9 +482,9 @@ impl Journal {
         }
         let (done, wait) = oneshot::channel();
         let gone = || JournalError::Poisoned("the journal writer has stopped".into());
-        self.tx
-            .send(Msg::Append(Append { payloads, done }))
-            .map_err(|_| gone())?;
+        if !self.sink.send(Msg::Append(Append { payloads, done })) {
+            return Err(gone());
+        }
         wait.await.map_err(|_| gone())?
     }
 }
@@ -589,45 +635,10 @@ fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<(Vec<Event>, usize, bo
 /// failed fsync poisons the journal for good (the kernel may have dropped
 /// the pages it could not write): only a restart, which re-reads the
 /// file, is safe then. `healthy` follows the latest outcome.
-fn writer(
-    file: File,
-    path: PathBuf,
-    // The current file's first sequence number, and the next one to write.
-    (file_first, next): (u64, u64),
-    rx: mpsc::Receiver<Msg>,
-    healthy: tokio::sync::watch::Sender<bool>,
-) {
-    let mut w = Writer {
-        good_len: file.metadata().map_or(0, |m| m.len()),
-        file,
-        path,
-        file_first,
-        next,
-        poisoned: None,
-        failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
-        healthy,
-    };
+fn writer(mut w: Writer, rx: mpsc::Receiver<Msg>) {
     while let Ok(msg) = rx.recv() {
         let (group, rotate) = gather(msg, &rx);
-        let first = w.next;
-        let failed = w.commit(&group);
-        w.healthy.send_if_modified(|h| {
-            let now = w.poisoned.is_none() && failed.is_none();
-            std::mem::replace(h, now) != now
-        });
-        let mut seq = first;
-        for a in group {
-            let result = match (&w.poisoned, &failed) {
-                (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
-                (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
-                (None, None) => Ok(seq),
-            };
-            seq += a.payloads.len() as u64;
-            let _ = a.done.send(result);
-        }
-        if let Some(answer) = rotate {
-            let _ = answer.send(w.rotate());
-        }
+        w.answer(group, rotate);
     }
 }
 
@@ -675,6 +686,50 @@ struct Writer {
 }
 
 impl Writer {
+    fn new(
+        file: File,
+        path: PathBuf,
+        // The current file's first sequence number, and the next to write.
+        (file_first, next): (u64, u64),
+        healthy: tokio::sync::watch::Sender<bool>,
+    ) -> Writer {
+        Writer {
+            good_len: file.metadata().map_or(0, |m| m.len()),
+            file,
+            path,
+            file_first,
+            next,
+            poisoned: None,
+            failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
+            healthy,
+        }
+    }
+
+    /// Commits `group`, answers each append, then seals the file if
+    /// `rotate` asks.
+    fn answer(&mut self, group: Vec<Append>, rotate: Option<oneshot::Sender<RotateAnswer>>) {
+        let first = self.next;
+        let failed = self.commit(&group);
+        let written = self.poisoned.is_none() && failed.is_none();
+        self.healthy.send_if_modified(|h| {
+            let now = written;
+            std::mem::replace(h, now) != now
+        });
+        let mut seq = first;
+        for a in group {
+            let result = match (&self.poisoned, &failed) {
+                (Some(e), _) => Err(JournalError::Poisoned(e.clone())),
+                (None, Some(e)) => Err(JournalError::Unwritable(e.clone())),
+                (None, None) => Ok(seq),
+            };
+            seq += a.payloads.len() as u64;
+            let _ = a.done.send(result);
+        }
+        if let Some(answer) = rotate {
+            let _ = answer.send(self.rotate());
+        }
+    }
+
     /// Writes `group` in one write and one fsync; returns why it failed
     /// (the file cut back to its last good length), if it did.
     fn commit(&mut self, group: &[Append]) -> Option<String> {
