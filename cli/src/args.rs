@@ -326,7 +326,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  nqueens submit 8 --strategy synthetic --tasks 1000000\n  \
         nqueens loadgen --workers 1000 --seconds 30\n  \
-        nqueens loadgen --workers 1000 --own-connections --threads 4 --batch 4 --task-ms 30\n  \
+        nqueens loadgen --workers 1000 --own-connections --threads 4 --task-ms 30\n  \
         nqueens loadgen --workers 200 --fail-rate 0.05 --kill-rate 0.01 --json"
     )]
     Loadgen(crate::loadgen::Config),
