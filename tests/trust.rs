@@ -1293,6 +1293,15 @@ fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_eve
     done_exactly(&c.url, job);
 }
 
+/// Asserts that nothing in `data` was moved aside as damaged.
+fn nothing_moved_aside(data: &std::path::Path) {
+    let names: Vec<String> = std::fs::read_dir(data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
+}
+
 #[test]
 fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
     let _watchdog = kit::watchdog("a_store_that_cannot_be_written_is_never_moved_aside");
@@ -1313,11 +1322,7 @@ fn a_store_that_cannot_be_written_is_never_moved_aside_as_damaged() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("not damage: nothing was moved"), "{err}");
-    let names: Vec<String> = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
+    nothing_moved_aside(&data);
     // The limit lifted: the same store opens, with every result.
     let c = kit::start(&data);
     done_exactly(&c.url, job);
@@ -1382,11 +1387,7 @@ fn a_store_without_write_permission_stops_the_start_and_is_not_moved_aside() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("Permission denied"), "{err}");
     assert!(err.contains("not damage: nothing was moved"), "{err}");
-    let names: Vec<String> = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(names.iter().all(|n| !n.contains("damaged")), "{names:?}");
+    nothing_moved_aside(&data);
     // The advice followed: the permission given back, the start again.
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
     let start = as_nobody(&kit::coordinator_cmd(&data, "127.0.0.1:0")).unwrap();

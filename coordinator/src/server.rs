@@ -552,15 +552,12 @@ async fn serve_front<IO: crate::conns::Accepted>(
     let router = builder
         .layer(grpc.layer())
         .layer(tower::layer::layer_fn({
-            let table = Arc::clone(&table);
-            move |inner| Busy {
+            let (table, stamp) = (Arc::clone(&table), stamp(access));
+            move |inner| Answers {
                 inner,
                 table: Arc::clone(&table),
+                stamp: stamp.clone(),
             }
-        }))
-        .layer(tower::layer::layer_fn(move |inner| Stamped {
-            inner,
-            stamp: stamp(access),
         }))
         .add_service(health_service)
         .add_service(reflection)
@@ -705,13 +702,19 @@ fn spawn_checkpointer(
 /// The longest a unary call may take, its request's arrival included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Marks the caller's connection busy once one of its calls completes
-/// without an error (see [`crate::conns`]): calls that never finish
-/// (half-open streams) do not keep a connection's place.
+/// What every answer passes through:
+/// - the caller's connection is marked busy once one of its calls
+///   completes without an error (see [`crate::conns`]): calls that never
+///   finish (half-open streams) do not keep a connection's place;
+/// - every answer but a worker call's is stamped: worker calls are nearly
+///   all the traffic, no worker reads the stamp, and a clock header that
+///   changes on every answer costs HPACK a new table entry each time (a
+///   few per cent of the coordinator's time under load).
 #[derive(Clone)]
-struct Busy<S> {
+struct Answers<S> {
     inner: S,
     table: Arc<crate::conns::Table>,
+    stamp: Stamp,
 }
 
 fn peer_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
@@ -725,7 +728,7 @@ fn peer_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
         })
 }
 
-impl<S, B, R> tower::Service<http::Request<B>> for Busy<S>
+impl<S, B, R> tower::Service<http::Request<B>> for Answers<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
@@ -745,6 +748,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let peer = peer_of(&req);
         let table = Arc::clone(&self.table);
+        let stamp = (!req.uri().path().starts_with(WORKER_CALLS)).then(|| self.stamp.clone());
         let answer = self.inner.call(req);
         Box::pin(async move {
             let answer = answer.await;
@@ -754,12 +758,15 @@ where
                     table.called(peer);
                 }
             }
-            answer
+            Ok(match stamp {
+                Some(s) => s.on(answer?),
+                None => answer?,
+            })
         })
     }
 }
 
-/// Headers every answer but a worker call's carries (see [`Stamped`]):
+/// Headers every answer but a worker call's carries (see [`Answers`]):
 /// this coordinator's version and its clock (Unix ms), so that a client
 /// (`nqueens doctor`, any role, health included) can compare them with
 /// its own.
@@ -793,46 +800,6 @@ impl Stamp {
 
 /// The path of every WorkerService call.
 const WORKER_CALLS: &str = "/nqueens.v1.WorkerService/";
-
-/// Stamps every answer but the workers' calls: they are nearly all the
-/// traffic, no worker reads the stamp, and a clock header that changes on
-/// every answer costs HPACK a new table entry each time (a few per cent of
-/// the coordinator's time under load).
-#[derive(Clone)]
-struct Stamped<S> {
-    inner: S,
-    stamp: Stamp,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Stamped<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let stamp = (!req.uri().path().starts_with(WORKER_CALLS)).then(|| self.stamp.clone());
-        let answer = self.inner.call(req);
-        Box::pin(async move {
-            let answer = answer.await?;
-            Ok(match stamp {
-                Some(s) => s.on(answer),
-                None => answer,
-            })
-        })
-    }
-}
 
 /// Decides who must authenticate, once: workers when a shared token is
 /// given or the data directory was protected before (see
