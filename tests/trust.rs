@@ -1394,3 +1394,77 @@ fn a_store_without_write_permission_stops_the_start_and_is_not_moved_aside() {
     let c = kit::spawn_coordinator(start);
     done_exactly(&c.url, job);
 }
+
+/// Whether `cmd` can be run and succeeds.
+fn runs(cmd: &mut std::process::Command) -> bool {
+    cmd.output().is_ok_and(|o| o.status.success())
+}
+
+/// One address beyond loopback gets at most its share of connections
+/// (`NQUEENS_MAX_CONNECTIONS_PER_IP`) and its next client is told why;
+/// another address is served meanwhile, and the first again once one of
+/// its connections closes. Addresses beyond loopback need a network of
+/// the test's own: it runs itself again inside a network namespace it
+/// makes (`unshare -n`, two addresses on that namespace's loopback
+/// device), and is skipped, saying why, where that is not allowed.
+#[test]
+fn one_address_is_held_to_its_share_of_connections_and_another_is_served() {
+    const INSIDE: &str = "NQUEENS_TEST_IN_NETNS";
+    const NAME: &str = "one_address_is_held_to_its_share_of_connections_and_another_is_served";
+    if std::env::var_os(INSIDE).is_some() {
+        return per_address_limit_inside_a_namespace();
+    }
+    let _watchdog = kit::watchdog(NAME);
+    let unshare = runs(std::process::Command::new("unshare").args(["-n", "true"]));
+    let ip = runs(std::process::Command::new("ip").arg("-V"));
+    if !unshare || !ip {
+        eprintln!("skipped: needs `unshare -n` (root) and `ip` to make addresses beyond loopback");
+        return;
+    }
+    let out = std::process::Command::new("unshare")
+        .arg("-n")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+        .env(INSIDE, "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "inside the namespace:\n{said}\n{err}");
+    assert!(said.contains("1 passed"), "{said}");
+}
+
+/// [`one_address_is_held_to_its_share_of_connections_and_another_is_served`],
+/// inside its network namespace.
+fn per_address_limit_inside_a_namespace() {
+    for args in [
+        &["link", "set", "lo", "up"][..],
+        &["addr", "add", "10.77.0.1/32", "dev", "lo"],
+        &["addr", "add", "10.77.0.2/32", "dev", "lo"],
+    ] {
+        assert!(
+            runs(std::process::Command::new("ip").args(args)),
+            "ip {args:?}"
+        );
+    }
+    let dir = kit::tempdir();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "0.0.0.0:0");
+    cmd.arg("--insecure")
+        .env("NQUEENS_MAX_CONNECTIONS_PER_IP", "2");
+    let c = kit::spawn_coordinator(cmd);
+    let port = c.url.rsplit(':').next().unwrap().to_string();
+    // A connection to an address of this machine comes from that address.
+    let (a, b) = (format!("10.77.0.1:{port}"), format!("10.77.0.2:{port}"));
+    let mut held: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(&a).unwrap())
+        .collect();
+    let (code, _, err) = operator(&format!("http://{a}"), &["jobs"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("too many connections from 10.77.0.1"), "{err}");
+    let (code, _, err) = operator(&format!("http://{b}"), &["jobs"]);
+    assert_eq!(code, 0, "another address is served: {err}");
+    held.pop();
+    kit::Wait::within(Duration::from_secs(20)).until("a place for 10.77.0.1 again", || {
+        operator(&format!("http://{a}"), &["jobs"]).0 == 0
+    });
+}
