@@ -35,6 +35,11 @@ pub struct Launch {
     /// Jobs in one set of buffers at most (fewer where the card's buffer
     /// limits say so); more jobs go in several runs.
     pub run_jobs: usize,
+    /// Whether the shader keeps the bounds checks naga adds to every
+    /// array index. Without them the inner loop is shorter; every index
+    /// the shader forms is in range by construction (a stack level below
+    /// `LEVELS`, a table row below 32, a job below `params.jobs`).
+    pub checked: bool,
 }
 
 /// A device, its queue and the shader's pipelines.
@@ -42,7 +47,7 @@ pub struct Kernel {
     device: wgpu::Device,
     queue: wgpu::Queue,
     layout: wgpu::BindGroupLayout,
-    pipelines: Mutex<HashMap<(u32, u32), wgpu::ComputePipeline>>,
+    pipelines: Mutex<HashMap<(u32, u32, bool), wgpu::ComputePipeline>>,
     limits: wgpu::Limits,
 }
 
@@ -115,19 +120,32 @@ impl Kernel {
         Ok(1 << (31 - most.leading_zeros()))
     }
 
-    /// The pipeline for `wg` threads with stacks of `levels` rows.
-    fn pipeline(&self, wg: u32, levels: u32) -> wgpu::ComputePipeline {
+    /// The pipeline for `wg` threads with stacks of `levels` rows, with
+    /// or without naga's bounds checks.
+    fn pipeline(&self, wg: u32, levels: u32, checked: bool) -> wgpu::ComputePipeline {
         let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        kept.entry((wg, levels))
+        kept.entry((wg, levels, checked))
             .or_insert_with(|| {
                 let source =
                     format!("const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n{SOURCE}");
-                let module = self
-                    .device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some("count.wgsl"),
-                        source: wgpu::ShaderSource::Wgsl(source.into()),
-                    });
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some("count.wgsl"),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                };
+                let module = if checked {
+                    self.device.create_shader_module(desc)
+                } else {
+                    // SAFETY: every index in count.wgsl is in range by
+                    // construction (see `Launch::checked`); `Prepared`
+                    // sizes `LEVELS` to the deepest job, and the tests
+                    // run this module against the CPU's counts.
+                    unsafe {
+                        self.device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    }
+                };
                 let layout = self
                     .device
                     .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -193,7 +211,7 @@ impl Kernel {
             .min(self.limits.max_compute_workgroups_per_dimension)
             .max(1);
         let run = Run::new(self, p, part, launch, (wg, groups))?;
-        let pipeline = self.pipeline(wg, p.levels);
+        let pipeline = self.pipeline(wg, p.levels, launch.checked);
         let mut launches = 1;
         loop {
             if stop.load(Ordering::Relaxed) {

@@ -105,6 +105,20 @@ fn counters_carry_past_32_bits() {
     same_as_cpu(&card, spec(12, Strategy::Frame, 1, 2));
 }
 
+/// The shader without naga's bounds checks (as hardware GPUs run it):
+/// every index it forms is in range, so it counts as the checked one.
+#[test]
+fn the_unchecked_shader_counts_as_the_cpu_does() {
+    let Some(card) = card(256) else { return };
+    let mut t = card.tuning();
+    t.launch.checked = false;
+    let card: Arc<dyn Device> = Arc::new(card.tuned(t));
+    for n in [9, 12] {
+        same_as_cpu(&card, spec(n, Strategy::Frame, 1, 2));
+        same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
+    }
+}
+
 /// A batch whose jobs do not fit one set of buffers is counted in several
 /// runs, exactly.
 #[test]
@@ -124,6 +138,26 @@ fn searches_resume_exactly_after_every_step() {
     let card: Arc<dyn Device> = Arc::new(card);
     same_as_cpu(&card, spec(9, Strategy::Frame, 1, 1));
     same_as_cpu(&card, spec(10, Strategy::Prefix, 2, 1));
+}
+
+/// Threads counting on one card at once (a worker's feeders, `solve`'s
+/// threads), their runs in flight together: each gets its own counts.
+#[test]
+fn threads_counting_at_once_each_get_their_own_counts() {
+    let Some(card) = card(512) else { return };
+    let card: Arc<dyn Device> = Arc::new(card);
+    let plans = [
+        (11, Strategy::Frame, 1),
+        (12, Strategy::Prefix, 3),
+        (10, Strategy::Rings, 2),
+        (12, Strategy::Frame, 2),
+    ];
+    std::thread::scope(|s| {
+        for (n, strategy, depth) in plans {
+            let card = &card;
+            s.spawn(move || same_as_cpu(card, spec(n, strategy, depth, 6)));
+        }
+    });
 }
 
 #[test]
