@@ -5,7 +5,6 @@
 //! Grafana dashboard in `deploy/grafana/` against what the pages export.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -134,16 +133,7 @@ impl Scrape {
 
 /// `GET /metrics` at `addr`: the status line and the body.
 fn get(addr: &str) -> std::io::Result<(String, String)> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    Ok((
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    ))
+    kit::get_metrics(addr)
 }
 
 fn scrape(addr: &str) -> Scrape {

@@ -963,3 +963,51 @@ fn operator_output_fits_80_columns() {
         }
     }
 }
+
+/// An export killed mid-stream (its link stalled with rows on disk, then
+/// `kill -9`) leaves only FILE.partial, never a FILE a reader could take
+/// for the whole export; the next export writes FILE whole and leaves no
+/// partial file behind.
+#[test]
+fn an_export_killed_mid_stream_leaves_no_file_taken_for_complete() {
+    let _watchdog = kit::watchdog("an_export_killed_mid_stream");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    let (code, lines, err) = operator(&c.url, &["submit", "13", "--tasks", "400"]);
+    assert_eq!(code, 0, "{err}");
+    let id = kit::dec(&lines[0]["job"]).to_string();
+    let _w = kit::worker(&c.url, "export-worker", 2);
+    let (code, lines, err) = operator(&c.url, &["watch", &id, "--interval", "0.05"]);
+    assert_eq!(code, 0, "{err}");
+    let tasks = kit::dec(&lines.last().unwrap()["tasks"]) as usize;
+    // Over 8 KB of rows (the export's write buffer) at 4 KB/s: the first
+    // rows reach the file while most are still on the way.
+    let link = kit::Proxy::start(&c.url);
+    link.set_bandwidth(Some(4096));
+    let file = dir.path().join("rows.csv");
+    let partial = dir.path().join("rows.csv.partial");
+    let mut export = nqueens(&["export", &id, "--coordinator", &link.url()])
+        .args(["--output".as_ref(), file.as_os_str()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kit::wait_until("rows written to the partial file", || {
+        partial.metadata().is_ok_and(|m| m.len() > 0)
+    });
+    link.stall();
+    kit::kill9(&mut export);
+    assert!(!file.exists(), "a killed export left {}", file.display());
+    let cut = std::fs::read_to_string(&partial).unwrap();
+    assert!(cut.starts_with("task,"), "{cut:.200}");
+    assert!(cut.lines().count() - 1 < tasks, "the stream was not cut");
+
+    let out = nqueens(&["export", &id, "--coordinator", &c.url])
+        .args(["--output".as_ref(), file.as_os_str()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!partial.exists(), "the partial file is still there");
+    let whole = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(whole.lines().count() - 1, tasks, "{err}");
+}

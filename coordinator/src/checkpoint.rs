@@ -13,10 +13,12 @@
 use crate::journal::sync_dir;
 use crate::seen::Seen;
 use crate::state::State;
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 pub const MAGIC: &[u8; 8] = b"NQCKPT\x00\x01";
 /// Bumped whenever the state's shape changes: a checkpoint of another
@@ -79,6 +81,9 @@ pub fn encode(seen: &Seen, state: &State, unix_ms: u64) -> Vec<u8> {
     out.extend_from_slice(&body);
     out
 }
+
+/// Checkpoints that failed (process-wide, as the journal's figures).
+pub static ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// Writes a checkpoint durably (beside, fsync, rename, fsync of the
 /// directory), keeping the one before as `checkpoint.prev`.

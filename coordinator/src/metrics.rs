@@ -300,8 +300,8 @@ impl Snapshot {
     }
 }
 
-/// The journal's fsyncs and failed writes (process-wide, see
-/// [`journal::FSYNC_SECONDS`]).
+/// The journal's fsyncs and failed writes, and failed checkpoints
+/// (process-wide, see [`journal::FSYNC_SECONDS`]).
 #[derive(Debug)]
 struct Journal;
 
@@ -325,6 +325,12 @@ impl Collector for Journal {
             "nqueens_journal_write_errors",
             "Journal writes or fsyncs that failed (nothing of them was acknowledged).",
             &*journal::WRITE_ERRORS,
+        )?;
+        single(
+            e,
+            "nqueens_checkpoint_errors",
+            "Checkpoints that failed (the journal still holds everything; a start replays more).",
+            &*crate::checkpoint::ERRORS,
         )
     }
 }

@@ -691,6 +691,7 @@ fn spawn_checkpointer(
             }
             last = tokio::time::Instant::now();
             if let Err(e) = core.checkpoint(true).await {
+                crate::checkpoint::ERRORS.inc();
                 if let Some(held) = failures.allow() {
                     tracing::error!(error = %e, failures_not_logged = held, "checkpoint failed; the journal still holds everything (start-up replays more; logged once a minute)");
                 }

@@ -5,6 +5,7 @@ use crate::audit::{self, AuditError};
 use crate::hub::{CoordError, Coordinator};
 use crate::journal::JournalError;
 use crate::state::{Checking, JobState, LeaseRef, Outcome, StateError, Verdict};
+use crate::store::StoreError;
 use crate::wire::worker_to_wire;
 use nqueens_common::plan::{Mode, PlanSpec};
 use nqueens_proto::refusal::Refusal;
@@ -92,6 +93,7 @@ fn refusal(e: &CoordError) -> Refusal {
         CoordError::Journal(JournalError::TooLarge(_)) => Refusal::BadRequest,
         CoordError::Journal(_) => Refusal::NotNow,
         CoordError::Plan(_) | CoordError::TooManyTasks { .. } => Refusal::BadRequest,
+        CoordError::Store(StoreError::Behind { .. }) => Refusal::NotNow,
         CoordError::DataDir { .. }
         | CoordError::Verify { .. }
         | CoordError::Store(_)
@@ -567,8 +569,12 @@ impl OperatorService for Operators {
         let spec = core.job(id)?.spec;
         let (tx, rx) = tokio::sync::mpsc::channel(EXPORT_PAGE);
         tokio::spawn(async move {
-            // Every result counted before the call is in the store.
-            core.sync_store().await;
+            // Every result counted before the call is in the store, or the
+            // export is refused: never a short one that looks whole.
+            if let Err(e) = core.sync_store().await {
+                let _ = tx.send(Err(Status::from(e))).await;
+                return;
+            }
             let mut from = 0;
             let mut plan = Some(v1::PlanSpec::from(&spec));
             loop {

@@ -43,7 +43,7 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the store's thread has written the rows of records up to {synced} only, and {needed} are needed (an earlier store write failed: see the log)")]
+    #[error("the store's thread has written the rows of records up to {synced} only, and {needed} are needed: an earlier store write failed (see the log). Every result is in the journal: once the disk takes writes again, restart the coordinator, which rebuilds the store from the journal")]
     Behind { synced: u64, needed: u64 },
     #[error("store {path}: cannot fsync its files: {source}")]
     Sync {
@@ -359,7 +359,7 @@ impl Store {
     /// task wins, as in the journal): the start-up catch-up.
     /// Then, with `caught_up`, records that every journal record up to
     /// that number has its row.
-    pub fn add_results(&self, done: Vec<Done>, caught_up: Option<u64>) -> Result<(), StoreError> {
+    pub fn add_results(&self, done: &[Done], caught_up: Option<u64>) -> Result<(), StoreError> {
         for chunk in done.chunks(1 << 16) {
             self.change(chunk.iter().cloned().map(Change::Add).collect(), None)?;
         }
@@ -517,9 +517,13 @@ impl Store {
 
     /// Asks sled to write its buffers (not a durability point: see above).
     pub fn flush(&self) {
-        if let Err(e) = self.db.flush() {
+        if let Err(e) = self.try_flush() {
             tracing::warn!(error = %e, "store flush failed; the journal still holds everything");
         }
+    }
+
+    fn try_flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map(drop).map_err(|e| self.err(e))
     }
 }
 
@@ -699,10 +703,10 @@ struct Pending {
     seen: Seen,
     written: u64,
     flushed: Instant,
-}
-
-fn warn(e: StoreError) {
-    tracing::warn!(error = %e, "store update failed; the journal holds the record");
+    /// Failed writes, logged once a minute: a full disk fails every try.
+    failures: crate::throttle::Throttle,
+    /// The last write failed.
+    failing: bool,
 }
 
 impl Pending {
@@ -712,6 +716,17 @@ impl Pending {
             seen: Seen::upto(caught_up),
             written: caught_up,
             flushed: Instant::now(),
+            failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
+            failing: false,
+        }
+    }
+
+    /// Logs a failed write, once a minute (with how many were not logged).
+    fn warn(&mut self, r: Result<(), StoreError>) {
+        if let Err(e) = r {
+            if let Some(held) = self.failures.allow() {
+                tracing::warn!(error = %e, failures_not_logged = held, "store update failed; the journal holds the record (logged once a minute)");
+            }
         }
     }
 
@@ -724,11 +739,15 @@ impl Pending {
                     self.seen.add(seq);
                 }
             }
-            Write::Table(job, table) => store.put_table(job, &table).unwrap_or_else(warn),
+            Write::Table(job, table) => {
+                let put = store.put_table(job, &table);
+                self.warn(put);
+            }
             Write::DeleteJob(job) => {
                 // Its rows still gathered go first, then all of them.
                 self.gathered.retain(|d| d.job != job);
-                store.delete_job(job).unwrap_or_else(warn);
+                let deleted = store.delete_job(job);
+                self.warn(deleted);
             }
             Write::Lookup(job, task, answer) => {
                 let waiting = self
@@ -740,14 +759,16 @@ impl Pending {
             }
             Write::Sync(answer) => {
                 let synced = store
-                    .add_results(std::mem::take(&mut self.gathered), Some(self.seen.upto))
+                    .add_results(&self.gathered, Some(self.seen.upto))
                     .and_then(|()| store.sync());
                 match synced {
                     Ok(()) => {
+                        self.gathered.clear();
                         self.written = self.seen.upto;
                         let _ = answer.send(self.written);
                     }
-                    Err(e) => warn(e), // dropping `answer` says: nothing synced
+                    // Dropping `answer` says: nothing synced.
+                    Err(e) => self.warn(Err(e)),
                 }
                 self.flushed = Instant::now();
             }
@@ -757,15 +778,25 @@ impl Pending {
     /// Writes the gathered rows and flushes when enough have gathered, a
     /// while has passed, or the writer is closing.
     fn write_if_due(&mut self, store: &Store, closing: bool) {
-        if closing || self.gathered.len() >= GATHER || self.flushed.elapsed() >= FLUSH_EVERY {
+        // After a failed write, the next try waits its turn: a full disk
+        // must not turn every result into another failing write.
+        let full = self.gathered.len() >= GATHER && !self.failing;
+        if closing || full || self.flushed.elapsed() >= FLUSH_EVERY {
             // Every record up to `seen.upto` has reached the writer: its
             // row is written now, or was before.
             if !self.gathered.is_empty() || self.seen.upto > self.written {
-                store
-                    .add_results(std::mem::take(&mut self.gathered), Some(self.seen.upto))
-                    .unwrap_or_else(warn);
-                store.flush();
-                self.written = self.seen.upto;
+                // Rows that could not be written stay gathered for the
+                // next try: the store never records as caught up a record
+                // whose row it lacks.
+                let written = store
+                    .add_results(&self.gathered, Some(self.seen.upto))
+                    .and_then(|()| store.try_flush());
+                self.failing = written.is_err();
+                if !self.failing {
+                    self.gathered.clear();
+                    self.written = self.seen.upto;
+                }
+                self.warn(written);
             }
             self.flushed = Instant::now();
         }
@@ -788,7 +819,9 @@ mod tests {
             lease_id: 5,
             ..Done::default()
         };
-        store.add_results(vec![row.clone()], Some(42)).unwrap();
+        store
+            .add_results(std::slice::from_ref(&row), Some(42))
+            .unwrap();
         assert_eq!(store.caught_up(), 42);
         assert_eq!(store.result_keys(), vec![(1, 700)], "the count is no row");
         let back = store.result(1, 700).unwrap();
@@ -802,7 +835,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
         let (store, _) = Store::open(&path).unwrap();
-        store.add_results(Vec::new(), Some(42)).unwrap();
+        store.add_results(&[], Some(42)).unwrap();
         store.flush();
         // The old handle closes a little later, on another thread.
         let (opening, wait) = mpsc::channel::<()>();

@@ -1465,7 +1465,7 @@ async fn a_deleted_job_leaves_state_and_store_for_good_and_its_id_is_never_reuse
     assert!(refused.message().contains("cancel it first"), "{refused}");
     let gone = ops.delete_job(id(&done)).await.unwrap().into_inner();
     assert_eq!(gone.results, done.tasks);
-    r.core.sync_store().await;
+    r.core.sync_store().await.unwrap();
     assert!(
         r.core.store().0.results_from(done.job_id, 0, 99).is_empty(),
         "its rows are gone"

@@ -184,10 +184,20 @@ impl Coordinator {
         Ok(rows.into_iter().map(|d| (job.task(d.task), d)).collect())
     }
 
-    /// Writes every result row the store's thread holds; returns the
-    /// journal records whose rows are all in the store.
-    pub async fn sync_store(&self) -> u64 {
-        self.store_writer().sync().await
+    /// Writes every result row the store's thread holds: an error if the
+    /// store is still behind the records applied before the call (a store
+    /// write failed, e.g. on a full disk, and its rows are only in the
+    /// journal until a restart rebuilds them).
+    pub async fn sync_store(&self) -> Result<(), CoordError> {
+        let needed = self.applied.lock().expect("applied lock").last();
+        let synced = self.store_writer().sync().await;
+        if synced < needed {
+            return Err(CoordError::Store(crate::store::StoreError::Behind {
+                synced,
+                needed,
+            }));
+        }
+        Ok(())
     }
 
     pub fn jobs(&self) -> Vec<JobView> {

@@ -228,10 +228,11 @@ fn replay_into(
             rows.push(d.clone());
         }
         if rows.len() == 1 << 16 {
-            store.add_results(std::mem::take(&mut rows), None)?;
+            store.add_results(&rows, None)?;
+            rows.clear();
         }
     }
-    store.add_results(rows, Some(replay.last))?;
+    store.add_results(&rows, Some(replay.last))?;
     // Rows of deleted jobs that a crash left behind (idempotent).
     for id in state.deleted_jobs() {
         store.delete_job(id)?;

@@ -1,7 +1,7 @@
 //! The real `nqueens` binary as processes: coordinators, workers, CLI runs.
 
 use crate::wait::wait_until;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -295,4 +295,46 @@ pub fn gpu_here() -> bool {
         println!("skipped: no GPU or software Vulkan device here ({why})");
         false
     })
+}
+
+/// `GET /metrics` at `addr` (a coordinator's or worker's `--metrics`):
+/// the status line and the body.
+pub fn get_metrics(addr: &str) -> std::io::Result<(String, String)> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
+}
+
+/// Runs the test `name` of this test binary again inside new namespaces
+/// (`unshare` with `flags`, e.g. `-n` for a network of its own, `-m` for
+/// mounts of its own), with `inside` set in its environment, and asserts
+/// that it passed there. `false` (the caller skips, saying why) where
+/// `unshare` is not allowed (it needs root).
+pub fn passes_in_namespace(flags: &str, inside: &str, name: &str) -> bool {
+    let allowed = Command::new("unshare")
+        .args([flags, "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !allowed {
+        return false;
+    }
+    let out = Command::new("unshare")
+        .arg(flags)
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(inside, "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "inside the namespace:\n{said}\n{err}");
+    assert!(said.contains("1 passed"), "{said}");
+    true
 }
