@@ -22,7 +22,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A store problem (reported, never fatal to counting).
 #[derive(Debug, thiserror::Error)]
@@ -702,7 +702,10 @@ struct Pending {
     gathered: Vec<Done>,
     seen: Seen,
     written: u64,
-    flushed: Instant,
+    /// When the rows were last written: on the runtime's clock where there
+    /// is one (a simulation's, with [`crate::hub::IoMode::Inline`]), so
+    /// that a simulated run writes at the same simulated moments each time.
+    flushed: tokio::time::Instant,
     /// Failed writes, logged once a minute: a full disk fails every try.
     failures: crate::throttle::Throttle,
     /// The last write failed.
@@ -715,7 +718,7 @@ impl Pending {
             gathered: Vec::new(),
             seen: Seen::upto(caught_up),
             written: caught_up,
-            flushed: Instant::now(),
+            flushed: tokio::time::Instant::now(),
             failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
             failing: false,
         }
@@ -770,7 +773,7 @@ impl Pending {
                     // Dropping `answer` says: nothing synced.
                     Err(e) => self.warn(Err(e)),
                 }
-                self.flushed = Instant::now();
+                self.flushed = tokio::time::Instant::now();
             }
         }
     }
@@ -798,7 +801,7 @@ impl Pending {
                 }
                 self.warn(written);
             }
-            self.flushed = Instant::now();
+            self.flushed = tokio::time::Instant::now();
         }
     }
 }
