@@ -33,29 +33,72 @@ pub fn read_token(file: Option<&PathBuf>, var: &str) -> Result<Option<String>, F
 
 /// Resolves on the next Ctrl-C or SIGTERM.
 pub async fn signal() {
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminated() => {}
+    Signals::new().recv().await
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, listened for from creation to drop: a
+/// signal that arrives between two waits is kept for the next, where a
+/// listener made afresh for each wait would miss it.
+pub struct Signals {
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Listens from now on (inside a runtime).
+    pub fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                interrupt: signal(SignalKind::interrupt()).ok(),
+                terminate: signal(SignalKind::terminate()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next signal (never, where none can be listened for).
+    pub async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = next(&mut self.interrupt) => {}
+                () = next(&mut self.terminate) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
-/// Resolves on SIGTERM (never elsewhere).
-async fn terminated() {
-    #[cfg(unix)]
-    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        s.recv().await;
-        return;
+impl Default for Signals {
+    fn default() -> Self {
+        Signals::new()
     }
-    std::future::pending::<()>().await
 }
 
 /// Sends () on the first signal; exits the process at once on the second.
 pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut signals = Signals::new();
     tokio::spawn(async move {
-        signal().await;
+        signals.recv().await;
         let _ = tx.send(());
-        signal().await;
+        signals.recv().await;
         eprintln!("second signal: exiting at once");
         std::process::exit(130);
     });

@@ -1,7 +1,7 @@
 //! The long-running processes: `nqueens coordinator` and `nqueens worker`,
 //! with logs on stderr and SIGTERM / Ctrl-C handling.
 
-use crate::environ::{forward_signals, signal};
+use crate::environ::{forward_signals, Signals};
 use crate::exit::Failure;
 use crate::opts::{LogFormat, Logs};
 use std::io::{self, Write};
@@ -136,6 +136,9 @@ pub fn coordinator(config: nqueens_coordinator::server::Config, logs: Logs) -> R
     let runtime = tokio::runtime::Runtime::new()?;
     let served = runtime.block_on(async {
         survive_file_size_limit();
+        // Listening from the start: a signal sent the moment the
+        // coordinator is ready (or while it recovers) is never missed.
+        let mut signals = Signals::new();
         let clock = std::sync::Arc::new(nqueens_coordinator::hub::SystemClock);
         // Scripts (and tests) read these lines; a closed stdout must not
         // stop the coordinator, so write errors are ignored.
@@ -157,13 +160,13 @@ pub fn coordinator(config: nqueens_coordinator::server::Config, logs: Logs) -> R
                 true => Failure::BadInput(e.to_string()),
                 false => Failure::Failed(e.to_string()),
             })?,
-            () = signal() => {
+            () = signals.recv() => {
                 tracing::info!("stopped while recovering its state");
                 return Ok(());
             }
         };
         say("nqueens coordinator ready".into());
-        signal().await;
+        signals.recv().await;
         tracing::info!("shutting down");
         running
             .shutdown()

@@ -1,10 +1,11 @@
 //! The connections a coordinator serves, bounded: at most a total and a
 //! number per client address, each closed if its client never starts its
 //! handshake or goes quiet, and, when every place is taken, one makes way
-//! for a new one: the oldest that never completed a call, else the one
-//! idle longest (no call completed within [`BUSY`]). A flood of idle
-//! connections can then neither lock live clients out nor use up the
-//! process's file descriptors. A connection refused is told why (its
+//! for a new one (see [`Table::victim`]): first one whose calls never
+//! arrive in full or all fail, never one whose request arrived and is
+//! being answered, and a new one only last, since its request may still
+//! be on its way. A flood of idle connections can then neither lock live
+//! clients out nor use up the process's file descriptors. A connection refused is told why (its
 //! calls answered RESOURCE_EXHAUSTED, "too many connections") before it
 //! is closed.
 
@@ -13,11 +14,12 @@ use nqueens_proto::refusal::Refusal;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 /// How long one connection may live before it is closed gracefully.
 pub const CONNECTION_AGE: Duration = Duration::from_secs(15 * 60);
@@ -102,8 +104,13 @@ struct Conn {
     /// Milliseconds after the table's start of its latest completed call
     /// (or of its opening).
     active_ms: AtomicU64,
-    /// A call of it completed.
+    /// A call of it completed without an error.
     called: AtomicBool,
+    /// A call of it started (its headers came in).
+    started: AtomicBool,
+    /// Calls whose request arrived in full and that are not answered yet:
+    /// while any is, the connection is live and never makes way.
+    in_flight: AtomicU32,
     closed: AtomicBool,
     waker: AtomicWaker,
 }
@@ -134,58 +141,84 @@ impl Table {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// Records a completed call from `peer` (its connection is busy).
-    pub fn called(&self, peer: SocketAddr) {
+    /// A call from `peer` whose headers came in (`None` if its connection
+    /// is gone): what follows of the call is marked through it.
+    pub fn call(self: &Arc<Self>, peer: SocketAddr) -> Option<Call> {
         let open = self.open.lock().expect("connections lock");
-        if let Some(c) = open.by_peer.get(&peer) {
-            c.active_ms.store(self.now_ms(), Ordering::Relaxed);
-            c.called.store(true, Ordering::Relaxed);
-        }
+        let conn = Arc::clone(open.by_peer.get(&peer)?);
+        conn.started.store(true, Ordering::Relaxed);
+        Some(Call {
+            conn,
+            table: Arc::clone(self),
+        })
     }
 
-    /// The connection to close for a new one: the oldest that never
-    /// completed a call, else the one idle longest, if idle for [`BUSY`].
+    /// The connection to close for a new one, never one with a call in
+    /// flight, in this order (oldest or idlest first):
+    /// 1. one that started a call and never completed one (a half-open
+    ///    call, or only refusals): what a flood looks like;
+    /// 2. one that never completed a call, open for [`BUSY`];
+    /// 3. one with no call completed within [`BUSY`].
+    ///
+    /// Never one opened within [`BUSY`] that has started no call: its
+    /// request may still be on its way (see [`NoPlace::Wait`]).
     fn victim(&self, open: &Open, now: u64) -> Option<Arc<Conn>> {
-        let since = |c: &Arc<Conn>| c.active_ms.load(Ordering::Relaxed);
-        let silent = open
-            .by_peer
-            .values()
-            .filter(|c| !c.called.load(Ordering::Relaxed));
-        if let Some(c) = silent.min_by_key(|c| since(c)) {
-            return Some(Arc::clone(c));
-        }
-        let busy = BUSY.as_millis() as u64;
-        open.by_peer
-            .values()
-            .filter(|c| now.saturating_sub(since(c)) >= busy)
-            .min_by_key(|c| since(c))
+        let since = |c: &&Arc<Conn>| c.active_ms.load(Ordering::Relaxed);
+        let long = |c: &&Arc<Conn>| now.saturating_sub(since(c)) >= BUSY.as_millis() as u64;
+        let silent = |c: &&Arc<Conn>| !c.called.load(Ordering::Relaxed);
+        let idle = || {
+            open.by_peer
+                .values()
+                .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
+        };
+        let stalled = |c: &&Arc<Conn>| silent(c) && c.started.load(Ordering::Relaxed);
+        idle()
+            .filter(stalled)
+            .min_by_key(since)
+            .or_else(|| idle().filter(|c| silent(c) && long(c)).min_by_key(since))
+            .or_else(|| idle().filter(long).min_by_key(since))
             .cloned()
     }
 
-    /// Takes a place for a new connection from `peer`, closing the
-    /// connection idle longest if every place is taken; `None` if there is
-    /// no place (why, for the refusal).
-    fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Arc<Conn>, String> {
+    /// When a connection opened within [`BUSY`] that started no call
+    /// becomes one that can make way (none: every place is busy).
+    fn soonest(&self, open: &Open, now: u64) -> Option<Duration> {
+        let busy = BUSY.as_millis() as u64;
+        open.by_peer
+            .values()
+            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
+            .filter(|c| !c.called.load(Ordering::Relaxed))
+            .map(|c| busy.saturating_sub(now.saturating_sub(c.active_ms.load(Ordering::Relaxed))))
+            .min()
+            .map(Duration::from_millis)
+    }
+
+    /// Takes a place for a new connection from `peer`, closing one that
+    /// makes way (see [`Table::victim`]) if every place is taken.
+    fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Arc<Conn>, NoPlace> {
         self.admit_at(peer, self.now_ms())
     }
 
     /// [`Table::admit`] at `now` (ms after the table's start).
-    fn admit_at(self: &Arc<Self>, peer: SocketAddr, now: u64) -> Result<Arc<Conn>, String> {
+    fn admit_at(self: &Arc<Self>, peer: SocketAddr, now: u64) -> Result<Arc<Conn>, NoPlace> {
         let mut open = self.open.lock().expect("connections lock");
         let ip = peer.ip();
         let from_ip = open.per_ip.get(&ip).copied().unwrap_or(0);
         if !ip.is_loopback() && from_ip >= self.bounds.per_ip {
-            return Err(format!(
+            return Err(NoPlace::Refused(format!(
                 "too many connections from {ip}: {} (NQUEENS_MAX_CONNECTIONS_PER_IP)",
                 self.bounds.per_ip
-            ));
+            )));
         }
         if open.by_peer.len() >= self.bounds.total {
             let Some(victim) = self.victim(&open, now) else {
-                return Err(format!(
-                    "too many connections: {} are open and busy (NQUEENS_MAX_CONNECTIONS)",
-                    self.bounds.total
-                ));
+                return Err(match self.soonest(&open, now) {
+                    Some(wait) => NoPlace::Wait(wait),
+                    None => NoPlace::Refused(format!(
+                        "too many connections: {} are open and busy (NQUEENS_MAX_CONNECTIONS)",
+                        self.bounds.total
+                    )),
+                });
             };
             forget(&mut open, &victim);
             victim.closed.store(true, Ordering::Release);
@@ -195,6 +228,8 @@ impl Table {
             peer,
             active_ms: AtomicU64::new(now),
             called: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             waker: AtomicWaker::new(),
         });
@@ -226,6 +261,54 @@ impl Table {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Why a new connection has no place yet.
+#[derive(Debug)]
+enum NoPlace {
+    /// Every place is held by a connection that may be live; the new one
+    /// is refused, and told why.
+    Refused(String),
+    /// Places are held by connections just opened, whose requests may
+    /// still be on their way: the new one waits (so does accepting) until
+    /// they either call or can make way, at most this long.
+    Wait(Duration),
+}
+
+/// One call on a connection in the [`Table`].
+pub struct Call {
+    conn: Arc<Conn>,
+    table: Arc<Table>,
+}
+
+impl Call {
+    /// Its request arrived in full: until the returned guard is dropped
+    /// (the call answered or abandoned), its connection is never evicted.
+    /// Half-open calls never get here.
+    pub fn arrived(&self) -> InFlight {
+        self.conn.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            conn: Arc::clone(&self.conn),
+        }
+    }
+
+    /// It completed without an error: the connection is busy.
+    pub fn completed(&self) {
+        let now = self.table.now_ms();
+        self.conn.active_ms.store(now, Ordering::Relaxed);
+        self.conn.called.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A call being answered (see [`Call::arrived`]).
+pub struct InFlight {
+    conn: Arc<Conn>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -286,7 +369,7 @@ impl<IO: Accepted> Limited<IO> {
 fn gone() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::ConnectionAborted,
-        "closed to make way for a new connection (every place was taken; this one was idle longest)",
+        "closed to make way for a new connection (every place was taken; this one was idle)",
     )
 }
 
@@ -404,36 +487,55 @@ fn refuse<IO: Accepted>(io: IO, why: String, plain: bool, telling: &Arc<tokio::s
     });
 }
 
+/// How often a connection waiting for a place looks again.
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
+
 /// The accepted connections, each with a place in `table` (or refused).
+/// While the places are held by connections just opened, accepting
+/// waits: their requests are read first, so a burst of new connections
+/// cannot push out a client whose request has not been read yet.
 pub fn limited<IO: Accepted>(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>>,
     table: Arc<Table>,
     plain: bool,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<Limited<IO>>> {
-    use tokio_stream::StreamExt;
-    let mut warned = Instant::now() - Duration::from_secs(60);
+    use futures_util::StreamExt;
+    let warned = Arc::new(Mutex::new(None::<Instant>));
     let telling = Arc::new(tokio::sync::Semaphore::new(TELLING));
-    incoming.filter_map(move |conn| match conn {
-        Err(e) => Some(Err(e)),
-        Ok(io) => {
+    incoming.filter_map(move |conn| {
+        let (table, warned, telling) = (
+            Arc::clone(&table),
+            Arc::clone(&warned),
+            Arc::clone(&telling),
+        );
+        async move {
+            let io = match conn {
+                Err(e) => return Some(Err(e)),
+                Ok(io) => io,
+            };
             let peer = io.peer().ok()?;
-            match table.admit(peer) {
-                Ok(conn) => Some(Ok(Limited {
-                    io,
-                    conn,
-                    table: Arc::clone(&table),
-                    started: 0,
-                    quiet: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
-                })),
-                Err(why) => {
-                    if warned.elapsed() > Duration::from_secs(10) {
-                        warned = Instant::now();
-                        tracing::warn!(%peer, "connection refused: {why}");
+            let why = loop {
+                match table.admit(peer) {
+                    Ok(conn) => {
+                        return Some(Ok(Limited {
+                            io,
+                            conn,
+                            table,
+                            started: 0,
+                            quiet: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
+                        }))
                     }
-                    refuse(io, why, plain, &telling);
-                    None
+                    Err(NoPlace::Wait(wait)) => tokio::time::sleep(wait.min(LOOK_AGAIN)).await,
+                    Err(NoPlace::Refused(why)) => break why,
                 }
+            };
+            let mut warned = warned.lock().expect("warned lock");
+            if warned.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                *warned = Some(Instant::now());
+                tracing::warn!(%peer, "connection refused: {why}");
             }
+            refuse(io, why, plain, &telling);
+            None
         }
     })
 }
@@ -443,38 +545,74 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_table_evicts_a_silent_connection_first_then_the_idlest_never_a_busy_one() {
+    fn a_full_table_evicts_the_stalled_then_the_old_silent_then_the_idlest_and_waits_for_the_new() {
         let table = Table::new(Bounds {
-            total: 2,
+            total: 4,
             per_ip: 1,
         });
+        let t = 10 * BUSY.as_millis() as u64;
+        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
+        let idle = table.admit_at(at(1), 0).unwrap();
+        table.call(at(1)).unwrap().completed();
+        idle.active_ms.store(0, Ordering::Relaxed);
+        let old = table.admit_at(at(2), 0).unwrap();
+        let young = table.admit_at(at(3), t - 100).unwrap();
+        let stalled = table.admit_at(at(4), t - 50).unwrap();
+        let _half_open = table.call(at(4)).unwrap();
+        // A call that started and never arrived goes first, however recent.
+        let n1 = table.admit_at(at(11), t).unwrap();
+        assert!(closed(&stalled) && !closed(&old) && !closed(&young));
+        // Then the oldest that never completed a call, open for BUSY.
+        let n2 = table.admit_at(at(12), t).unwrap();
+        assert!(closed(&old) && !closed(&idle) && !closed(&young));
+        // Then the one whose last call is longest ago.
+        let n3 = table.admit_at(at(13), t).unwrap();
+        assert!(closed(&idle) && !closed(&young));
+        // Only new ones left, whose requests may be on their way: the new
+        // one waits until the oldest of them has been open for BUSY.
+        match table.admit_at(at(14), t) {
+            Err(NoPlace::Wait(wait)) => assert_eq!(wait, BUSY - Duration::from_millis(100)),
+            other => panic!("{other:?}"),
+        }
+        let n4 = table
+            .admit_at(at(14), t - 100 + BUSY.as_millis() as u64)
+            .unwrap();
+        assert!(closed(&young));
+        // Never one whose request arrived and is being answered, nor one
+        // busy (a call completed within BUSY): refused.
+        let n1_call = table.call(n1.peer).unwrap();
+        let answering = n1_call.arrived();
+        for n in [&n2, &n3, &n4] {
+            table.call(n.peer).unwrap().completed();
+        }
+        match table.admit(at(15)) {
+            Err(NoPlace::Refused(why)) => assert!(why.contains("open and busy"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Answered with an error: its call never completed, so it goes.
+        drop(answering);
+        table.admit(at(15)).unwrap();
+        assert!(closed(&n1) && !closed(&n2) && !closed(&n3) && !closed(&n4));
+        assert_eq!(table.len(), 4);
+        assert!(
+            table.call(at(11)).is_none(),
+            "a closed connection has no calls"
+        );
+    }
+
+    #[test]
+    fn one_address_beyond_loopback_gets_at_most_its_share() {
         let at = |ip: [u8; 4], port| SocketAddr::from((ip, port));
-        let a = table.admit(at([127, 0, 0, 1], 1)).unwrap();
-        let b = table.admit(at([127, 0, 0, 1], 2)).unwrap();
-        table.called(a.peer);
-        // b never completed a call: it goes first, however recent.
-        let c = table.admit(at([127, 0, 0, 1], 3)).unwrap();
-        assert!(b.closed.load(Ordering::Acquire) && !a.closed.load(Ordering::Acquire));
-        table.called(c.peer);
-        // Everything busy (a call completed within BUSY): refused.
-        let why = table.admit(at([127, 0, 0, 1], 4)).unwrap_err();
-        assert!(why.contains("too many connections"), "{why}");
-        // Later, only c has called within BUSY: a, idle longest, makes way.
-        let later = 10 * BUSY.as_millis() as u64;
-        a.active_ms.store(0, Ordering::Relaxed);
-        c.active_ms.store(later, Ordering::Relaxed);
-        table.admit_at(at([127, 0, 0, 1], 4), later).unwrap();
-        assert!(a.closed.load(Ordering::Acquire), "the idlest was closed");
-        assert!(!c.closed.load(Ordering::Acquire));
-        assert_eq!(table.len(), 2);
-        // One address beyond loopback gets at most `per_ip` places.
         let t = Table::new(Bounds {
             total: 10,
             per_ip: 1,
         });
         t.admit(at([10, 0, 0, 1], 1)).unwrap();
-        let why = t.admit(at([10, 0, 0, 1], 2)).unwrap_err();
-        assert!(why.contains("from 10.0.0.1"), "{why}");
+        match t.admit(at([10, 0, 0, 1], 2)) {
+            Err(NoPlace::Refused(why)) => assert!(why.contains("from 10.0.0.1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
         t.admit(at([10, 0, 0, 2], 1)).unwrap();
     }
 }

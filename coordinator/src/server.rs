@@ -705,8 +705,9 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What every answer passes through:
 /// - the caller's connection is marked busy once one of its calls
-///   completes without an error (see [`crate::conns`]): calls that never
-///   finish (half-open streams) do not keep a connection's place;
+///   completes without an error, and kept while a call whose request
+///   arrived in full is being answered (see [`crate::conns`]): calls that
+///   never finish (half-open streams) do not keep a connection's place;
 /// - every answer but a worker call's is stamped: worker calls are nearly
 ///   all the traffic, no worker reads the stamp, and a clock header that
 ///   changes on every answer costs HPACK a new table entry each time (a
@@ -729,9 +730,74 @@ fn peer_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
         })
 }
 
-impl<S, B, R> tower::Service<http::Request<B>> for Answers<S>
+/// Where one call stands, shared by its request body and its answer.
+enum Stage {
+    /// The request is still arriving.
+    Arriving,
+    /// It arrived in full: its connection is held while it is answered
+    /// (the guard is only ever dropped).
+    Arrived(#[allow(dead_code)] crate::conns::InFlight),
+    /// Answered (or abandoned): nothing more to hold.
+    Over,
+}
+
+type CallSlot = Arc<std::sync::Mutex<Stage>>;
+
+/// A request body that marks its call arrived once its last frame is in.
+struct Arriving {
+    inner: tonic::body::Body,
+    slot: CallSlot,
+    call: Arc<crate::conns::Call>,
+}
+
+impl Arriving {
+    fn arrived(&self) {
+        let mut slot = self.slot.lock().expect("call lock");
+        if matches!(*slot, Stage::Arriving) {
+            *slot = Stage::Arrived(self.call.arrived());
+        }
+    }
+}
+
+impl http_body::Body for Arriving {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        let frame = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &frame {
+            std::task::Poll::Ready(None) => self.arrived(),
+            std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.arrived(),
+            _ => {}
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Ends a call's hold on its connection when its answer is ready or the
+/// call is dropped.
+struct Answered(CallSlot);
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        *self.0.lock().expect("call lock") = Stage::Over;
+    }
+}
+
+impl<S, R> tower::Service<http::Request<tonic::body::Body>> for Answers<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<R>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -746,17 +812,34 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let peer = peer_of(&req);
-        let table = Arc::clone(&self.table);
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        use http_body::Body as _;
+        let call = peer_of(&req).and_then(|peer| self.table.call(peer).map(Arc::new));
         let stamp = (!req.uri().path().starts_with(WORKER_CALLS)).then(|| self.stamp.clone());
+        let slot: CallSlot = Arc::new(std::sync::Mutex::new(Stage::Arriving));
+        let req = match &call {
+            Some(call) => req.map(|inner| {
+                let arriving = Arriving {
+                    inner,
+                    slot: Arc::clone(&slot),
+                    call: Arc::clone(call),
+                };
+                if arriving.is_end_stream() {
+                    arriving.arrived();
+                }
+                tonic::body::Body::new(arriving)
+            }),
+            None => req,
+        };
+        let answered = Answered(slot);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let answer = answer.await;
-            if let (Ok(r), Some(peer)) = (&answer, peer) {
+            drop(answered);
+            if let (Ok(r), Some(call)) = (&answer, call) {
                 let status = r.headers().get("grpc-status");
                 if status.is_none_or(|s| s == "0") {
-                    table.called(peer);
+                    call.completed();
                 }
             }
             Ok(match stamp {

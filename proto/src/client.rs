@@ -237,7 +237,8 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
             format!(
                 "the coordinator at {url} closed the connection before answering: it probably \
                  speaks TLS (started with --tls-cert); use {tls} (with --tls-ca F if its \
-                 certificate has its own CA) ({text})"
+                 certificate has its own CA). If it does not, it was shutting down or had no \
+                 place for this connection: try again ({text})"
             )
         })
 }
