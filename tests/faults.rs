@@ -119,6 +119,13 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     let log = dir.path().join("coordinator.log");
     let (mut c, addr, mut ops, id, workers) = n15_with_three_workers(&data, Some(&log)).await;
     mid_run(&mut ops, id, 5).await;
+    // A probe takes a task now, while some are free (the workers lease
+    // ahead, and may hold every other one once the disk is full).
+    let (mut w, _) = kit::clients(&c.url).await;
+    let lease = kit::lease(&mut w, "probe", 1)
+        .await
+        .pop()
+        .expect("a task to lease");
 
     // The disk "fills": no file of the coordinator may grow any more
     // (a file-size limit binds root too, unlike permissions).
@@ -155,11 +162,6 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     assert_eq!(code, 1, "health must fail while the disk is full");
     // A correct result is refused too ("not stored, retry"), so the
     // worker keeps it.
-    let (mut w, _) = kit::clients(&c.url).await;
-    let lease = kit::lease(&mut w, "probe", 1)
-        .await
-        .pop()
-        .expect("a task to lease");
     let report = w
         .raw()
         .report(report_of(&lease, "probe"))

@@ -181,6 +181,7 @@ fn json_integers_are_strings_and_every_command_prints_the_same_job_object() {
         depth: done["depth"].as_u64().unwrap() as u32,
         tasks: 30,
         mode: nqueens_common::plan::Mode::Backtrack,
+        cut: nqueens_common::plan::CUT,
     };
     let t = nqueens_common::plan::Plan::new(spec)
         .unwrap()

@@ -104,6 +104,7 @@ impl PlanShape {
             depth,
             tasks: self.tasks.unwrap_or_else(|| default_tasks(n)),
             mode,
+            cut: nqueens_common::plan::CUT,
         })
     }
 

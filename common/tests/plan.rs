@@ -609,3 +609,37 @@ fn a_join_plan_past_its_budget_is_refused_then_counted_with_more() {
     assert!(matches!(e, PlanError::Join(_)), "{e}");
     assert_exact(&halves(14, 10).with_budget(Budget::from_bytes(64 << 20, 2)));
 }
+
+/// `--tasks T` makes T tasks, give or take two, where the plan has the
+/// subproblems for them; a job planned with the first cut (`cut` 0, what a
+/// journal written before the field holds) keeps exactly its tasks.
+#[test]
+fn a_plan_has_the_tasks_asked_for_and_the_first_cut_keeps_its_own() {
+    let halves = PlanSpec {
+        mode: Mode::Join,
+        ..spec(18, Strategy::Halves, 0, 2000)
+    };
+    let cases = [
+        (spec(17, Strategy::Frame, 1, 2000), 1510),
+        (spec(20, Strategy::Prefix, 4, 2000), 1242),
+        (halves, 2001),
+    ];
+    for (asked, first_cut) in cases {
+        let tasks = Plan::new(asked).unwrap().schedule().tasks.len();
+        assert!(tasks.abs_diff(2000) <= 2, "{asked:?}: {tasks} tasks");
+        let old = PlanSpec { cut: 0, ..asked };
+        let tasks = Plan::new(old).unwrap().schedule().tasks.len();
+        assert_eq!(tasks, first_cut, "{old:?}");
+    }
+    // Every subproblem its own task when there are fewer than asked.
+    let few = Plan::new(spec(14, Strategy::Frame, 1, 2000))
+        .unwrap()
+        .schedule();
+    assert_eq!(few.tasks.len(), few.subproblems);
+    // A cut this version does not know is refused.
+    let unknown = PlanSpec {
+        cut: nqueens_common::plan::CUT + 1,
+        ..spec(12, Strategy::Frame, 1, 10)
+    };
+    assert!(Plan::new(unknown).is_err());
+}

@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 pub const MAGIC: &[u8; 8] = b"NQCKPT\x00\x01";
 /// Bumped whenever the state's shape changes: a checkpoint of another
 /// format is not read (the journal is replayed instead).
-pub const FORMAT: u32 = 4; // 2: plan specs carry a mode; 3: votes say whether checks cross devices; 4: worker ids' bindings
+pub const FORMAT: u32 = 5; // 2: plan specs carry a mode; 3: votes say whether checks cross devices; 4: worker ids' bindings; 5: plan specs carry their cut
 const HEADER: usize = 24;
 
 /// The body of a checkpoint: which records the state holds, and the state.
@@ -233,5 +233,43 @@ mod tests {
         std::fs::write(&stale, b"half").unwrap();
         load(dir.path());
         assert!(!stale.exists());
+    }
+
+    /// A save onto a full disk (a 64 KB tmpfs of the test's own, in a
+    /// mount namespace it makes; skipped, saying why, where that is not
+    /// allowed) fails, leaves no `checkpoint.tmp.*`, and the checkpoint
+    /// before it still loads.
+    #[test]
+    fn a_save_onto_a_full_disk_fails_and_leaves_no_partial_file() {
+        const INSIDE: &str = "NQUEENS_TEST_IN_MOUNTNS";
+        const NAME: &str =
+            "checkpoint::tests::a_save_onto_a_full_disk_fails_and_leaves_no_partial_file";
+        if std::env::var_os(INSIDE).is_none() {
+            if !nqueens_testkit::passes_in_namespace("-m", INSIDE, NAME) {
+                eprintln!("skipped: making a mount namespace (unshare -m) is not allowed here");
+            }
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(
+            mounted.success(),
+            "mount a tmpfs on {}",
+            dir.path().display()
+        );
+        let state = State::new(Limits::default());
+        save(dir.path(), &encode(&Seen::upto(10), &state, 1)).unwrap();
+        let err = save(dir.path(), &vec![7u8; 1 << 20]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28), "ENOSPC: {err}");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["checkpoint"], "a partial file was left");
+        assert_eq!(load(dir.path()).unwrap().seen, Seen::upto(10));
     }
 }

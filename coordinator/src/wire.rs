@@ -200,6 +200,7 @@ mod tests {
             depth: 3,
             tasks: 20,
             mode: Mode::Backtrack,
+            cut: nqueens_common::plan::CUT,
         }
     }
 

@@ -76,6 +76,7 @@ impl From<&PlanSpec> for v1::PlanSpec {
                 Mode::Backtrack => v1::Mode::Backtrack,
                 Mode::Join => v1::Mode::Join,
             } as i32,
+            cut: s.cut,
         }
     }
 }
@@ -94,8 +95,9 @@ impl TryFrom<&v1::PlanSpec> for PlanSpec {
                 Ok(v1::Mode::Join) => Mode::Join,
                 Err(_) => return Err(WireError::Mode(w.mode)),
             },
+            cut: w.cut,
         };
-        Plan::new(spec)?; // the spec itself must be valid
+        Plan::new(spec)?; // the spec itself must be valid (a known cut too)
         Ok(spec)
     }
 }
@@ -301,6 +303,7 @@ mod tests {
             } else {
                 Mode::Backtrack
             },
+            cut: nqueens_common::plan::CUT,
         })
         .unwrap()
     }
@@ -431,6 +434,17 @@ mod tests {
         ));
         spec.depth = 0;
         let halves = PlanSpec::try_from(&spec).unwrap();
+        assert_eq!(halves.cut, nqueens_common::plan::CUT);
+        // A spec journaled before plans named their cut was cut the first
+        // way; a cut from a newer version is refused.
+        spec.cut = 0;
+        assert_eq!(PlanSpec::try_from(&spec).unwrap().cut, 0);
+        spec.cut = 1 << 20;
+        assert!(matches!(
+            PlanSpec::try_from(&spec),
+            Err(WireError::Plan(PlanError::UnknownCut(_)))
+        ));
+        spec.cut = halves.cut;
         assert_eq!(
             (halves.strategy, halves.mode),
             (Strategy::Halves, Mode::Join)
@@ -461,6 +475,7 @@ mod tests {
                     },
                     tasks,
                     mode: Mode::Backtrack,
+                    cut: nqueens_common::plan::CUT,
                 };
                 let w = v1::PlanSpec::from(&spec);
                 let back = v1::PlanSpec::decode(w.encode_to_vec().as_slice()).unwrap();

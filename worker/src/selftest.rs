@@ -76,6 +76,7 @@ fn checks(mode: Option<Mode>) -> Vec<Check> {
                 depth,
                 tasks: 16,
                 mode,
+                cut: nqueens_common::plan::CUT,
             })
         })
     };
@@ -131,6 +132,7 @@ pub fn self_test_cards(devices: &[Arc<dyn Device>], fault: bool) -> Result<(), S
                 depth,
                 tasks: 4,
                 mode: Mode::Backtrack,
+                cut: nqueens_common::plan::CUT,
             };
             let plan = Plan::new(spec)
                 .map_err(|e| e.to_string())?

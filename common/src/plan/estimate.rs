@@ -597,6 +597,7 @@ mod tests {
             depth: 1,
             tasks: 10,
             mode: Mode::Backtrack,
+            cut: crate::plan::CUT,
         })
         .unwrap();
         let mut rng = Rng(7);
@@ -656,6 +657,7 @@ mod tests {
                     depth,
                     tasks: 1,
                     mode: Mode::Backtrack,
+                    cut: crate::plan::CUT,
                 })
                 .unwrap();
                 let mut rng = Rng(u64::from(n) * 1000 + u64::from(depth));
@@ -722,6 +724,7 @@ mod tests {
             depth,
             tasks: 1000,
             mode: Mode::Backtrack,
+            cut: crate::plan::CUT,
         };
         for (n, depth) in [(32, 11), (32, 9), (26, 11)] {
             let e = Plan::new(spec(n, Strategy::Prefix, depth))
@@ -756,6 +759,7 @@ mod tests {
                 depth,
                 tasks: 10,
                 mode: Mode::Backtrack,
+                cut: crate::plan::CUT,
             })
             .unwrap();
             let (lines, bits) = plan.id_shape();

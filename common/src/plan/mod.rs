@@ -101,6 +101,8 @@ pub enum PlanError {
     Synthetic,
     #[error("a synthetic plan has at most {max} tasks, got {0}", max = MAX_TASKS)]
     TooManySynthetic(u64),
+    #[error("plans are cut into tasks in ways 0 to {CUT}, not {0} (a newer version made this plan: upgrade)")]
+    UnknownCut(u32),
     #[error(
         "the halves strategy cuts whole boards from N=4 to N={max}, not N={0}: use the rings \
          strategy (its ring parts can be counted by the join too)",
@@ -185,6 +187,9 @@ impl Plan {
     pub fn new(spec: PlanSpec) -> Result<Plan, PlanError> {
         if spec.tasks == 0 {
             return Err(PlanError::NoTasks);
+        }
+        if spec.cut > CUT {
+            return Err(PlanError::UnknownCut(spec.cut));
         }
         if spec.strategy == Strategy::Prefix && !(2..=MAX_DEPTH).contains(&spec.depth) {
             return Err(PlanError::BadDepth(spec.depth));
@@ -282,7 +287,7 @@ impl Plan {
         let (groups, classes) = self.groups(stop)?;
         let work: f64 = groups.iter().map(|g| g.work).sum();
         Ok(Schedule {
-            tasks: TaskTable::cut(&groups, work / self.spec.tasks as f64),
+            tasks: TaskTable::cut(&groups, work / self.spec.tasks as f64, self.spec.cut),
             subproblems: groups.iter().map(|g| g.count).sum(),
             work,
             classes,

@@ -95,6 +95,7 @@ pub fn solve_with(
         depth: 1,
         tasks: (TASKS_PER_THREAD * threads) as u64,
         mode: Mode::Backtrack,
+        cut: crate::plan::CUT,
     })?
     .with_path(path)
     .with_device(device);
@@ -129,6 +130,7 @@ pub fn solve_join_within(
         depth: 0,
         tasks: (TASKS_PER_THREAD * threads) as u64,
         mode: Mode::Join,
+        cut: crate::plan::CUT,
     })?
     .with_budget(budget)
     .with_path(path);

@@ -89,7 +89,21 @@ pub struct PlanSpec {
     /// How subproblems are counted (the halves strategy: only by the join).
     #[serde(default)]
     pub mode: Mode,
+    /// How the plan is cut into tasks (see [`CUT`]): kept with the job, so
+    /// a job planned by an older version gets the same tasks again.
+    #[serde(default)]
+    pub cut: u32,
 }
+
+/// How new plans are cut into tasks. A job keeps the cut it was planned
+/// with, and every cut stays known, because a job's results are kept by
+/// task index:
+/// - 0: groups merged until a task reaches the target, so tasks of small
+///   groups hold up to twice the target (`--tasks 2000` made 1,200–2,000);
+/// - 1: each task ends where the work so far comes nearest to a multiple
+///   of the target (as many tasks as asked, give or take one, unless the
+///   plan has fewer subproblems).
+pub const CUT: u32 = 1;
 
 impl PlanSpec {
     /// A plan of `n` by `strategy` at `depth` in about `tasks` tasks,
@@ -101,6 +115,7 @@ impl PlanSpec {
             depth,
             tasks,
             mode: Mode::Backtrack,
+            cut: CUT,
         }
     }
 }

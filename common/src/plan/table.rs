@@ -29,6 +29,37 @@ pub struct Run {
 }
 
 impl Run {
+    /// All of group `g`, cut by count into `parts` tasks.
+    fn split(g: &Group, parts: u64) -> Run {
+        Run {
+            first: 0,
+            lo: g.lo,
+            hi: g.hi,
+            count: g.count,
+            work: g.work,
+            parts,
+        }
+    }
+
+    /// A task of whole groups, to start with `g` (taken by [`Run::take`]).
+    fn merged(g: &Group) -> Run {
+        Run {
+            first: 0,
+            lo: g.lo,
+            hi: g.hi,
+            count: 0,
+            work: 0.0,
+            parts: 0,
+        }
+    }
+
+    /// Adds whole group `g`, the next after the run's, to a merged run.
+    fn take(&mut self, g: &Group) {
+        self.hi = g.hi;
+        self.count += g.count;
+        self.work += g.work;
+    }
+
     /// Tasks in this run.
     pub fn tasks(&self) -> u64 {
         self.parts.max(1)
@@ -114,9 +145,19 @@ pub struct TaskTable {
 }
 
 impl TaskTable {
-    /// Cuts groups into tasks of about `target` work: small groups are
-    /// merged, a group above the target is split by count into equal parts.
-    pub(super) fn cut(groups: &[Group], target: f64) -> TaskTable {
+    /// Cuts groups into tasks of about `target` work, the way `cut` says
+    /// (see [`super::CUT`]): small groups are merged, a group above the
+    /// target is split by count into equal parts.
+    pub(super) fn cut(groups: &[Group], target: f64, cut: u32) -> TaskTable {
+        match cut {
+            0 => Self::cut_merging(groups, target),
+            _ => Self::cut_evenly(groups, target),
+        }
+    }
+
+    /// Cut 0: groups merged until a task reaches the target, so tasks of
+    /// small groups hold up to twice the target (fewer tasks than asked).
+    fn cut_merging(groups: &[Group], target: f64) -> TaskTable {
         let mut table = TaskTable::default();
         let mut open: Option<Run> = None;
         for g in groups {
@@ -125,28 +166,45 @@ impl TaskTable {
                     table.push(r);
                 }
                 let parts = ((g.work / target).ceil() as u64).clamp(1, g.count);
-                table.push(Run {
-                    first: 0,
-                    lo: g.lo,
-                    hi: g.hi,
-                    count: g.count,
-                    work: g.work,
-                    parts,
-                });
+                table.push(Run::split(g, parts));
                 continue;
             }
-            let r = open.get_or_insert(Run {
-                first: 0,
-                lo: g.lo,
-                hi: g.hi,
-                count: 0,
-                work: 0.0,
-                parts: 0,
-            });
-            r.hi = g.hi;
-            r.count += g.count;
-            r.work += g.work;
+            let r = open.get_or_insert(Run::merged(g));
+            r.take(g);
             if r.work >= target {
+                table.push(open.take().expect("open run"));
+            }
+        }
+        if let Some(r) = open {
+            table.push(r);
+        }
+        table
+    }
+
+    /// Cut 1: task `k` ends where the work so far comes nearest to `k + 1`
+    /// targets, so the plan has as many tasks as its work holds targets
+    /// (give or take two) whatever the groups' sizes, unless a group of
+    /// many targets has too few subproblems to split.
+    fn cut_evenly(groups: &[Group], target: f64) -> TaskTable {
+        let mut table = TaskTable::default();
+        let mut open: Option<Run> = None;
+        let mut through = 0.0;
+        for g in groups {
+            through += g.work;
+            // Tasks that should have ended once this group is counted, and
+            // how many of them this group makes if the open task ends first.
+            let due = (through / target).round() as u64;
+            let parts = due.saturating_sub(table.len() + u64::from(open.is_some()));
+            if parts >= 2 && g.count > 1 {
+                if let Some(r) = open.take() {
+                    table.push(r);
+                }
+                table.push(Run::split(g, parts.min(g.count)));
+                continue;
+            }
+            let r = open.get_or_insert(Run::merged(g));
+            r.take(g);
+            if due > table.len() {
                 table.push(open.take().expect("open run"));
             }
         }
@@ -296,7 +354,7 @@ mod tests {
             group(20, 10, 10.0),
             group(100, 1, 0.5),
         ];
-        let t = TaskTable::cut(&groups, 2.0);
+        let t = TaskTable::cut(&groups, 2.0, 0);
         let tasks: Vec<Task> = t.iter().collect();
         // Two small groups make one task; the big one five; the last one.
         assert_eq!(t.len(), 7);
@@ -324,7 +382,7 @@ mod tests {
     fn a_huge_group_cut_into_many_parts_stays_one_run_and_its_parts_tile_it() {
         // 2·10^10 subproblems in 10^9 parts: count × part passes 2^64.
         let g = group(0, 20_000_000_000, 1e9);
-        let t = TaskTable::cut(&[g], 1.0);
+        let t = TaskTable::cut(&[g], 1.0, 1);
         assert_eq!((t.len(), t.runs().len()), (1_000_000_000, 1));
         let last = t.get(t.len() - 1).unwrap();
         assert_eq!(last.skip + last.take, g.count);
@@ -337,7 +395,7 @@ mod tests {
         let groups: Vec<Group> = (0..50)
             .map(|i| group(i * 100, 1 + i % 7, (i % 5) as f64 + 0.5))
             .collect();
-        let t = TaskTable::cut(&groups, 3.0);
+        let t = TaskTable::cut(&groups, 3.0, 1);
         let bytes: Vec<u8> = t.runs().iter().flat_map(|r| r.encode()).collect();
         let back: Vec<Run> = bytes
             .chunks(Run::BYTES)
@@ -355,5 +413,46 @@ mod tests {
         let mut parts = back;
         parts[0].parts = parts[0].count + 1;
         assert!(TaskTable::from_runs(parts).is_err());
+    }
+
+    /// The tasks of `t` tile `groups`: in order, every subproblem once.
+    fn tiles(t: &TaskTable, groups: &[Group]) -> bool {
+        let total: u64 = groups.iter().map(|g| g.count).sum();
+        let taken: u64 = t.iter().map(|task| task.subproblems).sum();
+        let in_order = t.iter().zip(t.iter().skip(1)).all(|(a, b)| a.lo <= b.lo);
+        taken == total && in_order
+    }
+
+    #[test]
+    fn the_even_cut_makes_as_many_tasks_as_asked_where_the_merging_cut_made_fewer() {
+        // 300 groups of 0.6 targets: merging makes tasks of 1.2 targets.
+        let groups: Vec<Group> = (0..300).map(|i| group(i * 10, 3, 0.6)).collect();
+        let (merging, even) = (
+            TaskTable::cut(&groups, 1.0, 0),
+            TaskTable::cut(&groups, 1.0, 1),
+        );
+        assert_eq!((merging.len(), even.len()), (150, 180));
+        assert!(tiles(&even, &groups));
+    }
+
+    proptest::proptest! {
+        /// Whatever the groups (each with subproblems enough to split), the
+        /// even cut makes the work's number of targets in tasks, give or
+        /// take two, and its tasks tile the groups.
+        #[test]
+        fn the_even_cut_hits_the_asked_number_of_tasks(
+            works in proptest::collection::vec(0.001f64..4.0, 1..400),
+            target in 0.05f64..20.0,
+        ) {
+            let groups: Vec<Group> = works
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| group(i as u64 * 10_000, 4_000, w))
+                .collect();
+            let t = TaskTable::cut(&groups, target, 1);
+            let due = (works.iter().sum::<f64>() / target).round() as u64;
+            proptest::prop_assert!(t.len().abs_diff(due.max(1)) <= 2, "{} tasks for {due}", t.len());
+            proptest::prop_assert!(tiles(&t, &groups));
+        }
     }
 }

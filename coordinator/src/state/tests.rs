@@ -23,6 +23,7 @@ mod whole {
             depth: 3,
             tasks,
             mode: Mode::Backtrack,
+            cut: nqueens_common::plan::CUT,
         }
     }
 
@@ -250,6 +251,7 @@ mod whole {
             depth: 0,
             tasks,
             mode: Mode::Backtrack,
+            cut: nqueens_common::plan::CUT,
         };
         s.apply(&Event::JobSubmitted {
             job: 1,
@@ -1183,7 +1185,7 @@ mod forged {
             epoch in 1..4u64,
             ops in proptest::collection::vec(op(), 1..120),
         ) {
-            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8, mode: nqueens_common::plan::Mode::Backtrack };
+            let spec = PlanSpec { n: Size::new(8).unwrap(), strategy: nqueens_common::plan::Strategy::Frame, depth: 3, tasks: 8, mode: nqueens_common::plan::Mode::Backtrack, cut: nqueens_common::plan::CUT };
             let mut s = State::new(Limits { lease_ttl_ms: 10_000, retry_budget: 100, backoff_base_ms: 10, backoff_max_ms: 10, ..Limits::default() });
             s.apply(&Event::Boot { epoch, unix_ms: 0 }).unwrap();
             s.apply(&Event::JobSubmitted { job: 1, spec, unix_ms: 0, checking: Checking { redundancy, fraction: 1.0, cross_device: false } }).unwrap();
