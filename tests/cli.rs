@@ -381,6 +381,24 @@ fn the_planner_joins_18_to_21_unless_told_otherwise() {
     );
 }
 
+/// `--tasks 2000` gives 2,000 tasks, give or take two, whatever the
+/// strategy and mode.
+#[test]
+fn plan_makes_the_tasks_asked_for() {
+    for args in [
+        &["plan", "17", "--strategy", "frame"][..],
+        &["plan", "20", "--strategy", "prefix"],
+        &["plan", "18", "--mode", "join"],
+        &["plan", "22"],
+    ] {
+        let o = nqueens(&[args, &["--tasks", "2000", "--json"]].concat());
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let v = json(stdout(&o).trim());
+        let tasks: u64 = v["tasks"].as_str().unwrap().parse().unwrap();
+        assert!(tasks.abs_diff(2000) <= 2, "{args:?}: {tasks} tasks");
+    }
+}
+
 /// A plan cut finer than its groups says how small the table a coordinator
 /// keeps of it is: runs, not tasks.
 #[test]
