@@ -53,7 +53,10 @@ pub fn streams_per_connection() -> u32 {
 }
 
 /// Gives the memory a flood left behind back to the system every few
-/// seconds (glibc keeps freed memory in its arenas otherwise).
+/// seconds where glibc's malloc holds it (it keeps freed memory in its
+/// arenas otherwise): in processes that embed the coordinator. The
+/// `nqueens` binary allocates with jemalloc, whose own background thread
+/// does this.
 pub async fn give_back_memory() {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
