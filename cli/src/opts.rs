@@ -39,9 +39,9 @@ pub struct PlanShape {
     /// N=18, 2 up to N=23, else 3].
     #[arg(long, value_name = "K")]
     pub depth: Option<u32>,
-    /// How many tasks to cut the plan into, give or take two (fewer only
-    /// when it has fewer subproblems) [default: tasks of about 2^(N-18)
-    /// core-seconds: 40 at N=18, at least 16, at most 1,000,000].
+    /// How many tasks to cut the plan into (fewer only where its
+    /// subproblems are too few to split) [default: tasks of about
+    /// 2^(N-18) core-seconds: 40 at N=18, at least 16, at most 1,000,000].
     #[arg(long, value_name = "M")]
     pub tasks: Option<u64>,
     /// How to count each subproblem: search every completion (backtrack),

@@ -101,8 +101,8 @@ pub struct PlanSpec {
 /// - 0: groups merged until a task reaches the target, so tasks of small
 ///   groups hold up to twice the target (`--tasks 2000` made 1,200–2,000);
 /// - 1: each task ends where the work so far comes nearest to a multiple
-///   of the target (as many tasks as asked, give or take one, unless the
-///   plan has fewer subproblems).
+///   of the target, the last at the end (as many tasks as asked, unless
+///   the plan's subproblems are too few to split).
 pub const CUT: u32 = 1;
 
 impl PlanSpec {

@@ -182,18 +182,25 @@ impl TaskTable {
     }
 
     /// Cut 1: task `k` ends where the work so far comes nearest to `k + 1`
-    /// targets, so the plan has as many tasks as its work holds targets
-    /// (give or take two) whatever the groups' sizes, unless a group of
-    /// many targets has too few subproblems to split.
+    /// targets, and the last one at the end, so the plan has as many tasks
+    /// as its work holds targets (give or take two; exactly as many when
+    /// its groups are small) unless a group of many targets has too few
+    /// subproblems to split.
     fn cut_evenly(groups: &[Group], target: f64) -> TaskTable {
+        let total: f64 = groups.iter().map(|g| g.work).sum();
+        let last = ((total / target).round() as u64).max(1);
         let mut table = TaskTable::default();
         let mut open: Option<Run> = None;
         let mut through = 0.0;
-        for g in groups {
+        for (i, g) in groups.iter().enumerate() {
             through += g.work;
-            // Tasks that should have ended once this group is counted, and
-            // how many of them this group makes if the open task ends first.
-            let due = (through / target).round() as u64;
+            // Tasks that should have ended once this group is counted (all
+            // but the last before the last group), and how many of them
+            // this group makes if the open task ends first.
+            let due = match i + 1 == groups.len() {
+                true => last,
+                false => ((through / target).round() as u64).min(last - 1),
+            };
             let parts = due.saturating_sub(table.len() + u64::from(open.is_some()));
             if parts >= 2 && g.count > 1 {
                 if let Some(r) = open.take() {
