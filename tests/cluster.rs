@@ -114,12 +114,9 @@ fn a_worker_killed_mid_task_loses_only_its_leases_which_another_finishes() {
     );
     assert_ne!(rescued[0]["worker"], rescued[1]["worker"]);
     // Its leases expired (counted as errors) and their tasks ran elsewhere:
-    // every task was counted once, by one of the three.
+    // every task was counted once, by one of the three (which rescuer
+    // took how many depends on which finished its self-test first).
     assert!(kit::dec(&doomed["errors"]) > 0, "{doomed}");
-    assert!(
-        rescued.iter().all(|w| done(w) > 0),
-        "both counted: {rescued:?}"
-    );
     assert_eq!(
         done(&doomed) + rescued.iter().map(|w| done(w)).sum::<u128>(),
         kit::dec(&job["tasks"])
