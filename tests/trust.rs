@@ -681,6 +681,85 @@ fn half_open(addr: &str, streams: u32) -> Option<std::net::TcpStream> {
     Some(io)
 }
 
+/// Reads HTTP/2 frames from `io` until the server answers stream 1 with
+/// its headers (true) or closes, resets or refuses it (false).
+fn answered_on_stream_1(io: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    loop {
+        let mut head = [0u8; 9];
+        if io.read_exact(&mut head).is_err() {
+            return false;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        if io.read_exact(&mut payload).is_err() {
+            return false;
+        }
+        match (head[3], stream) {
+            (0x1, 1) => return true,
+            (0x3, 1) | (0x7, _) => return false,
+            _ => {}
+        }
+    }
+}
+
+/// A live call whose request comes in slowly (a byte every 100 ms, as on
+/// a slow link) while half-open calls flood a full table: the bytes
+/// keep it arriving, the flood's calls, whose bodies never come, make way,
+/// and the call is answered. (Evicting the oldest call not yet arrived
+/// closed it the moment the fourth flood connection came.)
+#[test]
+fn a_request_arriving_slowly_during_a_flood_is_answered() {
+    use std::io::Write;
+    let _watchdog = kit::watchdog("a_request_arriving_slowly_during_a_flood_is_answered");
+    let dir = kit::tempdir();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
+    cmd.env("NQUEENS_MAX_CONNECTIONS", "4");
+    let c = kit::spawn_coordinator(cmd);
+    let addr = c.url.trim_start_matches("http://").to_string();
+    let mut io = std::net::TcpStream::connect(&addr).unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x4, 0x1, 0, &[]));
+    let path = b"/nqueens.v1.OperatorService/ListJobs";
+    let mut h = vec![0x83, 0x86, 0x04, path.len() as u8];
+    h.extend_from_slice(path);
+    h.extend_from_slice(&[0x0f, 0x10, 16]);
+    h.extend_from_slice(b"application/grpc");
+    h.extend_from_slice(&[0x00, 2]);
+    h.extend_from_slice(b"te");
+    h.push(8);
+    h.extend_from_slice(b"trailers");
+    out.extend(h2_frame(0x1, 0x4, 1, &h));
+    io.write_all(&out).unwrap();
+    let flooding = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            (0..12)
+                .filter_map(|_| half_open(&addr, 1))
+                .collect::<Vec<_>>()
+        })
+    };
+    // The request's body: an empty message behind its 5-byte prefix, a
+    // byte at a time; the last ends the stream.
+    for i in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        let end = if i == 4 { 0x1 } else { 0 };
+        io.write_all(&h2_frame(0x0, end, 1, &[0])).unwrap();
+    }
+    assert!(
+        answered_on_stream_1(&mut io),
+        "the slow call's connection was closed to make way for the flood"
+    );
+    let flood = flooding.join().unwrap();
+    assert!(
+        flood.len() >= 4,
+        "the flood opened {} connections",
+        flood.len()
+    );
+}
+
 /// The resident memory of process `pid` (Linux), in MB.
 fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -3,8 +3,8 @@
 //! handshake or goes quiet, and, when every place is taken, one makes way
 //! for a new one (see [`Table::victim`]): first one whose calls never
 //! arrive in full or all fail, never one whose request arrived and is
-//! being answered, and a new one only last, since its request may still
-//! be on its way. A flood of idle connections can then neither lock live
+//! being answered or whose call started a moment ago, and a new one only
+//! last, since its request may still be on its way. A flood of idle connections can then neither lock live
 //! clients out nor use up the process's file descriptors. A connection refused is told why (its
 //! calls answered RESOURCE_EXHAUSTED, "too many connections") before it
 //! is closed.
@@ -38,8 +38,16 @@ const HANDSHAKE_BYTES: u64 = 32;
 /// reads the answer.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A connection that started a call within this is never evicted.
+/// A connection that completed a call within this, or that opened within
+/// this and started none, is never evicted.
 pub const BUSY: Duration = Duration::from_secs(1);
+
+/// A connection whose latest call started, or sent bytes of its request,
+/// within this (its body maybe still on its way) is never evicted: long
+/// enough for a live client's request to go on arriving on a loaded
+/// machine or a slow link, short enough that a flood of half-open calls
+/// makes way at the limit's number of connections four times a second.
+pub const ARRIVING: Duration = Duration::from_millis(250);
 
 /// Calls (HTTP/2 streams) open at once on one connection
 /// (`NQUEENS_STREAMS_PER_CONNECTION`, default 12): with the connection
@@ -111,6 +119,9 @@ struct Conn {
     called: AtomicBool,
     /// A call of it started (its headers came in).
     started: AtomicBool,
+    /// Milliseconds after the table's start of its latest call's start, or
+    /// of the latest bytes of that call's request.
+    call_ms: AtomicU64,
     /// Calls whose request arrived in full and that are not answered yet:
     /// while any is, the connection is live and never makes way.
     in_flight: AtomicU32,
@@ -147,8 +158,14 @@ impl Table {
     /// A call from `peer` whose headers came in (`None` if its connection
     /// is gone): what follows of the call is marked through it.
     pub fn call(self: &Arc<Self>, peer: SocketAddr) -> Option<Call> {
+        self.call_at(peer, self.now_ms())
+    }
+
+    /// [`Table::call`] at `now` (ms after the table's start).
+    fn call_at(self: &Arc<Self>, peer: SocketAddr, now: u64) -> Option<Call> {
         let open = self.open.lock().expect("connections lock");
         let conn = Arc::clone(open.by_peer.get(&peer)?);
+        conn.call_ms.store(now, Ordering::Relaxed);
         conn.started.store(true, Ordering::Relaxed);
         Some(Call {
             conn,
@@ -157,7 +174,8 @@ impl Table {
     }
 
     /// The connection to close for a new one, never one with a call in
-    /// flight, in this order (oldest or idlest first):
+    /// flight or one whose latest call started within [`ARRIVING`], in
+    /// this order (oldest or idlest first):
     /// 1. one that started a call and never completed one (a half-open
     ///    call, or only refusals): what a flood looks like;
     /// 2. one that never completed a call, open for [`BUSY`];
@@ -173,6 +191,7 @@ impl Table {
             open.by_peer
                 .values()
                 .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
+                .filter(|c| !arriving(c, now))
         };
         let stalled = |c: &&Arc<Conn>| silent(c) && c.started.load(Ordering::Relaxed);
         idle()
@@ -183,15 +202,20 @@ impl Table {
             .cloned()
     }
 
-    /// When a connection opened within [`BUSY`] that started no call
-    /// becomes one that can make way (none: every place is busy).
+    /// When a connection that never completed a call, opened within
+    /// [`BUSY`] or with a call started within [`ARRIVING`], becomes one
+    /// that can make way (none: every place is busy).
     fn soonest(&self, open: &Open, now: u64) -> Option<Duration> {
-        let busy = BUSY.as_millis() as u64;
+        let after =
+            |from: u64, wait: Duration| (from + wait.as_millis() as u64).saturating_sub(now);
         open.by_peer
             .values()
             .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
             .filter(|c| !c.called.load(Ordering::Relaxed))
-            .map(|c| busy.saturating_sub(now.saturating_sub(c.active_ms.load(Ordering::Relaxed))))
+            .map(|c| match c.started.load(Ordering::Relaxed) {
+                true => after(c.call_ms.load(Ordering::Relaxed), ARRIVING),
+                false => after(c.active_ms.load(Ordering::Relaxed), BUSY),
+            })
             .min()
             .map(Duration::from_millis)
     }
@@ -232,6 +256,7 @@ impl Table {
             active_ms: AtomicU64::new(now),
             called: AtomicBool::new(false),
             started: AtomicBool::new(false),
+            call_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -296,6 +321,13 @@ impl Call {
         }
     }
 
+    /// Bytes of its request came in: it is still arriving (see
+    /// [`ARRIVING`]), however slow its client's link.
+    pub fn progressed(&self) {
+        let now = self.table.now_ms();
+        self.conn.call_ms.store(now, Ordering::Relaxed);
+    }
+
     /// It completed without an error: the connection is busy.
     pub fn completed(&self) {
         let now = self.table.now_ms();
@@ -313,6 +345,13 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.conn.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Whether `c`'s latest call started, or sent bytes, within [`ARRIVING`]
+/// of `now`.
+fn arriving(c: &Conn, now: u64) -> bool {
+    c.started.load(Ordering::Relaxed)
+        && now.saturating_sub(c.call_ms.load(Ordering::Relaxed)) < ARRIVING.as_millis() as u64
 }
 
 fn forget(open: &mut Open, conn: &Conn) {
@@ -550,54 +589,68 @@ mod tests {
     #[test]
     fn a_full_table_evicts_the_stalled_then_the_old_silent_then_the_idlest_and_waits_for_the_new() {
         let table = Table::new(Bounds {
-            total: 4,
+            total: 5,
             per_ip: 1,
         });
         let t = 10 * BUSY.as_millis() as u64;
+        let ms = |d: Duration| d.as_millis() as u64;
         let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
         let idle = table.admit_at(at(1), 0).unwrap();
-        table.call(at(1)).unwrap().completed();
+        table.call_at(at(1), 0).unwrap().completed();
         idle.active_ms.store(0, Ordering::Relaxed);
         let old = table.admit_at(at(2), 0).unwrap();
         let young = table.admit_at(at(3), t - 100).unwrap();
-        let stalled = table.admit_at(at(4), t - 50).unwrap();
-        let _half_open = table.call(at(4)).unwrap();
-        // A call that started and never arrived goes first, however recent.
+        let stalled = table.admit_at(at(4), t - 300).unwrap();
+        let _half_open = table.call_at(at(4), t - 300).unwrap();
+        // Its headers in 50 ms ago: its body may be on its way.
+        let arriving = table.admit_at(at(5), t - 50).unwrap();
+        let _on_its_way = table.call_at(at(5), t - 50).unwrap();
+        // A call that started ARRIVING ago and never arrived goes first.
         let n1 = table.admit_at(at(11), t).unwrap();
-        assert!(closed(&stalled) && !closed(&old) && !closed(&young));
+        assert!(closed(&stalled) && !closed(&arriving) && !closed(&old) && !closed(&young));
         // Then the oldest that never completed a call, open for BUSY.
         let n2 = table.admit_at(at(12), t).unwrap();
-        assert!(closed(&old) && !closed(&idle) && !closed(&young));
+        assert!(closed(&old) && !closed(&idle) && !closed(&arriving));
         // Then the one whose last call is longest ago.
         let n3 = table.admit_at(at(13), t).unwrap();
-        assert!(closed(&idle) && !closed(&young));
-        // Only new ones left, whose requests may be on their way: the new
-        // one waits until the oldest of them has been open for BUSY.
+        assert!(closed(&idle) && !closed(&arriving) && !closed(&young));
+        // Only new ones left, and a call arriving: the new one waits until
+        // that call has had ARRIVING, and then it goes.
         match table.admit_at(at(14), t) {
-            Err(NoPlace::Wait(wait)) => assert_eq!(wait, BUSY - Duration::from_millis(100)),
+            Err(NoPlace::Wait(wait)) => assert_eq!(wait, ARRIVING - Duration::from_millis(50)),
             other => panic!("{other:?}"),
         }
-        let n4 = table
-            .admit_at(at(14), t - 100 + BUSY.as_millis() as u64)
-            .unwrap();
+        let later = t - 50 + ms(ARRIVING);
+        let n4 = table.admit_at(at(14), later).unwrap();
+        assert!(closed(&arriving) && !closed(&young));
+        // Then the oldest of the new ones, once open for BUSY.
+        match table.admit_at(at(15), later) {
+            Err(NoPlace::Wait(wait)) => {
+                assert_eq!(ms(wait), t - 100 + ms(BUSY) - later)
+            }
+            other => panic!("{other:?}"),
+        }
+        let n5 = table.admit_at(at(15), t - 100 + ms(BUSY)).unwrap();
         assert!(closed(&young));
         // Never one whose request arrived and is being answered, nor one
         // busy (a call completed within BUSY): refused.
-        let n1_call = table.call(n1.peer).unwrap();
+        let end = t + 5 * ms(BUSY);
+        let n1_call = table.call_at(n1.peer, end - ms(BUSY)).unwrap();
         let answering = n1_call.arrived();
-        for n in [&n2, &n3, &n4] {
-            table.call(n.peer).unwrap().completed();
+        for n in [&n2, &n3, &n4, &n5] {
+            table.call_at(n.peer, end).unwrap().completed();
+            n.active_ms.store(end, Ordering::Relaxed);
         }
-        match table.admit(at(15)) {
+        match table.admit_at(at(16), end) {
             Err(NoPlace::Refused(why)) => assert!(why.contains("open and busy"), "{why}"),
             other => panic!("{other:?}"),
         }
         // Answered with an error: its call never completed, so it goes.
         drop(answering);
-        table.admit(at(15)).unwrap();
-        assert!(closed(&n1) && !closed(&n2) && !closed(&n3) && !closed(&n4));
-        assert_eq!(table.len(), 4);
+        table.admit_at(at(16), end).unwrap();
+        assert!(closed(&n1) && [&n2, &n3, &n4, &n5].iter().all(|n| !closed(n)));
+        assert_eq!(table.len(), 5);
         assert!(
             table.call(at(11)).is_none(),
             "a closed connection has no calls"

@@ -771,6 +771,7 @@ impl http_body::Body for Arriving {
         match &frame {
             std::task::Poll::Ready(None) => self.arrived(),
             std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.arrived(),
+            std::task::Poll::Ready(Some(Ok(_))) => self.call.progressed(),
             _ => {}
         }
         frame
