@@ -655,27 +655,37 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// The client's HTTP/2 preface, its SETTINGS and the server's acknowledged.
+fn h2_preface() -> Vec<u8> {
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x4, 0x1, 0, &[]));
+    out
+}
+
+/// The HEADERS frame that starts a gRPC call to `path` on `stream`:
+/// :method POST, :scheme http, :path, content-type, te (HPACK literals,
+/// no Huffman), and no END_STREAM: the body is to follow.
+fn h2_call(path: &[u8], stream: u32) -> Vec<u8> {
+    let mut h = vec![0x83, 0x86, 0x04, path.len() as u8];
+    h.extend_from_slice(path);
+    h.extend_from_slice(&[0x0f, 0x10, 16]);
+    h.extend_from_slice(b"application/grpc");
+    h.extend_from_slice(&[0x00, 2]);
+    h.extend_from_slice(b"te");
+    h.push(8);
+    h.extend_from_slice(b"trailers");
+    h2_frame(0x1, 0x4, stream, &h)
+}
+
 /// A connection that completes the HTTP/2 handshake, then opens `streams`
 /// calls whose headers arrive and whose bodies never do, and idles.
 fn half_open(addr: &str, streams: u32) -> Option<std::net::TcpStream> {
     use std::io::Write;
     let mut io = std::net::TcpStream::connect(addr).ok()?;
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend(h2_frame(0x4, 0, 0, &[]));
-    out.extend(h2_frame(0x4, 0x1, 0, &[])); // the server's SETTINGS, acknowledged
-    let path = b"/nqueens.v1.WorkerService/Report";
+    let mut out = h2_preface();
     for i in 0..streams {
-        // :method POST, :scheme http, :path, content-type, te (HPACK
-        // literals, no Huffman), and no END_STREAM: the body never comes.
-        let mut h = vec![0x83, 0x86, 0x04, path.len() as u8];
-        h.extend_from_slice(path);
-        h.extend_from_slice(&[0x0f, 0x10, 16]);
-        h.extend_from_slice(b"application/grpc");
-        h.extend_from_slice(&[0x00, 2]);
-        h.extend_from_slice(b"te");
-        h.push(8);
-        h.extend_from_slice(b"trailers");
-        out.extend(h2_frame(0x1, 0x4, 1 + 2 * i, &h));
+        out.extend(h2_call(b"/nqueens.v1.WorkerService/Report", 1 + 2 * i));
     }
     io.write_all(&out).ok()?;
     Some(io)
@@ -719,19 +729,8 @@ fn a_request_arriving_slowly_during_a_flood_is_answered() {
     let c = kit::spawn_coordinator(cmd);
     let addr = c.url.trim_start_matches("http://").to_string();
     let mut io = std::net::TcpStream::connect(&addr).unwrap();
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend(h2_frame(0x4, 0, 0, &[]));
-    out.extend(h2_frame(0x4, 0x1, 0, &[]));
-    let path = b"/nqueens.v1.OperatorService/ListJobs";
-    let mut h = vec![0x83, 0x86, 0x04, path.len() as u8];
-    h.extend_from_slice(path);
-    h.extend_from_slice(&[0x0f, 0x10, 16]);
-    h.extend_from_slice(b"application/grpc");
-    h.extend_from_slice(&[0x00, 2]);
-    h.extend_from_slice(b"te");
-    h.push(8);
-    h.extend_from_slice(b"trailers");
-    out.extend(h2_frame(0x1, 0x4, 1, &h));
+    let mut out = h2_preface();
+    out.extend(h2_call(b"/nqueens.v1.OperatorService/ListJobs", 1));
     io.write_all(&out).unwrap();
     let flooding = {
         let addr = addr.clone();
