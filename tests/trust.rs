@@ -655,6 +655,14 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A coordinator in a fresh directory that holds at most `connections`.
+fn limited_coordinator(connections: u32) -> (tempfile::TempDir, kit::Coordinator) {
+    let dir = kit::tempdir();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
+    cmd.env("NQUEENS_MAX_CONNECTIONS", connections.to_string());
+    (dir, kit::spawn_coordinator(cmd))
+}
+
 /// The client's HTTP/2 preface, its SETTINGS and the server's acknowledged.
 fn h2_preface() -> Vec<u8> {
     let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
@@ -723,10 +731,7 @@ fn answered_on_stream_1(io: &mut std::net::TcpStream) -> bool {
 fn a_request_arriving_slowly_during_a_flood_is_answered() {
     use std::io::Write;
     let _watchdog = kit::watchdog("a_request_arriving_slowly_during_a_flood_is_answered");
-    let dir = kit::tempdir();
-    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
-    cmd.env("NQUEENS_MAX_CONNECTIONS", "4");
-    let c = kit::spawn_coordinator(cmd);
+    let (_dir, c) = limited_coordinator(4);
     let addr = c.url.trim_start_matches("http://").to_string();
     let mut io = std::net::TcpStream::connect(&addr).unwrap();
     let mut out = h2_preface();
@@ -890,10 +895,7 @@ fn flood_at_full_scale() {
 #[test]
 fn a_refused_connection_is_told_there_are_too_many() {
     let _watchdog = kit::watchdog("a_refused_connection_is_told_there_are_too_many");
-    let dir = kit::tempdir();
-    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
-    cmd.env("NQUEENS_MAX_CONNECTIONS", "1");
-    let c = kit::spawn_coordinator(cmd);
+    let (_dir, c) = limited_coordinator(1);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // One client calling all the time holds the only place.
     let (first, called) = std::sync::mpsc::channel();
