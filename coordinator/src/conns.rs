@@ -3,11 +3,11 @@
 //! handshake or goes quiet, and, when every place is taken, one makes way
 //! for a new one (see [`Table::victim`]): first one whose calls never
 //! arrive in full or all fail, never one whose request arrived and is
-//! being answered or whose call started a moment ago, and a new one only
-//! last, since its request may still be on its way. A flood of idle connections can then neither lock live
-//! clients out nor use up the process's file descriptors. A connection refused is told why (its
-//! calls answered RESOURCE_EXHAUSTED, "too many connections") before it
-//! is closed.
+//! being answered or is still coming in, and a new one only last, since
+//! its request may still be on its way. A flood of idle connections can
+//! then neither lock live clients out nor use up the process's file
+//! descriptors. A connection refused is told why (its calls answered
+//! RESOURCE_EXHAUSTED, "too many connections") before it is closed.
 
 use futures_util::task::AtomicWaker;
 use nqueens_proto::refusal::Refusal;
@@ -174,8 +174,8 @@ impl Table {
     }
 
     /// The connection to close for a new one, never one with a call in
-    /// flight or one whose latest call started within [`ARRIVING`], in
-    /// this order (oldest or idlest first):
+    /// flight or one whose latest call started or sent bytes within
+    /// [`ARRIVING`], in this order (oldest or idlest first):
     /// 1. one that started a call and never completed one (a half-open
     ///    call, or only refusals): what a flood looks like;
     /// 2. one that never completed a call, open for [`BUSY`];
