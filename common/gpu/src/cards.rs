@@ -1,6 +1,7 @@
 //! The graphics cards of this machine, each opened as a counting
 //! [`Device`].
 
+use crate::gather::{Batch, Gather};
 use crate::jobs::Prepared;
 use crate::kernel::{Kernel, Launch};
 use nqueens_common::engine::counts::PieceCounts;
@@ -45,6 +46,9 @@ pub struct Tuning {
     pub launch: Launch,
     /// Jobs to cut a batch into, at least, where its interiors allow.
     pub jobs: usize,
+    /// Runs on the card at once, at most, each gathering the batches of
+    /// every feeding thread waiting when it starts (see [`crate::gather`]).
+    pub runs: usize,
 }
 
 impl Tuning {
@@ -54,8 +58,10 @@ impl Tuning {
     /// bounds checks, a software device's keeps them. `NQUEENS_GPU_STEPS`,
     /// `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS` override the steps per
     /// launch, the searches in flight and the jobs a batch is cut into,
-    /// and `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks (for tuning on a
-    /// new card).
+    /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
+    /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit, and
+    /// `NQUEENS_GPU_RUNS` sets the runs in flight (for tuning on a new
+    /// card).
     pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
         let software = kind == wgpu::DeviceType::Cpu;
         let env = |name: &str, default: u32| {
@@ -77,10 +83,12 @@ impl Tuning {
                 max_launches: if software { 4 } else { 64 },
                 bias: 0,
                 run_jobs: 1 << 22,
+                steal: std::env::var("NQUEENS_GPU_STEAL").map_or(true, |v| v != "off"),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
                 checked: std::env::var("NQUEENS_GPU_CHECKS").map_or(software, |v| v != "off"),
             },
             jobs: env("NQUEENS_GPU_JOBS", slots.saturating_mul(4)) as usize,
+            runs: env("NQUEENS_GPU_RUNS", 2) as usize,
         }
     }
 }
@@ -90,6 +98,7 @@ pub struct Card {
     name: String,
     tuning: Tuning,
     kernel: Kernel,
+    gather: Gather,
 }
 
 impl std::fmt::Debug for Card {
@@ -104,21 +113,35 @@ impl std::fmt::Debug for Card {
 impl Card {
     fn open(adapter: &wgpu::Adapter) -> Result<Card, String> {
         let info = adapter.get_info();
+        let tuning = Tuning::for_type(info.device_type);
         Ok(Card {
             name: format!("gpu:{} ({})", info.name, info.backend.to_str()),
-            tuning: Tuning::for_type(info.device_type),
+            tuning,
             kernel: Kernel::open(adapter)?,
+            gather: Gather::new(tuning.runs, tuning.launch.run_jobs),
         })
     }
 
     /// This card with other tuning (tests: short launches, biased counters).
     pub fn tuned(mut self, tuning: Tuning) -> Card {
         self.tuning = tuning;
+        self.gather = Gather::new(tuning.runs, tuning.launch.run_jobs);
         self
     }
 
     pub fn tuning(&self) -> Tuning {
         self.tuning
+    }
+
+    /// Jobs split off long searches since the card was opened (see
+    /// [`crate::steal`]).
+    pub fn jobs_split(&self) -> u64 {
+        self.kernel.jobs_split()
+    }
+
+    /// Launches of the shader since the card was opened.
+    pub fn launches(&self) -> u64 {
+        self.kernel.launches()
     }
 }
 
@@ -134,7 +157,16 @@ impl Device for Card {
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
         let p = Prepared::new(interiors, froms, self.tuning.jobs);
-        let Some(counted) = self.kernel.count(&p, &self.tuning.launch, stop)? else {
+        let batch = Batch {
+            tables: p.tables,
+            jobs: p.jobs,
+            levels: p.levels,
+        };
+        let launch = &self.tuning.launch;
+        let counted = self
+            .gather
+            .count(batch, stop, |b, stop| self.kernel.count(b, launch, stop));
+        let Some(counted) = counted? else {
             return Ok(None);
         };
         let mut out = p.host;

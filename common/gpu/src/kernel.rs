@@ -6,10 +6,11 @@
 //! Rounds double their launches up to a bound, so a small count ends
 //! after one short round and a long one spends little time reading back.
 
-use crate::jobs::Prepared;
+use crate::gather::Batch;
+use crate::steal::{steal, NONE, SLOT_WORDS};
 use nqueens_common::engine::device::DeviceError;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use wgpu::util::DeviceExt;
 
@@ -35,6 +36,9 @@ pub struct Launch {
     /// Jobs in one set of buffers at most (fewer where the card's buffer
     /// limits say so); more jobs go in several runs.
     pub run_jobs: usize,
+    /// Whether long searches are split among idle threads once the queue
+    /// is empty (see [`crate::steal`]).
+    pub steal: bool,
     /// Whether the shader keeps the bounds checks naga adds to every
     /// array index. Without them the inner loop is shorter; every index
     /// the shader forms is in range by construction (a stack level below
@@ -49,6 +53,10 @@ pub struct Kernel {
     layout: wgpu::BindGroupLayout,
     pipelines: Mutex<HashMap<(u32, u32, bool), wgpu::ComputePipeline>>,
     limits: wgpu::Limits,
+    /// Jobs split off long searches so far (see [`crate::steal`]).
+    split: AtomicU64,
+    /// Launches so far.
+    launched: AtomicU64,
 }
 
 /// Per job: completions and queens placed.
@@ -101,7 +109,21 @@ impl Kernel {
             layout,
             pipelines: Mutex::new(HashMap::new()),
             limits,
+            split: AtomicU64::new(0),
+            launched: AtomicU64::new(0),
         })
+    }
+
+    /// Jobs split off long searches since the card was opened.
+    pub fn jobs_split(&self) -> u64 {
+        self.split.load(Ordering::Relaxed)
+    }
+
+    /// Launches of the shader since the card was opened: each lasts as
+    /// long as its busiest thread, so fewer for the same count means less
+    /// of the card idle.
+    pub fn launches(&self) -> u64 {
+        self.launched.load(Ordering::Relaxed)
     }
 
     /// Threads per workgroup for stacks of `levels` rows: the most (a
@@ -166,13 +188,13 @@ impl Kernel {
             .clone()
     }
 
-    /// Counts every job of `p`: completions and queens placed per job.
-    /// `None` once `stop` is set (looked at between rounds).
+    /// Counts every job of `batch`: completions and queens placed per job.
+    /// `None` once `stop` says so (asked between rounds).
     pub fn count(
         &self,
-        p: &Prepared,
+        p: &Batch,
         launch: &Launch,
-        stop: &AtomicBool,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Option<JobCounts>, DeviceError> {
         // The jobs go in runs that fit the card's buffers (32 bytes a job).
         let fit = self
@@ -180,8 +202,10 @@ impl Kernel {
             .max_storage_buffer_binding_size
             .min(self.limits.max_buffer_size)
             / 32;
+        // Room is kept for the jobs split off long searches.
         let most = usize::try_from(fit)
             .unwrap_or(usize::MAX)
+            .saturating_sub(room(launch))
             .min(launch.run_jobs)
             .max(1);
         let mut out = Vec::with_capacity(p.jobs.len());
@@ -197,10 +221,10 @@ impl Kernel {
     /// Counts `part` of the jobs of `p`, in one set of buffers.
     fn count_run(
         &self,
-        p: &Prepared,
+        p: &Batch,
         part: &[[u32; 8]],
         launch: &Launch,
-        stop: &AtomicBool,
+        stop: &dyn Fn() -> bool,
     ) -> Result<Option<JobCounts>, DeviceError> {
         let wg = self.workgroup(p.levels)?;
         let jobs = u32::try_from(part.len())
@@ -210,18 +234,20 @@ impl Kernel {
             .div_ceil(wg)
             .min(self.limits.max_compute_workgroups_per_dimension)
             .max(1);
-        let run = Run::new(self, p, part, launch, (wg, groups))?;
+        let mut run = Run::new(self, p, part, launch, (wg, groups))?;
         let pipeline = self.pipeline(wg, p.levels, launch.checked);
+        let slots = groups * wg;
         let mut launches = 1;
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop() {
                 return Ok(None);
             }
             let (head, done) = run.round(&pipeline, groups, launches)?;
+            let jobs = run.jobs.len() as u32;
             // Each slot takes from the queue at most once after it is
             // empty: a counter past that has wrapped or been overrun, and
             // a job may have been counted twice.
-            if u64::from(head) > u64::from(jobs) + u64::from(groups * wg) || done > jobs {
+            if u64::from(head) > u64::from(jobs) + u64::from(slots) || done > jobs {
                 return Err(DeviceError::Failed(format!(
                     "the card's job queue overran ({head} taken, {done} done of {jobs} jobs)"
                 )));
@@ -229,31 +255,89 @@ impl Kernel {
             if done == jobs {
                 break;
             }
-            launches = (launches * 2).min(launch.max_launches.max(1));
+            if head < jobs {
+                launches = (launches * 2).min(launch.max_launches.max(1));
+                continue;
+            }
+            // The queue is empty: short rounds, and once half the threads
+            // idle, the searches still going are split among them.
+            launches = (launches / 2).max(1);
+            if launch.steal && (jobs - done) * 2 <= slots {
+                run.steal(p, slots)?;
+            }
         }
         run.results(launch.bias).map(Some)
     }
 }
 
-/// The buffers of one count.
+/// Jobs a count may split off long searches, beyond its own.
+fn room(launch: &Launch) -> usize {
+    if launch.steal {
+        launch.slots as usize * 4
+    } else {
+        0
+    }
+}
+
+/// The buffers of one count, and the jobs split off its searches.
 struct Run<'k> {
     kernel: &'k Kernel,
     bind: wgpu::BindGroup,
+    params: wgpu::Buffer,
+    jobs_buf: wgpu::Buffer,
+    slots: wgpu::Buffer,
+    stacks: wgpu::Buffer,
     control: wgpu::Buffer,
     results: wgpu::Buffer,
-    jobs: usize,
+    /// The count's own jobs, then the jobs split off (each with the job
+    /// of `part` it came from, and one queen placed by the host).
+    jobs: Jobs<'k>,
+    levels: u32,
+}
+
+/// A count's jobs: its own, then those split off long searches.
+struct Jobs<'k> {
+    part: &'k [[u32; 8]],
+    split: Vec<[u32; 8]>,
+    /// Per split job, the job of `part` it came from.
+    origin: Vec<u32>,
+    /// Jobs split off at most.
+    room: usize,
+}
+
+impl Jobs<'_> {
+    fn len(&self) -> usize {
+        self.part.len() + self.split.len()
+    }
+
+    fn get(&self, i: u32) -> [u32; 8] {
+        let i = i as usize;
+        self.part
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| self.split[i - self.part.len()])
+    }
+
+    /// The job of `part` that job `i` is, or came from.
+    fn origin(&self, i: u32) -> u32 {
+        match (i as usize).checked_sub(self.part.len()) {
+            Some(j) => self.origin[j],
+            None => i,
+        }
+    }
 }
 
 impl<'k> Run<'k> {
     fn new(
         kernel: &'k Kernel,
-        p: &Prepared,
-        part: &[[u32; 8]],
+        p: &Batch,
+        part: &'k [[u32; 8]],
         launch: &Launch,
         (wg, groups): (u32, u32),
     ) -> Result<Run<'k>, DeviceError> {
         let device = &kernel.device;
         let slots = (groups * wg) as usize;
+        let room = room(launch).min(slots * 4);
         let words = |data: &[u32], label, usage| {
             device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -262,30 +346,31 @@ impl<'k> Run<'k> {
             })
         };
         let storage = wgpu::BufferUsages::STORAGE;
+        let (copy_in, copy_out) = (wgpu::BufferUsages::COPY_DST, wgpu::BufferUsages::COPY_SRC);
         let params = words(
             &[part.len() as u32, launch.steps, 0, 0],
             "params",
-            wgpu::BufferUsages::UNIFORM,
+            wgpu::BufferUsages::UNIFORM | copy_in,
         );
         let tables = words(&p.tables, "tables", storage);
-        let flat: Vec<u32> = part.iter().flatten().copied().collect();
-        let jobs = words(&flat, "jobs", storage);
-        let mut idle = vec![0u32; slots * 8];
-        idle.iter_mut().step_by(8).for_each(|w| *w = u32::MAX);
-        let slot_buf = words(&idle, "slots", storage);
+        let mut flat: Vec<u32> = part.iter().flatten().copied().collect();
+        flat.resize((part.len() + room) * 8, 0);
+        let jobs_buf = words(&flat, "jobs", storage | copy_in);
+        let mut idle = vec![0u32; slots * SLOT_WORDS];
+        idle.iter_mut().step_by(SLOT_WORDS).for_each(|w| *w = NONE);
+        let slot_buf = words(&idle, "slots", storage | copy_out);
         let stacks = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("stacks"),
             size: (slots as u64 * u64::from(p.levels) * u64::from(RECORD)).max(16),
-            usage: storage,
+            usage: storage | copy_in | copy_out,
             mapped_at_creation: false,
         });
         let (lo, hi) = (launch.bias as u32, (launch.bias >> 32) as u32);
-        let start: Vec<u32> = [lo, hi, lo, hi].repeat(part.len());
-        let copy = wgpu::BufferUsages::COPY_SRC;
-        let results = words(&start, "results", storage | copy);
-        let control = words(&[0, 0], "control", storage | copy);
+        let start: Vec<u32> = [lo, hi, lo, hi].repeat(part.len() + room);
+        let results = words(&start, "results", storage | copy_out);
+        let control = words(&[0, 0], "control", storage | copy_in | copy_out);
         let buffers = [
-            &params, &tables, &jobs, &slot_buf, &stacks, &results, &control,
+            &params, &tables, &jobs_buf, &slot_buf, &stacks, &results, &control,
         ];
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
@@ -303,10 +388,65 @@ impl<'k> Run<'k> {
         Ok(Run {
             kernel,
             bind,
+            params,
+            jobs_buf,
+            slots: slot_buf,
+            stacks,
             control,
             results,
-            jobs: part.len(),
+            jobs: Jobs {
+                part,
+                split: Vec::new(),
+                origin: Vec::new(),
+                room,
+            },
+            levels: p.levels,
         })
+    }
+
+    /// Splits the searches still going (between rounds: nothing runs on
+    /// the card) and puts the new jobs in the queue behind the last.
+    fn steal(&mut self, p: &Batch, slots: u32) -> Result<(), DeviceError> {
+        let room = self.jobs.room - self.jobs.split.len();
+        if room == 0 {
+            return Ok(());
+        }
+        let encoder = || {
+            self.kernel
+                .device
+                .create_command_encoder(&Default::default())
+        };
+        let running = self.read(encoder(), &self.slots, u64::from(slots) * 32)?;
+        let bytes = self.stacks.size();
+        let mut stacks = self.read(encoder(), &self.stacks, bytes)?;
+        let jobs = &self.jobs;
+        let stolen = steal(
+            &running,
+            &mut stacks,
+            self.levels as usize,
+            |i| jobs.get(i),
+            &p.tables,
+            room,
+        );
+        if stolen.jobs.is_empty() {
+            return Ok(());
+        }
+        let first = self.jobs.len() as u32;
+        let queue = &self.kernel.queue;
+        let flat: Vec<u32> = stolen.jobs.iter().flatten().copied().collect();
+        queue.write_buffer(&self.jobs_buf, u64::from(first) * 32, &as_bytes(&flat));
+        queue.write_buffer(&self.stacks, 0, &as_bytes(&stacks));
+        let added = stolen.jobs.len() as u64;
+        self.kernel.split.fetch_add(added, Ordering::Relaxed);
+        let origins: Vec<u32> = stolen.from.iter().map(|&j| self.jobs.origin(j)).collect();
+        self.jobs.origin.extend(origins);
+        self.jobs.split.extend(stolen.jobs);
+        let total = self.jobs.len() as u32;
+        queue.write_buffer(&self.params, 0, &as_bytes(&[total]));
+        // The queue's head goes back to the first new job (idle threads
+        // moved it past the old end once each).
+        queue.write_buffer(&self.control, 0, &as_bytes(&[first]));
+        Ok(())
     }
 
     /// Submits `launches` launches, then reads how many jobs were taken
@@ -328,29 +468,36 @@ impl<'k> Run<'k> {
             for _ in 0..launches {
                 pass.dispatch_workgroups(groups, 1, 1);
             }
+            let n = u64::from(launches);
+            self.kernel.launched.fetch_add(n, Ordering::Relaxed);
         }
         let words = self.read(encoder, &self.control, 8)?;
         Ok((words[0], words[1]))
     }
 
-    /// Every job's counts, less the bias.
+    /// Every job's counts, less the bias, with the jobs split off a job
+    /// (and the queens placed to start them) counted to it.
     fn results(&self, bias: u64) -> Result<JobCounts, DeviceError> {
         let encoder = self
             .kernel
             .device
             .create_command_encoder(&Default::default());
-        let words = self.read(encoder, &self.results, self.jobs as u64 * 16)?;
-        words
-            .chunks_exact(4)
-            .map(|w| {
-                let wide =
-                    |lo: u32, hi: u32| (u64::from(hi) << 32 | u64::from(lo)).checked_sub(bias);
-                match (wide(w[0], w[1]), wide(w[2], w[3])) {
-                    (Some(s), Some(n)) => Ok((s, n)),
-                    _ => Err(DeviceError::Overflow),
-                }
-            })
-            .collect()
+        let words = self.read(encoder, &self.results, self.jobs.len() as u64 * 16)?;
+        let mut out = Vec::with_capacity(self.jobs.part.len());
+        for (i, w) in words.chunks_exact(4).enumerate() {
+            let wide = |lo: u32, hi: u32| (u64::from(hi) << 32 | u64::from(lo)).checked_sub(bias);
+            let (Some(s), Some(n)) = (wide(w[0], w[1]), wide(w[2], w[3])) else {
+                return Err(DeviceError::Overflow);
+            };
+            if i < self.jobs.part.len() {
+                out.push((s, n));
+                continue;
+            }
+            let o = &mut out[self.jobs.origin(i as u32) as usize];
+            let sum = |a: u64, b: u64| a.checked_add(b).ok_or(DeviceError::Overflow);
+            *o = (sum(o.0, s)?, sum(o.1, sum(n, 1)?)?);
+        }
+        Ok(out)
     }
 
     /// Finishes `encoder` with a copy of `bytes` of `from`, submits it and

@@ -8,15 +8,21 @@
 //! - [`cards`]: the adapters this machine has, opened as cards.
 //! - [`kernel`]: the shader, its buffers and the launches (a bounded
 //!   number of steps each, every thread's search resumed from a buffer).
+//! - [`gather`]: the batches of every feeding thread counted in a few
+//!   large runs.
 //! - [`jobs`]: interiors cut into enough start states to fill a card.
+//! - [`steal`]: the searches still going once the queue is empty, split
+//!   among the idle threads.
 //!
 //! Nothing here needs a GPU SDK to build: the Vulkan loader is opened at
 //! run time, and a machine without one (or without any adapter) simply
 //! has no cards.
 
 pub mod cards;
+pub mod gather;
 pub mod jobs;
 pub mod kernel;
+pub mod steal;
 
 pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
 pub use nqueens_common::engine::device::{Device, DeviceError};

@@ -191,3 +191,66 @@ fn idle_threads_leave_an_empty_queue_alone() {
     let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
     assert_eq!(got, want);
 }
+
+/// A few jobs, many idle threads and short launches: once the queue is
+/// empty the searches still going are split among the idle threads (and
+/// those splits split again), and every count is still the CPU's. With
+/// splitting off, nothing is split and the counts are the same.
+#[test]
+fn long_searches_are_split_among_idle_threads_exactly() {
+    let never = AtomicBool::new(false);
+    let plan = Plan::new(spec(14, Strategy::Frame, 1, 1)).unwrap();
+    let pieces = plan.random_pieces(3, 12, 12);
+    let froms = vec![Start::default(); pieces.len()];
+    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
+        .unwrap()
+        .unwrap();
+    for steal in [true, false] {
+        let Some(card) = card(8) else { return };
+        let mut t = card.tuning();
+        t.jobs = 1;
+        t.launch.slots = 512;
+        t.launch.steal = steal;
+        let card = card.tuned(t);
+        let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+        assert_eq!(got, want, "splitting {steal}");
+        let split = card.jobs_split();
+        assert_eq!(split > 0, steal, "{split} jobs split");
+        println!("splitting {steal}: {split} jobs split");
+    }
+}
+
+/// Launches a whole count takes with and without its batches gathered and
+/// its long searches split (a launch lasts as long as its busiest thread,
+/// so on a card fewer launches for the same count is less time idle):
+/// N=16 from 8 feeding threads (and from one, where nothing is gathered),
+/// 2,048 searches in flight, 256 steps per launch.
+/// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture launches`
+#[test]
+#[ignore]
+fn launches_with_and_without_gathering_and_splitting() {
+    let n = Size::new(16).unwrap();
+    let cases = [
+        (8, 2, true),
+        (8, 2, false),
+        (8, 64, true),
+        (8, 64, false),
+        (1, 2, true),
+        (1, 2, false),
+    ];
+    for (threads, runs, steal) in cases {
+        let Some(card) = card(256) else { return };
+        let mut t = card.tuning();
+        (t.launch.slots, t.jobs, t.runs, t.launch.steal) = (2048, 2048, runs, steal);
+        let card = Arc::new(card.tuned(t));
+        let device: Arc<dyn Device> = Arc::clone(&card) as _;
+        let s = nqueens_common::plan::solve::solve_with(n, threads, None, Some(device)).unwrap();
+        assert_eq!(s.counts.total().unwrap(), known(16).unwrap().total);
+        println!(
+            "{threads} threads, runs in flight {runs}, splitting {steal}: {} launches, {} jobs split, {:.1} s",
+            card.launches(),
+            card.jobs_split(),
+            s.elapsed.as_secs_f64()
+        );
+    }
+}
