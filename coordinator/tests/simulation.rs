@@ -706,11 +706,29 @@ fn seeded_faults_end_with_the_exact_count_each_result_counted_once() {
 fn a_seed_replays_exactly_and_another_seed_differs() {
     let seed = seeds(7..8).start;
     let (a, b) = (run_seed(seed), run_seed(seed));
+    // A failure names the first entries that differ, with what came
+    // before them, so that the cause can be read from a CI log.
+    let first = |x: &[String], y: &[String]| {
+        let Some(at) = x.iter().zip(y).position(|(p, q)| p != q) else {
+            return format!(
+                "alike for {} entries, of {} and {}",
+                x.len().min(y.len()),
+                x.len(),
+                y.len()
+            );
+        };
+        let from = at.saturating_sub(3);
+        format!(
+            "differs at {at}:\n  first run:  {}\n  second run: {}",
+            x[from..=at].join("\n              "),
+            y[from..=at].join("\n              ")
+        )
+    };
     assert!(
         a == b,
-        "seed {seed} did not replay: first difference in the worker trace at {:?}, in the journal at {:?}",
-        a.trace.iter().zip(&b.trace).position(|(x, y)| x != y),
-        a.journal.iter().zip(&b.journal).position(|(x, y)| x != y),
+        "seed {seed} did not replay.\nWorker trace {}\nJournal {}",
+        first(&a.trace, &b.trace),
+        first(&a.journal, &b.journal),
     );
     let other = run_seed(seed + 1);
     assert_ne!(
