@@ -135,7 +135,15 @@ impl Gather {
                     w.given_up.load(Ordering::Relaxed)
                         || (w.id == id && stop.load(Ordering::Relaxed))
                 };
-                let answers = Self::counted(&taken, &gone, &run);
+                // A run that panics fails every batch in it (rather than
+                // leaving their threads to wait for answers never given).
+                let counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Self::counted(&taken, &gone, &run)
+                }));
+                let answers = counted.unwrap_or_else(|_| {
+                    let failed = DeviceError::Failed("the card's run panicked".into());
+                    taken.iter().map(|w| (w.id, Err(failed.clone()))).collect()
+                });
                 state = self.lock();
                 state.running -= 1;
                 // A thread gives up holding the lock: the answers of those
@@ -333,5 +341,16 @@ mod tests {
             told.load(Ordering::Relaxed),
             "the run of a batch given up is told to stop"
         );
+    }
+
+    /// A run that panics fails its batches, and the next run goes ahead.
+    #[test]
+    fn a_run_that_panics_fails_its_batches_and_the_card_goes_on() {
+        let gather = Gather::new(1, 1000);
+        let never = AtomicBool::new(false);
+        let failed = gather.count(batch(64, 2, 1), &never, |_, _| panic!("lost device"));
+        assert!(matches!(failed, Err(DeviceError::Failed(_))), "{failed:?}");
+        let next = gather.count(batch(64, 2, 1), &never, |b, _| Ok(Some(echo(b))));
+        assert_eq!(next, Ok(Some(vec![(0, 0), (0, 1)])));
     }
 }
