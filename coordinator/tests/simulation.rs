@@ -702,6 +702,40 @@ fn seeded_faults_end_with_the_exact_count_each_result_counted_once() {
     }
 }
 
+/// Which of two always-ready branches each of 64 `select!`s takes, in a
+/// simulated host: tokio draws it from its runtime's generator, which
+/// turmoil seeds from the simulation's seed only in a `tokio_unstable`
+/// build (`.cargo/config.toml`). Unseeded, a seed's replay could differ
+/// wherever two things are ready at once.
+fn select_order(seed: u64) -> Vec<u8> {
+    let mut sim = turmoil::Builder::new().rng_seed(seed).build();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&order);
+    sim.client("picker", async move {
+        for _ in 0..64 {
+            let pick = tokio::select! {
+                _ = std::future::ready(()) => 0,
+                _ = std::future::ready(()) => 1,
+            };
+            seen.lock().unwrap().push(pick);
+        }
+        Ok(())
+    });
+    sim.run().expect("the picker runs");
+    let picked = order.lock().unwrap().clone();
+    picked
+}
+
+#[test]
+fn tokio_picks_among_ready_branches_by_the_seed() {
+    assert_eq!(
+        select_order(5),
+        select_order(5),
+        "tokio's select! is not seeded: build with RUSTFLAGS=\"--cfg tokio_unstable\" \
+         (.cargo/config.toml sets it; a RUSTFLAGS variable replaces it)"
+    );
+}
+
 #[test]
 fn a_seed_replays_exactly_and_another_seed_differs() {
     let seed = seeds(7..8).start;
