@@ -231,7 +231,9 @@ fn long_searches_are_split_among_idle_threads_exactly() {
 fn launches_with_and_without_gathering_and_splitting() {
     let n = Size::new(16).unwrap();
     let cases = [
+        (8, 1, true),
         (8, 2, true),
+        (8, 3, true),
         (8, 2, false),
         (8, 64, true),
         (8, 64, false),
