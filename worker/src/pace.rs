@@ -10,6 +10,10 @@
 //! coordinator (150 ms away) on tasks of a few milliseconds would
 //! otherwise ask for more only when less than one round trip of work is
 //! left, and its threads would wait for every answer.
+//!
+//! A worker with cards and CPU threads also keeps queued what its cards
+//! finish while a CPU thread counts one task ([`Pace::cover`]), so that
+//! its CPU threads count while the job has more (see [`crate::share`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -49,6 +53,8 @@ pub struct Pace {
     finished: VecDeque<Instant>,
     /// The latest lease calls' round trips.
     trips: VecDeque<Duration>,
+    /// Tasks to keep queued at least, within [`MAX_AHEAD`].
+    cover: usize,
 }
 
 impl Pace {
@@ -57,7 +63,13 @@ impl Pace {
             slots: slots.max(1),
             finished: VecDeque::with_capacity(WINDOW),
             trips: VecDeque::with_capacity(TRIPS),
+            cover: 0,
         }
+    }
+
+    /// Keeps at least `tasks` queued (within [`MAX_AHEAD`]) from now on.
+    pub fn cover(&mut self, tasks: usize) {
+        self.cover = tasks.min(MAX_AHEAD);
     }
 
     /// A lease call was answered after `took`.
@@ -87,8 +99,13 @@ impl Pace {
     /// rate is known, then what the rate finishes in [`AHEAD`] (at least
     /// one, at most [`MAX_AHEAD_PER_SLOT`] a slot and [`MAX_AHEAD`]), and
     /// never less than the rate finishes in [`ROUND_TRIPS_AHEAD`] of the
-    /// longest recent lease round trips (within [`MAX_HELD`]).
+    /// longest recent lease round trips (within [`MAX_HELD`]) nor than
+    /// the [`Pace::cover`] asked for.
     pub fn ahead(&self, now: Instant) -> usize {
+        self.by_rate(now).max(self.cover)
+    }
+
+    fn by_rate(&self, now: Instant) -> usize {
         let most = (MAX_AHEAD_PER_SLOT * self.slots).min(MAX_AHEAD);
         let Some(rate) = self.rate(now) else {
             return 2 * self.slots;
@@ -167,5 +184,25 @@ mod tests {
         wide.finished(t0);
         wide.finished(t0 + Duration::from_millis(1));
         assert_eq!(wide.target(t0 + Duration::from_millis(1)), MAX_HELD);
+    }
+
+    /// A worker whose CPU threads need 900 card tasks queued keeps them
+    /// (its rate alone would keep 250), and never more than MAX_AHEAD.
+    #[test]
+    fn the_cover_for_cpu_threads_is_kept_queued() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(24);
+        for i in 0..=100 {
+            p.finished(t0 + Duration::from_millis(20 * i));
+        }
+        let now = t0 + Duration::from_secs(2);
+        assert_eq!(p.ahead(now), 250);
+        p.cover(900);
+        assert_eq!(p.ahead(now), 900);
+        assert_eq!(p.target(now), 924);
+        p.cover(100_000);
+        assert_eq!(p.ahead(now), MAX_AHEAD);
+        p.cover(0);
+        assert_eq!(p.ahead(now), 250);
     }
 }

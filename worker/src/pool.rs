@@ -11,8 +11,10 @@ use nqueens_proto::v1;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+use crate::share::{yield_to_feeders, Share};
 
 /// A counted task: its lease and, unless it was stopped or did not
 /// decode, its result, number of subproblems and counting time.
@@ -46,6 +48,8 @@ struct Queue {
     closed: bool,
     /// Counting threads still running.
     alive: usize,
+    /// The cards' rate and the CPU threads' time per task.
+    share: Share,
 }
 
 impl Pool {
@@ -73,6 +77,7 @@ impl Pool {
         let feeders = devices.iter().enumerate().flat_map(|(g, d)| {
             (0..FEEDERS_PER_CARD).map(move |i| (format!("gpu-{g}-{i}"), Some(Arc::clone(d))))
         });
+        let with_cards = !devices.is_empty();
         for (name, device) in cpu.chain(feeders) {
             let (shared, done) = (Arc::clone(&shared), done.clone());
             shared.queue.lock().expect("queue lock").alive += 1;
@@ -80,6 +85,9 @@ impl Pool {
                 .name(name)
                 .spawn(move || {
                     let _ending = Ending(&shared);
+                    if with_cards && device.is_none() {
+                        yield_to_feeders();
+                    }
                     count_loop(&shared, device, &done);
                 })
                 .expect("cannot start a counting thread");
@@ -105,6 +113,12 @@ impl Pool {
     /// worker without CPU threads): a worker that cannot leases nothing.
     pub fn can_count(&self) -> bool {
         self.shared.can_count()
+    }
+
+    /// Tasks to keep queued so that the CPU threads count beside the
+    /// cards while the coordinator has more (see [`crate::share`]).
+    pub fn cover(&self) -> usize {
+        self.queue().share.cover(Instant::now())
     }
 
     /// Tasks queued and not yet started.
@@ -187,7 +201,7 @@ fn count_loop(
                     return;
                 }
                 let card = device.is_some();
-                if let Some(i) = q.tasks.iter().position(|(l, _)| shared.takes(l, card)) {
+                if let Some(i) = q.tasks.iter().position(|(l, _)| shared.takes(&q, l, card)) {
                     break q.tasks.remove(i).expect("found above");
                 }
                 q = shared.ready.wait(q).expect("queue lock");
@@ -197,7 +211,10 @@ fn count_loop(
             count(shared, device.as_ref(), &lease, &stop)
         }));
         let (out, failed) = match (counted, &device) {
-            (Ok(Ok(out)), _) => (out, None),
+            (Ok(Ok(out)), _) => {
+                shared.finished(out.as_ref(), device.is_some());
+                (out, None)
+            }
             (Ok(Err(why)), Some(card)) => (None, Some(format!("{}: {why}", card.name()))),
             (Err(_), Some(card)) => (None, Some(format!("{} panicked", card.name()))),
             (Ok(Err(_)), None) => (None, None),
@@ -247,15 +264,31 @@ impl Shared {
         self.cpu || self.feeders.load(Ordering::Relaxed) > 0
     }
 
-    /// Whether a thread on a card (`card`) or on the CPU takes `lease`:
-    /// a task asked for on one kind of device goes to a thread of that
-    /// kind, where the pool has one.
-    fn takes(&self, lease: &v1::Lease, card: bool) -> bool {
+    /// Whether a thread on a card (`card`) or on the CPU takes `lease`
+    /// from `q`: a task asked for on one kind of device goes to a thread
+    /// of that kind, where the pool has one; a task for either goes to a
+    /// CPU thread beside cards only while the cards have enough else
+    /// queued (see [`crate::share`]).
+    fn takes(&self, q: &Queue, lease: &v1::Lease, card: bool) -> bool {
         let (cpu, cards) = (self.cpu, self.feeders.load(Ordering::Relaxed) > 0);
         match v1::CountOn::try_from(lease.count_on).unwrap_or(v1::CountOn::Any) {
-            v1::CountOn::Any => true,
+            v1::CountOn::Any if card || !cards => true,
+            v1::CountOn::Any => q.share.cpu_may_take(q.tasks.len() - 1, Instant::now()),
             v1::CountOn::Card => card || !cards,
             v1::CountOn::Cpu => !card || !cpu,
+        }
+    }
+
+    /// A task was counted (on a card, or on the CPU in the time given).
+    fn finished(&self, out: Option<&(v1::TaskResult, u64, Duration)>, card: bool) {
+        let Some((_, _, took)) = out else {
+            return;
+        };
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if card {
+            q.share.card_finished(Instant::now());
+        } else {
+            q.share.cpu_finished(*took);
         }
     }
 

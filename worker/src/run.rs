@@ -492,6 +492,7 @@ impl Session {
         // Only counted tasks make the pace: tasks that fail at once must
         // not make the worker lease more.
         self.pace.finished(std::time::Instant::now());
+        self.pace.cover(self.pool.cover());
         self.subproblems_done += subproblems;
         let nodes = u128_from_wire(result.nodes.as_ref());
         self.link.stats.counted(subproblems, nodes, elapsed);
