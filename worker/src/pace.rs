@@ -45,14 +45,60 @@ const WINDOW: usize = 256;
 /// Lease round trips remembered; the longest of them counts (jitter).
 const TRIPS: usize = 8;
 
+/// The latest `cap` of something measured.
+#[derive(Debug)]
+pub struct Latest<T> {
+    cap: usize,
+    kept: VecDeque<T>,
+}
+
+impl<T: Copy> Latest<T> {
+    pub fn new(cap: usize) -> Latest<T> {
+        Latest {
+            cap: cap.max(1),
+            kept: VecDeque::with_capacity(cap),
+        }
+    }
+
+    /// Keeps `x`, forgetting the oldest beyond the cap.
+    pub fn push(&mut self, x: T) {
+        if self.kept.len() == self.cap {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(x);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        self.kept.iter().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+}
+
+impl Latest<Instant> {
+    /// Events per second from the oldest kept until `now`, once two are
+    /// kept.
+    pub fn rate(&self, now: Instant) -> Option<f64> {
+        let first = *self.kept.front()?;
+        let span = now.saturating_duration_since(first).as_secs_f64();
+        (self.kept.len() >= 2 && span > 0.0).then(|| (self.kept.len() - 1) as f64 / span)
+    }
+}
+
 /// A worker's pace: its slots (CPU threads and card feeders) and when its
 /// latest tasks finished.
 #[derive(Debug)]
 pub struct Pace {
     slots: usize,
-    finished: VecDeque<Instant>,
+    finished: Latest<Instant>,
     /// The latest lease calls' round trips.
-    trips: VecDeque<Duration>,
+    trips: Latest<Duration>,
     /// Tasks to keep queued at least, within [`MAX_AHEAD`].
     cover: usize,
 }
@@ -61,8 +107,8 @@ impl Pace {
     pub fn new(slots: usize) -> Pace {
         Pace {
             slots: slots.max(1),
-            finished: VecDeque::with_capacity(WINDOW),
-            trips: VecDeque::with_capacity(TRIPS),
+            finished: Latest::new(WINDOW),
+            trips: Latest::new(TRIPS),
             cover: 0,
         }
     }
@@ -74,25 +120,12 @@ impl Pace {
 
     /// A lease call was answered after `took`.
     pub fn round_trip(&mut self, took: Duration) {
-        if self.trips.len() == TRIPS {
-            self.trips.pop_front();
-        }
-        self.trips.push_back(took);
+        self.trips.push(took);
     }
 
     /// A task finished (counted, or stopped) at `at`.
     pub fn finished(&mut self, at: Instant) {
-        if self.finished.len() == WINDOW {
-            self.finished.pop_front();
-        }
-        self.finished.push_back(at);
-    }
-
-    /// Tasks finished per second, once two have finished.
-    fn rate(&self, now: Instant) -> Option<f64> {
-        let first = *self.finished.front()?;
-        let span = now.saturating_duration_since(first).as_secs_f64();
-        (self.finished.len() >= 2 && span > 0.0).then(|| (self.finished.len() - 1) as f64 / span)
+        self.finished.push(at);
     }
 
     /// Tasks to keep queued beyond the running ones: two per slot until a
@@ -107,10 +140,10 @@ impl Pace {
 
     fn by_rate(&self, now: Instant) -> usize {
         let most = (MAX_AHEAD_PER_SLOT * self.slots).min(MAX_AHEAD);
-        let Some(rate) = self.rate(now) else {
+        let Some(rate) = self.finished.rate(now) else {
             return 2 * self.slots;
         };
-        let trip = self.trips.iter().max().copied().unwrap_or_default();
+        let trip = self.trips.iter().max().unwrap_or_default();
         let link = (rate * (trip * ROUND_TRIPS_AHEAD).as_secs_f64()).ceil() as usize;
         let link = link.min(MAX_HELD - self.slots.min(MAX_HELD));
         ((rate * AHEAD.as_secs_f64()).ceil() as usize)

@@ -17,7 +17,7 @@
 //! its card feeders ([`yield_to_feeders`]): a feeder cuts the next batch
 //! and reads the last one back, and a card waits for it.
 
-use std::collections::VecDeque;
+use crate::pace::Latest;
 use std::time::{Duration, Instant};
 
 /// Card tasks the card rate is measured over.
@@ -27,40 +27,41 @@ const CARD_WINDOW: usize = 256;
 const CPU_WINDOW: usize = 16;
 
 /// What the counting threads measured of each other.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Share {
     /// When the latest card tasks finished.
-    card_done: VecDeque<Instant>,
+    card_done: Latest<Instant>,
     /// How long the latest CPU tasks took.
-    cpu_took: VecDeque<Duration>,
+    cpu_took: Latest<Duration>,
+}
+
+impl Default for Share {
+    fn default() -> Share {
+        Share {
+            card_done: Latest::new(CARD_WINDOW),
+            cpu_took: Latest::new(CPU_WINDOW),
+        }
+    }
 }
 
 impl Share {
     /// A card's feeder finished a task at `at`.
     pub fn card_finished(&mut self, at: Instant) {
-        if self.card_done.len() == CARD_WINDOW {
-            self.card_done.pop_front();
-        }
-        self.card_done.push_back(at);
+        self.card_done.push(at);
     }
 
     /// A CPU thread counted a task in `took`.
     pub fn cpu_finished(&mut self, took: Duration) {
-        if self.cpu_took.len() == CPU_WINDOW {
-            self.cpu_took.pop_front();
-        }
-        self.cpu_took.push_back(took);
+        self.cpu_took.push(took);
     }
 
     /// Tasks the cards finish while one CPU thread counts one, once both
     /// are measured (two card tasks, one CPU task).
     fn cards_per_cpu_task(&self, now: Instant) -> Option<f64> {
-        let first = *self.card_done.front()?;
-        let span = now.saturating_duration_since(first).as_secs_f64();
-        if self.card_done.len() < 2 || span <= 0.0 || self.cpu_took.is_empty() {
+        let card_rate = self.card_done.rate(now)?;
+        if self.cpu_took.is_empty() {
             return None;
         }
-        let card_rate = (self.card_done.len() - 1) as f64 / span;
         let cpu = self.cpu_took.iter().sum::<Duration>() / self.cpu_took.len() as u32;
         Some(card_rate * cpu.as_secs_f64())
     }
