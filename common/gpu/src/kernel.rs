@@ -9,6 +9,7 @@
 use crate::gather::Batch;
 use crate::steal::{steal, NONE, SLOT_WORDS};
 use nqueens_common::engine::device::DeviceError;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -353,21 +354,53 @@ impl<'k> Run<'k> {
             wgpu::BufferUsages::UNIFORM | copy_in,
         );
         let tables = words(&p.tables, "tables", storage);
-        let mut flat: Vec<u32> = part.iter().flatten().copied().collect();
-        flat.resize((part.len() + room) * 8, 0);
-        let jobs_buf = words(&flat, "jobs", storage | copy_in);
+        // The jobs are copied once, straight into the buffer; the room
+        // behind them (for jobs split off) starts zeroed, as a new
+        // buffer's memory does.
+        let jobs_buf = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("jobs"),
+            size: ((part.len() + room) * 32).max(32) as u64,
+            usage: storage | copy_in,
+            mapped_at_creation: true,
+        });
+        let bytes = as_bytes(part.as_flattened());
+        if !bytes.is_empty() {
+            let mut view = jobs_buf
+                .slice(..bytes.len() as u64)
+                .get_mapped_range_mut()
+                .map_err(|e| DeviceError::Failed(e.to_string()))?;
+            view.copy_from_slice(&bytes);
+        }
+        jobs_buf.unmap();
         let mut idle = vec![0u32; slots * SLOT_WORDS];
         idle.iter_mut().step_by(SLOT_WORDS).for_each(|w| *w = NONE);
         let slot_buf = words(&idle, "slots", storage | copy_out);
-        let stacks = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("stacks"),
-            size: (slots as u64 * u64::from(p.levels) * u64::from(RECORD)).max(16),
-            usage: storage | copy_in | copy_out,
-            mapped_at_creation: false,
-        });
-        let (lo, hi) = (launch.bias as u32, (launch.bias >> 32) as u32);
-        let start: Vec<u32> = [lo, hi, lo, hi].repeat(part.len() + room);
-        let results = words(&start, "results", storage | copy_out);
+        let zeroed = |label, bytes: u64, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes.max(16),
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let stacks = zeroed(
+            "stacks",
+            slots as u64 * u64::from(p.levels) * u64::from(RECORD),
+            storage | copy_in | copy_out,
+        );
+        // Every count starts at the bias (zero but in tests): a new
+        // buffer is zeroed on the card, with nothing sent from the host.
+        let results_bytes = (part.len() + room) as u64 * 16;
+        let results = if launch.bias == 0 {
+            zeroed("results", results_bytes, storage | copy_out)
+        } else {
+            let (lo, hi) = (launch.bias as u32, (launch.bias >> 32) as u32);
+            words(
+                &[lo, hi, lo, hi].repeat(part.len() + room),
+                "results",
+                storage | copy_out,
+            )
+        };
         let control = words(&[0, 0], "control", storage | copy_in | copy_out);
         let buffers = [
             &params, &tables, &jobs_buf, &slot_buf, &stacks, &results, &control,
@@ -433,8 +466,8 @@ impl<'k> Run<'k> {
         }
         let first = self.jobs.len() as u32;
         let queue = &self.kernel.queue;
-        let flat: Vec<u32> = stolen.jobs.iter().flatten().copied().collect();
-        queue.write_buffer(&self.jobs_buf, u64::from(first) * 32, &as_bytes(&flat));
+        let flat = as_bytes(stolen.jobs.as_flattened());
+        queue.write_buffer(&self.jobs_buf, u64::from(first) * 32, &flat);
         queue.write_buffer(&self.stacks, 0, &as_bytes(&stacks));
         let added = stolen.jobs.len() as u64;
         self.kernel.split.fetch_add(added, Ordering::Relaxed);
@@ -536,7 +569,12 @@ impl<'k> Run<'k> {
     }
 }
 
-/// The bytes of `words`, little-endian (as shaders read them).
-fn as_bytes(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// The bytes of `words`, little-endian (as shaders read them): the words'
+/// own memory on a little-endian host, a copy elsewhere.
+fn as_bytes(words: &[u32]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        Cow::Borrowed(bytemuck::cast_slice(words))
+    } else {
+        Cow::Owned(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    }
 }

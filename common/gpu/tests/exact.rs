@@ -2,15 +2,20 @@
 //! has (in CI: Mesa's lavapipe, a Vulkan device on the CPU). Without any
 //! device every test prints why and passes.
 
+use nqueens_common::engine::border::Frames;
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::interior::Start;
 use nqueens_common::engine::lanes::{count_below, Path};
 use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
+use nqueens_gpu::gather::Batch;
+use nqueens_gpu::jobs::Prepared;
+use nqueens_gpu::kernel::{Kernel, Launch};
 use nqueens_gpu::{first_card, Card};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The machine's card with short launches (so every search is resumed
 /// many times), or `None` with the reason printed.
@@ -253,6 +258,67 @@ fn launches_with_and_without_gathering_and_splitting() {
             card.launches(),
             card.jobs_split(),
             s.elapsed.as_secs_f64()
+        );
+    }
+}
+
+/// The host's time to set a run up (its buffers made, its jobs written to
+/// the card: everything before the first launch), per job, for one task's
+/// worth of N=20 frames (17) cut as a feeding thread cuts them: at the
+/// default (at least 16,384 jobs) and at 65,536 and 262,144. A run is set
+/// up by one thread while the card waits, so this bounds how fast jobs
+/// reach a card. Prints the cut's time too.
+/// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture host_time`
+#[test]
+#[ignore]
+fn host_time_to_set_a_run_up_per_job() {
+    let Some(adapter) = nqueens_gpu::adapters().into_iter().next() else {
+        println!("skipped: no GPU or software Vulkan device");
+        return;
+    };
+    let kernel = Kernel::open(&adapter).unwrap();
+    let frames = Frames::new(Size::new(20).unwrap(), 1).unwrap();
+    let mut interiors = Vec::new();
+    frames.for_each_in(0, u64::MAX, |f, _, _| {
+        if interiors.len() < 17 {
+            interiors.push(frames.interior(&f));
+        }
+    });
+    let froms = vec![Start::default(); interiors.len()];
+    for target in [16_384, 65_536, 262_144] {
+        let cut = Instant::now();
+        let p = Prepared::new(&interiors, &froms, target);
+        let cut = cut.elapsed();
+        let batch = Batch {
+            tables: p.tables,
+            jobs: p.jobs,
+            levels: p.levels,
+        };
+        let launch = Launch {
+            steps: 16,
+            slots: 65_536,
+            max_launches: 1,
+            bias: 0,
+            run_jobs: 1 << 22,
+            steal: true,
+            checked: false,
+        };
+        let set_up = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let stopped = kernel.count(&batch, &launch, &|| true).unwrap();
+                assert!(stopped.is_none());
+                t.elapsed()
+            })
+            .min()
+            .unwrap();
+        let jobs = batch.jobs.len() as f64;
+        println!(
+            "target {target}: {jobs} jobs, cut in {:.1} ms ({:.0} ns a job), run set up in {:.1} ms ({:.0} ns a job)",
+            cut.as_secs_f64() * 1e3,
+            cut.as_nanos() as f64 / jobs,
+            set_up.as_secs_f64() * 1e3,
+            set_up.as_nanos() as f64 / jobs,
         );
     }
 }
