@@ -181,10 +181,11 @@ const END_WAIT: Duration = Duration::from_secs(10);
 
 /// Threads that feed one card, each counting its own task: while the card
 /// counts some tasks' batches, others cut their next batches into jobs,
-/// and the runs of several tasks fill the card while each one's longest
-/// searches finish. Measured with `solve --core gpu` on an H200 (16
-/// cores): N=19 took 8.2 s with 4 threads feeding the card, 3.4 s with 16.
-pub const FEEDERS_PER_CARD: usize = 8;
+/// and a run gathers the batches of many (each a quarter of a job per
+/// search on the card: see `nqueens_gpu::Tuning`). Measured with
+/// `solve --core gpu` on an H200 (16 cores), when every batch was its own
+/// run: N=19 took 8.2 s with 4 threads feeding the card, 3.4 s with 16.
+pub const FEEDERS_PER_CARD: usize = 16;
 
 /// Takes tasks until the pool closes, counting them on `device` (a card)
 /// or on the CPU.

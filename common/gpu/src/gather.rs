@@ -74,18 +74,34 @@ pub struct Gather {
     changed: Condvar,
     /// Runs in flight at most.
     runs: usize,
+    /// Jobs waiting that start a run beside one in flight.
+    fill: usize,
     /// Jobs one run takes at most (more wait for the next).
     most_jobs: usize,
 }
 
 impl Gather {
-    pub fn new(runs: usize, most_jobs: usize) -> Gather {
+    /// Up to `runs` runs in flight, a second one started once `fill`
+    /// jobs wait, each of `most_jobs` jobs at most.
+    pub fn new(runs: usize, fill: usize, most_jobs: usize) -> Gather {
         Gather {
             state: Mutex::default(),
             changed: Condvar::new(),
             runs: runs.max(1),
+            fill,
             most_jobs: most_jobs.max(1),
         }
+    }
+
+    /// Whether a run starts now: with none in flight, as soon as a batch
+    /// waits (the card would idle otherwise); beside one, only once the
+    /// jobs waiting fill the card. A run of fewer would take its turns at
+    /// the card with most threads idle, and the batches still to come
+    /// would wait for it.
+    fn starts_run(&self, state: &State) -> bool {
+        let waiting: usize = state.waiting.iter().map(|w| w.batch.jobs.len()).sum();
+        !state.waiting.is_empty()
+            && (state.running == 0 || (state.running < self.runs && waiting >= self.fill))
     }
 
     /// Batches waiting for a run.
@@ -126,7 +142,7 @@ impl Gather {
                 state.waiting.retain(|w| w.id != id);
                 return Ok(None);
             }
-            if state.running < self.runs && !state.waiting.is_empty() {
+            if self.starts_run(&state) {
                 state.running += 1;
                 let taken = self.take(&mut state);
                 drop(state);
@@ -234,7 +250,7 @@ mod tests {
     /// job moved to where its tables went.
     #[test]
     fn batches_handed_in_during_a_run_share_the_next() {
-        let gather = Gather::new(1, 1000);
+        let gather = Gather::new(1, 0, 1000);
         let (release, held) = mpsc::channel::<()>();
         let held = Mutex::new(held);
         let runs = Mutex::new(Vec::new());
@@ -272,10 +288,34 @@ mod tests {
         assert_eq!(*runs.lock().unwrap(), vec![(3, 64, 2), (6, 192, 5)]);
     }
 
+    /// Beside a run in flight, a second starts only once the jobs
+    /// waiting fill the card; with none in flight, any batch starts one.
+    #[test]
+    fn a_second_run_waits_for_jobs_that_fill_the_card() {
+        let gather = Gather::new(2, 10, 1000);
+        let mut state = gather.lock();
+        assert!(!gather.starts_run(&state), "nothing waits");
+        let wait = |state: &mut State, id, jobs| {
+            state.waiting.push(Waiting {
+                id,
+                batch: batch(64, jobs, 1),
+                given_up: Arc::default(),
+            })
+        };
+        wait(&mut state, 0, 3);
+        assert!(gather.starts_run(&state), "the card is idle");
+        state.running = 1;
+        assert!(!gather.starts_run(&state), "3 jobs beside a run");
+        wait(&mut state, 1, 7);
+        assert!(gather.starts_run(&state), "10 jobs fill the card");
+        state.running = 2;
+        assert!(!gather.starts_run(&state), "two runs in flight");
+    }
+
     /// A run takes batches up to its most jobs; the rest wait for the next.
     #[test]
     fn a_run_takes_batches_up_to_its_most_jobs() {
-        let gather = Gather::new(1, 5);
+        let gather = Gather::new(1, 0, 5);
         let mut state = gather.lock();
         for (id, jobs) in [(0, 3), (1, 2), (2, 1)] {
             let waiting = Waiting {
@@ -302,7 +342,7 @@ mod tests {
     /// is told to stop.
     #[test]
     fn a_batch_given_up_is_not_counted() {
-        let gather = Gather::new(1, 1000);
+        let gather = Gather::new(1, 0, 1000);
         let (release, held) = mpsc::channel::<()>();
         let held = Mutex::new(held);
         let counted = Mutex::new(Vec::new());
@@ -346,7 +386,7 @@ mod tests {
     /// A run that panics fails its batches, and the next run goes ahead.
     #[test]
     fn a_run_that_panics_fails_its_batches_and_the_card_goes_on() {
-        let gather = Gather::new(1, 1000);
+        let gather = Gather::new(1, 0, 1000);
         let never = AtomicBool::new(false);
         let failed = gather.count(batch(64, 2, 1), &never, |_, _| panic!("lost device"));
         assert!(matches!(failed, Err(DeviceError::Failed(_))), "{failed:?}");
