@@ -226,35 +226,40 @@ fn long_searches_are_split_among_idle_threads_exactly() {
 }
 
 /// Launches a whole count takes with and without its batches gathered and
-/// its long searches split (a launch lasts as long as its busiest thread,
-/// so on a card fewer launches for the same count is less time idle):
-/// N=16 from 8 feeding threads (and from one, where nothing is gathered),
-/// 2,048 searches in flight, 256 steps per launch.
+/// its long searches split, and with batches cut into fewer or more jobs
+/// (a launch lasts as long as its busiest thread, so on a card fewer
+/// launches for the same count is less time idle): N=16 from 8 feeding
+/// threads (and from one, where nothing is gathered), 2,048 searches in
+/// flight, 256 steps per launch.
 /// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture launches`
 #[test]
 #[ignore]
 fn launches_with_and_without_gathering_and_splitting() {
     let n = Size::new(16).unwrap();
+    // Feeding threads, runs in flight, splitting, jobs per batch (512 is
+    // the default: a quarter per search).
     let cases = [
-        (8, 1, true),
-        (8, 2, true),
-        (8, 3, true),
-        (8, 2, false),
-        (8, 64, true),
-        (8, 64, false),
-        (1, 2, true),
-        (1, 2, false),
+        (8, 2, true, 512),
+        (8, 1, true, 512),
+        (8, 3, true, 512),
+        (8, 2, false, 512),
+        (8, 2, true, 2048),
+        (8, 2, true, 8192),
+        (8, 64, false, 8192),
+        (1, 2, true, 512),
+        (1, 2, false, 512),
     ];
-    for (threads, runs, steal) in cases {
+    for (threads, runs, steal, jobs) in cases {
         let Some(card) = card(256) else { return };
         let mut t = card.tuning();
-        (t.launch.slots, t.jobs, t.runs, t.launch.steal) = (2048, 2048, runs, steal);
+        (t.launch.slots, t.jobs, t.runs, t.launch.steal) = (2048, jobs, runs, steal);
         let card = Arc::new(card.tuned(t));
         let device: Arc<dyn Device> = Arc::clone(&card) as _;
         let s = nqueens_common::plan::solve::solve_with(n, threads, None, Some(device)).unwrap();
         assert_eq!(s.counts.total().unwrap(), known(16).unwrap().total);
         println!(
-            "{threads} threads, runs in flight {runs}, splitting {steal}: {} launches, {} jobs split, {:.1} s",
+            "{threads} threads, runs in flight {runs}, splitting {steal}, jobs per batch {jobs}: \
+             {} launches, {} jobs split, {:.1} s",
             card.launches(),
             card.jobs_split(),
             s.elapsed.as_secs_f64()
