@@ -354,27 +354,6 @@ impl<'k> Run<'k> {
             wgpu::BufferUsages::UNIFORM | copy_in,
         );
         let tables = words(&p.tables, "tables", storage);
-        // The jobs are copied once, straight into the buffer; the room
-        // behind them (for jobs split off) starts zeroed, as a new
-        // buffer's memory does.
-        let jobs_buf = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("jobs"),
-            size: ((part.len() + room) * 32).max(32) as u64,
-            usage: storage | copy_in,
-            mapped_at_creation: true,
-        });
-        let bytes = as_bytes(part.as_flattened());
-        if !bytes.is_empty() {
-            let mut view = jobs_buf
-                .slice(..bytes.len() as u64)
-                .get_mapped_range_mut()
-                .map_err(|e| DeviceError::Failed(e.to_string()))?;
-            view.copy_from_slice(&bytes);
-        }
-        jobs_buf.unmap();
-        let mut idle = vec![0u32; slots * SLOT_WORDS];
-        idle.iter_mut().step_by(SLOT_WORDS).for_each(|w| *w = NONE);
-        let slot_buf = words(&idle, "slots", storage | copy_out);
         let zeroed = |label, bytes: u64, usage| {
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
@@ -383,6 +362,16 @@ impl<'k> Run<'k> {
                 mapped_at_creation: false,
             })
         };
+        // The jobs are copied once, into the queue's staging memory; the
+        // room behind them (for jobs split off) is zeroed on the card, as
+        // a new buffer is.
+        let jobs_buf = zeroed("jobs", (part.len() + room) as u64 * 32, storage | copy_in);
+        kernel
+            .queue
+            .write_buffer(&jobs_buf, 0, &as_bytes(part.as_flattened()));
+        let mut idle = vec![0u32; slots * SLOT_WORDS];
+        idle.iter_mut().step_by(SLOT_WORDS).for_each(|w| *w = NONE);
+        let slot_buf = words(&idle, "slots", storage | copy_out);
         let stacks = zeroed(
             "stacks",
             slots as u64 * u64::from(p.levels) * u64::from(RECORD),
