@@ -88,9 +88,9 @@ impl Tuning {
                 checked: std::env::var("NQUEENS_GPU_CHECKS").map_or(software, |v| v != "off"),
             },
             // A quarter of a job per search: a run gathers the batches of
-            // many feeding threads, and every job costs the host (cut,
-            // gathered, written to the card: about 90 ns on a Xeon core)
-            // while a run's threads take the next job from the queue.
+            // many feeding threads, so it still has jobs to spare, and
+            // every job costs the host over 100 ns on a Xeon core (cut,
+            // gathered, written to the card; MEASUREMENTS.md).
             jobs: env("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
             runs: env("NQUEENS_GPU_RUNS", 2) as usize,
         }
