@@ -1,10 +1,11 @@
 //! Which tasks a worker's CPU threads take when it also counts on cards.
 //!
-//! A card finishes a task hundreds of times sooner than a CPU thread (an
-//! H100 against one Xeon core: about 1,000 times). A CPU thread that takes
-//! one of a job's last tasks holds the job's end for as long as it counts
-//! it, while the cards sit idle: at N=21 (2,109 tasks) a task is several
-//! seconds on one core and the whole job some seconds on the card.
+//! A card finishes a task a hundred times sooner than a CPU thread or
+//! more (an H200 against one of its Xeon cores: about 140 times). A CPU
+//! thread that takes one of a job's last tasks holds the job's end for as
+//! long as it counts it, while the cards sit idle: at N=21 (2,109 tasks)
+//! a task is several seconds on one core and the whole job some seconds
+//! on the card.
 //!
 //! So, once both rates are measured, a CPU thread takes a task only while
 //! the other tasks queued keep the cards busy at least as long as the
