@@ -59,6 +59,8 @@ impl Tuning {
     /// `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS` override the steps per
     /// launch, the searches in flight and the jobs a batch is cut into,
     /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
+    /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
+    /// their rows' tables,
     /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit, and
     /// `NQUEENS_GPU_RUNS` sets the runs in flight (for tuning on a new
     /// card).
@@ -86,6 +88,8 @@ impl Tuning {
                 steal: std::env::var("NQUEENS_GPU_STEAL").map_or(true, |v| v != "off"),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
                 checked: std::env::var("NQUEENS_GPU_CHECKS").map_or(software, |v| v != "off"),
+                rows_in_group: std::env::var("NQUEENS_GPU_TABLES")
+                    .map_or(!software, |v| v != "storage"),
             },
             // A quarter of a job per search: a run gathers the batches of
             // many feeding threads, so it still has jobs to spare, and

@@ -1,8 +1,10 @@
 // Interior searches on a graphics card: one depth-first search per thread,
 // jobs taken from a queue, a bounded number of steps per launch.
 //
-// The host prepends `WG` (threads per workgroup) and `LEVELS` (rows a
-// thread's stack holds) as constants. Each thread (a *slot*) keeps its
+// The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
+// thread's stack holds), `ROWS_IN_GROUP` (whether a thread copies its
+// job's tables to workgroup memory) and `ROWS` (`LEVELS + 1` pairs a
+// thread's copy holds, or 1 where none is kept) as constants. Each thread (a *slot*) keeps its
 // search in `slots` and `stacks` between launches, so a search of any
 // length runs across as many launches as it needs: no shader loop runs
 // more than `params.steps` times (lavapipe stops loops silently after
@@ -23,8 +25,9 @@ struct Params {
 
 // A start state of one interior (as `Interior::split` makes them).
 struct Job {
-    // The interior's first word in `tables` (64 words each: 32 rows'
-    // open columns, then 32 shifts to the next free row).
+    // The interior's first word in `tables` (33 pairs each: pair k + 1
+    // holds row k's shift to the next free row and that row's open
+    // columns; pair 0 the first row's open columns).
     base: u32,
     // The free row the search starts on, and the masks on it.
     row: u32,
@@ -54,7 +57,7 @@ struct Slot {
 const NONE: u32 = 0xffffffffu;
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> tables: array<u32>;
+@group(0) @binding(1) var<storage, read> tables: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> jobs: array<Job>;
 @group(0) @binding(3) var<storage, read_write> slots: array<Slot>;
 // Rows the slot stands below: LEVELS records per slot, kept between launches.
@@ -66,6 +69,28 @@ const NONE: u32 = 0xffffffffu;
 
 // Each thread's rows, level-major: a warp's threads touch consecutive words.
 var<workgroup> stack: array<vec4<u32>, WG * LEVELS>;
+// Each thread's copy of its job's pairs from the start row down, level-major.
+var<workgroup> rows: array<vec2<u32>, WG * ROWS>;
+
+// Copies the pairs of rows `start..=pen` (`pairs` is the job's first pair)
+// to the thread's workgroup memory, where it keeps them.
+fn keep_rows(pairs: u32, start: u32, pen: u32, lid: u32) {
+    if ROWS_IN_GROUP {
+        for (var k = start; k <= pen; k++) {
+            rows[(k - start) * WG + lid] = tables[pairs + k + 1u];
+        }
+    }
+}
+
+// Row `k`'s shift to the next free row and that row's open columns: from
+// the thread's copy, if it keeps one. Without it, each thread of a warp
+// reads its own interior's table: a load that serves few of them at once.
+fn row_pair(pairs: u32, k: u32, start: u32, lid: u32) -> vec2<u32> {
+    if ROWS_IN_GROUP {
+        return rows[(k - start) * WG + lid];
+    }
+    return tables[pairs + k + 1u];
+}
 
 // Adds a launch's counts to a job's 64-bit totals, with carries.
 fn flush(job: u32, sols: u32, nodes: u32) {
@@ -80,14 +105,15 @@ fn flush(job: u32, sols: u32, nodes: u32) {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let me = gid.x;
     var s = slots[me];
-    var base = 0u;
+    var pairs = 0u;
     var start = 0u;
     var pen = 0u;
     if s.job != NONE {
         let job = jobs[s.job];
-        base = job.base;
+        pairs = job.base / 2u;
         start = job.row;
         pen = job.pen;
+        keep_rows(pairs, start, pen, lid);
         for (var i = start; i < s.k; i++) {
             stack[(i - start) * WG + lid] = stacks[me * LEVELS + i - start];
         }
@@ -107,21 +133,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 break;
             }
             let job = jobs[j];
-            base = job.base;
+            pairs = job.base / 2u;
             start = job.row;
             pen = job.pen;
-            s = Slot(j, job.row, tables[base + job.row] & ~(job.l | job.d | job.r), job.l, job.d, job.r, 0u, 0u);
+            keep_rows(pairs, start, pen, lid);
+            s = Slot(j, job.row, tables[pairs + job.row].y & ~(job.l | job.d | job.r), job.l, job.d, job.r, 0u, 0u);
             continue;
         }
         if s.bm != 0u {
             let bit = s.bm & (0u - s.bm);
             s.bm ^= bit;
             nodes += 1u;
-            let sh = tables[base + 32u + s.k];
-            let l = (s.l | bit) << sh;
+            let t = row_pair(pairs, s.k, start, lid);
+            let l = (s.l | bit) << t.x;
             let d = s.d | bit;
-            let r = (s.r | bit) >> sh;
-            let open = tables[base + s.k + 1u] & ~(l | d | r);
+            let r = (s.r | bit) >> t.x;
+            let open = t.y & ~(l | d | r);
             if s.k == pen {
                 let c = countOneBits(open);
                 sols += c;

@@ -10,9 +10,29 @@
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::interior::{Interior, Start};
 
-/// Words per interior in [`Prepared::tables`]: 32 rows' open columns,
-/// then the 32 shifts to the next free row.
-pub const TABLE_WORDS: usize = 64;
+/// Words per interior in [`Prepared::tables`]: 33 pairs of words, so
+/// that a step of the search reads one pair. Pair 0 holds the first free
+/// row's open columns (after a zero); pair `k + 1` holds free row `k`'s
+/// shift to the next free row, then that row's open columns.
+pub const TABLE_WORDS: usize = 66;
+
+/// Where free row `k`'s shift lies in the tables of the interior whose
+/// first word is `base`.
+pub fn shift_word(base: u32, k: u32) -> usize {
+    (base + 2 * k + 2) as usize
+}
+
+/// An interior's tables, laid out as [`TABLE_WORDS`] says.
+fn table(it: &Interior) -> [u32; TABLE_WORDS] {
+    let (allowed, shift) = it.tables();
+    let mut out = [0; TABLE_WORDS];
+    out[1] = allowed[0];
+    for k in 0..32 {
+        out[2 * k + 2] = shift[k];
+        out[2 * k + 3] = allowed.get(k + 1).copied().unwrap_or(0);
+    }
+    out
+}
 
 /// Rows each interior is cut below its start at least (as the lanes do).
 const FIRST_CUT: usize = 1;
@@ -63,9 +83,7 @@ impl Prepared {
         }
         let mut tables = Vec::with_capacity(interiors.len() * TABLE_WORDS);
         for it in interiors {
-            let (allowed, shift) = it.tables();
-            tables.extend_from_slice(allowed);
-            tables.extend_from_slice(shift);
+            tables.extend_from_slice(&table(it));
         }
         let mut p = Prepared {
             tables,
@@ -137,6 +155,25 @@ mod tests {
             }
             for (g, it) in got.iter().zip(&interiors) {
                 assert_eq!(*g, it.count(), "target {target}");
+            }
+        }
+    }
+
+    /// Each free row's shift and its next row's open columns are one pair,
+    /// where the kernel and the steal look for them.
+    #[test]
+    fn a_row_and_the_next_rows_columns_are_one_pair() {
+        let interiors = rings(12);
+        let froms = vec![Start::default(); interiors.len()];
+        let p = Prepared::new(&interiors, &froms, 1);
+        for (i, it) in interiors.iter().enumerate() {
+            let base = (i * TABLE_WORDS) as u32;
+            let (allowed, shift) = it.tables();
+            assert_eq!(p.tables[base as usize + 1], allowed[0]);
+            for k in 0..31 {
+                let at = shift_word(base, k as u32);
+                assert_eq!(at % 2, 0, "a pair starts on an even word");
+                assert_eq!(p.tables[at..at + 2], [shift[k], allowed[k + 1]]);
             }
         }
     }

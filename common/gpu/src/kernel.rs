@@ -15,11 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use wgpu::util::DeviceExt;
 
-/// The shader, before its `WG` and `LEVELS` constants are prepended.
+/// The shader, before its constants are prepended.
 const SOURCE: &str = include_str!("count.wgsl");
 
 /// Bytes of one stack record (the row's candidates and three masks).
 const RECORD: u32 = 16;
+
+/// Bytes of one row's pair of table words (its shift and the next row's
+/// open columns), where a thread keeps a copy of its job's.
+const PAIR: u32 = 8;
 
 /// How a count is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,14 +49,23 @@ pub struct Launch {
     /// the shader forms is in range by construction (a stack level below
     /// `LEVELS`, a table row below 32, a job below `params.jobs`).
     pub checked: bool,
+    /// Whether each thread copies its job's table rows to workgroup
+    /// memory when it takes the job, and reads them there at every step.
+    /// Without the copy, the threads of a warp counting different
+    /// interiors read as many places of the card's memory at each step.
+    pub rows_in_group: bool,
 }
+
+/// What a pipeline is built for: threads per workgroup, stack rows,
+/// bounds checks, rows kept in workgroup memory.
+type Shape = (u32, u32, bool, bool);
 
 /// A device, its queue and the shader's pipelines.
 pub struct Kernel {
     device: wgpu::Device,
     queue: wgpu::Queue,
     layout: wgpu::BindGroupLayout,
-    pipelines: Mutex<HashMap<(u32, u32, bool), wgpu::ComputePipeline>>,
+    pipelines: Mutex<HashMap<Shape, wgpu::ComputePipeline>>,
     limits: wgpu::Limits,
     /// Jobs split off long searches so far (see [`crate::steal`]).
     split: AtomicU64,
@@ -127,10 +140,16 @@ impl Kernel {
         self.launched.load(Ordering::Relaxed)
     }
 
-    /// Threads per workgroup for stacks of `levels` rows: the most (a
-    /// power of two, 256 at most) whose stacks fit the workgroup memory.
-    fn workgroup(&self, levels: u32) -> Result<u32, DeviceError> {
-        let fit = self.limits.max_compute_workgroup_storage_size / (RECORD * levels);
+    /// Threads per workgroup for stacks of `levels` rows (and copies of
+    /// `levels + 1` rows' tables, if kept): the most (a power of two, 256
+    /// at most) whose stacks fit the workgroup memory.
+    fn workgroup(&self, levels: u32, rows_in_group: bool) -> Result<u32, DeviceError> {
+        let rows = if rows_in_group {
+            PAIR * (levels + 1)
+        } else {
+            0
+        };
+        let fit = self.limits.max_compute_workgroup_storage_size / (RECORD * levels + rows);
         let most = fit
             .min(256)
             .min(self.limits.max_compute_invocations_per_workgroup)
@@ -144,13 +163,17 @@ impl Kernel {
     }
 
     /// The pipeline for `wg` threads with stacks of `levels` rows, with
-    /// or without naga's bounds checks.
-    fn pipeline(&self, wg: u32, levels: u32, checked: bool) -> wgpu::ComputePipeline {
+    /// or without naga's bounds checks and copies of the rows' tables.
+    fn pipeline(&self, shape: Shape) -> wgpu::ComputePipeline {
+        let (wg, levels, checked, in_group) = shape;
         let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        kept.entry((wg, levels, checked))
+        kept.entry(shape)
             .or_insert_with(|| {
-                let source =
-                    format!("const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n{SOURCE}");
+                let rows = if in_group { levels + 1 } else { 1 };
+                let source = format!(
+                    "const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n\
+                     const ROWS_IN_GROUP: bool = {in_group};\nconst ROWS: u32 = {rows}u;\n{SOURCE}"
+                );
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some("count.wgsl"),
                     source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -227,7 +250,7 @@ impl Kernel {
         launch: &Launch,
         stop: &dyn Fn() -> bool,
     ) -> Result<Option<JobCounts>, DeviceError> {
-        let wg = self.workgroup(p.levels)?;
+        let wg = self.workgroup(p.levels, launch.rows_in_group)?;
         let jobs = u32::try_from(part.len())
             .map_err(|_| DeviceError::Failed("too many jobs for one count".into()))?;
         let groups = jobs
@@ -236,7 +259,7 @@ impl Kernel {
             .min(self.limits.max_compute_workgroups_per_dimension)
             .max(1);
         let mut run = Run::new(self, p, part, launch, (wg, groups))?;
-        let pipeline = self.pipeline(wg, p.levels, launch.checked);
+        let pipeline = self.pipeline((wg, p.levels, launch.checked, launch.rows_in_group));
         let slots = groups * wg;
         let mut launches = 1;
         loop {

@@ -12,6 +12,8 @@
 //! job; the queens the host placed to start the new jobs are counted to
 //! the job they came from.
 
+use crate::jobs::shift_word;
+
 /// Words of a slot's record on the card (see `Slot` in count.wgsl): its
 /// job (or [`NONE`]), its row, and that row's candidates and masks.
 pub const SLOT_WORDS: usize = 8;
@@ -58,7 +60,7 @@ pub fn steal(
         if out.jobs.len() + bm.count_ones() as usize > room {
             break;
         }
-        let sh = tables[(base + 32 + row) as usize];
+        let sh = tables[shift_word(base, row)];
         while bm != 0 {
             let bit = bm & bm.wrapping_neg();
             bm ^= bit;
@@ -79,13 +81,14 @@ fn rec(i: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::TABLE_WORDS;
 
     /// One slot standing on row 3 of a job that started on row 1: its
     /// records of rows 1 and 2; row 1 has no candidates left, row 2 two.
     #[test]
     fn the_shallowest_row_with_candidates_becomes_jobs_one_row_down() {
-        let mut tables = vec![0u32; 64];
-        tables[32 + 2] = 1; // row 2 to row 3: one row
+        let mut tables = vec![0u32; TABLE_WORDS];
+        tables[shift_word(0, 2)] = 1; // row 2 to row 3: one row
         let jobs = [[0, 1, 0, 0, 0, 7, 0, 0]];
         let slots = [0, 3, 0b1, 0, 0, 0, 0, 0, NONE, 0, 0, 0, 0, 0, 0, 0];
         let levels = 4;
@@ -108,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_steal_stops_where_the_room_ends() {
-        let tables = vec![1u32; 64];
+        let tables = vec![1u32; TABLE_WORDS];
         let jobs = [[0, 0, 0, 0, 0, 9, 0, 0]];
         let slots = [0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
         let mut stacks = vec![0u32; 2 * RECORD_WORDS];

@@ -110,17 +110,64 @@ fn counters_carry_past_32_bits() {
     same_as_cpu(&card, spec(12, Strategy::Frame, 1, 2));
 }
 
-/// The shader without naga's bounds checks (as hardware GPUs run it):
+/// The shader without naga's bounds checks (as hardware GPUs run it),
+/// with the rows' tables read where they lie and from each thread's copy:
 /// every index it forms is in range, so it counts as the checked one.
 #[test]
 fn the_unchecked_shader_counts_as_the_cpu_does() {
-    let Some(card) = card(256) else { return };
+    for in_group in [false, true] {
+        let Some(card) = card(256) else { return };
+        let mut t = card.tuning();
+        (t.launch.checked, t.launch.rows_in_group) = (false, in_group);
+        let card: Arc<dyn Device> = Arc::new(card.tuned(t));
+        for n in [9, 12] {
+            same_as_cpu(&card, spec(n, Strategy::Frame, 1, 2));
+            same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
+        }
+    }
+}
+
+/// The machine's card with its threads keeping their rows' tables where
+/// its default does not (in workgroup memory, or read from the card's
+/// memory at each step).
+fn other_place_for_rows(steps: u32) -> Option<Arc<Card>> {
+    let card = card(steps)?;
     let mut t = card.tuning();
-    t.launch.checked = false;
-    let card: Arc<dyn Device> = Arc::new(card.tuned(t));
-    for n in [9, 12] {
-        same_as_cpu(&card, spec(n, Strategy::Frame, 1, 2));
-        same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
+    t.launch.rows_in_group = !t.launch.rows_in_group;
+    println!(
+        "rows' tables in workgroup memory: {}",
+        t.launch.rows_in_group
+    );
+    Some(Arc::new(card.tuned(t)))
+}
+
+/// With the rows' tables in the other place: every strategy, searches
+/// resumed after every step, and random pieces of real plans count as on
+/// the CPU.
+#[test]
+fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
+    let Some(resumed) = other_place_for_rows(1) else {
+        return;
+    };
+    let resumed: Arc<dyn Device> = resumed;
+    same_as_cpu(&resumed, spec(9, Strategy::Frame, 1, 1));
+    same_as_cpu(&resumed, spec(10, Strategy::Prefix, 2, 1));
+    let card = other_place_for_rows(1000).unwrap();
+    let device: Arc<dyn Device> = card.clone();
+    for n in [8, 11, 13] {
+        same_as_cpu(&device, spec(n, Strategy::Frame, 2, 2));
+        same_as_cpu(&device, spec(n, Strategy::Rings, 2, 2));
+    }
+    let never = AtomicBool::new(false);
+    for n in [19, 24, 32u32] {
+        let plan = Plan::new(spec(n, Strategy::Frame, 1, 1)).unwrap();
+        let pieces = plan.random_pieces(u64::from(n) * 31, 6, 11);
+        let froms = vec![Start::default(); pieces.len()];
+        let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
+            .unwrap()
+            .unwrap();
+        let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+        assert_eq!(got, want, "N={n}");
     }
 }
 
@@ -307,6 +354,7 @@ fn host_time_to_set_a_run_up_per_job() {
             run_jobs: 1 << 22,
             steal: true,
             checked: false,
+            rows_in_group: true,
         };
         let set_up = (0..5)
             .map(|_| {
