@@ -246,8 +246,9 @@ fn idle_threads_leave_an_empty_queue_alone() {
 
 /// A few jobs, many idle threads and short launches: once the queue is
 /// empty the searches still going are split among the idle threads (and
-/// those splits split again), and every count is still the CPU's. With
-/// splitting off, nothing is split and the counts are the same.
+/// those splits split again), and every count is still the CPU's, with
+/// the rows' tables in either place. With splitting off, nothing is split
+/// and the counts are the same.
 #[test]
 fn long_searches_are_split_among_idle_threads_exactly() {
     let never = AtomicBool::new(false);
@@ -257,18 +258,21 @@ fn long_searches_are_split_among_idle_threads_exactly() {
     let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
         .unwrap()
         .unwrap();
-    for steal in [true, false] {
+    for (steal, in_group) in [(true, false), (true, true), (false, false)] {
         let Some(card) = card(8) else { return };
         let mut t = card.tuning();
         t.jobs = 1;
         t.launch.slots = 512;
-        t.launch.steal = steal;
+        (t.launch.steal, t.launch.rows_in_group) = (steal, in_group);
         let card = card.tuned(t);
         let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-        assert_eq!(got, want, "splitting {steal}");
+        assert_eq!(
+            got, want,
+            "splitting {steal}, rows in workgroup memory {in_group}"
+        );
         let split = card.jobs_split();
         assert_eq!(split > 0, steal, "{split} jobs split");
-        println!("splitting {steal}: {split} jobs split");
+        println!("splitting {steal}, rows in workgroup memory {in_group}: {split} jobs split");
     }
 }
 
