@@ -3,8 +3,9 @@
 //! device every test prints why and passes.
 
 use nqueens_common::engine::border::Frames;
+use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::Device;
-use nqueens_common::engine::interior::Start;
+use nqueens_common::engine::interior::{Interior, Start};
 use nqueens_common::engine::lanes::{count_below, Path};
 use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy};
@@ -60,6 +61,25 @@ fn same_as_cpu(card: &Arc<dyn Device>, spec: PlanSpec) {
     assert_eq!(got, (k.total, k.unique), "{spec:?}");
 }
 
+/// Seeded random pieces of a real plan (`count` of them, taken down to
+/// `free_rows` free rows), their starts, and the CPU lanes' counts of them.
+fn pieces_and_cpu_counts(
+    spec: PlanSpec,
+    seed: u64,
+    count: usize,
+    free_rows: usize,
+) -> (Vec<Interior>, Vec<Start>, Vec<PieceCounts>) {
+    let pieces = Plan::new(spec)
+        .unwrap()
+        .random_pieces(seed, count, free_rows);
+    let froms = vec![Start::default(); pieces.len()];
+    let never = AtomicBool::new(false);
+    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
+        .unwrap()
+        .unwrap();
+    (pieces, froms, want)
+}
+
 #[test]
 fn every_strategy_counts_every_n_up_to_14_as_the_cpu_does() {
     let Some(card) = card(1000) else { return };
@@ -87,12 +107,9 @@ fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
             (Strategy::Frame, 1),
             (Strategy::Frame, 2),
         ] {
-            let plan = Plan::new(spec(n, strategy, depth, 1)).unwrap();
-            let pieces = plan.random_pieces(u64::from(n) * 7919 + u64::from(depth), 6, 11);
-            let froms = vec![Start::default(); pieces.len()];
-            let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
-                .unwrap()
-                .unwrap();
+            let seed = u64::from(n) * 7919 + u64::from(depth);
+            let (pieces, froms, want) =
+                pieces_and_cpu_counts(spec(n, strategy, depth, 1), seed, 6, 11);
             let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
             assert_eq!(got, want, "N={n} {strategy} depth {depth}");
         }
@@ -160,12 +177,8 @@ fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
     }
     let never = AtomicBool::new(false);
     for n in [19, 24, 32u32] {
-        let plan = Plan::new(spec(n, Strategy::Frame, 1, 1)).unwrap();
-        let pieces = plan.random_pieces(u64::from(n) * 31, 6, 11);
-        let froms = vec![Start::default(); pieces.len()];
-        let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
-            .unwrap()
-            .unwrap();
+        let (pieces, froms, want) =
+            pieces_and_cpu_counts(spec(n, Strategy::Frame, 1, 1), u64::from(n) * 31, 6, 11);
         let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
         assert_eq!(got, want, "N={n}");
     }
@@ -234,12 +247,7 @@ fn idle_threads_leave_an_empty_queue_alone() {
     t.launch.slots = t.launch.slots.max(2048);
     let card = card.tuned(t);
     let never = AtomicBool::new(false);
-    let plan = Plan::new(spec(12, Strategy::Prefix, 2, 1)).unwrap();
-    let pieces = plan.random_pieces(5, 2, 10);
-    let froms = vec![Start::default(); pieces.len()];
-    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
-        .unwrap()
-        .unwrap();
+    let (pieces, froms, want) = pieces_and_cpu_counts(spec(12, Strategy::Prefix, 2, 1), 5, 2, 10);
     let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
     assert_eq!(got, want);
 }
@@ -252,12 +260,7 @@ fn idle_threads_leave_an_empty_queue_alone() {
 #[test]
 fn long_searches_are_split_among_idle_threads_exactly() {
     let never = AtomicBool::new(false);
-    let plan = Plan::new(spec(14, Strategy::Frame, 1, 1)).unwrap();
-    let pieces = plan.random_pieces(3, 12, 12);
-    let froms = vec![Start::default(); pieces.len()];
-    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
-        .unwrap()
-        .unwrap();
+    let (pieces, froms, want) = pieces_and_cpu_counts(spec(14, Strategy::Frame, 1, 1), 3, 12, 12);
     for (steal, in_group) in [(true, false), (true, true), (false, false)] {
         let Some(card) = card(8) else { return };
         let mut t = card.tuning();
