@@ -140,76 +140,70 @@ impl Kernel {
         self.launched.load(Ordering::Relaxed)
     }
 
-    /// Threads per workgroup for stacks of `levels` rows (and copies of
-    /// `levels + 1` rows' tables, if kept): the most (a power of two, 256
-    /// at most) whose stacks fit the workgroup memory.
-    fn workgroup(&self, levels: u32, rows_in_group: bool) -> Result<u32, DeviceError> {
-        let rows = if rows_in_group {
-            PAIR * (levels + 1)
-        } else {
-            0
-        };
-        let fit = self.limits.max_compute_workgroup_storage_size / (RECORD * levels + rows);
-        let most = fit
-            .min(256)
-            .min(self.limits.max_compute_invocations_per_workgroup)
-            .min(self.limits.max_compute_workgroup_size_x);
-        if most == 0 {
-            return Err(DeviceError::Failed(format!(
-                "a stack of {levels} rows does not fit this card's workgroup memory"
-            )));
+    /// The workgroup size and pipeline for jobs whose stacks hold
+    /// `levels` rows, launched as `launch` says; an error (not a panic)
+    /// where the device refuses the shader.
+    pub fn prepare(
+        &self,
+        levels: u32,
+        launch: &Launch,
+    ) -> Result<(u32, wgpu::ComputePipeline), DeviceError> {
+        let wg = threads_per_group(&self.limits, levels, launch.rows_in_group)?;
+        let shape = (wg, levels, launch.checked, launch.rows_in_group);
+        let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = kept.get(&shape) {
+            return Ok((wg, p.clone()));
         }
-        Ok(1 << (31 - most.leading_zeros()))
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let pipeline = self.build(shape);
+        // Scopes pop in the reverse order of their pushes.
+        for scope in [internal, invalid] {
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                return Err(DeviceError::Failed(format!(
+                    "the card refused the shader for {wg} threads of {levels} rows: {e}"
+                )));
+            }
+        }
+        kept.insert(shape, pipeline.clone());
+        Ok((wg, pipeline))
     }
 
-    /// The pipeline for `wg` threads with stacks of `levels` rows, with
-    /// or without naga's bounds checks and copies of the rows' tables.
-    fn pipeline(&self, shape: Shape) -> wgpu::ComputePipeline {
-        let (wg, levels, checked, in_group) = shape;
-        let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        kept.entry(shape)
-            .or_insert_with(|| {
-                let rows = if in_group { levels + 1 } else { 1 };
-                let source = format!(
-                    "const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n\
-                     const ROWS_IN_GROUP: bool = {in_group};\nconst ROWS: u32 = {rows}u;\n{SOURCE}"
-                );
-                let desc = wgpu::ShaderModuleDescriptor {
-                    label: Some("count.wgsl"),
-                    source: wgpu::ShaderSource::Wgsl(source.into()),
-                };
-                let module = if checked {
-                    self.device.create_shader_module(desc)
-                } else {
-                    // SAFETY: every index in count.wgsl is in range by
-                    // construction (see `Launch::checked`); `Prepared`
-                    // sizes `LEVELS` to the deepest job, and the tests
-                    // run this module against the CPU's counts.
-                    unsafe {
-                        self.device.create_shader_module_trusted(
-                            desc,
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
-                    }
-                };
-                let layout = self
-                    .device
-                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: Some("count"),
-                        bind_group_layouts: &[Some(&self.layout)],
-                        immediate_size: 0,
-                    });
+    /// Builds the pipeline for `wg` threads with stacks of `levels` rows,
+    /// with or without naga's bounds checks and copies of the rows' tables.
+    fn build(&self, (wg, levels, checked, in_group): Shape) -> wgpu::ComputePipeline {
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some("count.wgsl"),
+            source: wgpu::ShaderSource::Wgsl(source(wg, levels, in_group).into()),
+        };
+        let module = if checked {
+            self.device.create_shader_module(desc)
+        } else {
+            // SAFETY: every index in count.wgsl is in range by
+            // construction (see `Launch::checked`); `Prepared` sizes
+            // `LEVELS` to the deepest job, and the tests run this module
+            // against the CPU's counts.
+            unsafe {
                 self.device
-                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some("count"),
-                        layout: Some(&layout),
-                        module: &module,
-                        entry_point: Some("main"),
-                        compilation_options: Default::default(),
-                        cache: None,
-                    })
+                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
+        let layout = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("count"),
+                bind_group_layouts: &[Some(&self.layout)],
+                immediate_size: 0,
+            });
+        self.device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("count"),
+                layout: Some(&layout),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
             })
-            .clone()
     }
 
     /// Counts every job of `batch`: completions and queens placed per job.
@@ -250,7 +244,7 @@ impl Kernel {
         launch: &Launch,
         stop: &dyn Fn() -> bool,
     ) -> Result<Option<JobCounts>, DeviceError> {
-        let wg = self.workgroup(p.levels, launch.rows_in_group)?;
+        let (wg, pipeline) = self.prepare(p.levels, launch)?;
         let jobs = u32::try_from(part.len())
             .map_err(|_| DeviceError::Failed("too many jobs for one count".into()))?;
         let groups = jobs
@@ -259,7 +253,6 @@ impl Kernel {
             .min(self.limits.max_compute_workgroups_per_dimension)
             .max(1);
         let mut run = Run::new(self, p, part, launch, (wg, groups))?;
-        let pipeline = self.pipeline((wg, p.levels, launch.checked, launch.rows_in_group));
         let slots = groups * wg;
         let mut launches = 1;
         loop {
@@ -291,6 +284,50 @@ impl Kernel {
             }
         }
         run.results(launch.bias).map(Some)
+    }
+}
+
+/// Threads per workgroup for stacks of `levels` rows (and copies of
+/// `levels + 1` rows' tables, if kept): the most (a power of two, 256 at
+/// most) whose workgroup memory fits the card's. Its drivers, not wgpu,
+/// refuse a shader past that (lavapipe takes any).
+pub fn threads_per_group(
+    limits: &wgpu::Limits,
+    levels: u32,
+    rows_in_group: bool,
+) -> Result<u32, DeviceError> {
+    let rows = PAIR * kept_rows(levels, rows_in_group);
+    let fit = limits.max_compute_workgroup_storage_size / (RECORD * levels + rows);
+    let most = fit
+        .min(256)
+        .min(limits.max_compute_invocations_per_workgroup)
+        .min(limits.max_compute_workgroup_size_x);
+    if most == 0 {
+        return Err(DeviceError::Failed(format!(
+            "a stack of {levels} rows does not fit this card's workgroup memory"
+        )));
+    }
+    Ok(1 << (31 - most.leading_zeros()))
+}
+
+/// The shader for `wg` threads with stacks of `levels` rows, with or
+/// without copies of the rows' tables: its constants, then count.wgsl.
+pub fn source(wg: u32, levels: u32, rows_in_group: bool) -> String {
+    let rows = kept_rows(levels, rows_in_group);
+    format!(
+        "const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n\
+         const ROWS_IN_GROUP: bool = {rows_in_group};\nconst ROWS: u32 = {rows}u;\n{SOURCE}"
+    )
+}
+
+/// Pairs of table words each thread keeps in workgroup memory: a row's
+/// for every level of its stack and the row below, or one (unused: WGSL
+/// has no empty arrays) where the threads read them in place.
+fn kept_rows(levels: u32, rows_in_group: bool) -> u32 {
+    if rows_in_group {
+        levels + 1
+    } else {
+        1
     }
 }
 
@@ -588,5 +625,48 @@ fn as_bytes(words: &[u32]) -> Cow<'_, [u8]> {
         Cow::Borrowed(bytemuck::cast_slice(words))
     } else {
         Cow::Owned(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workgroup memory a shader declares, as naga lays it out.
+    fn declared(wgsl: &str) -> u32 {
+        let module = naga::front::wgsl::parse_str(wgsl).unwrap();
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(module.to_ctx()).unwrap();
+        module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| layouter[v.ty].size)
+            .sum()
+    }
+
+    /// For cards with 16 to 64 KB of workgroup memory and every stack a
+    /// count may need, the shader at the workgroup size chosen declares
+    /// no more workgroup memory than the card has (a driver refuses, or
+    /// fails, one that does), with the rows' tables in either place.
+    #[test]
+    fn the_workgroup_chosen_fits_what_the_shader_declares() {
+        for kb in [16, 32, 48, 64] {
+            let limits = wgpu::Limits {
+                max_compute_workgroup_storage_size: kb << 10,
+                ..wgpu::Limits::default()
+            };
+            for levels in 1..=30 {
+                for in_group in [false, true] {
+                    let wg = threads_per_group(&limits, levels, in_group).unwrap();
+                    let bytes = declared(&source(wg, levels, in_group));
+                    let at = format!("{kb} KB, {levels} rows, in group {in_group}: {wg} threads");
+                    assert!(bytes <= kb << 10, "{at} declare {bytes} bytes");
+                    // And the next size up would not fit.
+                    let wider = declared(&source(wg * 2, levels, in_group));
+                    assert!(wg == 256 || wider > kb << 10, "{at}: twice as many fit");
+                }
+            }
+        }
     }
 }

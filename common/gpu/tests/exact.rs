@@ -184,6 +184,40 @@ fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
     }
 }
 
+/// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
+/// tables in either place, with and without bounds checks) is valid WGSL
+/// that this device builds, at the workgroup size the kernel picks.
+#[test]
+fn every_depth_of_stack_makes_a_shader_the_device_takes() {
+    let Some(adapter) = nqueens_gpu::adapters().into_iter().next() else {
+        assert!(
+            std::env::var_os("NQUEENS_REQUIRE_GPU").is_none(),
+            "no device"
+        );
+        println!("skipped: no GPU or software Vulkan device");
+        return;
+    };
+    let kernel = Kernel::open(&adapter).unwrap();
+    let mut launch = Launch {
+        steps: 1,
+        slots: 1,
+        max_launches: 1,
+        bias: 0,
+        run_jobs: 1,
+        steal: false,
+        checked: true,
+        rows_in_group: false,
+    };
+    for levels in 1..=30 {
+        for (checked, in_group) in [(true, false), (true, true), (false, false), (false, true)] {
+            (launch.checked, launch.rows_in_group) = (checked, in_group);
+            if let Err(e) = kernel.prepare(levels, &launch) {
+                panic!("{levels} rows, checks {checked}, rows in workgroup memory {in_group}: {e}");
+            }
+        }
+    }
+}
+
 /// A batch whose jobs do not fit one set of buffers is counted in several
 /// runs, exactly.
 #[test]
