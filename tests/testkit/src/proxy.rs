@@ -278,12 +278,14 @@ impl Proxy {
         self.shared().refused.load(Ordering::SeqCst)
     }
 
-    /// Bytes delivered to the target so far.
+    /// Bytes delivered to the target so far (with any chunk being
+    /// written: every byte the target has read is counted).
     pub fn bytes_up(&self) -> u64 {
         self.shared().up.load(Ordering::SeqCst)
     }
 
-    /// Bytes delivered back to clients so far.
+    /// Bytes delivered back to clients so far (with any chunk being
+    /// written, as [`Proxy::bytes_up`]).
     pub fn bytes_down(&self) -> u64 {
         self.shared().down.load(Ordering::SeqCst)
     }
@@ -388,8 +390,11 @@ async fn direction(
                 link_free = link_free.max(Instant::now()) + send;
                 tokio::time::sleep_until(link_free).await;
             }
-            to.write_all(&bytes).await.map_err(drop)?;
+            // Counted before the write: a byte the far end has read is
+            // always in the count (after the write, a test reading the
+            // count once its bytes arrive could see a chunk fewer).
             delivered.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+            to.write_all(&bytes).await.map_err(drop)?;
         }
         Ok(())
     };
