@@ -4,12 +4,12 @@
 // The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
 // thread's stack holds), `ROWS_IN_GROUP` (whether a thread copies its
 // job's tables to workgroup memory) and `ROWS` (`LEVELS + 1` pairs a
-// thread's copy holds, or 1 where none is kept) as constants. Each thread (a *slot*) keeps its
-// search in `slots` and `stacks` between launches, so a search of any
-// length runs across as many launches as it needs: no shader loop runs
-// more than `params.steps` times (lavapipe stops loops silently after
-// 65,535 iterations, and desktop drivers reset kernels that run for
-// seconds).
+// thread's copy holds, or 1 where none is kept) as constants. Each
+// thread (a *slot*) keeps its search in `slots` and `stacks` between
+// launches, so a search of any length runs across as many launches as it
+// needs: no shader loop runs more than `params.steps` times (lavapipe
+// stops loops silently after 65,535 iterations, and desktop drivers
+// reset kernels that run for seconds).
 //
 // One step places the next candidate of the current row or backs up one
 // row. A queen on the next-to-last row is not pushed: the last row's open

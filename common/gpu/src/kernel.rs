@@ -47,7 +47,8 @@ pub struct Launch {
     /// Whether the shader keeps the bounds checks naga adds to every
     /// array index. Without them the inner loop is shorter; every index
     /// the shader forms is in range by construction (a stack level below
-    /// `LEVELS`, a table row below 32, a job below `params.jobs`).
+    /// `LEVELS`, a copied row at most `LEVELS`, a table pair below 33, a
+    /// job below `params.jobs`).
     pub checked: bool,
     /// Whether each thread copies its job's table rows to workgroup
     /// memory when it takes the job, and reads them there at every step.
