@@ -1,13 +1,14 @@
 //! The graphics cards of this machine, each opened as a counting
 //! [`Device`].
 
-use crate::gather::{Batch, Gather};
 use crate::jobs::Prepared;
 use crate::kernel::{Kernel, Launch};
+use crate::stream::{Batch, Feed, MOST_INTERIORS};
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::{Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Which adapters to open (a worker's `--gpus`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,9 +47,6 @@ pub struct Tuning {
     pub launch: Launch,
     /// Jobs to cut a batch into, at least, where its interiors allow.
     pub jobs: usize,
-    /// Runs on the card at once, at most, each gathering the batches of
-    /// every feeding thread waiting when it starts (see [`crate::gather`]).
-    pub runs: usize,
 }
 
 impl Tuning {
@@ -62,8 +60,8 @@ impl Tuning {
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
     /// their rows' tables,
     /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit, and
-    /// `NQUEENS_GPU_RUNS` sets the runs in flight (for tuning on a new
-    /// card).
+    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most
+    /// (for tuning on a new card).
     pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
         let software = kind == wgpu::DeviceType::Cpu;
         let env = |name: &str, default: u32| {
@@ -82,29 +80,22 @@ impl Tuning {
             launch: Launch {
                 steps: steps.clamp(1, 65_535),
                 slots: slots.max(1),
-                max_launches: if software { 4 } else { 64 },
+                max_launches: env("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
                 bias: 0,
-                run_jobs: 1 << 22,
+                // Sixteen jobs per search: the batches of several feeding
+                // threads (a card's buffers are made once, and zeroed).
+                queue_jobs: slots as usize * 16,
                 steal: std::env::var("NQUEENS_GPU_STEAL").map_or(true, |v| v != "off"),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
                 checked: std::env::var("NQUEENS_GPU_CHECKS").map_or(software, |v| v != "off"),
                 rows_in_group: std::env::var("NQUEENS_GPU_TABLES")
                     .map_or(!software, |v| v != "storage"),
             },
-            // A quarter of a job per search: a run gathers the batches of
-            // many feeding threads, so it still has jobs to spare, and
-            // every job costs the host over 100 ns on a Xeon core (cut,
-            // gathered, written to the card; MEASUREMENTS.md).
+            // A quarter of a job per search and feeding thread: the queue
+            // holds the batches of every feeding thread, and every job
+            // costs the host 50-100 ns on a Xeon core (MEASUREMENTS.md).
             jobs: env("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
-            runs: env("NQUEENS_GPU_RUNS", 2) as usize,
         }
-    }
-
-    /// The gathering of a card so tuned: a second run starts beside one
-    /// in flight once two jobs per search wait.
-    fn gather(&self) -> Gather {
-        let fill = self.launch.slots as usize * 2;
-        Gather::new(self.runs, fill, self.launch.run_jobs)
     }
 }
 
@@ -112,8 +103,8 @@ impl Tuning {
 pub struct Card {
     name: String,
     tuning: Tuning,
-    kernel: Kernel,
-    gather: Gather,
+    kernel: Arc<Kernel>,
+    feed: Feed,
 }
 
 impl std::fmt::Debug for Card {
@@ -129,18 +120,19 @@ impl Card {
     fn open(adapter: &wgpu::Adapter) -> Result<Card, String> {
         let info = adapter.get_info();
         let tuning = Tuning::for_type(info.device_type);
+        let kernel = Arc::new(Kernel::open(adapter)?);
         Ok(Card {
             name: format!("gpu:{} ({})", info.name, info.backend.to_str()),
             tuning,
-            kernel: Kernel::open(adapter)?,
-            gather: tuning.gather(),
+            feed: Feed::start(Arc::clone(&kernel), tuning.launch),
+            kernel,
         })
     }
 
     /// This card with other tuning (tests: short launches, biased counters).
     pub fn tuned(mut self, tuning: Tuning) -> Card {
         self.tuning = tuning;
-        self.gather = tuning.gather();
+        self.feed = Feed::start(Arc::clone(&self.kernel), tuning.launch);
         self
     }
 
@@ -171,24 +163,25 @@ impl Device for Card {
         froms: &[Start],
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
-        let p = Prepared::new(interiors, froms, self.tuning.jobs);
-        let batch = Batch {
-            tables: p.tables,
-            jobs: p.jobs,
-            levels: p.levels,
-        };
-        let launch = &self.tuning.launch;
-        let counted = self
-            .gather
-            .count(batch, stop, |b, stop| self.kernel.count(b, launch, stop));
-        let Some(counted) = counted? else {
-            return Ok(None);
-        };
-        let mut out = p.host;
-        for (&i, (sols, nodes)) in p.owner.iter().zip(counted) {
-            let c = &mut out[i as usize];
-            c.c1 = c.c1.checked_add(sols).ok_or(DeviceError::Overflow)?;
-            c.nodes = c.nodes.checked_add(nodes).ok_or(DeviceError::Overflow)?;
+        let mut out = Vec::with_capacity(interiors.len());
+        let chunks = interiors
+            .chunks(MOST_INTERIORS)
+            .zip(froms.chunks(MOST_INTERIORS));
+        for (interiors, froms) in chunks {
+            let p = Prepared::new(interiors, froms, self.tuning.jobs);
+            let batch = Batch {
+                tables: p.tables,
+                jobs: p.jobs,
+                levels: p.levels,
+            };
+            let Some(counted) = self.feed.count(batch, stop)? else {
+                return Ok(None);
+            };
+            for (mut c, (sols, nodes)) in p.host.into_iter().zip(counted) {
+                c.c1 = c.c1.checked_add(sols).ok_or(DeviceError::Overflow)?;
+                c.nodes = c.nodes.checked_add(nodes).ok_or(DeviceError::Overflow)?;
+                out.push(c);
+            }
         }
         Ok(Some(out))
     }

@@ -1,34 +1,49 @@
 // Interior searches on a graphics card: one depth-first search per thread,
-// jobs taken from a queue, a bounded number of steps per launch.
+// jobs taken from a queue the host keeps topping up, a bounded number of
+// steps per launch.
 //
 // The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
 // thread's stack holds), `ROWS_IN_GROUP` (whether a thread copies its
-// job's tables to workgroup memory) and `ROWS` (`LEVELS + 1` pairs a
-// thread's copy holds, or 1 where none is kept) as constants. Each
+// job's tables to workgroup memory), `ROWS` (`LEVELS + 1` pairs a
+// thread's copy holds, or 1 where none is kept) and `JOB_MASK` (the job
+// ring's size less one: a power of two less one) as constants. Each
 // thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
 // needs: no shader loop runs more than `params.steps` times (lavapipe
 // stops loops silently after 65,535 iterations, and desktop drivers
 // reset kernels that run for seconds).
 //
+// The queue is a ring of jobs: `control[0]` counts the jobs taken and
+// `params.end` the jobs put in, both as wrapping 32-bit counters, and job
+// `j` lies at `j & JOB_MASK`. A slot takes the next job with a
+// compare-exchange, so the counter never passes the end: the host puts
+// new jobs behind it between launches and raises the end.
+//
 // One step places the next candidate of the current row or backs up one
 // row. A queen on the next-to-last row is not pushed: the last row's open
 // squares are counted at once (each a completion and a queen placed), so
-// completions and queens placed are what plain recursion counts.
+// completions and queens placed are what plain recursion counts. Counts
+// go to the job's interior (64 bits, added with carries, so the jobs of
+// one interior can finish at once), and a finished job to its batch's
+// count of jobs done.
 
 struct Params {
-    // Jobs in the queue.
-    jobs: u32,
+    // Jobs put in the queue so far (wrapping).
+    end: u32,
     // Steps each slot takes in this launch at most.
     steps: u32,
+    // Slots that take jobs (the first ones): the queue's jobs go to as
+    // few warps as they fill, and the rest, once idle, end the launch.
+    takers: u32,
+    pad: u32,
 }
 
 // A start state of one interior (as `Interior::split` makes them).
 struct Job {
-    // The interior's first word in `tables` (33 pairs each: pair k + 1
-    // holds row k's shift to the next free row and that row's open
-    // columns; pair 0 the first row's open columns).
-    base: u32,
+    // The interior's place in `tables` (33 pairs each: pair k + 1 holds
+    // row k's shift to the next free row and that row's open columns;
+    // pair 0 the first row's open columns) and in `results`.
+    interior: u32,
     // The free row the search starts on, and the masks on it.
     row: u32,
     l: u32,
@@ -36,25 +51,29 @@ struct Job {
     r: u32,
     // The interior's next-to-last free row.
     pen: u32,
-    pad0: u32,
-    pad1: u32,
+    // The batch it belongs to: its place in `done` (below 65,536, as the
+    // interior is).
+    tag: u32,
+    pad: u32,
 }
 
 // A slot's search between launches.
 struct Slot {
-    // The job it counts, or NONE.
-    job: u32,
-    // The row it stands on, and that row's candidates left.
+    // The row it stands on, and that row's candidates left and masks.
     k: u32,
     bm: u32,
     l: u32,
     d: u32,
     r: u32,
-    pad0: u32,
-    pad1: u32,
+    // Its job's interior | batch << 16 (as in `Job`), or NONE when idle.
+    owner: u32,
+    // Its job's start row | next-to-last row << 8 (kept between launches).
+    info: u32,
+    pad: u32,
 }
 
 const NONE: u32 = 0xffffffffu;
+const PAIRS: u32 = 33u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> tables: array<vec2<u32>>;
@@ -62,10 +81,13 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(3) var<storage, read_write> slots: array<Slot>;
 // Rows the slot stands below: LEVELS records per slot, kept between launches.
 @group(0) @binding(4) var<storage, read_write> stacks: array<vec4<u32>>;
-// Per job: completions (low, high word), queens placed (low, high word).
-@group(0) @binding(5) var<storage, read_write> results: array<vec4<u32>>;
-// [0]: the next job to take (at most jobs + slots); [1]: jobs finished.
-@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 2>;
+// Per interior: completions (low, high word), queens placed (low, high word).
+@group(0) @binding(5) var<storage, read_write> results: array<atomic<u32>>;
+// [0]: jobs taken (wrapping); [1]: set once a count passes 64 bits;
+// [2]: the highest slot (plus one) still searching at a launch's end.
+@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 4>;
+// Per batch: its jobs finished.
+@group(0) @binding(7) var<storage, read_write> done: array<atomic<u32>>;
 
 // Each thread's rows, level-major: a warp's threads touch consecutive words.
 var<workgroup> stack: array<vec4<u32>, WG * LEVELS>;
@@ -92,27 +114,57 @@ fn row_pair(pairs: u32, k: u32, start: u32, lid: u32) -> vec2<u32> {
     return tables[pairs + k + 1u];
 }
 
-// Adds a launch's counts to a job's 64-bit totals, with carries.
-fn flush(job: u32, sols: u32, nodes: u32) {
-    var t = results[job];
-    let s = t.x + sols;
-    let n = t.z + nodes;
-    t = vec4<u32>(s, t.y + select(0u, 1u, s < sols), n, t.w + select(0u, 1u, n < nodes));
-    results[job] = t;
+// Adds `x` to the 64-bit counter whose low word is `results[at]`: a carry
+// is seen by the one add that made it, so adds at once stay exact.
+fn add64(at: u32, x: u32) {
+    if x == 0u {
+        return;
+    }
+    let old = atomicAdd(&results[at], x);
+    if old + x < old {
+        if atomicAdd(&results[at + 1u], 1u) == 0xffffffffu {
+            atomicStore(&control[1], 1u);
+        }
+    }
+}
+
+// Adds a launch's counts to an interior's totals.
+fn flush(interior: u32, sols: u32, nodes: u32) {
+    add64(interior * 4u, sols);
+    add64(interior * 4u + 2u, nodes);
+}
+
+// The next job's place in the ring, or NONE (never a place: the ring is
+// smaller) when the queue is empty or slot `me` takes no jobs. Taken with
+// a compare-exchange, so the counter never passes the end.
+fn take(me: u32) -> u32 {
+    var got = NONE;
+    if me >= params.takers {
+        return got;
+    }
+    var h = atomicLoad(&control[0]);
+    loop {
+        if h == params.end {
+            break;
+        }
+        let r = atomicCompareExchangeWeak(&control[0], h, h + 1u);
+        if r.exchanged {
+            got = h & JOB_MASK;
+            break;
+        }
+        h = r.old_value;
+    }
+    return got;
 }
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let me = gid.x;
     var s = slots[me];
-    var pairs = 0u;
-    var start = 0u;
-    var pen = 0u;
-    if s.job != NONE {
-        let job = jobs[s.job];
-        pairs = job.base / 2u;
-        start = job.row;
-        pen = job.pen;
+    var pairs = (s.owner & 0xffffu) * PAIRS;
+    var start = s.info & 0xffu;
+    var pen = s.info >> 8u;
+    if s.owner != NONE {
         keep_rows(pairs, start, pen, lid);
         for (var i = start; i < s.k; i++) {
             stack[(i - start) * WG + lid] = stacks[me * LEVELS + i - start];
@@ -120,57 +172,74 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     }
     var sols = 0u;
     var nodes = 0u;
-    for (var step = 0u; step < params.steps; step++) {
-        if s.job == NONE {
-            // Once the queue is empty, idle slots stop taking from it, so
-            // the counter passes the number of jobs by at most the slots
-            // that looked at once, and never wraps round.
-            if atomicLoad(&control[0]) >= params.jobs {
+    var step = 0u;
+    // A job taken, then its search stepped until it ends or the launch's
+    // steps run out: the inner loop, where the time goes, takes no jobs.
+    loop {
+        if step >= params.steps {
+            break;
+        }
+        if s.owner == NONE {
+            let j = take(me);
+            if j == NONE {
                 break;
             }
-            let j = atomicAdd(&control[0], 1u);
-            if j >= params.jobs {
-                break;
-            }
+            step += 1u;
             let job = jobs[j];
-            pairs = job.base / 2u;
+            pairs = job.interior * PAIRS;
             start = job.row;
             pen = job.pen;
             keep_rows(pairs, start, pen, lid);
-            s = Slot(j, job.row, tables[pairs + job.row].y & ~(job.l | job.d | job.r), job.l, job.d, job.r, 0u, 0u);
-            continue;
+            let open = tables[pairs + job.row].y & ~(job.l | job.d | job.r);
+            s = Slot(job.row, open, job.l, job.d, job.r, job.interior | (job.tag << 16u), 0u, 0u);
         }
-        if s.bm != 0u {
-            let bit = s.bm & (0u - s.bm);
-            s.bm ^= bit;
-            nodes += 1u;
-            let t = row_pair(pairs, s.k, start, lid);
-            let l = (s.l | bit) << t.x;
-            let d = s.d | bit;
-            let r = (s.r | bit) >> t.x;
-            let open = t.y & ~(l | d | r);
-            if s.k == pen {
-                let c = countOneBits(open);
-                sols += c;
-                nodes += c;
-            } else {
-                stack[(s.k - start) * WG + lid] = vec4<u32>(s.bm, s.l, s.d, s.r);
-                s = Slot(s.job, s.k + 1u, open, l, d, r, 0u, 0u);
+        loop {
+            if step >= params.steps {
+                break;
             }
-        } else if s.k == start {
-            flush(s.job, sols, nodes);
-            sols = 0u;
-            nodes = 0u;
-            atomicAdd(&control[1], 1u);
-            s.job = NONE;
-        } else {
-            s.k -= 1u;
-            let e = stack[(s.k - start) * WG + lid];
-            s = Slot(s.job, s.k, e.x, e.y, e.z, e.w, 0u, 0u);
+            step += 1u;
+            if s.bm != 0u {
+                let bit = s.bm & (0u - s.bm);
+                s.bm ^= bit;
+                nodes += 1u;
+                let t = row_pair(pairs, s.k, start, lid);
+                let l = (s.l | bit) << t.x;
+                let d = s.d | bit;
+                let r = (s.r | bit) >> t.x;
+                let open = t.y & ~(l | d | r);
+                if s.k == pen {
+                    let c = countOneBits(open);
+                    sols += c;
+                    nodes += c;
+                } else {
+                    stack[(s.k - start) * WG + lid] = vec4<u32>(s.bm, s.l, s.d, s.r);
+                    s.k += 1u;
+                    s.bm = open;
+                    s.l = l;
+                    s.d = d;
+                    s.r = r;
+                }
+            } else if s.k == start {
+                flush(s.owner & 0xffffu, sols, nodes);
+                sols = 0u;
+                nodes = 0u;
+                atomicAdd(&done[s.owner >> 16u], 1u);
+                s.owner = NONE;
+                break;
+            } else {
+                s.k -= 1u;
+                let e = stack[(s.k - start) * WG + lid];
+                s.bm = e.x;
+                s.l = e.y;
+                s.d = e.z;
+                s.r = e.w;
+            }
         }
     }
-    if s.job != NONE {
-        flush(s.job, sols, nodes);
+    if s.owner != NONE {
+        atomicMax(&control[2], me + 1u);
+        s.info = start | (pen << 8u);
+        flush(s.owner & 0xffffu, sols, nodes);
         for (var i = start; i < s.k; i++) {
             stacks[me * LEVELS + i - start] = stack[(i - start) * WG + lid];
         }

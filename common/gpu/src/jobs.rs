@@ -45,12 +45,11 @@ const MORE_CUTS: usize = 4;
 pub struct Prepared {
     /// [`TABLE_WORDS`] words per interior.
     pub tables: Vec<u32>,
-    /// Per job, as the kernel reads it: the interior's first word in
-    /// `tables`, the start row, its masks `l`, `d`, `r`, the interior's
-    /// next-to-last free row, and two words of padding.
+    /// Per job, as the kernel reads it: its interior (by index here; the
+    /// card's feed moves it to where the interior's tables go), the start
+    /// row, its masks `l`, `d`, `r`, the interior's next-to-last free row,
+    /// its batch (set by the feed) and a word of padding.
     pub jobs: Vec<[u32; 8]>,
-    /// The interior each job belongs to.
-    pub owner: Vec<u32>,
     /// Rows a thread's stack must hold: the most rows any job places
     /// before its next-to-last row.
     pub levels: u32,
@@ -92,10 +91,8 @@ impl Prepared {
         };
         for (i, s) in starts {
             let pen = interiors[i as usize].rows() as u32 - 2;
-            let base = i * TABLE_WORDS as u32;
             p.levels = p.levels.max(pen - u32::from(s.row));
-            p.jobs.push([base, s.row.into(), s.l, s.d, s.r, pen, 0, 0]);
-            p.owner.push(i);
+            p.jobs.push([i, s.row.into(), s.l, s.d, s.r, pen, 0, 0]);
         }
         p.levels = p.levels.max(1);
         p
@@ -140,7 +137,8 @@ mod tests {
         for target in [1, 100, 10_000, 1_000_000] {
             let p = Prepared::new(&interiors, &froms, target);
             let mut got = p.host.clone();
-            for (job, &i) in p.jobs.iter().zip(&p.owner) {
+            for job in &p.jobs {
+                let i = job[0];
                 let it = &interiors[i as usize];
                 let start = Start {
                     row: job[1] as u8,

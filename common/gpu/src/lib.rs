@@ -8,8 +8,8 @@
 //! - [`cards`]: the adapters this machine has, opened as cards.
 //! - [`kernel`]: the shader, its buffers and the launches (a bounded
 //!   number of steps each, every thread's search resumed from a buffer).
-//! - [`gather`]: the batches of every feeding thread counted in a few
-//!   large runs.
+//! - [`stream`]: one queue per card, topped up from every feeding
+//!   thread, so the card's threads never wait for a batch to end.
 //! - [`jobs`]: interiors cut into enough start states to fill a card.
 //! - [`steal`]: the searches still going once the queue is empty, split
 //!   among the idle threads.
@@ -19,10 +19,10 @@
 //! has no cards.
 
 pub mod cards;
-pub mod gather;
 pub mod jobs;
 pub mod kernel;
 pub mod steal;
+pub mod stream;
 
 pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
 pub use nqueens_common::engine::device::{Device, DeviceError};

@@ -2,7 +2,6 @@
 //! has (in CI: Mesa's lavapipe, a Vulkan device on the CPU). Without any
 //! device every test prints why and passes.
 
-use nqueens_common::engine::border::Frames;
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::interior::{Interior, Start};
@@ -10,7 +9,6 @@ use nqueens_common::engine::lanes::{count_below, Path};
 use nqueens_common::known::known;
 use nqueens_common::plan::{Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
-use nqueens_gpu::gather::Batch;
 use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::kernel::{Kernel, Launch};
 use nqueens_gpu::{first_card, Card};
@@ -203,7 +201,7 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
         slots: 1,
         max_launches: 1,
         bias: 0,
-        run_jobs: 1,
+        queue_jobs: 1,
         steal: false,
         checked: true,
         rows_in_group: false,
@@ -211,20 +209,20 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
     for levels in 1..=30 {
         for (checked, in_group) in [(true, false), (true, true), (false, false), (false, true)] {
             (launch.checked, launch.rows_in_group) = (checked, in_group);
-            if let Err(e) = kernel.prepare(levels, &launch) {
+            if let Err(e) = kernel.prepare(levels, 1 << 22, &launch) {
                 panic!("{levels} rows, checks {checked}, rows in workgroup memory {in_group}: {e}");
             }
         }
     }
 }
 
-/// A batch whose jobs do not fit one set of buffers is counted in several
-/// runs, exactly.
+/// Batches of many more jobs than the card's queue holds (4) are put in
+/// as the card's threads take jobs, exactly.
 #[test]
-fn jobs_past_one_run_are_counted_in_several() {
+fn jobs_past_the_queues_room_wait_for_it() {
     let Some(card) = card(512) else { return };
     let mut t = card.tuning();
-    t.launch.run_jobs = 7;
+    t.launch.queue_jobs = 7;
     let card: Arc<dyn Device> = Arc::new(card.tuned(t));
     same_as_cpu(&card, spec(11, Strategy::Frame, 1, 2));
 }
@@ -267,6 +265,31 @@ fn a_count_stops_when_asked() {
     let froms = vec![Start::default(); pieces.len()];
     let stop = AtomicBool::new(true);
     assert_eq!(card.count_below(&pieces, &froms, &stop).unwrap(), None);
+}
+
+/// A count given up while its batch is on the card (its thread stops
+/// waiting; the card drops its jobs not yet started) leaves the card's
+/// queue sound: the next counts on it are exact.
+#[test]
+fn a_batch_given_up_leaves_the_queue_counting_exactly() {
+    let Some(card) = card(64) else { return };
+    let (pieces, froms, want) = pieces_and_cpu_counts(spec(13, Strategy::Frame, 1, 1), 9, 8, 12);
+    for _ in 0..3 {
+        let stop = AtomicBool::new(false);
+        let stopped = std::thread::scope(|s| {
+            let counting = s.spawn(|| card.count_below(&pieces, &froms, &stop));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            counting.join().unwrap()
+        });
+        // Stopped, or done before the stop was seen: never a wrong count.
+        match stopped.unwrap() {
+            None => {}
+            Some(got) => assert_eq!(got, want),
+        }
+        let never = AtomicBool::new(false);
+        let again = card.count_below(&pieces, &froms, &never).unwrap();
+        assert_eq!(again, Some(want.clone()));
+    }
 }
 
 /// A few long jobs and thousands of idle threads, one step per launch:
@@ -313,40 +336,36 @@ fn long_searches_are_split_among_idle_threads_exactly() {
     }
 }
 
-/// Launches a whole count takes with and without its batches gathered and
-/// its long searches split, and with batches cut into fewer or more jobs
-/// (a launch lasts as long as its busiest thread, so on a card fewer
-/// launches for the same count is less time idle): N=16 from 8 feeding
-/// threads (and from one, where nothing is gathered), 2,048 searches in
-/// flight, 256 steps per launch.
+/// Launches a whole count takes with and without its long searches
+/// split, and with batches cut into fewer or more jobs (a launch lasts as
+/// long as its busiest thread, so on a card fewer launches for the same
+/// count is less time idle): N=16 from 8 feeding threads (and from one),
+/// 2,048 searches in flight, 256 steps per launch.
 /// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture launches`
 #[test]
 #[ignore]
-fn launches_with_and_without_gathering_and_splitting() {
+fn launches_with_and_without_splitting() {
     let n = Size::new(16).unwrap();
-    // Feeding threads, runs in flight, splitting, jobs per batch (512 is
-    // the default: a quarter per search).
+    // Feeding threads, splitting, jobs per batch (512 is the default: a
+    // quarter per search).
     let cases = [
-        (8, 2, true, 512),
-        (8, 1, true, 512),
-        (8, 3, true, 512),
-        (8, 2, false, 512),
-        (8, 2, true, 2048),
-        (8, 2, true, 8192),
-        (8, 64, false, 8192),
-        (1, 2, true, 512),
-        (1, 2, false, 512),
+        (8, true, 512),
+        (8, false, 512),
+        (8, true, 2048),
+        (8, true, 8192),
+        (1, true, 512),
+        (1, false, 512),
     ];
-    for (threads, runs, steal, jobs) in cases {
+    for (threads, steal, jobs) in cases {
         let Some(card) = card(256) else { return };
         let mut t = card.tuning();
-        (t.launch.slots, t.jobs, t.runs, t.launch.steal) = (2048, jobs, runs, steal);
+        (t.launch.slots, t.jobs, t.launch.steal) = (2048, jobs, steal);
         let card = Arc::new(card.tuned(t));
         let device: Arc<dyn Device> = Arc::clone(&card) as _;
         let s = nqueens_common::plan::solve::solve_with(n, threads, None, Some(device)).unwrap();
         assert_eq!(s.counts.total().unwrap(), known(16).unwrap().total);
         println!(
-            "{threads} threads, runs in flight {runs}, splitting {steal}, jobs per batch {jobs}: \
+            "{threads} threads, splitting {steal}, jobs per batch {jobs}: \
              {} launches, {} jobs split, {:.1} s",
             card.launches(),
             card.jobs_split(),
@@ -355,64 +374,65 @@ fn launches_with_and_without_gathering_and_splitting() {
     }
 }
 
-/// The host's time to set a run up (its buffers made, its jobs written to
-/// the card: everything before the first launch), per job, for one task's
-/// worth of N=20 frames (17) cut as a feeding thread cuts them: at the
-/// default (at least 16,384 jobs) and at 65,536 and 262,144. A run is set
-/// up by one thread while the card waits, so this bounds how fast jobs
-/// reach a card. Prints the cut's time too.
-/// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture host_time`
+/// A device that cuts every batch into jobs as a card's does and counts
+/// nothing on a card: the jobs and interiors it was handed.
+#[derive(Debug, Default)]
+struct CutOnly {
+    jobs: std::sync::atomic::AtomicU64,
+    interiors: std::sync::atomic::AtomicU64,
+}
+
+impl Device for CutOnly {
+    fn name(&self) -> &str {
+        "cut only"
+    }
+
+    fn count_below(
+        &self,
+        interiors: &[Interior],
+        froms: &[Start],
+        _stop: &AtomicBool,
+    ) -> Result<Option<Vec<PieceCounts>>, nqueens_common::engine::device::DeviceError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let p = Prepared::new(interiors, froms, 16_384);
+        self.jobs.fetch_add(p.jobs.len() as u64, Relaxed);
+        self.interiors.fetch_add(interiors.len() as u64, Relaxed);
+        // Completions enough that the plan's checks of its symmetric
+        // counts against the total pass, and the count goes to its end.
+        Ok(Some(
+            p.host
+                .into_iter()
+                .map(|c| PieceCounts { c1: 1 << 30, ..c })
+                .collect(),
+        ))
+    }
+}
+
+/// The host's share of a whole count on a card: the plan walked and every
+/// batch cut into jobs as a card's are (16,384 a batch at least), with
+/// nothing counted on a device. N from `NQUEENS_BENCH_N` (20), feeding
+/// threads from `NQUEENS_BENCH_THREADS` (2).
+/// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture hosts_share`
 #[test]
 #[ignore]
-fn host_time_to_set_a_run_up_per_job() {
-    let Some(adapter) = nqueens_gpu::adapters().into_iter().next() else {
-        println!("skipped: no GPU or software Vulkan device");
-        return;
+fn the_hosts_share_of_a_whole_count() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let env = |name, default| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
-    let kernel = Kernel::open(&adapter).unwrap();
-    let frames = Frames::new(Size::new(20).unwrap(), 1).unwrap();
-    let mut interiors = Vec::new();
-    frames.for_each_in(0, u64::MAX, |f, _, _| {
-        if interiors.len() < 17 {
-            interiors.push(frames.interior(&f));
-        }
-    });
-    let froms = vec![Start::default(); interiors.len()];
-    for target in [16_384, 65_536, 262_144] {
-        let cut = Instant::now();
-        let p = Prepared::new(&interiors, &froms, target);
-        let cut = cut.elapsed();
-        let batch = Batch {
-            tables: p.tables,
-            jobs: p.jobs,
-            levels: p.levels,
-        };
-        let launch = Launch {
-            steps: 16,
-            slots: 65_536,
-            max_launches: 1,
-            bias: 0,
-            run_jobs: 1 << 22,
-            steal: true,
-            checked: false,
-            rows_in_group: true,
-        };
-        let set_up = (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                let stopped = kernel.count(&batch, &launch, &|| true).unwrap();
-                assert!(stopped.is_none());
-                t.elapsed()
-            })
-            .min()
-            .unwrap();
-        let jobs = batch.jobs.len() as f64;
-        println!(
-            "target {target}: {jobs} jobs, cut in {:.1} ms ({:.0} ns a job), run set up in {:.1} ms ({:.0} ns a job)",
-            cut.as_secs_f64() * 1e3,
-            cut.as_nanos() as f64 / jobs,
-            set_up.as_secs_f64() * 1e3,
-            set_up.as_nanos() as f64 / jobs,
-        );
-    }
+    let (n, threads) = (env("NQUEENS_BENCH_N", 20), env("NQUEENS_BENCH_THREADS", 2));
+    let cut = Arc::new(CutOnly::default());
+    let device: Arc<dyn Device> = Arc::clone(&cut) as _;
+    let t = Instant::now();
+    let size = Size::new(n as u32).unwrap();
+    nqueens_common::plan::solve::solve_with(size, threads, None, Some(device)).unwrap();
+    println!(
+        "N={n}, {threads} threads: {:.2} s, {} jobs from {} interiors",
+        t.elapsed().as_secs_f64(),
+        cut.jobs.load(Relaxed),
+        cut.interiors.load(Relaxed)
+    );
 }
