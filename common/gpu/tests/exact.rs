@@ -428,7 +428,12 @@ fn the_hosts_share_of_a_whole_count() {
     let device: Arc<dyn Device> = Arc::clone(&cut) as _;
     let t = Instant::now();
     let size = Size::new(n as u32).unwrap();
-    nqueens_common::plan::solve::solve_with(size, threads, None, Some(device)).unwrap();
+    // Only the last check may fail (Burnside's divisions of made-up
+    // totals), once every batch has been cut.
+    let walked = nqueens_common::plan::solve::solve_with(size, threads, None, Some(device));
+    if let Err(e) = walked {
+        assert!(e.to_string().contains("do not add up"), "{e}");
+    }
     println!(
         "N={n}, {threads} threads: {:.2} s, {} jobs from {} interiors",
         t.elapsed().as_secs_f64(),
