@@ -22,9 +22,10 @@ fn spec(n: u32, strategy: Strategy, tasks: u64) -> v1::PlanSpec {
     kit::plan_spec(n, strategy, 4, tasks)
 }
 
+/// Submits a job and waits until it is planned (its tasks can be leased).
 async fn submit(ops: &mut Ops, n: u32, strategy: Strategy, tasks: u64) -> u64 {
     let req = kit::job_request(spec(n, strategy, tasks));
-    kit::submit(ops, req).await.job_id
+    kit::submit_planned(ops, req).await.job_id
 }
 
 /// Polls the job until `until` holds (bounded by [`kit::PATIENCE`]).
@@ -45,20 +46,19 @@ fn report_of(l: &v1::Lease, worker: &str) -> v1::ReportRequest {
     kit::report_request(worker, l.lease_ref(), kit::result_of(l))
 }
 
-/// A coordinator on a fixed port (found again after a restart), an N=15
-/// job of about 300 tasks, and three one-thread workers counting it.
-async fn n15_with_three_workers(
-    data: &Path,
-    log: Option<&Path>,
-) -> (Coordinator, String, Ops, u64, Vec<Worker>) {
+/// A coordinator on a fixed port (found again after a restart) and an N=15
+/// job of about 300 tasks, no worker yet.
+async fn n15_job(data: &Path, log: Option<&Path>) -> (Coordinator, String, Ops, u64) {
     let addr = free_addr();
     let c = start_at(data, &addr, &[], log);
     let mut ops = kit::operators(&c.url).await;
     let id = submit(&mut ops, 15, Strategy::Frame, 300).await;
-    let workers = (1..=3)
-        .map(|k| worker(&c.url, &format!("w{k}"), 1))
-        .collect();
-    (c, addr, ops, id, workers)
+    (c, addr, ops, id)
+}
+
+/// Three one-thread workers counting at `url`.
+fn three_workers(url: &str) -> Vec<Worker> {
+    (1..=3).map(|k| worker(url, &format!("w{k}"), 1)).collect()
 }
 
 /// Waits until 1/`part` of the tasks are done, the job still running.
@@ -76,7 +76,8 @@ async fn the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact() {
     let _watchdog = watchdog("the_coordinator_killed_mid_run_restarts_and_the_count_stays_exact");
     let dir = kit::tempdir();
     let data = dir.path().join("data");
-    let (mut c, addr, mut ops, id, workers) = n15_with_three_workers(&data, None).await;
+    let (mut c, addr, mut ops, id) = n15_job(&data, None).await;
+    let workers = three_workers(&c.url);
     // Mid-run: results stream in from three workers when the kill comes.
     let before = mid_run(&mut ops, id, 4).await;
     kill9(&mut c.child);
@@ -117,15 +118,17 @@ async fn a_disk_that_stops_taking_writes_stops_acknowledgements_and_loses_nothin
     let dir = kit::tempdir();
     let data = dir.path().join("data");
     let log = dir.path().join("coordinator.log");
-    let (mut c, addr, mut ops, id, workers) = n15_with_three_workers(&data, Some(&log)).await;
-    mid_run(&mut ops, id, 5).await;
-    // A probe takes a task now, while some are free (the workers lease
-    // ahead, and may hold every other one once the disk is full).
+    let (mut c, addr, mut ops, id) = n15_job(&data, Some(&log)).await;
+    // A probe takes a task before any worker starts (the workers lease
+    // ahead, and may hold every free task by the time the disk fills); the
+    // job cannot end while the probe holds it.
     let (mut w, _) = kit::clients(&c.url).await;
     let lease = kit::lease(&mut w, "probe", 1)
         .await
         .pop()
         .expect("a task to lease");
+    let workers = three_workers(&c.url);
+    mid_run(&mut ops, id, 5).await;
 
     // The disk "fills": no file of the coordinator may grow any more
     // (a file-size limit binds root too, unlike permissions).
