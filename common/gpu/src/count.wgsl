@@ -15,9 +15,10 @@
 //
 // The queue is a ring of jobs: `control[0]` counts the jobs taken and
 // `params.end` the jobs put in, both as wrapping 32-bit counters, and job
-// `j` lies at `j & JOB_MASK`. A slot takes the next job with a
-// compare-exchange, so the counter never passes the end: the host puts
-// new jobs behind it between launches and raises the end.
+// `j` lies at `j & JOB_MASK`. A slot takes the next job with an add, and
+// hands back a number past the end (see `take`), so between launches the
+// counter is the jobs taken: the host puts new jobs behind it and raises
+// the end.
 //
 // One step places the next candidate of the current row or backs up one
 // row. A queen on the next-to-last row is not pushed: the last row's open
@@ -134,27 +135,30 @@ fn flush(interior: u32, sols: u32, nodes: u32) {
     add64(interior * 4u + 2u, nodes);
 }
 
+// Whether job number `h` lies before the queue's end (wrapping: the
+// counter passes the end by at most the threads taking at once).
+fn queued(h: u32) -> bool {
+    return params.end - h - 1u < 0x80000000u;
+}
+
 // The next job's place in the ring, or NONE (never a place: the ring is
-// smaller) when the queue is empty or slot `me` takes no jobs. Taken with
-// a compare-exchange, so the counter never passes the end.
+// smaller) when the queue is empty or slot `me` takes no jobs. One add
+// per take, never retried (a compare-exchange loop retries once for every
+// thread that took first: thousands of times on a card whose idle threads
+// all take at a launch's start). A thread that took past the end hands
+// its number back, so the counter is at the end again when the launch
+// ends, and no number before the end is taken twice: once the counter
+// reaches the end it stays there or past it until the launch ends.
 fn take(me: u32) -> u32 {
-    var got = NONE;
-    if me >= params.takers {
-        return got;
+    if me >= params.takers || !queued(atomicLoad(&control[0])) {
+        return NONE;
     }
-    var h = atomicLoad(&control[0]);
-    loop {
-        if h == params.end {
-            break;
-        }
-        let r = atomicCompareExchangeWeak(&control[0], h, h + 1u);
-        if r.exchanged {
-            got = h & JOB_MASK;
-            break;
-        }
-        h = r.old_value;
+    let h = atomicAdd(&control[0], 1u);
+    if queued(h) {
+        return h & JOB_MASK;
     }
-    return got;
+    atomicSub(&control[0], 1u);
+    return NONE;
 }
 
 @compute @workgroup_size(WG)
@@ -237,7 +241,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
     }
     if s.owner != NONE {
-        atomicMax(&control[2], me + 1u);
+        // Read first: the threads still searching at a launch's end are
+        // many, and most find a higher slot there already.
+        if atomicLoad(&control[2]) <= me {
+            atomicMax(&control[2], me + 1u);
+        }
         s.info = start | (pen << 8u);
         flush(s.owner & 0xffffu, sols, nodes);
         for (var i = start; i < s.k; i++) {
