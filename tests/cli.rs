@@ -765,6 +765,18 @@ fn solve_on_a_card_is_exact_and_names_the_card() {
     assert!(text.contains("total    73712\n"), "{text}");
     assert!(text.contains("matches OEIS"), "{text}");
     assert!(text.contains("pieces, gpu:"), "{text}");
+    // How busy the card was: a share of its launches' steps.
+    let busy = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("card     ")?
+                .split('%')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("a card line: {text}"));
+    assert!(busy > 0.0 && busy <= 100.0, "{text}");
 
     let o = nqueens(&[
         "solve",
@@ -779,6 +791,22 @@ fn solve_on_a_card_is_exact_and_names_the_card() {
     let j = json(stdout(&o).trim());
     assert!(j["core"].as_str().unwrap().starts_with("gpu:"), "{j}");
     assert_eq!(kit::dec(&j["total"]), 14_200, "{j}");
+    let busy = j["card_busy"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "{j}");
+    // Fed by the threads the card asks for, unless --threads says.
+    let fed = |extra: &[&str]| {
+        let mut args = vec!["solve", "11", "--core", "gpu", "--json"];
+        args.extend(extra);
+        let o = Command::new(kit::binary())
+            .args(&args)
+            .env("NQUEENS_GPU_FEEDERS", "3")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(stdout(&o).trim())["threads"].as_u64().unwrap()
+    };
+    assert_eq!(fed(&[]), 3);
+    assert_eq!(fed(&["--threads", "5"]), 5);
 
     let dir = kit::tempdir();
     let state = dir.path().join("s");

@@ -1567,6 +1567,8 @@ fn counter(addr: &str, name: &str) -> f64 {
 
 /// [`a_full_disk_leaves_no_partial_checkpoints_and_few_log_lines`],
 /// inside its mount namespace.
+// Over 80 lines: one scenario on one small disk, each step checking the
+// state the last one left.
 fn full_disk_inside_a_namespace() {
     let dir = kit::tempdir();
     let disk = dir.path().join("disk");

@@ -127,11 +127,15 @@ fn run(command: Command) -> Result<(), Failure> {
 /// `nqueens solve`: a resumable run with `--state`, else a count in memory.
 fn solve(args: SolveArgs) -> Result<(), Failure> {
     let n = args.n;
-    let threads = args.threads.get();
     let core = args.core.core.path()?;
     let on_card = core == Some(Path::Gpu);
     let (strategy, shape) = gpu::backtracking(n, args.strategy, args.shape, on_card)?;
     let device = gpu::forced(core)?;
+    // A card is fed by as many threads as it asks for, unless --threads says.
+    let threads = match (&device, args.threads.threads) {
+        (Some(card), None) => card.feeders(),
+        _ => args.threads.get(),
+    };
     let join = shape.mode(n, strategy) == Mode::Join;
     if args.memory.is_some() && !join {
         return Err(Failure::BadInput(

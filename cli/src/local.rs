@@ -74,6 +74,7 @@ pub fn solve(
     };
     if let Some(card) = device.filter(|_| report.core == Path::Gpu.name()) {
         report.core = card.name().to_string();
+        report.card_busy = card.busy();
     }
     print_report(&report, json)
 }

@@ -37,6 +37,10 @@ pub struct Report {
     pub core: String,
     /// Whether total and unique equal the published values; absent past N=27.
     pub matches_known: Option<bool>,
+    /// The card's share of its threads' steps taken (see
+    /// [`nqueens_common::engine::device::Device::busy`]); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_busy: Option<f64>,
 }
 
 impl Report {
@@ -58,13 +62,20 @@ impl Report {
             pieces: s.pieces,
             core: s.core.to_string(),
             matches_known: matches(s.n.get(), total, unique),
+            card_busy: None,
         })
     }
 
     /// The multi-line text of `nqueens solve`.
     pub fn text(&self) -> String {
         let check = verdict(self.matches_known);
-        format!(
+        let card = self.card_busy.map_or(String::new(), |b| {
+            format!(
+                "card     {:.1}% busy (its threads' steps taken, of those its launches offered)\n",
+                100.0 * b
+            )
+        });
+        let text = format!(
             "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {} threads, {} pieces, {})\nnodes    {} ({}nodes/s)\n",
             self.n,
             self.total,
@@ -80,7 +91,8 @@ impl Report {
             self.core,
             thousands(self.nodes),
             si(self.nodes_per_second),
-        )
+        );
+        text + &card
     }
 
     /// The header of the classic table.

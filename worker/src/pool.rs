@@ -53,8 +53,9 @@ struct Queue {
 }
 
 impl Pool {
-    /// Starts `threads` counting threads on the CPU and
-    /// [`FEEDERS_PER_CARD`] for each of `devices`; each result goes to
+    /// Starts `threads` counting threads on the CPU and as many feeding
+    /// threads as each of `devices` asks for ([`Device::feeders`]), each
+    /// with its own task; each result goes to
     /// `done`. `core` is the engine's path (`None`: the fastest this CPU
     /// has); `budget` bounds the join's tables.
     pub fn new(
@@ -71,11 +72,11 @@ impl Pool {
             budget,
             plan: Mutex::new(None),
             cpu: threads > 0,
-            feeders: AtomicUsize::new(devices.len() * FEEDERS_PER_CARD),
+            feeders: AtomicUsize::new(feeders(devices)),
         });
         let cpu = (0..threads).map(|i| (format!("count-{i}"), None));
         let feeders = devices.iter().enumerate().flat_map(|(g, d)| {
-            (0..FEEDERS_PER_CARD).map(move |i| (format!("gpu-{g}-{i}"), Some(Arc::clone(d))))
+            (0..d.feeders()).map(move |i| (format!("gpu-{g}-{i}"), Some(Arc::clone(d))))
         });
         let with_cards = !devices.is_empty();
         for (name, device) in cpu.chain(feeders) {
@@ -179,13 +180,12 @@ impl Drop for Ending<'_> {
 /// How long dropping the pool waits for its threads to end.
 const END_WAIT: Duration = Duration::from_secs(10);
 
-/// Threads that feed one card, each counting its own task: while the card
-/// counts some tasks' batches, others cut their next batches into jobs,
-/// and a run gathers the batches of many (each a quarter of a job per
-/// search on the card: see `nqueens_gpu::Tuning`). Measured with
-/// `solve --core gpu` on an H200 (16 cores), when every batch was its own
-/// run: N=19 took 8.2 s with 4 threads feeding the card, 3.4 s with 16.
-pub const FEEDERS_PER_CARD: usize = 16;
+/// The feeding threads of every card in `devices`: each card's own
+/// ([`Device::feeders`]), each thread counting its own task while the
+/// card counts the others'.
+pub fn feeders(devices: &[Arc<dyn Device>]) -> usize {
+    devices.iter().map(|d| d.feeders()).sum()
+}
 
 /// Takes tasks until the pool closes, counting them on `device` (a card)
 /// or on the CPU.

@@ -7,7 +7,7 @@
 use crate::backoff::Backoff;
 use crate::metrics::{Call, Stats};
 use crate::pace::Pace;
-use crate::pool::{Counted, Pool, FEEDERS_PER_CARD};
+use crate::pool::{feeders, Counted, Pool};
 use crate::selftest::{self_test, self_test_cards};
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
@@ -50,7 +50,7 @@ pub struct Config {
     /// The engine's path (`None`: the fastest this CPU has).
     pub core: Option<Path>,
     /// Graphics cards to count on beside the CPU threads (each fed by its
-    /// own threads, [`crate::pool::FEEDERS_PER_CARD`]).
+    /// own threads, [`Device::feeders`]).
     pub devices: Vec<Arc<dyn Device>>,
     /// What the join may hold while it counts a task (`--memory`).
     pub budget: Budget,
@@ -336,7 +336,7 @@ impl Session {
         );
         // Tasks counted at once: every CPU thread and every card's feeders;
         // how many more are held follows the measured rate.
-        let slots = link.threads + config.devices.len() * FEEDERS_PER_CARD;
+        let slots = link.threads + feeders(&config.devices);
         let (results, to_report) = mpsc::unbounded_channel();
         let reporter = tokio::spawn(report_all(
             link.client.clone(),

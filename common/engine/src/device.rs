@@ -41,4 +41,18 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         froms: &[Start],
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError>;
+
+    /// The share of its threads' time spent searching since it was opened
+    /// (a card: the steps its threads took against those its launches
+    /// offered); `None` before any work, or where it does not tell.
+    fn busy(&self) -> Option<f64> {
+        None
+    }
+
+    /// Threads that should count on it at once: each hands in one task's
+    /// work and waits for its counts, so the device needs several to have
+    /// work queued while some wait for their last, longest searches.
+    fn feeders(&self) -> usize {
+        1
+    }
 }

@@ -2,11 +2,12 @@
 //! [`Device`].
 
 use crate::jobs::Prepared;
-use crate::kernel::{Kernel, Launch};
+use crate::kernel::{Kernel, Launch, Steps};
 use crate::stream::{Batch, Feed, MOST_INTERIORS};
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::{Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
+use nqueens_common::engine::threads::default_threads;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -47,6 +48,8 @@ pub struct Tuning {
     pub launch: Launch,
     /// Jobs to cut a batch into, at least, where its interiors allow.
     pub jobs: usize,
+    /// Threads that feed the card at once (see [`Device::feeders`]).
+    pub feeders: usize,
 }
 
 impl Tuning {
@@ -59,9 +62,10 @@ impl Tuning {
     /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
     /// their rows' tables,
-    /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit, and
-    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most
-    /// (for tuning on a new card).
+    /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit,
+    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
+    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card (for tuning on a
+    /// new card).
     pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
         let software = kind == wgpu::DeviceType::Cpu;
         let env = |name: &str, default: u32| {
@@ -95,6 +99,20 @@ impl Tuning {
             // holds the batches of every feeding thread, and every job
             // costs the host 50-100 ns on a Xeon core (MEASUREMENTS.md).
             jobs: env("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
+            // A card's threads spent 38% of their launches' steps
+            // searching with 2 feeding threads, 80% with 8 or 16
+            // (lavapipe, 2,048 searches in flight, N=16; MEASUREMENTS.md);
+            // an H200 counted N=19 in 8.2 s from 4, 3.4 s from 16. A
+            // software device runs on the cores the feeders would take.
+            feeders: env(
+                "NQUEENS_GPU_FEEDERS",
+                if software {
+                    default_threads() as u32
+                } else {
+                    16
+                },
+            )
+            .max(1) as usize,
         }
     }
 }
@@ -150,6 +168,11 @@ impl Card {
     pub fn launches(&self) -> u64 {
         self.kernel.launches()
     }
+
+    /// Steps its threads took against those its launches offered.
+    pub fn steps(&self) -> Steps {
+        self.kernel.steps()
+    }
 }
 
 impl Device for Card {
@@ -184,6 +207,15 @@ impl Device for Card {
             }
         }
         Ok(Some(out))
+    }
+
+    fn feeders(&self) -> usize {
+        self.tuning.feeders
+    }
+
+    fn busy(&self) -> Option<f64> {
+        let steps = self.steps();
+        (steps.offered > 0).then(|| steps.busy())
     }
 }
 

@@ -85,11 +85,17 @@ const PAIRS: u32 = 33u;
 // Per interior: completions (low, high word), queens placed (low, high word).
 @group(0) @binding(5) var<storage, read_write> results: array<atomic<u32>>;
 // [0]: jobs taken (wrapping); [1]: set once a count passes 64 bits;
-// [2]: the highest slot (plus one) still searching at a launch's end.
-@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 4>;
+// [2]: the highest slot (plus one) still searching at a launch's end;
+// [4], [5]: the steps the threads took, low and high word (how busy the
+// card was: against the launches' threads times their steps).
+@group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 8>;
 // Per batch: its jobs finished.
 @group(0) @binding(7) var<storage, read_write> done: array<atomic<u32>>;
 
+// The highest slot (plus one) of the workgroup still searching at the
+// launch's end, and the steps its threads took (both start at zero).
+var<workgroup> busiest: atomic<u32>;
+var<workgroup> used: atomic<u32>;
 // Each thread's rows, level-major: a warp's threads touch consecutive words.
 var<workgroup> stack: array<vec4<u32>, WG * LEVELS>;
 // Each thread's copy of its job's pairs from the start row down, level-major.
@@ -241,11 +247,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
     }
     if s.owner != NONE {
-        // Read first: the threads still searching at a launch's end are
-        // many, and most find a higher slot there already.
-        if atomicLoad(&control[2]) <= me {
-            atomicMax(&control[2], me + 1u);
-        }
+        atomicMax(&busiest, me + 1u);
         s.info = start | (pen << 8u);
         flush(s.owner & 0xffffu, sols, nodes);
         for (var i = start; i < s.k; i++) {
@@ -253,4 +255,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
     }
     slots[me] = s;
+    atomicAdd(&used, step);
+    // One thread a workgroup tells the card's counters (a launch's
+    // threads are many; its workgroups far fewer).
+    workgroupBarrier();
+    if lid == 0u {
+        let b = atomicLoad(&busiest);
+        if b != 0u {
+            atomicMax(&control[2], b);
+        }
+        let u = atomicLoad(&used);
+        let old = atomicAdd(&control[4], u);
+        if old + u < old {
+            atomicAdd(&control[5], 1u);
+        }
+    }
 }

@@ -17,6 +17,27 @@ const RECORD: u32 = 16;
 /// open columns), where a thread keeps a copy of its job's.
 const PAIR: u32 = 8;
 
+/// Steps a card's threads took, against the steps its launches offered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    pub used: u64,
+    pub offered: u64,
+}
+
+impl Steps {
+    /// The share of the launches' steps taken (0 before any launch).
+    pub fn busy(&self) -> f64 {
+        if self.offered == 0 {
+            return 0.0;
+        }
+        self.used as f64 / self.offered as f64
+    }
+}
+
+/// Bytes of workgroup memory a workgroup shares, whatever its size: its
+/// busiest slot and its steps taken.
+const GROUP_SHARED: u32 = 8;
+
 /// How a count is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {
@@ -66,6 +87,10 @@ pub struct Kernel {
     pub(crate) split: AtomicU64,
     /// Launches so far.
     pub(crate) launched: AtomicU64,
+    /// Steps the launches offered (their threads times the steps each may
+    /// take), and the steps the threads took.
+    pub(crate) offered: AtomicU64,
+    pub(crate) used: AtomicU64,
 }
 
 impl Kernel {
@@ -118,6 +143,8 @@ impl Kernel {
             limits,
             split: AtomicU64::new(0),
             launched: AtomicU64::new(0),
+            offered: AtomicU64::new(0),
+            used: AtomicU64::new(0),
         })
     }
 
@@ -131,6 +158,16 @@ impl Kernel {
     /// of the card idle.
     pub fn launches(&self) -> u64 {
         self.launched.load(Ordering::Relaxed)
+    }
+
+    /// The steps the card's threads took since it was opened, against the
+    /// steps its launches offered: how busy it was, whatever its speed (an
+    /// idle thread in a launch is a part of the card idle).
+    pub fn steps(&self) -> Steps {
+        Steps {
+            used: self.used.load(Ordering::Relaxed),
+            offered: self.offered.load(Ordering::Relaxed),
+        }
     }
 
     /// The workgroup size and pipeline for jobs whose stacks hold
@@ -305,7 +342,10 @@ pub fn threads_per_group(
     rows_in_group: bool,
 ) -> Result<u32, DeviceError> {
     let rows = PAIR * kept_rows(levels, rows_in_group);
-    let fit = limits.max_compute_workgroup_storage_size / (RECORD * levels + rows);
+    let room = limits
+        .max_compute_workgroup_storage_size
+        .saturating_sub(GROUP_SHARED);
+    let fit = room / (RECORD * levels + rows);
     let most = fit
         .min(256)
         .min(limits.max_compute_invocations_per_workgroup)

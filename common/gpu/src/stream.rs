@@ -53,6 +53,9 @@ const _: () = assert!(INTERIOR_RING <= 1 << 16 && TAGS <= 1 << 16);
 /// placed, each a low and a high word.
 const COUNT_WORDS: u64 = 4;
 
+/// Words of the queue's counters on the card (see count.wgsl's `control`).
+const CONTROL_WORDS: u64 = 8;
+
 /// Rounds in flight at most.
 const ROUNDS: usize = 2;
 
@@ -386,7 +389,7 @@ impl Stream {
         let stack_bytes = u64::from(slots) * u64::from(levels) * RECORD_WORDS as u64 * 4;
         let stacks = buffer("stacks", stack_bytes, rw);
         let results = buffer("results", INTERIOR_RING * COUNT_WORDS * 4, rw);
-        let control = buffer("control", 16, rw);
+        let control = buffer("control", CONTROL_WORDS * 4, rw);
         let done = buffer("done", u64::from(TAGS) * 4, rw);
         let bind = kernel.bind(&[
             &params, &tables, &jobs, &slot_buf, &stacks, &results, &control, &done,
@@ -581,7 +584,10 @@ impl Stream {
         kernel
             .queue
             .write_buffer(&self.params, 0, &as_bytes(&params));
-        kernel.queue.write_buffer(&self.control, 8, &as_bytes(&[0]));
+        // The busiest slot and the steps taken are the round's own.
+        kernel
+            .queue
+            .write_buffer(&self.control, 8, &as_bytes(&[0, 0, 0, 0]));
         let mut encoder = kernel.device.create_command_encoder(&Default::default());
         if live {
             let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -592,8 +598,14 @@ impl Stream {
             }
             let n = u64::from(self.launches);
             kernel.launched.fetch_add(n, Ordering::Relaxed);
+            let threads = u64::from(groups * self.wg);
+            let offered = n * threads * u64::from(launch.steps);
+            kernel.offered.fetch_add(offered, Ordering::Relaxed);
         }
-        let mut ranges = vec![(&self.control, 0, 16), (&self.done, 0, u64::from(TAGS) * 4)];
+        let mut ranges = vec![
+            (&self.control, 0, CONTROL_WORDS * 4),
+            (&self.done, 0, u64::from(TAGS) * 4),
+        ];
         let mut reads = Vec::new();
         for &tag in &self.order {
             let o = self.batch(tag);
@@ -642,6 +654,8 @@ impl Stream {
             )));
         }
         self.head = words[0];
+        let used = u64::from(words[4]) | u64::from(words[5]) << 32;
+        kernel.used.fetch_add(used, Ordering::Relaxed);
         // Searching after this round: its slots still searching, and any
         // slot a later round lets take a job.
         let later = self.rounds.iter().map(|r| r.active).max().unwrap_or(0);
@@ -651,7 +665,7 @@ impl Stream {
             if round.number < o.from_round {
                 continue;
             }
-            o.done = words[4 + tag as usize];
+            o.done = words[CONTROL_WORDS as usize + tag as usize];
             if o.done > o.queued {
                 return Err(DeviceError::Failed(format!(
                     "a batch on the card finished {} of its {} jobs",
@@ -659,7 +673,7 @@ impl Stream {
                 )));
             }
         }
-        let mut at = 4 + TAGS as usize;
+        let mut at = (CONTROL_WORDS + u64::from(TAGS)) as usize;
         for (tag, first, interiors) in round.reads {
             let counts = &words[at..at + (interiors * COUNT_WORDS) as usize];
             at += counts.len();

@@ -336,6 +336,34 @@ fn long_searches_are_split_among_idle_threads_exactly() {
     }
 }
 
+/// The card counts the steps its threads take: a step to take a job, one
+/// for each queen the card places, one to back up from each queen it
+/// stacks and one to end the job; so at least a step per queen placed and
+/// two per job, at most two per queen and two per job, and never more
+/// than the launches offered.
+#[test]
+fn the_card_counts_the_steps_its_threads_take() {
+    let Some(card) = card(64) else { return };
+    let mut t = card.tuning();
+    t.launch.steal = false;
+    let card = card.tuned(t);
+    let (pieces, froms, want) = pieces_and_cpu_counts(spec(13, Strategy::Frame, 1, 1), 4, 8, 12);
+    let never = AtomicBool::new(false);
+    let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+    assert_eq!(got, want);
+    let host = Prepared::new(&pieces, &froms, t.jobs);
+    let placed = |c: &PieceCounts| c.nodes - (c.c1 + c.c2 + c.c4 + c.c8);
+    let on_card: u64 =
+        got.iter().map(placed).sum::<u64>() - host.host.iter().map(placed).sum::<u64>();
+    let jobs = host.jobs.len() as u64;
+    let steps = card.steps();
+    println!("{steps:?}: {on_card} queens placed on the card, {jobs} jobs");
+    assert!(on_card > 0 && jobs > 0);
+    assert!(steps.used >= on_card + 2 * jobs, "{steps:?}");
+    assert!(steps.used <= 2 * on_card + 2 * jobs, "{steps:?}");
+    assert!(steps.used <= steps.offered, "{steps:?}");
+}
+
 /// Launches a whole count takes with and without its long searches
 /// split, and with batches cut into fewer or more jobs (a launch lasts as
 /// long as its busiest thread, so on a card fewer launches for the same
