@@ -206,7 +206,7 @@ async fn redundancy_catches_a_lying_worker_and_the_count_stays_exact() {
 /// counting on the CPU, under redundancy 2 with `--cross-device`: every
 /// task is counted by both kinds of device and their results (counts and
 /// checksums) agree, so the job ends exact with no conflict; the card is
-/// named in the worker list.
+/// named in the worker list, and its busy steps are on the worker's page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_and_a_cpu_agree_on_every_task() {
     if !kit::gpu_here() {
@@ -232,9 +232,10 @@ async fn a_card_and_a_cpu_agree_on_every_task() {
     assert_eq!(code, 0, "{err}");
     let id = kit::dec(&lines[0]["job"]).to_string();
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
+    let metrics = kit::free_addr();
     let mut card = kit::Worker(
         kit::worker_cmd(&c.url, "card", 1)
-            .args(["--core", "gpu", "--gpus", "auto"])
+            .args(["--core", "gpu", "--gpus", "auto", "--metrics", &metrics])
             .stderr(log("card.log"))
             .spawn()
             .unwrap(),
@@ -262,6 +263,16 @@ async fn a_card_and_a_cpu_agree_on_every_task() {
         let version = w["solver_version"].as_str().unwrap();
         assert_eq!(version.contains("gpu:"), gpu, "{w}");
     }
+    let (_, page) = kit::get_metrics(&metrics).unwrap();
+    let steps = |kind: &str| -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with("nqueens_worker_process_card_steps_total{"))
+            .filter(|l| l.contains("name=\"gpu:") && l.contains(&format!("steps=\"{kind}\"")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    let (taken, offered) = (steps("taken"), steps("offered"));
+    assert!(taken > 0.0 && taken <= offered, "{page}");
     for (name, w) in [("card", &mut card), ("cpu", &mut cpu)] {
         kit::terminate(w);
         let status = w.wait().unwrap();

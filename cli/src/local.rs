@@ -74,7 +74,7 @@ pub fn solve(
     };
     if let Some(card) = device.filter(|_| report.core == Path::Gpu.name()) {
         report.core = card.name().to_string();
-        report.card_busy = card.busy();
+        report.card_busy = card.busy().and_then(|b| b.share());
     }
     print_report(&report, json)
 }

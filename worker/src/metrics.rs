@@ -7,10 +7,11 @@
 //! (what it credited), which must not be mixed up with what a worker says
 //! of itself. A counter is named without the `_total` the encoder appends.
 
+use nqueens_common::engine::device::Device;
 use nqueens_metrics::{family, single, BuildInfo};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,6 +66,8 @@ pub struct Stats {
     leases: Gauge,
     /// Unix time of the latest answer to a report, in seconds (0: none yet).
     last_result: Gauge<f64, AtomicU64>,
+    /// The cards it counts on, read at each scrape.
+    cards: OnceLock<Vec<Arc<dyn Device>>>,
 }
 
 fn now() -> f64 {
@@ -87,7 +90,13 @@ impl Stats {
             errors: Default::default(),
             leases: Gauge::default(),
             last_result: Gauge::default(),
+            cards: OnceLock::new(),
         })
+    }
+
+    /// The cards this worker counts on, for its page.
+    pub(crate) fn with_cards(&self, cards: &[Arc<dyn Device>]) {
+        let _ = self.cards.set(cards.to_vec());
     }
 
     pub(crate) fn started(&self, id: &str, name: &str, path: &str, threads: usize) {
@@ -254,10 +263,39 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Each card's steps, by its place among this worker's cards and its name:
+    /// taken by its threads, and offered by its launches.
+    fn cards(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(cards) = self.cards.get().filter(|c| !c.is_empty()) else {
+            return Ok(());
+        };
+        let mut samples = Vec::new();
+        for (i, card) in cards.iter().enumerate() {
+            let busy = card.busy().unwrap_or_default();
+            for (steps, n) in [("taken", busy.taken), ("offered", busy.offered)] {
+                let labels = [
+                    ("card", i.to_string()),
+                    ("name", card.name().to_string()),
+                    ("steps", steps.to_string()),
+                ];
+                samples.push((labels, ConstCounter::new(n)));
+            }
+        }
+        family(
+            e,
+            "nqueens_worker_process_card_steps",
+            "Steps of each card's threads: taken searching, and offered by its launches (rate(taken) / rate(offered) is the card's busy share).",
+            samples,
+        )
+    }
+}
+
 impl Collector for Stats {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         self.identity(&mut encoder)?;
         self.work(&mut encoder)?;
-        self.calls(&mut encoder)
+        self.calls(&mut encoder)?;
+        self.cards(&mut encoder)
     }
 }

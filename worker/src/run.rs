@@ -201,6 +201,7 @@ impl Link {
         let name = format!("{display}-{}", instance_suffix());
         let version = nqueens_proto::fit_version(&format!("{} {core}", env!("CARGO_PKG_VERSION")));
         stats.started(&name, &display, &core, threads);
+        stats.with_cards(&config.devices);
         let about = About {
             host,
             cores: threads as u32,

@@ -25,6 +25,22 @@ pub enum DeviceError {
     Overflow,
 }
 
+/// The steps a device's threads took searching, against the steps its
+/// launches offered them: a thread with no search in a launch is a part
+/// of the device idle, whatever the device's speed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Busy {
+    pub taken: u64,
+    pub offered: u64,
+}
+
+impl Busy {
+    /// The share of the offered steps taken (`None` before any launch).
+    pub fn share(&self) -> Option<f64> {
+        (self.offered > 0).then(|| self.taken as f64 / self.offered as f64)
+    }
+}
+
 /// A device that counts interior searches, as the CPU's lanes do.
 pub trait Device: Send + Sync + std::fmt::Debug {
     /// What to call it where the CPU path is named: the card and its API,
@@ -42,10 +58,9 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError>;
 
-    /// The share of its threads' time spent searching since it was opened
-    /// (a card: the steps its threads took against those its launches
-    /// offered); `None` before any work, or where it does not tell.
-    fn busy(&self) -> Option<f64> {
+    /// How busy its threads were since it was opened (see [`Busy`]);
+    /// `None` where it does not tell.
+    fn busy(&self) -> Option<Busy> {
         None
     }
 

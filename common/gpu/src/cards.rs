@@ -2,10 +2,10 @@
 //! [`Device`].
 
 use crate::jobs::Prepared;
-use crate::kernel::{Kernel, Launch, Steps};
+use crate::kernel::{Kernel, Launch};
 use crate::stream::{Batch, Feed, MOST_INTERIORS};
 use nqueens_common::engine::counts::PieceCounts;
-use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::engine::device::{Busy, Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
 use nqueens_common::engine::threads::default_threads;
 use std::sync::atomic::AtomicBool;
@@ -168,11 +168,6 @@ impl Card {
     pub fn launches(&self) -> u64 {
         self.kernel.launches()
     }
-
-    /// Steps its threads took against those its launches offered.
-    pub fn steps(&self) -> Steps {
-        self.kernel.steps()
-    }
 }
 
 impl Device for Card {
@@ -213,9 +208,8 @@ impl Device for Card {
         self.tuning.feeders
     }
 
-    fn busy(&self) -> Option<f64> {
-        let steps = self.steps();
-        (steps.offered > 0).then(|| steps.busy())
+    fn busy(&self) -> Option<Busy> {
+        Some(self.kernel.busy())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The counting shader on one wgpu device: its pipelines, built for each
 //! shape of stack, and reading buffers back. [`crate::stream`] launches it.
 
-use nqueens_common::engine::device::DeviceError;
+use nqueens_common::engine::device::{Busy, DeviceError};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,23 +16,6 @@ const RECORD: u32 = 16;
 /// Bytes of one row's pair of table words (its shift and the next row's
 /// open columns), where a thread keeps a copy of its job's.
 const PAIR: u32 = 8;
-
-/// Steps a card's threads took, against the steps its launches offered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Steps {
-    pub used: u64,
-    pub offered: u64,
-}
-
-impl Steps {
-    /// The share of the launches' steps taken (0 before any launch).
-    pub fn busy(&self) -> f64 {
-        if self.offered == 0 {
-            return 0.0;
-        }
-        self.used as f64 / self.offered as f64
-    }
-}
 
 /// Bytes of workgroup memory a workgroup shares, whatever its size: its
 /// busiest slot and its steps taken.
@@ -90,7 +73,7 @@ pub struct Kernel {
     /// Steps the launches offered (their threads times the steps each may
     /// take), and the steps the threads took.
     pub(crate) offered: AtomicU64,
-    pub(crate) used: AtomicU64,
+    pub(crate) taken: AtomicU64,
 }
 
 impl Kernel {
@@ -144,7 +127,7 @@ impl Kernel {
             split: AtomicU64::new(0),
             launched: AtomicU64::new(0),
             offered: AtomicU64::new(0),
-            used: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
         })
     }
 
@@ -161,11 +144,10 @@ impl Kernel {
     }
 
     /// The steps the card's threads took since it was opened, against the
-    /// steps its launches offered: how busy it was, whatever its speed (an
-    /// idle thread in a launch is a part of the card idle).
-    pub fn steps(&self) -> Steps {
-        Steps {
-            used: self.used.load(Ordering::Relaxed),
+    /// steps its launches offered.
+    pub fn busy(&self) -> Busy {
+        Busy {
+            taken: self.taken.load(Ordering::Relaxed),
             offered: self.offered.load(Ordering::Relaxed),
         }
     }

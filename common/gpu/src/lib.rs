@@ -25,5 +25,4 @@ pub mod steal;
 pub mod stream;
 
 pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
-pub use kernel::Steps;
 pub use nqueens_common::engine::device::{Device, DeviceError};

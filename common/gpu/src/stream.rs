@@ -654,8 +654,8 @@ impl Stream {
             )));
         }
         self.head = words[0];
-        let used = u64::from(words[4]) | u64::from(words[5]) << 32;
-        kernel.used.fetch_add(used, Ordering::Relaxed);
+        let taken = u64::from(words[4]) | u64::from(words[5]) << 32;
+        kernel.taken.fetch_add(taken, Ordering::Relaxed);
         // Searching after this round: its slots still searching, and any
         // slot a later round lets take a job.
         let later = self.rounds.iter().map(|r| r.active).max().unwrap_or(0);
