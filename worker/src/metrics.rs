@@ -261,9 +261,7 @@ impl Stats {
             &self.last_result,
         )
     }
-}
 
-impl Stats {
     /// Each card's steps, by its place among this worker's cards and its name:
     /// taken by its threads, and offered by its launches.
     fn cards(&self, e: &mut DescriptorEncoder) -> fmt::Result {
