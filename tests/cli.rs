@@ -777,6 +777,7 @@ fn solve_on_a_card_is_exact_and_names_the_card() {
         })
         .unwrap_or_else(|| panic!("a card line: {text}"));
     assert!(busy > 0.0 && busy <= 100.0, "{text}");
+    assert!(text.contains(" searches at once\n"), "{text}");
 
     let o = nqueens(&[
         "solve",
@@ -793,6 +794,7 @@ fn solve_on_a_card_is_exact_and_names_the_card() {
     assert_eq!(kit::dec(&j["total"]), 14_200, "{j}");
     let busy = j["card_busy"].as_f64().unwrap();
     assert!(busy > 0.0 && busy <= 1.0, "{j}");
+    assert!(j["card_searches"].as_u64().unwrap() >= 1, "{j}");
     // Fed by the threads the card asks for, unless --threads says.
     let fed = |extra: &[&str]| {
         let mut args = vec!["solve", "11", "--core", "gpu", "--json"];

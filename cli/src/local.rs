@@ -74,7 +74,9 @@ pub fn solve(
     };
     if let Some(card) = device.filter(|_| report.core == Path::Gpu.name()) {
         report.core = card.name().to_string();
-        report.card_busy = card.busy().and_then(|b| b.share());
+        let busy = card.busy();
+        report.card_busy = busy.and_then(|b| b.share());
+        report.card_searches = busy.map(|b| b.searches).filter(|&s| s > 0);
     }
     print_report(&report, json)
 }

@@ -41,6 +41,9 @@ pub struct Report {
     /// [`nqueens_common::engine::device::Device::busy`]); absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub card_busy: Option<f64>,
+    /// The searches the card ran in flight at once (its threads a launch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_searches: Option<u64>,
 }
 
 impl Report {
@@ -63,6 +66,7 @@ impl Report {
             core: s.core.to_string(),
             matches_known: matches(s.n.get(), total, unique),
             card_busy: None,
+            card_searches: None,
         })
     }
 
@@ -70,8 +74,11 @@ impl Report {
     pub fn text(&self) -> String {
         let check = verdict(self.matches_known);
         let card = self.card_busy.map_or(String::new(), |b| {
+            let searches = self.card_searches.map_or(String::new(), |s| {
+                format!(", {} searches at once", thousands(s.into()))
+            });
             format!(
-                "card     {:.1}% busy (its threads' steps taken, of those its launches offered)\n",
+                "card     {:.1}% busy (its threads' steps taken, of those its launches offered){searches}\n",
                 100.0 * b
             )
         });

@@ -32,6 +32,9 @@ pub enum DeviceError {
 pub struct Busy {
     pub taken: u64,
     pub offered: u64,
+    /// Searches in flight at once: the threads of the device's latest
+    /// launches.
+    pub searches: u64,
 }
 
 impl Busy {

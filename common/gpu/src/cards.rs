@@ -53,12 +53,14 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// For an adapter of this type: a hardware GPU runs 65,536 searches
-    /// at once and long launches; a software device (lavapipe, in CI) a
-    /// few thousand and short ones; a hardware GPU's shader drops naga's
-    /// bounds checks, a software device's keeps them. `NQUEENS_GPU_STEPS`,
-    /// `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS` override the steps per
-    /// launch, the searches in flight and the jobs a batch is cut into,
+    /// For an adapter of this type: a hardware GPU runs as many searches
+    /// at once as it holds workgroups at once (measured, see
+    /// [`crate::width`]) and long launches; a software device (lavapipe,
+    /// in CI) a few thousand and short ones; a hardware GPU's shader drops
+    /// naga's bounds checks, a software device's keeps them.
+    /// `NQUEENS_GPU_STEPS`, `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS`
+    /// override the steps per launch, the searches in flight (measured no
+    /// more) and the jobs a batch is cut into,
     /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
     /// their rows' tables,
@@ -77,13 +79,16 @@ impl Tuning {
         let steps = env("NQUEENS_GPU_STEPS", if software { 4096 } else { 16384 });
         // On an H200, 65,536 searches in flight counted N=19 in 2.5 s,
         // 131,072 in 3.3-3.4 s and 262,144 in 2.9 s: a launch lasts as
-        // long as its last wave of workgroups, so a count that fits one
-        // wave wastes none.
+        // long as its last wave of workgroups, so a hardware card runs as
+        // many as fit one wave, measured (at most 524,288).
+        let given = std::env::var("NQUEENS_GPU_SLOTS").is_ok();
         let slots = env("NQUEENS_GPU_SLOTS", if software { 2048 } else { 65_536 });
+        let fill = !software && !given;
         Tuning {
             launch: Launch {
                 steps: steps.clamp(1, 65_535),
-                slots: slots.max(1),
+                slots: if fill { 1 << 19 } else { slots.max(1) },
+                fill,
                 max_launches: env("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
                 bias: 0,
                 // Sixteen jobs per search: the batches of several feeding

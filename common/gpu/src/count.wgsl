@@ -89,7 +89,9 @@ const PAIRS: u32 = 33u;
 // [0]: jobs taken (wrapping); [1]: set once a count passes 64 bits;
 // [2]: the highest slot (plus one) still searching at a launch's end;
 // [4], [5]: the steps the threads took, low and high word (how busy the
-// card was: against the launches' threads times their steps).
+// card was: against the launches' threads times their steps);
+// [6]: workgroups running now; [7]: the most that ran at once (how many
+// the card holds, when each runs long enough to meet the others).
 @group(0) @binding(6) var<storage, read_write> control: array<atomic<u32>, 8>;
 // Per batch: its jobs finished.
 @group(0) @binding(7) var<storage, read_write> done: array<atomic<u32>>;
@@ -172,6 +174,9 @@ fn take(me: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let me = gid.x;
+    if lid == 0u {
+        atomicMax(&control[7], atomicAdd(&control[6], 1u) + 1u);
+    }
     var s = slots[me];
     var pairs = (s.owner & 0xffffu) * PAIRS;
     var start = s.info & 0xffu;
@@ -268,6 +273,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     // threads are many; its workgroups far fewer).
     workgroupBarrier();
     if lid == 0u {
+        atomicSub(&control[6], 1u);
         let b = atomicLoad(&busiest);
         if b != 0u {
             atomicMax(&control[2], b);

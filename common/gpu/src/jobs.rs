@@ -23,7 +23,7 @@ pub fn shift_word(base: u32, k: u32) -> usize {
 }
 
 /// An interior's tables, laid out as [`TABLE_WORDS`] says.
-fn table(it: &Interior) -> [u32; TABLE_WORDS] {
+pub(crate) fn table(it: &Interior) -> [u32; TABLE_WORDS] {
     let (allowed, shift) = it.tables();
     let mut out = [0; TABLE_WORDS];
     out[1] = allowed[0];

@@ -29,6 +29,10 @@ pub struct Launch {
     pub steps: u32,
     /// Threads (searches in flight) at most.
     pub slots: u32,
+    /// Whether the searches in flight are as many as the card runs at
+    /// once (at most `slots`), measured for each shader (see
+    /// [`crate::width`]); otherwise `slots` of them.
+    pub fill: bool,
     /// Launches in one round, at most.
     pub max_launches: u32,
     /// Added to every job's two counters before the count and taken off
@@ -65,6 +69,12 @@ pub struct Kernel {
     pub(crate) queue: wgpu::Queue,
     pub(crate) layout: wgpu::BindGroupLayout,
     pipelines: Mutex<HashMap<Shape, wgpu::ComputePipeline>>,
+    /// Workgroups the card runs at once, by pipeline shape with the most
+    /// workgroups asked for in place of the ring's mask (which changes
+    /// nothing the card holds).
+    widths: Mutex<HashMap<Shape, u32>>,
+    /// Searches in flight in the latest queue (its threads per launch).
+    pub(crate) searches: AtomicU64,
     pub(crate) limits: wgpu::Limits,
     /// Jobs split off long searches so far (see [`crate::steal`]).
     pub(crate) split: AtomicU64,
@@ -123,6 +133,8 @@ impl Kernel {
             queue,
             layout,
             pipelines: Mutex::new(HashMap::new()),
+            widths: Mutex::new(HashMap::new()),
+            searches: AtomicU64::new(0),
             limits,
             split: AtomicU64::new(0),
             launched: AtomicU64::new(0),
@@ -149,7 +161,34 @@ impl Kernel {
         Busy {
             taken: self.taken.load(Ordering::Relaxed),
             offered: self.offered.load(Ordering::Relaxed),
+            searches: self.searches.load(Ordering::Relaxed),
         }
+    }
+
+    /// The workgroups, at most `most`, that the pipeline for stacks of
+    /// `levels` rows and a ring of `ring` jobs runs at once on this card:
+    /// measured once per pipeline (see [`crate::width`]).
+    pub fn width(
+        &self,
+        levels: u32,
+        ring: u32,
+        launch: &Launch,
+        most: u32,
+    ) -> Result<u32, DeviceError> {
+        let (wg, pipeline) = self.prepare(levels, ring, launch)?;
+        let key = (wg, levels, launch.checked, launch.rows_in_group, most);
+        if let Some(&w) = self
+            .widths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(w);
+        }
+        let w = crate::width::measure(self, &pipeline, wg, levels, most)?;
+        let mut widths = self.widths.lock().unwrap_or_else(|e| e.into_inner());
+        widths.insert(key, w);
+        Ok(w)
     }
 
     /// The workgroup size and pipeline for jobs whose stacks hold

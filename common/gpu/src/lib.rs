@@ -13,6 +13,8 @@
 //! - [`jobs`]: interiors cut into enough start states to fill a card.
 //! - [`steal`]: the searches still going once the queue is empty, split
 //!   among the idle threads.
+//! - [`width`]: how many workgroups the card runs at once, measured, so
+//!   a launch's searches fill one wave of them.
 //!
 //! Nothing here needs a GPU SDK to build: the Vulkan loader is opened at
 //! run time, and a machine without one (or without any adapter) simply
@@ -23,6 +25,7 @@ pub mod jobs;
 pub mod kernel;
 pub mod steal;
 pub mod stream;
+pub mod width;
 
 pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
 pub use nqueens_common::engine::device::{Device, DeviceError};

@@ -358,12 +358,18 @@ impl Stream {
         let most = (launch.queue_jobs as u64).min(fit).clamp(1, 1 << 31);
         let ring = 1u32 << (63 - most.leading_zeros());
         let (wg, pipeline) = kernel.prepare(levels, ring, launch)?;
-        let groups = launch
+        let most = launch
             .slots
             .div_ceil(wg)
             .min(limits.max_compute_workgroups_per_dimension)
             .max(1);
+        let groups = if launch.fill {
+            kernel.width(levels, ring, launch, most)?
+        } else {
+            most
+        };
         let slots = groups * wg;
+        kernel.searches.store(slots.into(), Ordering::Relaxed);
         let device = &kernel.device;
         let buffer = |label, bytes: u64, usage| {
             device.create_buffer(&wgpu::BufferDescriptor {

@@ -199,6 +199,7 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
     let mut launch = Launch {
         steps: 1,
         slots: 1,
+        fill: false,
         max_launches: 1,
         bias: 0,
         queue_jobs: 1,
@@ -465,4 +466,44 @@ fn the_hosts_share_of_a_whole_count() {
         cut.jobs.load(Relaxed),
         cut.interiors.load(Relaxed)
     );
+}
+
+/// The workgroups a card runs at once are measured per shader (at least
+/// one, at most those asked for, the same when asked again), and a card
+/// whose searches in flight fill that width counts exactly, with fewer
+/// searches than asked for where the card holds fewer.
+#[test]
+fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
+    let Some(card) = card(512) else { return };
+    let mut t = card.tuning();
+    (t.launch.fill, t.launch.slots) = (true, 1 << 12);
+    let adapter = nqueens_gpu::adapters().into_iter().next().unwrap();
+    let kernel = Kernel::open(&adapter).unwrap();
+    let mut narrow = true;
+    for levels in [1, 6, 13] {
+        let (wg, _) = kernel.prepare(levels, 1 << 10, &t.launch).unwrap();
+        let most = (1 << 12) / wg;
+        let width = kernel.width(levels, 1 << 10, &t.launch, most).unwrap();
+        println!("{levels} rows: {width} workgroups of {wg} at once");
+        assert!(
+            (1..=most).contains(&width),
+            "{levels} rows: {width} of {most}"
+        );
+        let again = kernel.width(levels, 1 << 10, &t.launch, most).unwrap();
+        assert_eq!(again, width, "measured once per shader");
+        narrow &= width < most;
+    }
+
+    let card = Arc::new(card.tuned(t));
+    let device: Arc<dyn Device> = Arc::clone(&card) as Arc<dyn Device>;
+    same_as_cpu(&device, spec(12, Strategy::Frame, 1, 2));
+    let searches = card.busy().unwrap().searches;
+    println!("{searches} searches at once");
+    assert!((1..=1 << 12).contains(&searches), "{searches}");
+    if narrow {
+        assert!(
+            searches < 1 << 12,
+            "{searches}: the card's width was not used"
+        );
+    }
 }

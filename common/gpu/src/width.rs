@@ -1,0 +1,103 @@
+//! How many workgroups of one pipeline a card runs at once, measured.
+//!
+//! A launch lasts as long as its last wave of workgroups: with more
+//! searches in flight than the card holds at once, the workgroups past
+//! its width wait for a second wave, and the launch takes two waves'
+//! time for little more than one wave's work (on an H200, 65,536
+//! searches counted N=19 in 2.5 s, 131,072 in 3.3 s). What the card
+//! holds depends on the pipeline (its workgroup memory, its registers)
+//! and on the card (its multiprocessors), and no graphics API says it.
+//! So it is measured: one launch of many workgroups, each thread a
+//! short search of an empty board with a known count, and the shader
+//! records the most workgroups that ran at once (`control[6]` and `[7]`
+//! in count.wgsl). Each search lasts thousands of steps, so every
+//! workgroup of the first wave is still running when the last one
+//! starts.
+
+use crate::jobs::table;
+use crate::kernel::{as_bytes, Kernel};
+use nqueens_common::engine::device::DeviceError;
+use nqueens_common::engine::interior::Interior;
+use nqueens_common::known::known;
+
+/// The board each thread of the probe counts, at most: 2,056 queens
+/// placed, 92 completions.
+const PROBE_N: u32 = 8;
+
+/// The most workgroups of `wg` threads, at most `groups`, that
+/// `pipeline` (built for stacks of `levels` rows) runs at once on
+/// `kernel`'s card. An error where the card miscounts the probe's
+/// searches.
+pub(crate) fn measure(
+    kernel: &Kernel,
+    pipeline: &wgpu::ComputePipeline,
+    wg: u32,
+    levels: u32,
+    groups: u32,
+) -> Result<u32, DeviceError> {
+    let threads = groups * wg;
+    let n = PROBE_N.min(levels + 2);
+    let board = Interior::new(n as usize, &[]);
+    let pen = board.rows() as u32 - 2;
+    let table = table(&board);
+    let device = &kernel.device;
+    let buffer = |label, words: &[u32], usage| {
+        let b = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (words.len() as u64 * 4).max(16),
+            usage,
+            mapped_at_creation: false,
+        });
+        kernel.queue.write_buffer(&b, 0, &as_bytes(words));
+        b
+    };
+    use wgpu::BufferUsages as U;
+    let rw = U::STORAGE | U::COPY_DST | U::COPY_SRC;
+    // Every thread starts with the board's search in hand (as if resumed
+    // on its first row) and takes no job: it ends the search well within
+    // its steps, so none is left to resume and the stacks stay unwritten.
+    let params = buffer("probe params", &[0, u32::from(u16::MAX), 0, 0], {
+        U::UNIFORM | U::COPY_DST
+    });
+    let tables = buffer("probe tables", &table, rw);
+    let jobs = buffer("probe jobs", &[0; 8], rw);
+    let search = [0, table[1], 0, 0, 0, 0, pen << 8, 0];
+    let slots = buffer("probe slots", &search.repeat(threads as usize), rw);
+    let stacks = buffer("probe stacks", &[0; 4], rw);
+    let results = buffer("probe results", &[0; 4], rw);
+    let control = buffer("probe control", &[0; 8], rw);
+    let done = buffer("probe done", &[0], rw);
+    let bind = kernel.bind(&[
+        &params, &tables, &jobs, &slots, &stacks, &results, &control, &done,
+    ]);
+    let mut encoder = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(groups, 1, 1);
+    }
+    let words = kernel.read(
+        encoder,
+        &[(&control, 0, 32), (&results, 0, 16), (&done, 0, 4)],
+    )?;
+    let (control, results, done) = (&words[..8], &words[8..12], words[12]);
+    let total = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    let each = known(n).expect("a known board").total as u64;
+    let counted = total(results[0], results[1]);
+    let (running, most) = (control[6], control[7]);
+    if done != threads || counted != each * u64::from(threads) {
+        return Err(DeviceError::Failed(format!(
+            "the card miscounted its width probe: {done} of {threads} searches of an empty \
+             {n}x{n} board done, {counted} completions where {} were due",
+            each * u64::from(threads)
+        )));
+    }
+    if running != 0 || most == 0 || most > groups {
+        return Err(DeviceError::Failed(format!(
+            "the card's width probe of {groups} workgroups saw {most} at once at most, \
+             and {running} still running after the launch"
+        )));
+    }
+    Ok(most)
+}
