@@ -850,6 +850,65 @@ fn solve_on_a_card_is_exact_and_names_the_card() {
     );
 }
 
+/// `bench --core gpu --tune` counts N under each turn of each knob (every
+/// count checked), and the settings it names as fastest are the ones a
+/// count run with them uses; without `--core gpu` it is refused.
+#[test]
+fn tuning_a_card_names_settings_that_a_count_then_uses() {
+    let o = nqueens(&["bench", "11", "--tune"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --core gpu"), "{}", stderr(&o));
+    if !kit::gpu_here() {
+        return;
+    }
+    let o = nqueens(&["bench", "11", "--core", "gpu", "--tune", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
+    let (last, trials) = lines.split_last().unwrap();
+    // The start, then two turns of each knob but the tables' one.
+    assert!(trials.len() >= 8, "{}", stdout(&o));
+    assert_eq!(trials[0]["knob"], "start");
+    for knob in ["tables", "steps", "feeders", "jobs", "launches"] {
+        assert!(trials.iter().any(|t| t["knob"] == knob), "{knob}");
+    }
+    for t in trials {
+        assert!(t["seconds"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(t["searches"].as_u64().unwrap() >= 1, "{t}");
+    }
+    let fastest: Vec<(String, String)> = last["fastest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.as_str().unwrap().split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let setting = |name: &str| {
+        let kv = fastest.iter().find(|(k, _)| k == name);
+        kv.unwrap_or_else(|| panic!("{name} in {fastest:?}"))
+            .1
+            .clone()
+    };
+    let o = Command::new(kit::binary())
+        .args(["solve", "11", "--core", "gpu", "--json"])
+        .envs(fastest.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = json(stdout(&o).trim());
+    assert_eq!(kit::dec(&j["total"]), 2680, "{j}");
+    assert_eq!(
+        j["threads"].as_u64().unwrap().to_string(),
+        setting("NQUEENS_GPU_FEEDERS")
+    );
+    // A software device's searches are given; a card's, its measured width.
+    let searches = j["card_searches"].as_u64().unwrap().to_string();
+    if fastest.iter().any(|(k, _)| k == "NQUEENS_GPU_SLOTS") {
+        assert_eq!(searches, setting("NQUEENS_GPU_SLOTS"));
+    }
+}
+
 /// `plan --estimate --gpu-rate R` projects the backtracking's nodes at R
 /// nodes/s per card, in text and JSON; the join has no GPU time.
 #[test]

@@ -76,13 +76,22 @@ pub enum Command {
         \n  nqueens bench\
         \n  nqueens bench 14..18 --runs 3\
         \n  nqueens bench 17 --no-baseline --json\
+        \n  nqueens bench 19 --core gpu --tune\
         \n\
         \nEach N is counted by the fast core on one thread and on T threads (default: all \
         cores), then by the baseline (a Somers-style bitmap search using only the mirror \
         symmetry) on one thread. Times are medians of --runs in-process runs; every count \
         is checked. speedup = baseline time / fast core time, both on one thread. The core \
         column says which inner loop counted: avx512 or avx2 (16 searches in lanes; the \
-        faster of the two on this CPU unless --core says), scalar, or search (N < 6).")]
+        faster of the two on this CPU unless --core says), scalar, or search (N < 6).\
+        \n\
+        \n--tune counts N (the range's last) on the card as `solve --core gpu` does, once per \
+        tuning: the start (the card's defaults and any NQUEENS_GPU_* set), then each knob \
+        turned from the fastest so far (where the rows' tables live, steps per launch, \
+        feeding threads, jobs per batch, launches per round). It prints each count's time, \
+        rate, the card's busy share and searches at once, then the NQUEENS_GPU_* settings \
+        of the fastest, for the workers on that card. Pick an N the card counts in a few \
+        seconds (19 or 20 on a datacenter GPU).")]
     Bench(BenchArgs),
     /// Run the coordinator: durable jobs, task leases over gRPC, exact totals.
     #[command(after_help = "Examples:\
@@ -490,6 +499,10 @@ pub struct BenchArgs {
     /// Time every core this CPU has, one row each.
     #[arg(long)]
     pub every_core: bool,
+    /// With --core gpu: find the card's fastest tuning on the range's
+    /// last N (see below).
+    #[arg(long, conflicts_with = "every_core")]
+    pub tune: bool,
     /// Print one JSON object per N.
     #[arg(long)]
     pub json: bool,

@@ -36,6 +36,7 @@ pub mod opts;
 pub mod progress;
 pub mod report;
 pub mod serve;
+pub mod tune;
 
 use args::{BenchArgs, Cli, Command, CoordinatorArgs, PlanArgs, SolveArgs, SubmitArgs, WorkerArgs};
 use clap::{CommandFactory, Parser};
@@ -226,6 +227,14 @@ fn plan(args: PlanArgs) -> Result<(), Failure> {
 
 /// `nqueens bench`: on the core asked for, or on every core this CPU has.
 fn benchmark(args: BenchArgs) -> Result<(), Failure> {
+    if args.tune {
+        if args.core.path()? != Some(Path::Gpu) {
+            return Err(Failure::BadInput(
+                "--tune tunes a graphics card: add --core gpu".into(),
+            ));
+        }
+        return tune::tune(args.range.1, args.runs, args.json);
+    }
     let paths = if args.every_core {
         Path::available().into_iter().map(Some).collect()
     } else {

@@ -55,6 +55,15 @@ pub struct PlanShape {
 }
 
 impl PlanShape {
+    /// No option given: N's defaults.
+    pub fn none() -> PlanShape {
+        PlanShape {
+            depth: None,
+            tasks: None,
+            mode: None,
+        }
+    }
+
     /// The mode asked for: the join for the halves strategy, which only
     /// the join counts; without a mode or a strategy, N's default.
     pub fn mode(&self, n: Size, strategy: Option<Strategy>) -> PlanMode {

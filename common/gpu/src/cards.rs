@@ -42,6 +42,20 @@ impl std::str::FromStr for Choice {
     }
 }
 
+/// The most steps per launch on a software device. Lavapipe ends a
+/// shader's loops silently once they have run 65,535 iterations in all
+/// (every loop of an invocation together, each iteration counted while
+/// any of its 8 lanes runs it): N=14 came out wrong at 12,000 steps and
+/// right at 8,192. A step is one iteration of the stepping loop, at most
+/// one of the taking loop, and one of the back-up loop plus one for each
+/// row a lane backs up; a lane backs up no more rows in a launch than it
+/// placed queens in it and found on its stack, so a launch runs at most
+/// 11 iterations a step and 10 a stack row (30 rows): 4,096 steps make
+/// 45,356 at most. (Where the rows' tables are copied to workgroup
+/// memory, not a software device's default, each job taken adds one
+/// iteration a row; a job lasts far more steps than it has rows.)
+pub const SOFTWARE_STEPS: u32 = 4096;
+
 /// How a card's counts are cut and launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
@@ -57,59 +71,64 @@ impl Tuning {
     /// at once as it holds workgroups at once (measured, see
     /// [`crate::width`]) and long launches; a software device (lavapipe,
     /// in CI) a few thousand and short ones; a hardware GPU's shader drops
-    /// naga's bounds checks, a software device's keeps them.
+    /// naga's bounds checks, a software device's keeps them. The
+    /// environment overrides each (for tuning on a new card; see
+    /// [`Tuning::from_lookup`]).
+    pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
+        Tuning::from_lookup(kind, |name| std::env::var(name).ok())
+    }
+
+    /// As [`Tuning::for_type`], with `lookup` for the environment:
     /// `NQUEENS_GPU_STEPS`, `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS`
-    /// override the steps per launch, the searches in flight (measured no
+    /// set the steps per launch, the searches in flight (measured no
     /// more) and the jobs a batch is cut into,
     /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
     /// their rows' tables,
     /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit,
     /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
-    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card (for tuning on a
-    /// new card).
-    pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
+    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card.
+    pub fn from_lookup(kind: wgpu::DeviceType, lookup: impl Fn(&str) -> Option<String>) -> Tuning {
         let software = kind == wgpu::DeviceType::Cpu;
-        let env = |name: &str, default: u32| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        };
-        let steps = env("NQUEENS_GPU_STEPS", if software { 4096 } else { 16384 });
+        let number =
+            |name: &str, default: u32| lookup(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+        let unless =
+            |name: &str, no: &str, default: bool| lookup(name).map_or(default, |v| v != no);
+        let most_steps = if software { SOFTWARE_STEPS } else { 65_535 };
+        let steps = number("NQUEENS_GPU_STEPS", if software { 4096 } else { 16384 });
         // On an H200, 65,536 searches in flight counted N=19 in 2.5 s,
         // 131,072 in 3.3-3.4 s and 262,144 in 2.9 s: a launch lasts as
         // long as its last wave of workgroups, so a hardware card runs as
         // many as fit one wave, measured (at most 524,288).
-        let given = std::env::var("NQUEENS_GPU_SLOTS").is_ok();
-        let slots = env("NQUEENS_GPU_SLOTS", if software { 2048 } else { 65_536 });
+        let given = lookup("NQUEENS_GPU_SLOTS").is_some();
+        let slots = number("NQUEENS_GPU_SLOTS", if software { 2048 } else { 65_536 });
         let fill = !software && !given;
         Tuning {
             launch: Launch {
-                steps: steps.clamp(1, 65_535),
+                steps: steps.clamp(1, most_steps),
+                most_steps,
                 slots: if fill { 1 << 19 } else { slots.max(1) },
                 fill,
-                max_launches: env("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
+                max_launches: number("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
                 bias: 0,
                 // Sixteen jobs per search: the batches of several feeding
                 // threads (a card's buffers are made once, and zeroed).
                 queue_jobs: slots as usize * 16,
-                steal: std::env::var("NQUEENS_GPU_STEAL").map_or(true, |v| v != "off"),
+                steal: unless("NQUEENS_GPU_STEAL", "off", true),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
-                checked: std::env::var("NQUEENS_GPU_CHECKS").map_or(software, |v| v != "off"),
-                rows_in_group: std::env::var("NQUEENS_GPU_TABLES")
-                    .map_or(!software, |v| v != "storage"),
+                checked: unless("NQUEENS_GPU_CHECKS", "off", software),
+                rows_in_group: unless("NQUEENS_GPU_TABLES", "storage", !software),
             },
             // A quarter of a job per search and feeding thread: the queue
             // holds the batches of every feeding thread, and every job
             // costs the host 50-100 ns on a Xeon core (MEASUREMENTS.md).
-            jobs: env("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
+            jobs: number("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
             // A card's threads spent 38% of their launches' steps
             // searching with 2 feeding threads, 80% with 8 or 16
             // (lavapipe, 2,048 searches in flight, N=16; MEASUREMENTS.md);
             // an H200 counted N=19 in 8.2 s from 4, 3.4 s from 16. A
             // software device runs on the cores the feeders would take.
-            feeders: env(
+            feeders: number(
                 "NQUEENS_GPU_FEEDERS",
                 if software {
                     default_threads() as u32
@@ -119,6 +138,30 @@ impl Tuning {
             )
             .max(1) as usize,
         }
+    }
+
+    /// The environment that gives this tuning on a card (the knobs
+    /// [`Tuning::from_lookup`] reads; the searches in flight only where
+    /// they are not the card's measured width).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let l = &self.launch;
+        let word = |yes: bool, y: &str, n: &str| if yes { y } else { n }.to_string();
+        let mut out = vec![
+            ("NQUEENS_GPU_STEPS", l.steps.to_string()),
+            (
+                "NQUEENS_GPU_TABLES",
+                word(l.rows_in_group, "group", "storage"),
+            ),
+            ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
+            ("NQUEENS_GPU_JOBS", self.jobs.to_string()),
+            ("NQUEENS_GPU_LAUNCHES", l.max_launches.to_string()),
+            ("NQUEENS_GPU_CHECKS", word(l.checked, "on", "off")),
+            ("NQUEENS_GPU_STEAL", word(l.steal, "on", "off")),
+        ];
+        if !l.fill {
+            out.push(("NQUEENS_GPU_SLOTS", l.slots.to_string()));
+        }
+        out
     }
 }
 
@@ -152,11 +195,16 @@ impl Card {
         })
     }
 
-    /// This card with other tuning (tests: short launches, biased counters).
-    pub fn tuned(mut self, tuning: Tuning) -> Card {
-        self.tuning = tuning;
-        self.feed = Feed::start(Arc::clone(&self.kernel), tuning.launch);
-        self
+    /// This card with other tuning (`bench --tune`; tests: short
+    /// launches, biased counters): the same device and shaders, a queue
+    /// of its own.
+    pub fn tuned(&self, tuning: Tuning) -> Card {
+        Card {
+            name: self.name.clone(),
+            tuning,
+            kernel: Arc::clone(&self.kernel),
+            feed: Feed::start(Arc::clone(&self.kernel), tuning.launch),
+        }
     }
 
     pub fn tuning(&self) -> Tuning {
@@ -316,4 +364,43 @@ pub fn first_card() -> Result<Card, String> {
         .min_by_key(|a| rank(a))
         .ok_or_else(|| describe(&all))?;
     Card::open(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The environment a tuning names gives that tuning back, for a card
+    /// and a software device, every knob turned from its default.
+    #[test]
+    fn a_tunings_environment_gives_it_back() {
+        for kind in [wgpu::DeviceType::DiscreteGpu, wgpu::DeviceType::Cpu] {
+            let mut t = Tuning::from_lookup(kind, |_| None);
+            let l = &mut t.launch;
+            l.steps /= 2;
+            l.max_launches *= 2;
+            (l.rows_in_group, l.checked, l.steal) = (!l.rows_in_group, !l.checked, false);
+            (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4);
+            let env = t.env();
+            let lookup = |name: &str| env.iter().find(|e| e.0 == name).map(|e| e.1.clone());
+            assert_eq!(Tuning::from_lookup(kind, lookup), t, "{kind:?}: {env:?}");
+            assert_eq!(
+                t.launch.fill,
+                !env.iter().any(|e| e.0 == "NQUEENS_GPU_SLOTS"),
+                "a card's width is measured unless the searches are given"
+            );
+        }
+    }
+
+    /// However many steps the environment asks for, a software device's
+    /// launches stay within what its loops count exactly.
+    #[test]
+    fn a_software_device_takes_no_more_steps_than_its_loops_count() {
+        let asking = |kind| {
+            let lookup = |name: &str| (name == "NQUEENS_GPU_STEPS").then(|| "65535".to_string());
+            Tuning::from_lookup(kind, lookup).launch.steps
+        };
+        assert_eq!(asking(wgpu::DeviceType::Cpu), SOFTWARE_STEPS);
+        assert_eq!(asking(wgpu::DeviceType::DiscreteGpu), 65_535);
+    }
 }

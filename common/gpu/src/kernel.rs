@@ -24,9 +24,11 @@ const GROUP_SHARED: u32 = 8;
 /// How a count is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {
-    /// Steps each thread takes per launch, at most (below 65,536: lavapipe
-    /// ends longer loops silently).
+    /// Steps each thread takes per launch, at most `most_steps`.
     pub steps: u32,
+    /// The most steps per launch this device counts exactly (see
+    /// [`crate::cards::SOFTWARE_STEPS`]).
+    pub most_steps: u32,
     /// Threads (searches in flight) at most.
     pub slots: u32,
     /// Whether the searches in flight are as many as the card runs at

@@ -198,6 +198,7 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
     let kernel = Kernel::open(&adapter).unwrap();
     let mut launch = Launch {
         steps: 1,
+        most_steps: 1,
         slots: 1,
         fill: false,
         max_launches: 1,
