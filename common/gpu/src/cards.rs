@@ -45,15 +45,14 @@ impl std::str::FromStr for Choice {
 /// The most steps per launch on a software device. Lavapipe ends a
 /// shader's loops silently once they have run 65,535 iterations in all
 /// (every loop of an invocation together, each iteration counted while
-/// any of its 8 lanes runs it): N=14 came out wrong at 12,000 steps and
-/// right at 8,192. A step is one iteration of the stepping loop, at most
-/// one of the taking loop, and one of the back-up loop plus one for each
-/// row a lane backs up; a lane backs up no more rows in a launch than it
-/// placed queens in it and found on its stack, so a launch runs at most
-/// 11 iterations a step and 10 a stack row (30 rows): 4,096 steps make
-/// 45,356 at most. (Where the rows' tables are copied to workgroup
-/// memory, not a software device's default, each job taken adds one
-/// iteration a row; a job lasts far more steps than it has rows.)
+/// any of its 8 lanes runs it): with a shader whose steps also backed up
+/// in a loop of their own, N=14 came out wrong at 12,000 steps and right
+/// at 8,192. A step is one iteration of the stepping loop and at most one
+/// of the taking loop, and restoring and saving a stack take one a row
+/// (30 rows at most), so 4,096 steps make 8,252 iterations at most.
+/// (Where the rows' tables are copied to workgroup memory, not a software
+/// device's default, each job taken adds one a row; a job lasts far more
+/// steps than it has rows.)
 pub const SOFTWARE_STEPS: u32 = 4096;
 
 /// How a card's counts are cut and launched.

@@ -4,9 +4,9 @@
 //
 // The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
 // thread's stack holds), `ROWS_IN_GROUP` (whether a thread copies its
-// job's tables to workgroup memory), `ROWS` (`LEVELS + 1` pairs a
-// thread's copy holds, or 1 where none is kept) and `JOB_MASK` (the job
-// ring's size less one: a power of two less one) as constants. Each
+// job's tables to workgroup memory), `ROWS` (`LEVELS` pairs a thread's
+// copy holds, or 1 where none is kept) and `JOB_MASK` (the job ring's
+// size less one: a power of two less one) as constants. Each
 // thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
 // needs: no shader loop runs more than `params.steps` times (lavapipe
@@ -20,15 +20,19 @@
 // counter is the jobs taken: the host puts new jobs behind it and raises
 // the end.
 //
-// One step backs up past the rows with no candidate left, then places
-// the next candidate (or, back at the start row with none, ends the job):
-// with a step that either places or backs up, a warp runs both halves
-// whenever its threads differ, and lavapipe counted N=16 ×1.2 slower. A queen on the next-to-last row is not pushed: the last row's open
-// squares are counted at once (each a completion and a queen placed), so
-// completions and queens placed are what plain recursion counts. Counts
-// go to the job's interior (64 bits, added with carries, so the jobs of
-// one interior can finish at once), and a finished job to its batch's
-// count of jobs done.
+// A thread's stack holds only rows with candidates left, the row it
+// stands on at the top. Every step places the top row's next candidate,
+// and takes the row off the stack if that was its last; the row below the
+// new queen goes on the stack only if it has candidates. So every step
+// places one queen, and the threads of a warp run the same instructions
+// (no step backs up: a row with nothing left is never on the stack), and
+// the job ends when its stack is empty. A row's number is its queens'
+// columns less the job's (`base`: one queen a row). A queen on the
+// next-to-last row has its last row's open squares counted at once (each
+// a completion and a queen placed), so completions and queens placed are
+// what plain recursion counts. Counts go to the job's interior (64 bits,
+// added with carries, so the jobs of one interior can finish at once),
+// and a finished job to its batch's count of jobs done.
 
 struct Params {
     // Jobs put in the queue so far (wrapping).
@@ -62,12 +66,13 @@ struct Job {
 
 // A slot's search between launches.
 struct Slot {
-    // The row it stands on, and that row's candidates left and masks.
-    k: u32,
-    bm: u32,
-    l: u32,
-    d: u32,
-    r: u32,
+    // Rows on its stack (each with candidates left: its records).
+    top: u32,
+    // Its queens' columns less its row, on every row of its job.
+    base: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
     // Its job's interior | batch << 16 (as in `Job`), or NONE when idle.
     owner: u32,
     // Its job's start row | next-to-last row << 8 (kept between launches).
@@ -82,7 +87,8 @@ const PAIRS: u32 = 33u;
 @group(0) @binding(1) var<storage, read> tables: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> jobs: array<Job>;
 @group(0) @binding(3) var<storage, read_write> slots: array<Slot>;
-// Rows the slot stands below: LEVELS records per slot, kept between launches.
+// The slot's stack: LEVELS records per slot (a row's candidates left and
+// its masks), kept between launches.
 @group(0) @binding(4) var<storage, read_write> stacks: array<vec4<u32>>;
 // Per interior: completions (low, high word), queens placed (low, high word).
 @group(0) @binding(5) var<storage, read_write> results: array<atomic<u32>>;
@@ -100,7 +106,7 @@ const PAIRS: u32 = 33u;
 // launch's end, and the steps its threads took (both start at zero).
 var<workgroup> busiest: atomic<u32>;
 var<workgroup> used: atomic<u32>;
-// Each thread's rows, level-major: a warp's threads touch consecutive words.
+// Each thread's stack, level-major: a warp's threads touch consecutive words.
 var<workgroup> stack: array<vec4<u32>, WG * LEVELS>;
 // Each thread's copy of its job's pairs from the start row down, level-major.
 var<workgroup> rows: array<vec2<u32>, WG * ROWS>;
@@ -183,8 +189,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     var pen = s.info >> 8u;
     if s.owner != NONE {
         keep_rows(pairs, start, pen, lid);
-        for (var i = start; i < s.k; i++) {
-            stack[(i - start) * WG + lid] = stacks[me * LEVELS + i - start];
+        for (var i = 0u; i < s.top; i++) {
+            stack[i * WG + lid] = stacks[me * LEVELS + i];
         }
     }
     var sols = 0u;
@@ -208,28 +214,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             pen = job.pen;
             keep_rows(pairs, start, pen, lid);
             let open = tables[pairs + job.row].y & ~(job.l | job.d | job.r);
-            s = Slot(job.row, open, job.l, job.d, job.r, job.interior | (job.tag << 16u), 0u, 0u);
+            stack[lid] = vec4<u32>(open, job.l, job.d, job.r);
+            let top = select(0u, 1u, open != 0u);
+            let base = countOneBits(job.d) - job.row;
+            s = Slot(top, base, 0u, 0u, 0u, job.interior | (job.tag << 16u), start | (pen << 8u), 0u);
         }
         loop {
-            if step >= params.steps {
-                break;
-            }
-            step += 1u;
-            // Back up past the rows with no candidate left (in the same
-            // step: a warp's threads then all place a queen together
-            // instead of some placing while others back up).
-            loop {
-                if s.bm != 0u || s.k == start {
-                    break;
-                }
-                s.k -= 1u;
-                let e = stack[(s.k - start) * WG + lid];
-                s.bm = e.x;
-                s.l = e.y;
-                s.d = e.z;
-                s.r = e.w;
-            }
-            if s.bm == 0u {
+            if s.top == 0u {
                 flush(s.owner & 0xffffu, sols, nodes);
                 sols = 0u;
                 nodes = 0u;
@@ -237,34 +228,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 s.owner = NONE;
                 break;
             }
-            let bit = s.bm & (0u - s.bm);
-            s.bm ^= bit;
+            if step >= params.steps {
+                break;
+            }
+            step += 1u;
+            let at = (s.top - 1u) * WG + lid;
+            let e = stack[at];
+            let bit = e.x & (0u - e.x);
+            let rest = e.x ^ bit;
+            stack[at].x = rest;
+            s.top -= select(0u, 1u, rest == 0u);
             nodes += 1u;
-            let t = row_pair(pairs, s.k, start, lid);
-            let l = (s.l | bit) << t.x;
-            let d = s.d | bit;
-            let r = (s.r | bit) >> t.x;
+            let k = countOneBits(e.z) - s.base;
+            let t = row_pair(pairs, k, start, lid);
+            let l = (e.y | bit) << t.x;
+            let d = e.z | bit;
+            let r = (e.w | bit) >> t.x;
             let open = t.y & ~(l | d | r);
-            if s.k == pen {
+            if k == pen {
                 let c = countOneBits(open);
                 sols += c;
                 nodes += c;
-            } else {
-                stack[(s.k - start) * WG + lid] = vec4<u32>(s.bm, s.l, s.d, s.r);
-                s.k += 1u;
-                s.bm = open;
-                s.l = l;
-                s.d = d;
-                s.r = r;
+            } else if open != 0u {
+                stack[s.top * WG + lid] = vec4<u32>(open, l, d, r);
+                s.top += 1u;
             }
         }
     }
     if s.owner != NONE {
         atomicMax(&busiest, me + 1u);
-        s.info = start | (pen << 8u);
         flush(s.owner & 0xffffu, sols, nodes);
-        for (var i = start; i < s.k; i++) {
-            stacks[me * LEVELS + i - start] = stack[(i - start) * WG + lid];
+        for (var i = 0u; i < s.top; i++) {
+            stacks[me * LEVELS + i] = stack[i * WG + lid];
         }
     }
     slots[me] = s;

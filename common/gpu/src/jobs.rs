@@ -51,7 +51,7 @@ pub struct Prepared {
     /// its batch (set by the feed) and a word of padding.
     pub jobs: Vec<[u32; 8]>,
     /// Rows a thread's stack must hold: the most rows any job places
-    /// before its next-to-last row.
+    /// a queen on, its next-to-last row included.
     pub levels: u32,
     /// Per interior, what the host counted: interiors too short for a job
     /// whole, and the queens placed above the jobs of the others.
@@ -91,7 +91,7 @@ impl Prepared {
         };
         for (i, s) in starts {
             let pen = interiors[i as usize].rows() as u32 - 2;
-            p.levels = p.levels.max(pen - u32::from(s.row));
+            p.levels = p.levels.max(pen + 1 - u32::from(s.row));
             p.jobs.push([i, s.row.into(), s.l, s.d, s.r, pen, 0, 0]);
         }
         p.levels = p.levels.max(1);
@@ -149,7 +149,7 @@ mod tests {
                 let c = it.count_from(&start);
                 got[i as usize].c1 += c.c1;
                 got[i as usize].nodes += c.nodes;
-                assert!(job[5] - job[1] <= p.levels);
+                assert!(job[5] + 1 - job[1] <= p.levels);
             }
             for (g, it) in got.iter().zip(&interiors) {
                 assert_eq!(*g, it.count(), "target {target}");

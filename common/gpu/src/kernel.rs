@@ -355,8 +355,8 @@ impl Readback {
     }
 }
 
-/// Threads per workgroup for stacks of `levels` rows (and copies of
-/// `levels + 1` rows' tables, if kept): the most (a power of two, 256 at
+/// Threads per workgroup for stacks of `levels` rows (and copies of as
+/// many rows' tables, if kept): the most (a power of two, 256 at
 /// most) whose workgroup memory fits the card's. Its drivers, not wgpu,
 /// refuse a shader past that (lavapipe takes any).
 pub fn threads_per_group(
@@ -394,11 +394,11 @@ pub fn source(wg: u32, levels: u32, rows_in_group: bool, mask: u32) -> String {
 }
 
 /// Pairs of table words each thread keeps in workgroup memory: a row's
-/// for every level of its stack and the row below, or one (unused: WGSL
-/// has no empty arrays) where the threads read them in place.
+/// for every level of its stack, or one (unused: WGSL has no empty
+/// arrays) where the threads read them in place.
 fn kept_rows(levels: u32, rows_in_group: bool) -> u32 {
     if rows_in_group {
-        levels + 1
+        levels
     } else {
         1
     }

@@ -753,16 +753,19 @@ impl Stream {
             (&self.slot_buf, 0, slot_bytes),
             (&self.stacks, 0, self.stacks.size()),
         ];
-        let mut words = kernel.read(encoder, &ranges)?;
-        let mut stacks = words.split_off(slot_bytes as usize / 4);
+        let mut slots = kernel.read(encoder, &ranges)?;
+        let mut stacks = slots.split_off(slot_bytes as usize / 4);
         let room = (self.ring as usize).min(self.slots as usize * 4);
         let levels = self.levels as usize;
-        let stolen = steal(&words, &mut stacks, levels, &self.mirror, room);
+        let stolen = steal(&mut slots, &mut stacks, levels, &self.mirror, room);
         if stolen.is_empty() {
             // Not again until a search ends: none of them has a row to give.
             self.fruitless = Some(self.unfinished());
             return Ok(());
         }
+        kernel
+            .queue
+            .write_buffer(&self.slot_buf, 0, &as_bytes(&slots));
         kernel
             .queue
             .write_buffer(&self.stacks, 0, &as_bytes(&stacks));

@@ -24,10 +24,18 @@ use nqueens_common::known::known;
 /// placed, 92 completions.
 const PROBE_N: u32 = 8;
 
-/// The most workgroups of `wg` threads, at most `groups`, that
-/// `pipeline` (built for stacks of `levels` rows) runs at once on
-/// `kernel`'s card. An error where the card miscounts the probe's
-/// searches.
+/// Steps the probe's launch offers: more than its searches take (and no
+/// more than a software device counts exactly).
+const PROBE_STEPS: u32 = 4096;
+
+/// Workgroups the probe launches at most (a card with more at once runs
+/// that many): an H100 holds at most 2,112 of 128 threads or more.
+const PROBE_GROUPS: u32 = 4096;
+
+/// The most workgroups of `wg` threads, at most `groups` (and at most
+/// [`PROBE_GROUPS`] and what the card's buffers hold), that `pipeline`
+/// (built for stacks of `levels` rows) runs at once on `kernel`'s card.
+/// An error where the card miscounts the probe's searches.
 pub(crate) fn measure(
     kernel: &Kernel,
     pipeline: &wgpu::ComputePipeline,
@@ -35,8 +43,11 @@ pub(crate) fn measure(
     levels: u32,
     groups: u32,
 ) -> Result<u32, DeviceError> {
+    let record = u64::from(wg * levels) * 16;
+    let fit = kernel.limits.max_storage_buffer_binding_size / record;
+    let groups = groups.min(PROBE_GROUPS).min(fit as u32).max(1);
     let threads = groups * wg;
-    let n = PROBE_N.min(levels + 2);
+    let n = PROBE_N.min(levels + 1);
     let board = Interior::new(n as usize, &[]);
     let pen = board.rows() as u32 - 2;
     let table = table(&board);
@@ -53,17 +64,21 @@ pub(crate) fn measure(
     };
     use wgpu::BufferUsages as U;
     let rw = U::STORAGE | U::COPY_DST | U::COPY_SRC;
-    // Every thread starts with the board's search in hand (as if resumed
-    // on its first row) and takes no job: it ends the search well within
-    // its steps, so none is left to resume and the stacks stay unwritten.
-    let params = buffer("probe params", &[0, u32::from(u16::MAX), 0, 0], {
+    // Every thread starts with the board's search in hand (its first row
+    // on its stack, as if resumed) and takes no job: it ends the search
+    // well within the launch's steps, so none is left to resume.
+    let params = buffer("probe params", &[0, PROBE_STEPS, 0, 0], {
         U::UNIFORM | U::COPY_DST
     });
     let tables = buffer("probe tables", &table, rw);
     let jobs = buffer("probe jobs", &[0; 8], rw);
-    let search = [0, table[1], 0, 0, 0, 0, pen << 8, 0];
+    let search = [1, 0, 0, 0, 0, 0, pen << 8, 0];
     let slots = buffer("probe slots", &search.repeat(threads as usize), rw);
-    let stacks = buffer("probe stacks", &[0; 4], rw);
+    let mut first = vec![0u32; (threads * levels) as usize * 4];
+    first
+        .chunks_exact_mut(levels as usize * 4)
+        .for_each(|s| s[0] = table[1]);
+    let stacks = buffer("probe stacks", &first, rw);
     let results = buffer("probe results", &[0; 4], rw);
     let control = buffer("probe control", &[0; 8], rw);
     let done = buffer("probe done", &[0], rw);
