@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU path's figures on a machine with a card (issue 34's targets):
+# each N in NS counted on the card with its defaults, the tuner's fastest
+# settings at TUNE_N, then with those settings a local count of LOOP_N
+# against one worker counting it through a loopback coordinator.
+#
+#   tests/bench/card.sh [nqueens binary]   (default: target/release/nqueens)
+#   NS="18 19 20 21" TUNE_N=20 LOOP_N=21     (the defaults)
+#
+# Every count is checked against the published one: a command that finds
+# a difference exits non-zero, and so does this script. Times are whole
+# processes, as a user sees them (the worker's start and self-test, and
+# the coordinator's planning, included).
+set -euo pipefail
+bin=$(realpath "${1:-target/release/nqueens}")
+NS=${NS:-18 19 20 21}
+TUNE_N=${TUNE_N:-20}
+LOOP_N=${LOOP_N:-21}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$work"' EXIT
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+echo "== $(uname -n): $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1 || true)"
+echo "== each N on the card, its defaults"
+for n in $NS; do
+    "$bin" solve "$n" --core gpu | grep -E '^(total|known|time|nodes|card) '
+done
+
+echo "== tuning at N=$TUNE_N"
+"$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
+settings=$(tail -n 1 "$work/tune")
+for kv in $settings; do export "${kv?}"; done
+echo "== N=$LOOP_N with $settings"
+
+start=$(now)
+"$bin" solve "$LOOP_N" --core gpu >"$work/local"
+local_s=$(since "$start")
+grep -E '^(total|known|time|card) ' "$work/local"
+want=$(awk '$1 == "total" { print $2 }' "$work/local")
+
+"$bin" coordinator --data-dir "$work/coordinator" --listen 127.0.0.1:0 >"$work/coordinator.out" 2>&1 &
+for _ in $(seq 300); do
+    grep -q ready "$work/coordinator.out" && break
+    sleep 0.1
+done
+url="http://$(head -n 1 "$work/coordinator.out" | awk '{ print $NF }')"
+start=$(now)
+"$bin" worker --coordinator "$url" --core gpu >"$work/worker.out" 2>&1 &
+"$bin" submit "$LOOP_N" --mode backtrack --coordinator "$url" --watch >"$work/watch"
+worker_s=$(since "$start")
+tail -n 1 "$work/watch"
+got=$(tail -n 1 "$work/watch" | sed -E 's/.* total ([0-9,]+),.*/\1/; s/,//g')
+if [ "$got" != "$want" ]; then
+    echo "the worker's total $got differs from the local count's $want" >&2
+    exit 1
+fi
+echo "local ${local_s} s, one worker through a loopback coordinator ${worker_s} s:" \
+    "$(awk -v l="$local_s" -v w="$worker_s" 'BEGIN { printf "%.1f%%", 100 * l / w }') of local's rate"
