@@ -43,9 +43,15 @@ pub(crate) fn measure(
     levels: u32,
     groups: u32,
 ) -> Result<u32, DeviceError> {
-    let record = u64::from(wg * levels) * 16;
-    let fit = kernel.limits.max_storage_buffer_binding_size / record;
-    let groups = groups.min(PROBE_GROUPS).min(fit as u32).max(1);
+    let limits = &kernel.limits;
+    let room = limits
+        .max_storage_buffer_binding_size
+        .min(limits.max_buffer_size);
+    let fit = room / (u64::from(wg * levels) * 16);
+    let groups = groups
+        .min(PROBE_GROUPS)
+        .min(u32::try_from(fit).unwrap_or(u32::MAX))
+        .max(1);
     let threads = groups * wg;
     let n = PROBE_N.min(levels + 1);
     let board = Interior::new(n as usize, &[]);
