@@ -44,16 +44,19 @@ impl std::str::FromStr for Choice {
 
 /// The most steps per launch on a software device. Lavapipe ends a
 /// shader's loops silently once they have run 65,535 iterations in all
-/// (every loop of an invocation together, each iteration counted while
-/// any of its 8 lanes runs it): with a shader whose steps also backed up
-/// in a loop of their own, N=14 came out wrong at 12,000 steps and right
-/// at 8,192. A step is one iteration of the stepping loop and at most one
-/// of the taking loop, and restoring and saving a stack take one a row
-/// (30 rows at most), so 4,096 steps make 8,252 iterations at most.
-/// (Where the rows' tables are copied to workgroup memory, not a software
-/// device's default, each job taken adds one a row; a job lasts far more
-/// steps than it has rows.)
-pub const SOFTWARE_STEPS: u32 = 4096;
+/// (every loop of an invocation together, an iteration counted once for
+/// the 8 lanes that run it together): with a shader whose steps also
+/// backed up in a loop of their own, N=14 came out wrong at 12,000 steps
+/// and right at 8,192. A lane runs its taking loop at most once a job it
+/// takes (each costs a step) and once more, its stepping loop once a
+/// step, once a job's end and once more, and restoring and saving its
+/// stack once a row (30 at most): 2 × steps + 63 at most. Even with its 8
+/// lanes never running together, 2,048 steps make 33,272 iterations at
+/// most (4,096 could pass the limit). Copying the rows' tables to
+/// workgroup memory, not a software device's default, adds one a row for
+/// every job taken: exact on lavapipe in the suite, not by this bound.
+/// N=16 takes as long at 2,048 steps as at 4,096.
+pub const SOFTWARE_STEPS: u32 = 2048;
 
 /// How a card's counts are cut and launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +97,7 @@ impl Tuning {
         let unless =
             |name: &str, no: &str, default: bool| lookup(name).map_or(default, |v| v != no);
         let most_steps = if software { SOFTWARE_STEPS } else { 65_535 };
-        let steps = number("NQUEENS_GPU_STEPS", if software { 4096 } else { 16384 });
+        let steps = number("NQUEENS_GPU_STEPS", if software { 2048 } else { 16384 });
         // On an H200, 65,536 searches in flight counted N=19 in 2.5 s,
         // 131,072 in 3.3-3.4 s and 262,144 in 2.9 s: a launch lasts as
         // long as its last wave of workgroups, so a hardware card runs as
@@ -110,8 +113,10 @@ impl Tuning {
                 fill,
                 max_launches: number("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
                 bias: 0,
-                // Sixteen jobs per search: the batches of several feeding
-                // threads (a card's buffers are made once, and zeroed).
+                // Sixteen jobs per search at 65,536 searches (a card's
+                // measured width may hold more): the batches of several
+                // feeding threads (a card's buffers are made once, and
+                // zeroed).
                 queue_jobs: slots as usize * 16,
                 steal: unless("NQUEENS_GPU_STEAL", "off", true),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.

@@ -9,7 +9,8 @@
 // size less one: a power of two less one) as constants. Each
 // thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
-// needs: no shader loop runs more than `params.steps` times (lavapipe
+// needs: no shader loop runs more than `params.steps` times and once
+// more for a job's end (lavapipe
 // stops loops silently after 65,535 iterations, and desktop drivers
 // reset kernels that run for seconds).
 //

@@ -91,6 +91,11 @@ impl Prepared {
         };
         for (i, s) in starts {
             let pen = interiors[i as usize].rows() as u32 - 2;
+            // The shader's stack holds rows start..=pen (unchecked on a card).
+            debug_assert!(
+                u32::from(s.row) <= pen,
+                "a job starts at its next-to-last row at most"
+            );
             p.levels = p.levels.max(pen + 1 - u32::from(s.row));
             p.jobs.push([i, s.row.into(), s.l, s.d, s.r, pen, 0, 0]);
         }

@@ -8,24 +8,30 @@
 //! holds depends on the pipeline (its workgroup memory, its registers)
 //! and on the card (its multiprocessors), and no graphics API says it.
 //! So it is measured: one launch of many workgroups, each thread a
-//! short search of an empty board with a known count, and the shader
-//! records the most workgroups that ran at once (`control[6]` and `[7]`
-//! in count.wgsl). Each search lasts thousands of steps, so every
-//! workgroup of the first wave is still running when the last one
-//! starts.
+//! search of an empty board checked against the CPU's count of it, and
+//! the shader records the most workgroups that ran at once (`control[6]`
+//! and `[7]` in count.wgsl). For stacks of 7 rows or more (every count
+//! worth a card) the board is 8×8, and each search lasts about 2,000
+//! steps, so every workgroup of the first wave is still running when the
+//! last one starts. A shallower stack's board is smaller and its searches
+//! short: its width may come out low, costing small counts some speed.
 
 use crate::jobs::table;
 use crate::kernel::{as_bytes, Kernel};
 use nqueens_common::engine::device::DeviceError;
 use nqueens_common::engine::interior::Interior;
-use nqueens_common::known::known;
 
 /// The board each thread of the probe counts, at most: 2,056 queens
 /// placed, 92 completions.
 const PROBE_N: u32 = 8;
 
-/// Steps the probe's launch offers: more than its searches take (and no
-/// more than a software device counts exactly).
+/// Bytes of a slot's record and of a stack record on the card.
+const SLOT_BYTES: u64 = 32;
+const RECORD_BYTES: u64 = 16;
+
+/// Steps the probe's launch offers: more than its searches take (its
+/// loops run as long as the searches, about 2,000 steps, well within what
+/// a software device counts exactly).
 const PROBE_STEPS: u32 = 4096;
 
 /// Workgroups the probe launches at most (a card with more at once runs
@@ -47,7 +53,9 @@ pub(crate) fn measure(
     let room = limits
         .max_storage_buffer_binding_size
         .min(limits.max_buffer_size);
-    let fit = room / (u64::from(wg * levels) * 16);
+    // The slots and stacks of the searches in flight are read back
+    // together when long searches are split: both fit one buffer.
+    let fit = room / (u64::from(wg) * (SLOT_BYTES + u64::from(levels) * RECORD_BYTES));
     let groups = groups
         .min(PROBE_GROUPS)
         .min(u32::try_from(fit).unwrap_or(u32::MAX))
@@ -104,14 +112,17 @@ pub(crate) fn measure(
     )?;
     let (control, results, done) = (&words[..8], &words[8..12], words[12]);
     let total = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
-    let each = known(n).expect("a known board").total as u64;
-    let counted = total(results[0], results[1]);
+    let each = board.count();
+    let due = (
+        each.c1 * u64::from(threads),
+        each.nodes * u64::from(threads),
+    );
+    let got = (total(results[0], results[1]), total(results[2], results[3]));
     let (running, most) = (control[6], control[7]);
-    if done != threads || counted != each * u64::from(threads) {
+    if done != threads || got != due {
         return Err(DeviceError::Failed(format!(
             "the card miscounted its width probe: {done} of {threads} searches of an empty \
-             {n}x{n} board done, {counted} completions where {} were due",
-            each * u64::from(threads)
+             {n}x{n} board done; completions and queens placed {got:?} where {due:?} were due"
         )));
     }
     if running != 0 || most == 0 || most > groups {
