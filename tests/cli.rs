@@ -909,6 +909,31 @@ fn tuning_a_card_names_settings_that_a_count_then_uses() {
     }
 }
 
+/// `tests/bench/card.sh`, the GPU path's figures on a machine with a card,
+/// runs end to end on this machine's device with small N: every count
+/// checked, the tuner's settings taken, the worker's total equal to the
+/// local count's.
+#[test]
+fn the_card_benchmark_script_runs_end_to_end() {
+    if !kit::gpu_here() {
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench/card.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg(kit::binary())
+        .envs([("NS", "10 11"), ("TUNE_N", "10"), ("LOOP_N", "11")])
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    assert_eq!(text.matches("matches OEIS").count(), 3, "{text}");
+    assert!(text.contains("fastest: "), "{text}");
+    assert!(text.contains("with   NQUEENS_GPU_STEPS="), "{text}");
+    assert!(text.contains("total 2,680,"), "{text}");
+    assert!(text.contains("of local's rate"), "{text}");
+}
+
 /// `plan --estimate --gpu-rate R` projects the backtracking's nodes at R
 /// nodes/s per card, in text and JSON; the join has no GPU time.
 #[test]
