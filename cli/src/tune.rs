@@ -198,6 +198,10 @@ pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
         ..trial(card.tuned(best), n, &plan, runs)?
     };
     show(&fastest, &best)?;
+    if best.jobs == 0 {
+        // As many jobs a batch as the card's width gave the start.
+        best.jobs = (fastest.searches as usize / 4).max(1);
+    }
     let start = fastest.seconds;
     for knob in &KNOBS {
         for t in (knob.turns)(&best) {

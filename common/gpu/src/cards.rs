@@ -62,7 +62,9 @@ pub const SOFTWARE_STEPS: u32 = 2048;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
     pub launch: Launch,
-    /// Jobs to cut a batch into, at least, where its interiors allow.
+    /// Jobs to cut a batch into, at least, where its interiors allow; 0:
+    /// a quarter of the searches the card runs at once (see
+    /// [`Card::jobs_per_batch`]).
     pub jobs: usize,
     /// Threads that feed the card at once (see [`Device::feeders`]).
     pub feeders: usize,
@@ -126,7 +128,11 @@ impl Tuning {
             // A quarter of a job per search and feeding thread: the queue
             // holds the batches of every feeding thread, and every job
             // costs the host 50-100 ns on a Xeon core (MEASUREMENTS.md).
-            jobs: number("NQUEENS_GPU_JOBS", (slots / 4).max(1)) as usize,
+            // A card's searches are its measured width: known once counting.
+            jobs: number(
+                "NQUEENS_GPU_JOBS",
+                if fill { 0 } else { (slots / 4).max(1) },
+            ) as usize,
             // A card's threads spent 38% of their launches' steps
             // searching with 2 feeding threads, 80% with 8 or 16
             // (lavapipe, 2,048 searches in flight, N=16; MEASUREMENTS.md);
@@ -157,11 +163,13 @@ impl Tuning {
                 word(l.rows_in_group, "group", "storage"),
             ),
             ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
-            ("NQUEENS_GPU_JOBS", self.jobs.to_string()),
             ("NQUEENS_GPU_LAUNCHES", l.max_launches.to_string()),
             ("NQUEENS_GPU_CHECKS", word(l.checked, "on", "off")),
             ("NQUEENS_GPU_STEAL", word(l.steal, "on", "off")),
         ];
+        if self.jobs > 0 {
+            out.push(("NQUEENS_GPU_JOBS", self.jobs.to_string()));
+        }
         if !l.fill {
             out.push(("NQUEENS_GPU_SLOTS", l.slots.to_string()));
         }
@@ -215,6 +223,18 @@ impl Card {
         self.tuning
     }
 
+    /// Jobs a batch is cut into, at least: as tuned, or a quarter of the
+    /// searches the card runs at once (16,384 before its first count).
+    pub fn jobs_per_batch(&self) -> usize {
+        match self.tuning.jobs {
+            0 => match self.kernel.busy().searches {
+                0 => 16_384,
+                s => (s as usize / 4).max(1),
+            },
+            jobs => jobs,
+        }
+    }
+
     /// Jobs split off long searches since the card was opened (see
     /// [`crate::steal`]).
     pub fn jobs_split(&self) -> u64 {
@@ -243,7 +263,7 @@ impl Device for Card {
             .chunks(MOST_INTERIORS)
             .zip(froms.chunks(MOST_INTERIORS));
         for (interiors, froms) in chunks {
-            let p = Prepared::new(interiors, froms, self.tuning.jobs);
+            let p = Prepared::new(interiors, froms, self.jobs_per_batch());
             let batch = Batch {
                 tables: p.tables,
                 jobs: p.jobs,
@@ -384,7 +404,7 @@ mod tests {
             l.steps /= 2;
             l.max_launches *= 2;
             (l.rows_in_group, l.checked, l.steal) = (!l.rows_in_group, !l.checked, false);
-            (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4);
+            (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4 + 100);
             let env = t.env();
             let lookup = |name: &str| env.iter().find(|e| e.0 == name).map(|e| e.1.clone());
             assert_eq!(Tuning::from_lookup(kind, lookup), t, "{kind:?}: {env:?}");
@@ -394,6 +414,10 @@ mod tests {
                 "a card's width is measured unless the searches are given"
             );
         }
+        // A card's jobs per batch follow its measured width unless given.
+        let t = Tuning::from_lookup(wgpu::DeviceType::DiscreteGpu, |_| None);
+        assert_eq!(t.jobs, 0);
+        assert!(t.env().iter().all(|e| e.0 != "NQUEENS_GPU_JOBS"));
     }
 
     /// However many steps the environment asks for, a software device's

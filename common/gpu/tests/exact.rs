@@ -477,7 +477,7 @@ fn the_hosts_share_of_a_whole_count() {
 fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
     let Some(card) = card(512) else { return };
     let mut t = card.tuning();
-    (t.launch.fill, t.launch.slots) = (true, 1 << 12);
+    (t.launch.fill, t.launch.slots, t.jobs) = (true, 1 << 12, 0);
     let adapter = nqueens_gpu::adapters().into_iter().next().unwrap();
     let kernel = Kernel::open(&adapter).unwrap();
     let mut narrow = true;
@@ -500,6 +500,8 @@ fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
     same_as_cpu(&device, spec(12, Strategy::Frame, 1, 2));
     let searches = card.busy().unwrap().searches;
     println!("{searches} searches at once");
+    // Jobs per batch follow the width: a quarter of a job per search.
+    assert_eq!(card.jobs_per_batch(), searches as usize / 4);
     assert!((1..=1 << 12).contains(&searches), "{searches}");
     if narrow {
         assert!(
