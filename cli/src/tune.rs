@@ -123,7 +123,10 @@ impl Trial {
             t.launch.steps,
             tables,
             t.feeders,
-            t.jobs,
+            match t.jobs {
+                0 => "auto".to_string(),
+                jobs => jobs.to_string(),
+            },
             t.launch.max_launches,
             thousands(self.searches.into()),
             self.seconds,
