@@ -87,28 +87,50 @@ struct Request {
     given_up: Arc<AtomicBool>,
 }
 
-/// The way in to a card's driver thread. Dropping it ends the thread
-/// once the card has answered every batch handed in.
+/// The way in to a card's driver thread. Dropping it ends the thread and
+/// waits for it: the rounds on the card are read back, nothing more is
+/// launched, and the batches not answered get an error. (A process that
+/// exits while its driver thread is inside the device's driver can crash
+/// in the driver's exit handlers: lavapipe did, once.)
 pub struct Feed {
-    tx: mpsc::Sender<Request>,
+    tx: Option<mpsc::Sender<Request>>,
+    closing: Arc<AtomicBool>,
+    driver: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Relaxed);
+        drop(self.tx.take());
+        if let Some(driver) = self.driver.take() {
+            // A driver that panicked has nothing left to wait for.
+            drop(driver.join());
+        }
+    }
 }
 
 impl Feed {
     /// Starts the driver of `kernel`'s card, launching as `launch` says.
     pub fn start(kernel: Arc<Kernel>, launch: Launch) -> Feed {
         let (tx, rx) = mpsc::channel();
+        let closing = Arc::new(AtomicBool::new(false));
         let driver = Driver {
             kernel,
             launch,
             rx,
+            closing: Arc::clone(&closing),
             pending: VecDeque::new(),
             stream: None,
         };
-        std::thread::Builder::new()
+        let driver = std::thread::Builder::new()
             .name("gpu-feed".into())
             .spawn(move || driver.run())
             .expect("a thread for the card's feed");
-        Feed { tx }
+        Feed {
+            tx: Some(tx),
+            closing,
+            driver: Some(driver),
+        }
     }
 
     /// Counts `batch` on the card: per interior, completions and queens
@@ -134,7 +156,8 @@ impl Feed {
             reply,
             given_up: Arc::clone(&given_up),
         };
-        self.tx.send(request).map_err(|_| gone())?;
+        let tx = self.tx.as_ref().ok_or_else(gone)?;
+        tx.send(request).map_err(|_| gone())?;
         loop {
             match answer.recv_timeout(STOP_LOOK) {
                 Ok(counted) => return counted.map(Some),
@@ -155,6 +178,9 @@ struct Driver {
     kernel: Arc<Kernel>,
     launch: Launch,
     rx: mpsc::Receiver<Request>,
+    /// Set when the feed is dropped: read back the rounds on the card and
+    /// end.
+    closing: Arc<AtomicBool>,
     pending: VecDeque<Request>,
     stream: Option<Stream>,
 }
@@ -162,6 +188,10 @@ struct Driver {
 impl Driver {
     fn run(mut self) {
         loop {
+            if self.closing.load(Ordering::Relaxed) {
+                self.close();
+                return;
+            }
             if self.idle() {
                 match self.rx.recv() {
                     Ok(r) => self.pending.push_back(r),
@@ -179,6 +209,19 @@ impl Driver {
             };
             self.fail_all(failed);
         }
+    }
+
+    /// Reads back the rounds on the card (nothing runs there after) and
+    /// fails the batches not answered.
+    fn close(&mut self) {
+        if let Some(s) = self.stream.as_mut() {
+            while !s.rounds.is_empty() {
+                if s.finish_round(&self.kernel, &self.launch).is_err() {
+                    break;
+                }
+            }
+        }
+        self.fail_all(DeviceError::Failed("the card's feed has stopped".into()));
     }
 
     /// Nothing waits and nothing is on the card.

@@ -11,6 +11,7 @@ use nqueens_common::plan::{Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::kernel::{Kernel, Launch};
+use nqueens_gpu::stream::{Batch, Feed};
 use nqueens_gpu::{first_card, Card};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -509,4 +510,32 @@ fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
             "{searches}: the card's width was not used"
         );
     }
+}
+
+/// Dropping a card's feed returns only once its driver thread has ended
+/// and let go of the device (a process that exits with that thread inside
+/// the device's driver can crash in the driver's exit handlers).
+#[test]
+fn dropping_a_feed_waits_for_its_driver_thread() {
+    let Some(card) = card(64) else { return };
+    let t = card.tuning();
+    drop(card);
+    let adapter = nqueens_gpu::adapters().into_iter().next().unwrap();
+    let kernel = Arc::new(Kernel::open(&adapter).unwrap());
+    let feed = Feed::start(Arc::clone(&kernel), t.launch);
+    let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Frame, 1, 1), 3, 4, 9);
+    let p = Prepared::new(&pieces, &froms, t.jobs);
+    let batch = Batch {
+        tables: p.tables,
+        jobs: p.jobs,
+        levels: p.levels,
+    };
+    let never = AtomicBool::new(false);
+    assert!(feed.count(batch, &never).unwrap().is_some());
+    drop(feed);
+    assert_eq!(
+        Arc::strong_count(&kernel),
+        1,
+        "the driver thread still holds the device"
+    );
 }
