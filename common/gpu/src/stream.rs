@@ -91,7 +91,7 @@ struct Request {
 /// waits for it: the rounds on the card are read back, nothing more is
 /// launched, and the batches not answered get an error. (A process that
 /// exits while its driver thread is inside the device's driver can crash
-/// in the driver's exit handlers: lavapipe did, once.)
+/// in the driver's exit handlers.)
 pub struct Feed {
     tx: Option<mpsc::Sender<Request>>,
     closing: Arc<AtomicBool>,
