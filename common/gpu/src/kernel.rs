@@ -261,6 +261,21 @@ impl Kernel {
             })
     }
 
+    /// A buffer of `bytes` (16 at least: the smallest a binding takes).
+    pub(crate) fn buffer(
+        &self,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(16),
+            usage,
+            mapped_at_creation: false,
+        })
+    }
+
     /// The shader's bind group: `buffers` at bindings 0, 1, ...
     pub(crate) fn bind(&self, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
         let entries: Vec<wgpu::BindGroupEntry> = buffers

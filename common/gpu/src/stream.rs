@@ -413,15 +413,7 @@ impl Stream {
         };
         let slots = groups * wg;
         kernel.searches.store(slots.into(), Ordering::Relaxed);
-        let device = &kernel.device;
-        let buffer = |label, bytes: u64, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: bytes.max(16),
-                usage,
-                mapped_at_creation: false,
-            })
-        };
+        let buffer = |label, bytes, usage| kernel.buffer(label, bytes, usage);
         use wgpu::BufferUsages as U;
         let rw = U::STORAGE | U::COPY_DST | U::COPY_SRC;
         let params = buffer("params", 16, U::UNIFORM | U::COPY_DST);

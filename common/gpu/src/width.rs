@@ -67,12 +67,7 @@ pub(crate) fn measure(
     let table = table(&board);
     let device = &kernel.device;
     let buffer = |label, words: &[u32], usage| {
-        let b = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: (words.len() as u64 * 4).max(16),
-            usage,
-            mapped_at_creation: false,
-        });
+        let b = kernel.buffer(label, words.len() as u64 * 4, usage);
         kernel.queue.write_buffer(&b, 0, &as_bytes(words));
         b
     };
