@@ -3,7 +3,8 @@
 // steps per launch.
 //
 // The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
-// thread's stack holds), `ROWS_IN_GROUP` (whether a thread copies its
+// thread's stack holds), `BELOW` (`LEVELS` less one, at least one: the
+// records it keeps in workgroup memory), `ROWS_IN_GROUP` (whether a thread copies its
 // job's tables to workgroup memory), `ROWS` (`LEVELS` pairs a thread's
 // copy holds, or 1 where none is kept) and `JOB_MASK` (the job ring's
 // size less one: a power of two less one) as constants. Each
@@ -27,7 +28,11 @@
 // new queen goes on the stack only if it has candidates. So every step
 // places one queen, and the threads of a warp run the same instructions
 // (no step backs up: a row with nothing left is never on the stack), and
-// the job ends when its stack is empty. A row's number is its queens'
+// the job ends when its stack is empty. The top record lives in
+// registers, with its row's number and table pair: a step that stays on
+// its row touches no memory, and only a step down a row or back to the
+// row below moves a record between registers and workgroup memory (once
+// each way at most per row entered). A row's number is its queens'
 // columns less the job's (`base`: one queen a row). A queen on the
 // next-to-last row has its last row's open squares counted at once (each
 // a completion and a queen placed), so completions and queens placed are
@@ -107,8 +112,9 @@ const PAIRS: u32 = 33u;
 // launch's end, and the steps its threads took (both start at zero).
 var<workgroup> busiest: atomic<u32>;
 var<workgroup> used: atomic<u32>;
-// Each thread's stack, level-major: a warp's threads touch consecutive words.
-var<workgroup> stack: array<vec4<u32>, WG * LEVELS>;
+// Each thread's stack below its top record (which it keeps in registers),
+// level-major: a warp's threads touch consecutive words.
+var<workgroup> stack: array<vec4<u32>, WG * BELOW>;
 // Each thread's copy of its job's pairs from the start row down, level-major.
 var<workgroup> rows: array<vec2<u32>, WG * ROWS>;
 
@@ -188,10 +194,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     var pairs = (s.owner & 0xffffu) * PAIRS;
     var start = s.info & 0xffu;
     var pen = s.info >> 8u;
+    // The top record (the row the thread stands on) in registers: its
+    // candidates left and masks, its row's number and pair. The records
+    // below it are in workgroup memory.
+    var cur = vec4<u32>(0u);
+    var k = 0u;
+    var pair = vec2<u32>(0u);
     if s.owner != NONE {
         keep_rows(pairs, start, pen, lid);
-        for (var i = 0u; i < s.top; i++) {
-            stack[i * WG + lid] = stacks[me * LEVELS + i];
+        if s.top != 0u {
+            for (var i = 0u; i + 1u < s.top; i++) {
+                stack[i * WG + lid] = stacks[me * LEVELS + i];
+            }
+            cur = stacks[me * LEVELS + s.top - 1u];
+            k = countOneBits(cur.z) - s.base;
+            pair = row_pair(pairs, k, start, lid);
         }
     }
     var sols = 0u;
@@ -215,9 +232,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             pen = job.pen;
             keep_rows(pairs, start, pen, lid);
             let open = tables[pairs + job.row].y & ~(job.l | job.d | job.r);
-            stack[lid] = vec4<u32>(open, job.l, job.d, job.r);
+            cur = vec4<u32>(open, job.l, job.d, job.r);
             let top = select(0u, 1u, open != 0u);
             let base = countOneBits(job.d) - job.row;
+            k = job.row;
+            pair = row_pair(pairs, k, start, lid);
             s = Slot(top, base, 0u, 0u, 0u, job.interior | (job.tag << 16u), start | (pen << 8u), 0u);
         }
         loop {
@@ -233,34 +252,49 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 break;
             }
             step += 1u;
-            let at = (s.top - 1u) * WG + lid;
-            let e = stack[at];
-            let bit = e.x & (0u - e.x);
-            let rest = e.x ^ bit;
-            stack[at].x = rest;
-            s.top -= select(0u, 1u, rest == 0u);
             nodes += 1u;
-            let k = countOneBits(e.z) - s.base;
-            let t = row_pair(pairs, k, start, lid);
-            let l = (e.y | bit) << t.x;
-            let d = e.z | bit;
-            let r = (e.w | bit) >> t.x;
-            let open = t.y & ~(l | d | r);
+            let bit = cur.x & (0u - cur.x);
+            let rest = cur.x ^ bit;
+            let l = (cur.y | bit) << pair.x;
+            let d = cur.z | bit;
+            let r = (cur.w | bit) >> pair.x;
+            let open = pair.y & ~(l | d | r);
             if k == pen {
                 let c = countOneBits(open);
                 sols += c;
                 nodes += c;
             } else if open != 0u {
-                stack[s.top * WG + lid] = vec4<u32>(open, l, d, r);
-                s.top += 1u;
+                // Down a row: the row left keeps its place below if it
+                // has candidates left; otherwise the new row takes it.
+                if rest != 0u {
+                    stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
+                    s.top += 1u;
+                }
+                cur = vec4<u32>(open, l, d, r);
+                k += 1u;
+                pair = row_pair(pairs, k, start, lid);
+                continue;
+            }
+            cur.x = rest;
+            if rest == 0u {
+                // The row is done: back to the one below, if any.
+                s.top -= 1u;
+                if s.top != 0u {
+                    cur = stack[(s.top - 1u) * WG + lid];
+                    k = countOneBits(cur.z) - s.base;
+                    pair = row_pair(pairs, k, start, lid);
+                }
             }
         }
     }
     if s.owner != NONE {
         atomicMax(&busiest, me + 1u);
         flush(s.owner & 0xffffu, sols, nodes);
-        for (var i = 0u; i < s.top; i++) {
-            stacks[me * LEVELS + i] = stack[i * WG + lid];
+        if s.top != 0u {
+            for (var i = 0u; i + 1u < s.top; i++) {
+                stacks[me * LEVELS + i] = stack[i * WG + lid];
+            }
+            stacks[me * LEVELS + s.top - 1u] = cur;
         }
     }
     slots[me] = s;

@@ -383,7 +383,7 @@ pub fn threads_per_group(
     let room = limits
         .max_compute_workgroup_storage_size
         .saturating_sub(GROUP_SHARED);
-    let fit = room / (RECORD * levels + rows);
+    let fit = room / (RECORD * below_top(levels) + rows);
     let most = fit
         .min(256)
         .min(limits.max_compute_invocations_per_workgroup)
@@ -403,9 +403,17 @@ pub fn source(wg: u32, levels: u32, rows_in_group: bool, mask: u32) -> String {
     let rows = kept_rows(levels, rows_in_group);
     format!(
         "const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n\
-         const ROWS_IN_GROUP: bool = {rows_in_group};\nconst ROWS: u32 = {rows}u;\n\
-         const JOB_MASK: u32 = {mask}u;\n{SOURCE}"
+         const BELOW: u32 = {below}u;\nconst ROWS_IN_GROUP: bool = {rows_in_group};\n\
+         const ROWS: u32 = {rows}u;\nconst JOB_MASK: u32 = {mask}u;\n{SOURCE}",
+        below = below_top(levels),
     )
+}
+
+/// Records each thread keeps in workgroup memory for stacks of `levels`
+/// rows: all but the top one, which it keeps in registers (one, unused,
+/// for stacks of one row: WGSL has no empty arrays).
+fn below_top(levels: u32) -> u32 {
+    levels.saturating_sub(1).max(1)
 }
 
 /// Pairs of table words each thread keeps in workgroup memory: a row's
