@@ -212,8 +212,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
     }
     var sols = 0u;
-    var nodes = 0u;
     var step = 0u;
+    // The step from which the search's queens placed are counted: each
+    // step places one, and each completion counted is one more.
+    var mark = 0u;
     // A job taken, then its search stepped until it ends or the launch's
     // steps run out: the inner loop, where the time goes, takes no jobs.
     loop {
@@ -226,6 +228,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 break;
             }
             step += 1u;
+            mark = step;
             let job = jobs[j];
             pairs = job.interior * PAIRS;
             start = job.row;
@@ -239,57 +242,58 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             pair = row_pair(pairs, k, start, lid);
             s = Slot(top, base, 0u, 0u, 0u, job.interior | (job.tag << 16u), start | (pen << 8u), 0u);
         }
-        loop {
-            if s.top == 0u {
-                flush(s.owner & 0xffffu, sols, nodes);
-                sols = 0u;
-                nodes = 0u;
-                atomicAdd(&done[s.owner >> 16u], 1u);
-                s.owner = NONE;
-                break;
-            }
-            if step >= params.steps {
-                break;
-            }
-            step += 1u;
-            nodes += 1u;
-            let bit = cur.x & (0u - cur.x);
-            let rest = cur.x ^ bit;
-            let l = (cur.y | bit) << pair.x;
-            let d = cur.z | bit;
-            let r = (cur.w | bit) >> pair.x;
-            let open = pair.y & ~(l | d | r);
-            if k == pen {
-                let c = countOneBits(open);
-                sols += c;
-                nodes += c;
-            } else if open != 0u {
-                // Down a row: the row left keeps its place below if it
-                // has candidates left; otherwise the new row takes it.
-                if rest != 0u {
-                    stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
-                    s.top += 1u;
+        // A search with rows left steps until its stack empties or the
+        // launch's steps run out.
+        if s.top != 0u {
+            loop {
+                if step >= params.steps {
+                    break;
                 }
-                cur = vec4<u32>(open, l, d, r);
-                k += 1u;
-                pair = row_pair(pairs, k, start, lid);
-                continue;
-            }
-            cur.x = rest;
-            if rest == 0u {
-                // The row is done: back to the one below, if any.
-                s.top -= 1u;
-                if s.top != 0u {
+                step += 1u;
+                let bit = cur.x & (0u - cur.x);
+                let rest = cur.x ^ bit;
+                let l = (cur.y | bit) << pair.x;
+                let d = cur.z | bit;
+                let r = (cur.w | bit) >> pair.x;
+                let open = pair.y & ~(l | d | r);
+                if k == pen {
+                    let c = countOneBits(open);
+                    sols += c;
+                } else if open != 0u {
+                    // Down a row: the row left keeps its place below if it
+                    // has candidates left; otherwise the new row takes it.
+                    if rest != 0u {
+                        stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
+                        s.top += 1u;
+                    }
+                    cur = vec4<u32>(open, l, d, r);
+                    k += 1u;
+                    pair = row_pair(pairs, k, start, lid);
+                    continue;
+                }
+                cur.x = rest;
+                if rest == 0u {
+                    // The row is done: back to the one below, if any.
+                    s.top -= 1u;
+                    if s.top == 0u {
+                        break;
+                    }
                     cur = stack[(s.top - 1u) * WG + lid];
                     k = countOneBits(cur.z) - s.base;
                     pair = row_pair(pairs, k, start, lid);
                 }
             }
         }
+        if s.top == 0u {
+            flush(s.owner & 0xffffu, sols, sols + step - mark);
+            sols = 0u;
+            atomicAdd(&done[s.owner >> 16u], 1u);
+            s.owner = NONE;
+        }
     }
     if s.owner != NONE {
         atomicMax(&busiest, me + 1u);
-        flush(s.owner & 0xffffu, sols, nodes);
+        flush(s.owner & 0xffffu, sols, sols + step - mark);
         if s.top != 0u {
             for (var i = 0u; i + 1u < s.top; i++) {
                 stacks[me * LEVELS + i] = stack[i * WG + lid];
