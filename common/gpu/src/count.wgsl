@@ -256,10 +256,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 let d = cur.z | bit;
                 let r = (cur.w | bit) >> pair.x;
                 let open = pair.y & ~(l | d | r);
-                if k == pen {
-                    let c = countOneBits(open);
-                    sols += c;
-                } else if open != 0u {
+                let down = k != pen && open != 0u;
+                if down {
                     // Down a row: the row left keeps its place below if it
                     // has candidates left; otherwise the new row takes it.
                     if rest != 0u {
@@ -268,18 +266,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                     }
                     cur = vec4<u32>(open, l, d, r);
                     k += 1u;
-                    pair = row_pair(pairs, k, start, lid);
-                    continue;
-                }
-                cur.x = rest;
-                if rest == 0u {
-                    // The row is done: back to the one below, if any.
-                    s.top -= 1u;
-                    if s.top == 0u {
-                        break;
+                } else {
+                    if k == pen {
+                        sols += countOneBits(open);
                     }
-                    cur = stack[(s.top - 1u) * WG + lid];
-                    k = countOneBits(cur.z) - s.base;
+                    cur.x = rest;
+                    if rest == 0u {
+                        // The row is done: back to the one below, if any.
+                        s.top -= 1u;
+                        if s.top == 0u {
+                            break;
+                        }
+                        cur = stack[(s.top - 1u) * WG + lid];
+                        k = countOneBits(cur.z) - s.base;
+                    }
+                }
+                // A new row (down, or back): its pair.
+                if down || rest == 0u {
                     pair = row_pair(pairs, k, start, lid);
                 }
             }
