@@ -63,9 +63,45 @@ pub(crate) fn measure(
     let threads = groups * wg;
     let n = PROBE_N.min(levels + 1);
     let board = Interior::new(n as usize, &[]);
+    let words = launch(kernel, pipeline, &board, groups, threads, levels)?;
+    let (control, results, done) = (&words[..8], &words[8..12], words[12]);
+    let total = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    let each = board.count();
+    let due = (
+        each.c1 * u64::from(threads),
+        each.nodes * u64::from(threads),
+    );
+    let got = (total(results[0], results[1]), total(results[2], results[3]));
+    let (running, most) = (control[6], control[7]);
+    if done != threads || got != due {
+        return Err(DeviceError::Failed(format!(
+            "the card miscounted its width probe: {done} of {threads} searches of an empty \
+             {n}x{n} board done; completions and queens placed {got:?} where {due:?} were due"
+        )));
+    }
+    if running != 0 || most == 0 || most > groups {
+        return Err(DeviceError::Failed(format!(
+            "the card's width probe of {groups} workgroups saw {most} at once at most, \
+             and {running} still running after the launch"
+        )));
+    }
+    Ok(most)
+}
+
+/// Launches `groups` workgroups of `pipeline`, its `threads` each
+/// counting `board` with stacks of `levels` rows, and reads back the
+/// card's counters, the board's counts and the jobs done (8, 4 and 1
+/// words).
+fn launch(
+    kernel: &Kernel,
+    pipeline: &wgpu::ComputePipeline,
+    board: &Interior,
+    groups: u32,
+    threads: u32,
+    levels: u32,
+) -> Result<Vec<u32>, DeviceError> {
     let pen = board.rows() as u32 - 2;
-    let table = table(&board);
-    let device = &kernel.device;
+    let table = table(board);
     let buffer = |label, words: &[u32], usage| {
         let b = kernel.buffer(label, words.len() as u64 * 4, usage);
         kernel.queue.write_buffer(&b, 0, &as_bytes(words));
@@ -94,37 +130,15 @@ pub(crate) fn measure(
     let bind = kernel.bind(&[
         &params, &tables, &jobs, &slots, &stacks, &results, &control, &done,
     ]);
-    let mut encoder = device.create_command_encoder(&Default::default());
+    let mut encoder = kernel.device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&Default::default());
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(groups, 1, 1);
     }
-    let words = kernel.read(
+    kernel.read(
         encoder,
         &[(&control, 0, 32), (&results, 0, 16), (&done, 0, 4)],
-    )?;
-    let (control, results, done) = (&words[..8], &words[8..12], words[12]);
-    let total = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
-    let each = board.count();
-    let due = (
-        each.c1 * u64::from(threads),
-        each.nodes * u64::from(threads),
-    );
-    let got = (total(results[0], results[1]), total(results[2], results[3]));
-    let (running, most) = (control[6], control[7]);
-    if done != threads || got != due {
-        return Err(DeviceError::Failed(format!(
-            "the card miscounted its width probe: {done} of {threads} searches of an empty \
-             {n}x{n} board done; completions and queens placed {got:?} where {due:?} were due"
-        )));
-    }
-    if running != 0 || most == 0 || most > groups {
-        return Err(DeviceError::Failed(format!(
-            "the card's width probe of {groups} workgroups saw {most} at once at most, \
-             and {running} still running after the launch"
-        )));
-    }
-    Ok(most)
+    )
 }
