@@ -10,10 +10,11 @@
 // size less one: a power of two less one) as constants. Each
 // thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
-// needs: no shader loop runs more than `params.steps` times and once
-// more for a job's end (lavapipe
-// stops loops silently after 65,535 iterations, and desktop drivers
-// reset kernels that run for seconds).
+// needs: a launch's loops run about as many times as its steps, each job
+// taken costing one, at most twice as many in all with a few more (see
+// `SOFTWARE_STEPS` in cards.rs: lavapipe stops loops silently after
+// 65,535 iterations, and desktop drivers reset kernels that run for
+// seconds).
 //
 // The queue is a ring of jobs: `control[0]` counts the jobs taken and
 // `params.end` the jobs put in, both as wrapping 32-bit counters, and job
