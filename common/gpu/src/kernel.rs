@@ -50,7 +50,8 @@ pub struct Launch {
     /// Whether the shader keeps the bounds checks naga adds to every
     /// array index. Without them the inner loop is shorter; every index
     /// the shader forms is in range by construction (a stack level below
-    /// `LEVELS`, a copied row below `LEVELS`, a table pair below 33, a
+    /// `LEVELS` in the buffer and below `BELOW` in workgroup memory, a
+    /// copied row below `LEVELS`, a table pair below 33, a
     /// job masked to the queue's ring, an interior and a batch where the
     /// host put them).
     pub checked: bool,
