@@ -4,11 +4,11 @@
 //
 // The host prepends `WG` (threads per workgroup), `LEVELS` (rows a
 // thread's stack holds), `BELOW` (`LEVELS` less one, at least one: the
-// records it keeps in workgroup memory), `ROWS_IN_GROUP` (whether a thread copies its
-// job's tables to workgroup memory), `ROWS` (`LEVELS` pairs a thread's
-// copy holds, or 1 where none is kept) and `JOB_MASK` (the job ring's
-// size less one: a power of two less one) as constants. Each
-// thread (a *slot*) keeps its search in `slots` and `stacks` between
+// records it keeps in workgroup memory), `ROWS_IN_GROUP` (whether a
+// thread copies its job's tables to workgroup memory), `ROWS` (`LEVELS`
+// pairs a thread's copy holds, or 1 where none is kept) and `JOB_MASK`
+// (the job ring's size less one: a power of two less one) as constants.
+// Each thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
 // needs: a launch's loops run about as many times as its steps, each job
 // taken costing one, at most twice as many in all with a few more (see
