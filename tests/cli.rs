@@ -865,10 +865,11 @@ fn tuning_a_card_names_settings_that_a_count_then_uses() {
     assert!(o.status.success(), "{}", stderr(&o));
     let lines: Vec<serde_json::Value> = stdout(&o).lines().map(json).collect();
     let (last, trials) = lines.split_last().unwrap();
-    // The start, then two turns of each knob but the tables' one.
-    assert!(trials.len() >= 8, "{}", stdout(&o));
+    // The start, then two turns of each knob but the loop's and the
+    // tables' one.
+    assert!(trials.len() >= 9, "{}", stdout(&o));
     assert_eq!(trials[0]["knob"], "start");
-    for knob in ["tables", "steps", "feeders", "jobs", "launches"] {
+    for knob in ["loop", "tables", "steps", "feeders", "jobs", "launches"] {
         assert!(trials.iter().any(|t| t["knob"] == knob), "{knob}");
     }
     for t in trials {

@@ -26,7 +26,15 @@ struct Knob {
 }
 
 /// The knobs in the order they are turned.
-const KNOBS: [Knob; 5] = [
+const KNOBS: [Knob; 6] = [
+    Knob {
+        name: "loop",
+        turns: |t| {
+            let mut u = *t;
+            u.launch.nested = !t.launch.nested;
+            vec![u]
+        },
+    },
     Knob {
         name: "tables",
         turns: |t| {
@@ -94,8 +102,9 @@ struct Trial {
 impl Trial {
     fn header() -> String {
         format!(
-            "{:<9} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8} {:>9} {:>6}",
+            "{:<9} {:>6} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8} {:>9} {:>6}",
             "turned",
+            "loop",
             "steps",
             "tables",
             "feeders",
@@ -117,9 +126,11 @@ impl Trial {
         let busy = self
             .busy
             .map_or("-".into(), |b| format!("{:.1}%", 100.0 * b));
+        let form = if t.launch.nested { "nested" } else { "single" };
         format!(
-            "{:<9} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8.3} {:>9} {:>6}",
+            "{:<9} {:>6} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8.3} {:>9} {:>6}",
             self.knob,
+            form,
             t.launch.steps,
             tables,
             t.feeders,

@@ -47,12 +47,12 @@ impl std::str::FromStr for Choice {
 /// (every loop of an invocation together, an iteration counted once for
 /// the 8 lanes that run it together): with a shader whose steps also
 /// backed up in a loop of their own, N=14 came out wrong at 12,000 steps
-/// and right at 8,192. A lane runs its taking loop at most once a job it
-/// takes (each costs a step) and once more, its stepping loop once a
-/// step, once a job's end and once more, and restoring and saving its
-/// stack once a row (30 at most): 2 × steps + 63 at most. Even with its 8
-/// lanes never running together, 2,048 steps make 33,272 iterations at
-/// most (4,096 could pass the limit). Copying the rows' tables to
+/// and right at 8,192. A lane runs its outer loop at most once a job it
+/// takes (each costs a step) or a stretch of steps, and once more, its
+/// stepping loop once a step, and restoring and saving its stack once a
+/// row (30 at most): 2 × steps + 61 at most, in either form of the loop.
+/// Even with its 8 lanes never running together, 2,048 steps make 33,256
+/// iterations at most (4,096 could pass the limit). Copying the rows' tables to
 /// workgroup memory, not a software device's default, adds one a row for
 /// every job taken: exact on lavapipe in the suite, not by this bound.
 /// N=16 takes as long at 2,048 steps as at 4,096.
@@ -90,6 +90,8 @@ impl Tuning {
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
     /// their rows' tables,
     /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit,
+    /// `NQUEENS_GPU_LOOP` (`nested`, `single`) the form of the shader's
+    /// loop (see [`Launch::nested`]),
     /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
     /// `NQUEENS_GPU_FEEDERS` the threads feeding a card.
     pub fn from_lookup(kind: wgpu::DeviceType, lookup: impl Fn(&str) -> Option<String>) -> Tuning {
@@ -124,6 +126,10 @@ impl Tuning {
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
                 checked: unless("NQUEENS_GPU_CHECKS", "off", software),
                 rows_in_group: unless("NQUEENS_GPU_TABLES", "storage", !software),
+                // Measured on lavapipe: N=17 in 9.4 s nested, 17.5 s not.
+                // A card's idle lanes cost it issue slots, where a thread
+                // taking its next job alone only waits on memory.
+                nested: unless("NQUEENS_GPU_LOOP", "single", software),
             },
             // A quarter of a job per search and feeding thread: the queue
             // holds the batches of every feeding thread, and every job
@@ -165,6 +171,7 @@ impl Tuning {
             ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
             ("NQUEENS_GPU_LAUNCHES", l.max_launches.to_string()),
             ("NQUEENS_GPU_CHECKS", word(l.checked, "on", "off")),
+            ("NQUEENS_GPU_LOOP", word(l.nested, "nested", "single")),
             ("NQUEENS_GPU_STEAL", word(l.steal, "on", "off")),
         ];
         if self.jobs > 0 {
@@ -404,6 +411,7 @@ mod tests {
             l.steps /= 2;
             l.max_launches *= 2;
             (l.rows_in_group, l.checked, l.steal) = (!l.rows_in_group, !l.checked, false);
+            l.nested = !l.nested;
             (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4 + 100);
             let env = t.env();
             let lookup = |name: &str| env.iter().find(|e| e.0 == name).map(|e| e.1.clone());

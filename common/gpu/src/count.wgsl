@@ -6,8 +6,9 @@
 // thread's stack holds), `BELOW` (`LEVELS` less one, at least one: the
 // records it keeps in workgroup memory), `ROWS_IN_GROUP` (whether a
 // thread copies its job's tables to workgroup memory), `ROWS` (`LEVELS`
-// pairs a thread's copy holds, or 1 where none is kept) and `JOB_MASK`
-// (the job ring's size less one: a power of two less one) as constants.
+// pairs a thread's copy holds, or 1 where none is kept), `JOB_MASK`
+// (the job ring's size less one: a power of two less one) and `NESTED`
+// (whether a thread steps its search in a loop of its own) as constants.
 // Each thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
 // needs: a launch's loops run about as many times as its steps, each job
@@ -217,13 +218,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     // The step from which the search's queens placed are counted: each
     // step places one, and each completion counted is one more.
     var mark = 0u;
-    // A job taken, then its search stepped until it ends or the launch's
-    // steps run out: the inner loop, where the time goes, takes no jobs.
+    // Each pass closes the thread's ended search and takes the next job,
+    // or steps the search: one step (so that a thread whose search ends
+    // takes its next job at once, while its warp steps on), or, NESTED,
+    // until the search ends or the launch's steps run out (see
+    // `Launch::nested` in kernel.rs).
     loop {
         if step >= params.steps {
             break;
         }
-        if s.owner == NONE {
+        if s.top == 0u {
+            if s.owner != NONE {
+                flush(s.owner & 0xffffu, sols, sols + step - mark);
+                sols = 0u;
+                atomicAdd(&done[s.owner >> 16u], 1u);
+                s.owner = NONE;
+            }
             let j = take(me);
             if j == NONE {
                 break;
@@ -242,57 +252,48 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             k = job.row;
             pair = row_pair(pairs, k, start, lid);
             s = Slot(top, base, 0u, 0u, 0u, job.interior | (job.tag << 16u), start | (pen << 8u), 0u);
+            continue;
         }
-        // A search with rows left steps until its stack empties or the
-        // launch's steps run out.
-        if s.top != 0u {
-            loop {
-                if step >= params.steps {
-                    break;
+        loop {
+            step += 1u;
+            let bit = cur.x & (0u - cur.x);
+            let rest = cur.x ^ bit;
+            let l = (cur.y | bit) << pair.x;
+            let d = cur.z | bit;
+            let r = (cur.w | bit) >> pair.x;
+            let open = pair.y & ~(l | d | r);
+            let down = k != pen && open != 0u;
+            if down {
+                // Down a row: the row left keeps its place below if it has
+                // candidates left; otherwise the new row takes it.
+                if rest != 0u {
+                    stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
+                    s.top += 1u;
                 }
-                step += 1u;
-                let bit = cur.x & (0u - cur.x);
-                let rest = cur.x ^ bit;
-                let l = (cur.y | bit) << pair.x;
-                let d = cur.z | bit;
-                let r = (cur.w | bit) >> pair.x;
-                let open = pair.y & ~(l | d | r);
-                let down = k != pen && open != 0u;
-                if down {
-                    // Down a row: the row left keeps its place below if it
-                    // has candidates left; otherwise the new row takes it.
-                    if rest != 0u {
-                        stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
-                        s.top += 1u;
-                    }
-                    cur = vec4<u32>(open, l, d, r);
-                    k += 1u;
-                } else {
-                    if k == pen {
-                        sols += countOneBits(open);
-                    }
-                    cur.x = rest;
-                    if rest == 0u {
-                        // The row is done: back to the one below, if any.
-                        s.top -= 1u;
-                        if s.top == 0u {
-                            break;
-                        }
-                        cur = stack[(s.top - 1u) * WG + lid];
-                        k = countOneBits(cur.z) - s.base;
-                    }
+                cur = vec4<u32>(open, l, d, r);
+                k += 1u;
+            } else {
+                if k == pen {
+                    sols += countOneBits(open);
                 }
-                // A new row (down, or back): its pair.
-                if down || rest == 0u {
-                    pair = row_pair(pairs, k, start, lid);
+                cur.x = rest;
+                if rest == 0u {
+                    // The row is done: back to the one below, if any.
+                    s.top -= 1u;
+                    if s.top == 0u {
+                        break;
+                    }
+                    cur = stack[(s.top - 1u) * WG + lid];
+                    k = countOneBits(cur.z) - s.base;
                 }
             }
-        }
-        if s.top == 0u {
-            flush(s.owner & 0xffffu, sols, sols + step - mark);
-            sols = 0u;
-            atomicAdd(&done[s.owner >> 16u], 1u);
-            s.owner = NONE;
+            // A new row (down, or back): its pair.
+            if down || rest == 0u {
+                pair = row_pair(pairs, k, start, lid);
+            }
+            if !NESTED || step >= params.steps {
+                break;
+            }
         }
     }
     if s.owner != NONE {

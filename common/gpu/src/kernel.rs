@@ -60,11 +60,64 @@ pub struct Launch {
     /// Without the copy, the threads of a warp counting different
     /// interiors read as many places of the card's memory at each step.
     pub rows_in_group: bool,
+    /// Whether a thread steps its search in a loop of its own until the
+    /// search ends (or the launch's steps run out) before it takes its
+    /// next job. A warp's threads then take their next jobs together,
+    /// once its longest search has ended: with searches differing by
+    /// orders of magnitude, about half of a warp's lanes idle (see
+    /// tests/occupancy.rs). Without it, one loop steps
+    /// or takes, so a thread takes its next job as soon as its search
+    /// ends, while the rest of its warp steps on. Lavapipe, which runs
+    /// every branch of a loop's body for all its lanes at every
+    /// iteration, counts twice as fast with it.
+    pub nested: bool,
 }
 
-/// What a pipeline is built for: threads per workgroup, stack rows,
-/// bounds checks, rows kept in workgroup memory, the job ring's mask.
-type Shape = (u32, u32, bool, bool, u32);
+/// What a pipeline is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// Threads per workgroup.
+    pub wg: u32,
+    /// Rows a thread's stack holds.
+    pub levels: u32,
+    /// As [`Launch`] says.
+    pub checked: bool,
+    pub rows_in_group: bool,
+    pub nested: bool,
+    /// The job ring's size less one.
+    pub mask: u32,
+}
+
+impl Shape {
+    /// The shape of the pipeline that runs `launch` with `wg` threads per
+    /// workgroup, stacks of `levels` rows and a ring of `mask + 1` jobs.
+    pub fn new(wg: u32, levels: u32, mask: u32, launch: &Launch) -> Shape {
+        Shape {
+            wg,
+            levels,
+            checked: launch.checked,
+            rows_in_group: launch.rows_in_group,
+            nested: launch.nested,
+            mask,
+        }
+    }
+
+    /// The shader: its constants, then count.wgsl.
+    pub fn source(&self) -> String {
+        format!(
+            "const WG: u32 = {}u;\nconst LEVELS: u32 = {}u;\nconst BELOW: u32 = {}u;\n\
+             const ROWS_IN_GROUP: bool = {};\nconst ROWS: u32 = {}u;\n\
+             const JOB_MASK: u32 = {}u;\nconst NESTED: bool = {};\n{SOURCE}",
+            self.wg,
+            self.levels,
+            below_top(self.levels),
+            self.rows_in_group,
+            kept_rows(self.levels, self.rows_in_group),
+            self.mask,
+            self.nested,
+        )
+    }
+}
 
 /// A device, its queue and the shader's pipelines.
 pub struct Kernel {
@@ -179,7 +232,7 @@ impl Kernel {
         most: u32,
     ) -> Result<u32, DeviceError> {
         let (wg, pipeline) = self.prepare(levels, ring, launch)?;
-        let key = (wg, levels, launch.checked, launch.rows_in_group, most);
+        let key = Shape::new(wg, levels, most, launch);
         if let Some(&w) = self
             .widths
             .lock()
@@ -205,7 +258,7 @@ impl Kernel {
         launch: &Launch,
     ) -> Result<(u32, wgpu::ComputePipeline), DeviceError> {
         let wg = threads_per_group(&self.limits, levels, launch.rows_in_group)?;
-        let shape = (wg, levels, launch.checked, launch.rows_in_group, ring - 1);
+        let shape = Shape::new(wg, levels, ring - 1, launch);
         let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = kept.get(&shape) {
             return Ok((wg, p.clone()));
@@ -225,14 +278,13 @@ impl Kernel {
         Ok((wg, pipeline))
     }
 
-    /// Builds the pipeline for `wg` threads with stacks of `levels` rows,
-    /// with or without naga's bounds checks and copies of the rows' tables.
-    fn build(&self, (wg, levels, checked, in_group, mask): Shape) -> wgpu::ComputePipeline {
+    /// Builds the pipeline of `shape`.
+    fn build(&self, shape: Shape) -> wgpu::ComputePipeline {
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some("count.wgsl"),
-            source: wgpu::ShaderSource::Wgsl(source(wg, levels, in_group, mask).into()),
+            source: wgpu::ShaderSource::Wgsl(shape.source().into()),
         };
-        let module = if checked {
+        let module = if shape.checked {
             self.device.create_shader_module(desc)
         } else {
             // SAFETY: every index in count.wgsl is in range by
@@ -397,19 +449,6 @@ pub fn threads_per_group(
     Ok(1 << (31 - most.leading_zeros()))
 }
 
-/// The shader for `wg` threads with stacks of `levels` rows, with or
-/// without copies of the rows' tables, taking jobs from a ring of
-/// `mask + 1`: its constants, then count.wgsl.
-pub fn source(wg: u32, levels: u32, rows_in_group: bool, mask: u32) -> String {
-    let rows = kept_rows(levels, rows_in_group);
-    format!(
-        "const WG: u32 = {wg}u;\nconst LEVELS: u32 = {levels}u;\n\
-         const BELOW: u32 = {below}u;\nconst ROWS_IN_GROUP: bool = {rows_in_group};\n\
-         const ROWS: u32 = {rows}u;\nconst JOB_MASK: u32 = {mask}u;\n{SOURCE}",
-        below = below_top(levels),
-    )
-}
-
 /// Records each thread keeps in workgroup memory for stacks of `levels`
 /// rows: all but the top one, which it keeps in registers (one, unused,
 /// for stacks of one row: WGSL has no empty arrays).
@@ -464,7 +503,8 @@ mod tests {
     /// For cards with 16 to 64 KB of workgroup memory and every stack a
     /// count may need, the shader at the workgroup size chosen declares
     /// no more workgroup memory than the card has (a driver refuses, or
-    /// fails, one that does), with the rows' tables in either place.
+    /// fails, one that does), with the rows' tables in either place and
+    /// either form of loop.
     #[test]
     fn the_workgroup_chosen_fits_what_the_shader_declares() {
         for kb in [16, 32, 48, 64] {
@@ -473,13 +513,21 @@ mod tests {
                 ..wgpu::Limits::default()
             };
             for levels in 1..=30 {
-                for in_group in [false, true] {
-                    let wg = threads_per_group(&limits, levels, in_group).unwrap();
-                    let bytes = declared(&source(wg, levels, in_group, 1023));
-                    let at = format!("{kb} KB, {levels} rows, in group {in_group}: {wg} threads");
+                for (rows_in_group, nested) in [(false, true), (true, false)] {
+                    let wg = threads_per_group(&limits, levels, rows_in_group).unwrap();
+                    let shape = |wg| Shape {
+                        wg,
+                        levels,
+                        checked: true,
+                        rows_in_group,
+                        nested,
+                        mask: 1023,
+                    };
+                    let bytes = declared(&shape(wg).source());
+                    let at = format!("{kb} KB: {:?}", shape(wg));
                     assert!(bytes <= kb << 10, "{at} declare {bytes} bytes");
                     // And the next size up would not fit.
-                    let wider = declared(&source(wg * 2, levels, in_group, 1023));
+                    let wider = declared(&shape(wg * 2).source());
                     assert!(wg == 256 || wider > kb << 10, "{at}: twice as many fit");
                 }
             }

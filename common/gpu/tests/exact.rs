@@ -183,8 +183,48 @@ fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
     }
 }
 
+/// The machine's card with the other form of the shader's loop than its
+/// default (see `Launch::nested`).
+fn other_loop(steps: u32) -> Option<Arc<Card>> {
+    let card = card(steps)?;
+    let mut t = card.tuning();
+    t.launch.nested = !t.launch.nested;
+    println!("nested loops: {}", t.launch.nested);
+    Some(Arc::new(card.tuned(t)))
+}
+
+/// With the other form of loop: every strategy, searches resumed after
+/// every step, counters past 32 bits, the unchecked shader, and random
+/// pieces of real plans count as on the CPU.
+#[test]
+fn both_forms_of_loop_count_as_the_cpu_does() {
+    let Some(resumed) = other_loop(1) else { return };
+    let resumed: Arc<dyn Device> = resumed;
+    same_as_cpu(&resumed, spec(9, Strategy::Frame, 1, 1));
+    same_as_cpu(&resumed, spec(10, Strategy::Prefix, 2, 1));
+    let card = other_loop(1000).unwrap();
+    let device: Arc<dyn Device> = card.clone();
+    for n in [8, 11, 12] {
+        same_as_cpu(&device, spec(n, Strategy::Frame, 2, 2));
+        same_as_cpu(&device, spec(n, Strategy::Rings, 2, 2));
+        same_as_cpu(&device, spec(n, Strategy::Prefix, 3, 2));
+    }
+    let mut t = card.tuning();
+    (t.launch.bias, t.launch.checked) = ((1 << 32) - 3, false);
+    let biased: Arc<dyn Device> = Arc::new(card.tuned(t));
+    same_as_cpu(&biased, spec(12, Strategy::Frame, 1, 2));
+    let never = AtomicBool::new(false);
+    for n in [19, 26, 32u32] {
+        let (pieces, froms, want) =
+            pieces_and_cpu_counts(spec(n, Strategy::Rings, 1, 1), u64::from(n) * 37, 6, 11);
+        let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+        assert_eq!(got, want, "N={n}");
+    }
+}
+
 /// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
-/// tables in either place, with and without bounds checks) is valid WGSL
+/// tables in either place, with and without bounds checks, either form
+/// of loop) is valid WGSL
 /// that this device builds, at the workgroup size the kernel picks.
 #[test]
 fn every_depth_of_stack_makes_a_shader_the_device_takes() {
@@ -208,12 +248,14 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
         steal: false,
         checked: true,
         rows_in_group: false,
+        nested: true,
     };
     for levels in 1..=30 {
         for (checked, in_group) in [(true, false), (true, true), (false, false), (false, true)] {
             (launch.checked, launch.rows_in_group) = (checked, in_group);
+            launch.nested = !launch.nested;
             if let Err(e) = kernel.prepare(levels, 1 << 22, &launch) {
-                panic!("{levels} rows, checks {checked}, rows in workgroup memory {in_group}: {e}");
+                panic!("{levels} rows, {launch:?}: {e}");
             }
         }
     }
