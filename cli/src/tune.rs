@@ -29,19 +29,11 @@ struct Knob {
 const KNOBS: [Knob; 6] = [
     Knob {
         name: "loop",
-        turns: |t| {
-            let mut u = *t;
-            u.launch.nested = !t.launch.nested;
-            vec![u]
-        },
+        turns: |t| flipped(t, |u| &mut u.launch.nested),
     },
     Knob {
         name: "tables",
-        turns: |t| {
-            let mut u = *t;
-            u.launch.rows_in_group = !t.launch.rows_in_group;
-            vec![u]
-        },
+        turns: |t| flipped(t, |u| &mut u.launch.rows_in_group),
     },
     Knob {
         name: "steps",
@@ -72,6 +64,14 @@ const KNOBS: [Knob; 6] = [
         },
     },
 ];
+
+/// `t` with the switch `flag` points at turned the other way.
+fn flipped(t: &Tuning, flag: fn(&mut Tuning) -> &mut bool) -> Vec<Tuning> {
+    let mut u = *t;
+    let f = flag(&mut u);
+    *f = !*f;
+    vec![u]
+}
 
 /// `t` with each of `values` set by `set`, those that differ from `t`.
 fn scaled<V>(t: &Tuning, values: [V; 2], set: fn(&mut Tuning, V)) -> Vec<Tuning> {

@@ -143,68 +143,29 @@ fn the_unchecked_shader_counts_as_the_cpu_does() {
     }
 }
 
-/// The machine's card with its threads keeping their rows' tables where
-/// its default does not (in workgroup memory, or read from the card's
-/// memory at each step).
-fn other_place_for_rows(steps: u32) -> Option<Arc<Card>> {
+/// The machine's card with `turn` made to its launches (one of its
+/// defaults turned the other way).
+fn turned(steps: u32, turn: fn(&mut Launch)) -> Option<Arc<Card>> {
     let card = card(steps)?;
     let mut t = card.tuning();
-    t.launch.rows_in_group = !t.launch.rows_in_group;
-    println!(
-        "rows' tables in workgroup memory: {}",
-        t.launch.rows_in_group
-    );
+    turn(&mut t.launch);
+    println!("{:?}", t.launch);
     Some(Arc::new(card.tuned(t)))
 }
 
-/// With the rows' tables in the other place: every strategy, searches
-/// resumed after every step, and random pieces of real plans count as on
-/// the CPU.
-#[test]
-fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
-    let Some(resumed) = other_place_for_rows(1) else {
+/// With `turn` made to the card's launches: every strategy, searches
+/// resumed after every step, counters past 32 bits in the unchecked
+/// shader, and random pieces of real plans count as on the CPU.
+fn turned_counts_as_the_cpu_does(turn: fn(&mut Launch)) {
+    let Some(resumed) = turned(1, turn) else {
         return;
     };
     let resumed: Arc<dyn Device> = resumed;
     same_as_cpu(&resumed, spec(9, Strategy::Frame, 1, 1));
     same_as_cpu(&resumed, spec(10, Strategy::Prefix, 2, 1));
-    let card = other_place_for_rows(1000).unwrap();
+    let card = turned(1000, turn).unwrap();
     let device: Arc<dyn Device> = card.clone();
     for n in [8, 11, 13] {
-        same_as_cpu(&device, spec(n, Strategy::Frame, 2, 2));
-        same_as_cpu(&device, spec(n, Strategy::Rings, 2, 2));
-    }
-    let never = AtomicBool::new(false);
-    for n in [19, 24, 32u32] {
-        let (pieces, froms, want) =
-            pieces_and_cpu_counts(spec(n, Strategy::Frame, 1, 1), u64::from(n) * 31, 6, 11);
-        let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-        assert_eq!(got, want, "N={n}");
-    }
-}
-
-/// The machine's card with the other form of the shader's loop than its
-/// default (see `Launch::nested`).
-fn other_loop(steps: u32) -> Option<Arc<Card>> {
-    let card = card(steps)?;
-    let mut t = card.tuning();
-    t.launch.nested = !t.launch.nested;
-    println!("nested loops: {}", t.launch.nested);
-    Some(Arc::new(card.tuned(t)))
-}
-
-/// With the other form of loop: every strategy, searches resumed after
-/// every step, counters past 32 bits, the unchecked shader, and random
-/// pieces of real plans count as on the CPU.
-#[test]
-fn both_forms_of_loop_count_as_the_cpu_does() {
-    let Some(resumed) = other_loop(1) else { return };
-    let resumed: Arc<dyn Device> = resumed;
-    same_as_cpu(&resumed, spec(9, Strategy::Frame, 1, 1));
-    same_as_cpu(&resumed, spec(10, Strategy::Prefix, 2, 1));
-    let card = other_loop(1000).unwrap();
-    let device: Arc<dyn Device> = card.clone();
-    for n in [8, 11, 12] {
         same_as_cpu(&device, spec(n, Strategy::Frame, 2, 2));
         same_as_cpu(&device, spec(n, Strategy::Rings, 2, 2));
         same_as_cpu(&device, spec(n, Strategy::Prefix, 3, 2));
@@ -214,12 +175,28 @@ fn both_forms_of_loop_count_as_the_cpu_does() {
     let biased: Arc<dyn Device> = Arc::new(card.tuned(t));
     same_as_cpu(&biased, spec(12, Strategy::Frame, 1, 2));
     let never = AtomicBool::new(false);
-    for n in [19, 26, 32u32] {
-        let (pieces, froms, want) =
-            pieces_and_cpu_counts(spec(n, Strategy::Rings, 1, 1), u64::from(n) * 37, 6, 11);
-        let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-        assert_eq!(got, want, "N={n}");
+    for n in [19, 24, 32u32] {
+        for strategy in [Strategy::Frame, Strategy::Rings] {
+            let seed = u64::from(n) * 31;
+            let (pieces, froms, want) = pieces_and_cpu_counts(spec(n, strategy, 1, 1), seed, 6, 11);
+            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+            assert_eq!(got, want, "N={n} {strategy}");
+        }
     }
+}
+
+/// The rows' tables where the card's default does not keep them (in
+/// workgroup memory, or read from the card's memory at each step).
+#[test]
+fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
+    turned_counts_as_the_cpu_does(|l| l.rows_in_group = !l.rows_in_group);
+}
+
+/// The other form of the shader's loop than the card's default (see
+/// `Launch::nested`).
+#[test]
+fn both_forms_of_loop_count_as_the_cpu_does() {
+    turned_counts_as_the_cpu_does(|l| l.nested = !l.nested);
 }
 
 /// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
