@@ -492,12 +492,23 @@ fn the_hosts_share_of_a_whole_count() {
 /// The workgroups a card runs at once are measured per shader (at least
 /// one, at most those asked for, the same when asked again), and a card
 /// whose searches in flight fill that width counts exactly, with fewer
-/// searches than asked for where the card holds fewer.
+/// searches than asked for where the card holds fewer: in either form of
+/// the shader's loop.
 #[test]
 fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
-    let Some(card) = card(512) else { return };
-    let mut t = card.tuning();
-    (t.launch.fill, t.launch.slots, t.jobs) = (true, 1 << 12, 0);
+    for nested in [false, true] {
+        let Some(card) = card(512) else { return };
+        let mut t = card.tuning();
+        (t.launch.fill, t.launch.slots, t.jobs) = (true, 1 << 12, 0);
+        t.launch.nested = nested;
+        filled_to_its_width(card.tuned(t));
+    }
+}
+
+/// The card's measured width, once per shader, within what was asked;
+/// its searches in flight that width, counting as the CPU does.
+fn filled_to_its_width(card: Card) {
+    let t = card.tuning();
     let adapter = nqueens_gpu::adapters().into_iter().next().unwrap();
     let kernel = Kernel::open(&adapter).unwrap();
     let mut narrow = true;
@@ -515,7 +526,7 @@ fn a_card_filled_to_its_measured_width_counts_as_the_cpu_does() {
         narrow &= width < most;
     }
 
-    let card = Arc::new(card.tuned(t));
+    let card = Arc::new(card);
     let device: Arc<dyn Device> = Arc::clone(&card) as Arc<dyn Device>;
     same_as_cpu(&device, spec(12, Strategy::Frame, 1, 2));
     let searches = card.busy().unwrap().searches;
