@@ -52,9 +52,10 @@ impl std::str::FromStr for Choice {
 /// stepping loop once a step, and restoring and saving its stack once a
 /// row (30 at most): 2 × steps + 61 at most, in either form of the loop.
 /// Even with its 8 lanes never running together, 2,048 steps make 33,256
-/// iterations at most (4,096 could pass the limit). Copying the rows' tables to
-/// workgroup memory, not a software device's default, adds one a row for
-/// every job taken: exact on lavapipe in the suite, not by this bound.
+/// iterations at most (4,096 could pass the limit). Copying the rows'
+/// tables to workgroup memory, not a software device's default, adds one
+/// a row for every job taken: exact on lavapipe in the suite, not by this
+/// bound.
 /// N=16 takes as long at 2,048 steps as at 4,096.
 pub const SOFTWARE_STEPS: u32 = 2048;
 

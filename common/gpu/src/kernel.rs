@@ -64,12 +64,12 @@ pub struct Launch {
     /// search ends (or the launch's steps run out) before it takes its
     /// next job. A warp's threads then take their next jobs together,
     /// once its longest search has ended: with searches differing by
-    /// orders of magnitude, about half of a warp's lanes idle (see
-    /// tests/occupancy.rs). Without it, one loop steps
-    /// or takes, so a thread takes its next job as soon as its search
-    /// ends, while the rest of its warp steps on. Lavapipe, which runs
-    /// every branch of a loop's body for all its lanes at every
-    /// iteration, counts twice as fast with it.
+    /// orders of magnitude, up to half of a warp's lanes idle (see
+    /// tests/occupancy.rs). Without it, one loop steps or takes, so a
+    /// thread takes its next job as soon as its search ends, while the
+    /// rest of its warp steps on. Lavapipe, which runs every branch of a
+    /// loop's body for all its lanes at every iteration, counts twice as
+    /// fast with it.
     pub nested: bool,
 }
 
@@ -80,9 +80,11 @@ pub struct Shape {
     pub wg: u32,
     /// Rows a thread's stack holds.
     pub levels: u32,
-    /// As [`Launch`] says.
+    /// As in [`Launch`].
     pub checked: bool,
+    /// As in [`Launch`].
     pub rows_in_group: bool,
+    /// As in [`Launch`].
     pub nested: bool,
     /// The job ring's size less one.
     pub mask: u32,
