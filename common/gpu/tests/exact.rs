@@ -12,7 +12,7 @@ use nqueens_common::Size;
 use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::kernel::{Kernel, Launch};
 use nqueens_gpu::stream::{Batch, Feed};
-use nqueens_gpu::{first_card, Card};
+use nqueens_gpu::{first_card, Card, Tuning};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -197,6 +197,16 @@ fn both_places_for_the_rows_tables_count_as_the_cpu_does() {
 #[test]
 fn both_forms_of_loop_count_as_the_cpu_does() {
     turned_counts_as_the_cpu_does(|l| l.nested = !l.nested);
+}
+
+/// A hardware card's switches (bounds checks, the rows' tables' place,
+/// the loop's form), all at once, as no software device runs them.
+#[test]
+fn a_hardware_cards_switches_count_as_the_cpu_does() {
+    turned_counts_as_the_cpu_does(|l| {
+        let card = Tuning::from_lookup(wgpu::DeviceType::DiscreteGpu, |_| None).launch;
+        (l.checked, l.rows_in_group, l.nested) = (card.checked, card.rows_in_group, card.nested);
+    });
 }
 
 /// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
