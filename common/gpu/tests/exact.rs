@@ -344,27 +344,31 @@ fn idle_threads_leave_an_empty_queue_alone() {
 /// A few jobs, many idle threads and short launches: once the queue is
 /// empty the searches still going are split among the idle threads (and
 /// those splits split again), and every count is still the CPU's, with
-/// the rows' tables in either place. With splitting off, nothing is split
-/// and the counts are the same.
+/// the rows' tables in either place and either form of loop. With
+/// splitting off, nothing is split and the counts are the same.
 #[test]
 fn long_searches_are_split_among_idle_threads_exactly() {
     let never = AtomicBool::new(false);
     let (pieces, froms, want) = pieces_and_cpu_counts(spec(14, Strategy::Frame, 1, 1), 3, 12, 12);
-    for (steal, in_group) in [(true, false), (true, true), (false, false)] {
+    let turns = [
+        (true, false, true),
+        (true, true, false),
+        (false, false, true),
+    ];
+    for (steal, in_group, nested) in turns {
         let Some(card) = card(8) else { return };
         let mut t = card.tuning();
         t.jobs = 1;
         t.launch.slots = 512;
         (t.launch.steal, t.launch.rows_in_group) = (steal, in_group);
+        t.launch.nested = nested;
         let card = card.tuned(t);
         let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-        assert_eq!(
-            got, want,
-            "splitting {steal}, rows in workgroup memory {in_group}"
-        );
+        let at = format!("splitting {steal}, rows in workgroup memory {in_group}, nested {nested}");
+        assert_eq!(got, want, "{at}");
         let split = card.jobs_split();
-        assert_eq!(split > 0, steal, "{split} jobs split");
-        println!("splitting {steal}, rows in workgroup memory {in_group}: {split} jobs split");
+        assert_eq!(split > 0, steal, "{at}: {split} jobs split");
+        println!("{at}: {split} jobs split");
     }
 }
 
