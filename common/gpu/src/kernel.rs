@@ -127,10 +127,10 @@ pub struct Kernel {
     pub(crate) queue: wgpu::Queue,
     pub(crate) layout: wgpu::BindGroupLayout,
     pipelines: Mutex<HashMap<Shape, wgpu::ComputePipeline>>,
-    /// Workgroups the card runs at once, by pipeline shape with the most
-    /// workgroups asked for in place of the ring's mask (which changes
-    /// nothing the card holds).
-    widths: Mutex<HashMap<Shape, u32>>,
+    /// Workgroups the card runs at once, by pipeline shape (its ring's
+    /// mask set to 0: it changes nothing the card holds) and the most
+    /// workgroups asked for.
+    widths: Mutex<HashMap<(Shape, u32), u32>>,
     /// Searches in flight in the latest queue (its threads per launch).
     pub(crate) searches: AtomicU64,
     pub(crate) limits: wgpu::Limits,
@@ -234,7 +234,7 @@ impl Kernel {
         most: u32,
     ) -> Result<u32, DeviceError> {
         let (wg, pipeline) = self.prepare(levels, ring, launch)?;
-        let key = Shape::new(wg, levels, most, launch);
+        let key = (Shape::new(wg, levels, 0, launch), most);
         if let Some(&w) = self
             .widths
             .lock()
