@@ -484,15 +484,23 @@ async fn a_worker_on_a_slow_link_delivers_and_holds_nobody_up() {
         bandwidth: Some(125_000),
         ..Faults::default()
     });
+    // The slow worker first, until it holds tasks (which only it can
+    // deliver): started together, the fast ones could count every task
+    // before its first lease crossed the link. On one thread it needs
+    // seconds for the whole job, far longer than the fast ones take to
+    // start.
     let mut workers = vec![kit::worker(&proxy.url(), "slow", 1)];
-    workers.extend((1..=2).map(|k| kit::worker(&c.url, &format!("fast-{k}"), 1)));
-    kit::eventually("the three workers to register", async || {
-        kit::workers(&mut ops).await.len() == 3
-    })
-    .await;
-    let plan = spec(15, 300);
+    let plan = spec(17, 300);
     let started = Instant::now();
     let id = submit(&mut ops, &plan).await;
+    kit::eventually("the slow worker to hold tasks", async || {
+        kit::workers(&mut ops)
+            .await
+            .iter()
+            .any(|w| w.name == "slow" && (w.leases > 0 || w.tasks_done > 0))
+    })
+    .await;
+    workers.extend((1..=2).map(|k| kit::worker(&c.url, &format!("fast-{k}"), 1)));
     let j = kit::watch_until(&mut ops, id, kit::done).await;
     let took = started.elapsed();
     exact_like_without_faults(&mut ops, id, &plan).await;
@@ -506,7 +514,7 @@ async fn a_worker_on_a_slow_link_delivers_and_holds_nobody_up() {
     assert_eq!(done.iter().sum::<u64>(), j.tasks);
     let bytes = proxy.bytes_up() + proxy.bytes_down();
     eprintln!(
-        "slow link (1 Mbit/s, 20 ms): N=15, {} tasks in {took:.1?}; tasks done (slow, fast, \
+        "slow link (1 Mbit/s, 20 ms): N=17, {} tasks in {took:.1?}; tasks done (slow, fast, \
          fast): {done:?}; {bytes} bytes over the slow link",
         j.tasks
     );
