@@ -211,8 +211,8 @@ fn a_hardware_cards_switches_count_as_the_cpu_does() {
 
 /// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
 /// tables in either place, with and without bounds checks, either form
-/// of loop) is valid WGSL
-/// that this device builds, at the workgroup size the kernel picks.
+/// of loop) is valid WGSL that this device builds, at the workgroup size
+/// the kernel picks.
 #[test]
 fn every_depth_of_stack_makes_a_shader_the_device_takes() {
     let Some(adapter) = nqueens_gpu::adapters().into_iter().next() else {
