@@ -1097,6 +1097,45 @@ fn a_data_dir_that_is_a_file_and_a_foreign_scheme_are_named() {
     }
 }
 
+/// A mistyped `NQUEENS_GPU_*` setting stops `solve --core gpu`, `bench
+/// --core gpu` and a GPU worker before they count or connect, naming the
+/// setting and what it takes (with or without a device here).
+#[test]
+fn a_mistyped_gpu_setting_is_refused_before_anything_counts() {
+    let commands: [&[&str]; 4] = [
+        &["solve", "10", "--core", "gpu"],
+        &["bench", "10", "--core", "gpu"],
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--gpus",
+            "auto",
+        ],
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--core",
+            "gpu",
+        ],
+    ];
+    for args in commands {
+        let o = Command::new(kit::binary())
+            .args(args)
+            .env("NQUEENS_GPU_LOOP", "singel")
+            .output()
+            .expect("start nqueens");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("NQUEENS_GPU_LOOP=\"singel\": give nested or single"),
+            "{args:?}: {err}"
+        );
+        assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
+    }
+}
+
 /// A negative N is a bad size, said as such (not taken for a flag).
 #[test]
 fn a_negative_n_is_a_bad_size() {

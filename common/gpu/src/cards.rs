@@ -71,90 +71,146 @@ pub struct Tuning {
     pub feeders: usize,
 }
 
+/// The `NQUEENS_GPU_*` settings the environment gives, each checked
+/// (`None`: the device's default). An unknown word or a number out of
+/// range is refused with the values it takes: a mistyped setting never
+/// falls back to the default unseen. An empty value counts as unset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    steps: Option<u32>,
+    slots: Option<u32>,
+    jobs: Option<u32>,
+    launches: Option<u32>,
+    feeders: Option<u32>,
+    steal: Option<bool>,
+    checked: Option<bool>,
+    rows_in_group: Option<bool>,
+    nested: Option<bool>,
+}
+
+/// The most searches in flight a setting may ask for (a card's measured
+/// width is at most 524,288).
+pub const MOST_SLOTS: u32 = 1 << 20;
+
+impl Overrides {
+    /// The settings in this process's environment.
+    pub fn from_env() -> Result<Overrides, String> {
+        Overrides::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The settings `lookup` gives:
+    /// `NQUEENS_GPU_STEPS`, `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS`
+    /// set the steps per launch, the searches in flight (measured no
+    /// more) and the jobs a batch is cut into (0: as the card's width),
+    /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
+    /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
+    /// their rows' tables,
+    /// `NQUEENS_GPU_STEAL` (`on`, `off`) whether long searches are split,
+    /// `NQUEENS_GPU_LOOP` (`nested`, `single`) the form of the shader's
+    /// loop (see [`Launch::nested`]),
+    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
+    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
+        let given = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let number = |name: &str, least: u32, most: u32| -> Result<Option<u32>, String> {
+            let Some(v) = given(name) else {
+                return Ok(None);
+            };
+            match v.trim().parse::<u32>() {
+                Ok(x) if (least..=most).contains(&x) => Ok(Some(x)),
+                _ => Err(format!(
+                    "{name}={v:?}: give a whole number from {least} to {most}"
+                )),
+            }
+        };
+        let word = |name: &str, yes: &str, no: &str| -> Result<Option<bool>, String> {
+            match given(name) {
+                None => Ok(None),
+                Some(v) if v.trim() == yes => Ok(Some(true)),
+                Some(v) if v.trim() == no => Ok(Some(false)),
+                Some(v) => Err(format!("{name}={v:?}: give {yes} or {no}")),
+            }
+        };
+        Ok(Overrides {
+            steps: number("NQUEENS_GPU_STEPS", 1, 65_535)?,
+            slots: number("NQUEENS_GPU_SLOTS", 1, MOST_SLOTS)?,
+            jobs: number("NQUEENS_GPU_JOBS", 0, 1 << 24)?,
+            launches: number("NQUEENS_GPU_LAUNCHES", 1, 64)?,
+            feeders: number("NQUEENS_GPU_FEEDERS", 1, 256)?,
+            steal: word("NQUEENS_GPU_STEAL", "on", "off")?,
+            checked: word("NQUEENS_GPU_CHECKS", "on", "off")?,
+            rows_in_group: word("NQUEENS_GPU_TABLES", "group", "storage")?,
+            nested: word("NQUEENS_GPU_LOOP", "nested", "single")?,
+        })
+    }
+}
+
 impl Tuning {
     /// For an adapter of this type: a hardware GPU runs as many searches
     /// at once as it holds workgroups at once (measured, see
     /// [`crate::width`]) and long launches; a software device (lavapipe,
     /// in CI) a few thousand and short ones; a hardware GPU's shader drops
-    /// naga's bounds checks, a software device's keeps them. The
-    /// environment overrides each (for tuning on a new card; see
-    /// [`Tuning::from_lookup`]).
-    pub fn for_type(kind: wgpu::DeviceType) -> Tuning {
-        Tuning::from_lookup(kind, |name| std::env::var(name).ok())
-    }
-
-    /// As [`Tuning::for_type`], with `lookup` for the environment:
-    /// `NQUEENS_GPU_STEPS`, `NQUEENS_GPU_SLOTS` and `NQUEENS_GPU_JOBS`
-    /// set the steps per launch, the searches in flight (measured no
-    /// more) and the jobs a batch is cut into,
-    /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
-    /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
-    /// their rows' tables,
-    /// `NQUEENS_GPU_STEAL=off` leaves long searches unsplit,
-    /// `NQUEENS_GPU_LOOP` (`nested`, `single`) the form of the shader's
-    /// loop (see [`Launch::nested`]),
-    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
-    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card.
-    pub fn from_lookup(kind: wgpu::DeviceType, lookup: impl Fn(&str) -> Option<String>) -> Tuning {
+    /// naga's bounds checks, a software device's keeps them. `given`
+    /// overrides each (for tuning on a new card).
+    pub fn new(kind: wgpu::DeviceType, given: &Overrides) -> Tuning {
         let software = kind == wgpu::DeviceType::Cpu;
-        let number =
-            |name: &str, default: u32| lookup(name).and_then(|v| v.parse().ok()).unwrap_or(default);
-        let unless =
-            |name: &str, no: &str, default: bool| lookup(name).map_or(default, |v| v != no);
         let most_steps = if software { SOFTWARE_STEPS } else { 65_535 };
-        let steps = number("NQUEENS_GPU_STEPS", if software { 2048 } else { 16384 });
+        let steps = given.steps.unwrap_or(if software { 2048 } else { 16384 });
         // On an H200, 65,536 searches in flight counted N=19 in 2.5 s,
         // 131,072 in 3.3-3.4 s and 262,144 in 2.9 s: a launch lasts as
         // long as its last wave of workgroups, so a hardware card runs as
         // many as fit one wave, measured (at most 524,288).
-        let given = lookup("NQUEENS_GPU_SLOTS").is_some();
-        let slots = number("NQUEENS_GPU_SLOTS", if software { 2048 } else { 65_536 });
-        let fill = !software && !given;
+        let slots = given.slots.unwrap_or(if software { 2048 } else { 65_536 });
+        let fill = !software && given.slots.is_none();
         Tuning {
             launch: Launch {
                 steps: steps.clamp(1, most_steps),
                 most_steps,
-                slots: if fill { 1 << 19 } else { slots.max(1) },
+                slots: if fill { 1 << 19 } else { slots },
                 fill,
-                max_launches: number("NQUEENS_GPU_LAUNCHES", if software { 4 } else { 8 }),
+                max_launches: given.launches.unwrap_or(if software { 4 } else { 8 }),
                 bias: 0,
                 // Sixteen jobs per search at 65,536 searches (a card's
                 // measured width may hold more): the batches of several
                 // feeding threads (a card's buffers are made once, and
                 // zeroed).
                 queue_jobs: slots as usize * 16,
-                steal: unless("NQUEENS_GPU_STEAL", "off", true),
+                steal: given.steal.unwrap_or(true),
                 // Measured on an H200: N=19 and N=20 6-7% faster without.
-                checked: unless("NQUEENS_GPU_CHECKS", "off", software),
-                rows_in_group: unless("NQUEENS_GPU_TABLES", "storage", !software),
+                checked: given.checked.unwrap_or(software),
+                rows_in_group: given.rows_in_group.unwrap_or(!software),
                 // Measured on lavapipe: N=17 in 9.4 s nested, 17.5 s not.
                 // A card's idle lanes cost it issue slots, where a thread
                 // taking its next job alone only waits on memory.
-                nested: unless("NQUEENS_GPU_LOOP", "single", software),
+                nested: given.nested.unwrap_or(software),
             },
             // A quarter of a job per search and feeding thread: the queue
             // holds the batches of every feeding thread, and every job
             // costs the host 50-100 ns on a Xeon core (MEASUREMENTS.md).
             // A card's searches are its measured width: known once counting.
-            jobs: number(
-                "NQUEENS_GPU_JOBS",
-                if fill { 0 } else { (slots / 4).max(1) },
-            ) as usize,
+            jobs: given
+                .jobs
+                .unwrap_or(if fill { 0 } else { (slots / 4).max(1) }) as usize,
             // A card's threads spent 38% of their launches' steps
             // searching with 2 feeding threads, 80% with 8 or 16
             // (lavapipe, 2,048 searches in flight, N=16; MEASUREMENTS.md);
             // an H200 counted N=19 in 8.2 s from 4, 3.4 s from 16. A
             // software device runs on the cores the feeders would take.
-            feeders: number(
-                "NQUEENS_GPU_FEEDERS",
-                if software {
-                    default_threads() as u32
-                } else {
-                    16
-                },
-            )
-            .max(1) as usize,
+            feeders: given
+                .feeders
+                .map_or(if software { default_threads() } else { 16 }, |f| {
+                    f as usize
+                }),
         }
+    }
+
+    /// As [`Tuning::new`] with the settings `lookup` gives (see
+    /// [`Overrides::from_lookup`]).
+    pub fn from_lookup(
+        kind: wgpu::DeviceType,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Tuning, String> {
+        Ok(Tuning::new(kind, &Overrides::from_lookup(lookup)?))
     }
 
     /// The environment that gives this tuning on a card (the knobs
@@ -203,9 +259,9 @@ impl std::fmt::Debug for Card {
 }
 
 impl Card {
-    fn open(adapter: &wgpu::Adapter) -> Result<Card, String> {
+    fn open(adapter: &wgpu::Adapter, given: &Overrides) -> Result<Card, String> {
         let info = adapter.get_info();
-        let tuning = Tuning::for_type(info.device_type);
+        let tuning = Tuning::new(info.device_type, given);
         let kernel = Arc::new(Kernel::open(adapter)?);
         Ok(Card {
             name: format!("gpu:{} ({})", info.name, info.backend.to_str()),
@@ -324,6 +380,7 @@ pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
     if *choice == Choice::None {
         return Ok((Vec::new(), Vec::new()));
     }
+    let given = Overrides::from_env()?;
     let all = adapters();
     let mut opened = Vec::new();
     let mut skipped = Vec::new();
@@ -333,7 +390,7 @@ pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
                 let a = all
                     .get(i)
                     .ok_or_else(|| format!("there is no GPU number {i}: {}", describe(&all)))?;
-                opened.push(Card::open(a).map_err(|e| format!("GPU {i}: {e}"))?);
+                opened.push(Card::open(a, &given).map_err(|e| format!("GPU {i}: {e}"))?);
             }
         }
         _ => {
@@ -346,7 +403,7 @@ pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
                 if info.device_type == wgpu::DeviceType::Cpu || !seen.insert(card) {
                     continue;
                 }
-                match Card::open(a) {
+                match Card::open(a, &given) {
                     Ok(c) => opened.push(c),
                     Err(e) => skipped.push(format!("{}: {e}", info.name)),
                 }
@@ -383,6 +440,7 @@ pub fn describe(all: &[wgpu::Adapter]) -> String {
 /// integrated, virtual or other one, else a software device (lavapipe:
 /// slow, but the same kernel, which is how CI runs it).
 pub fn first_card() -> Result<Card, String> {
+    let given = Overrides::from_env()?;
     let all = adapters();
     let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
         wgpu::DeviceType::DiscreteGpu => 0,
@@ -395,7 +453,7 @@ pub fn first_card() -> Result<Card, String> {
         .iter()
         .min_by_key(|a| rank(a))
         .ok_or_else(|| describe(&all))?;
-    Card::open(best)
+    Card::open(best, &given)
 }
 
 #[cfg(test)]
@@ -407,7 +465,7 @@ mod tests {
     #[test]
     fn a_tunings_environment_gives_it_back() {
         for kind in [wgpu::DeviceType::DiscreteGpu, wgpu::DeviceType::Cpu] {
-            let mut t = Tuning::from_lookup(kind, |_| None);
+            let mut t = Tuning::new(kind, &Overrides::default());
             let l = &mut t.launch;
             l.steps /= 2;
             l.max_launches *= 2;
@@ -416,7 +474,11 @@ mod tests {
             (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4 + 100);
             let env = t.env();
             let lookup = |name: &str| env.iter().find(|e| e.0 == name).map(|e| e.1.clone());
-            assert_eq!(Tuning::from_lookup(kind, lookup), t, "{kind:?}: {env:?}");
+            assert_eq!(
+                Tuning::from_lookup(kind, lookup),
+                Ok(t),
+                "{kind:?}: {env:?}"
+            );
             assert_eq!(
                 t.launch.fill,
                 !env.iter().any(|e| e.0 == "NQUEENS_GPU_SLOTS"),
@@ -424,7 +486,7 @@ mod tests {
             );
         }
         // A card's jobs per batch follow its measured width unless given.
-        let t = Tuning::from_lookup(wgpu::DeviceType::DiscreteGpu, |_| None);
+        let t = Tuning::new(wgpu::DeviceType::DiscreteGpu, &Overrides::default());
         assert_eq!(t.jobs, 0);
         assert!(t.env().iter().all(|e| e.0 != "NQUEENS_GPU_JOBS"));
     }
@@ -435,9 +497,51 @@ mod tests {
     fn a_software_device_takes_no_more_steps_than_its_loops_count() {
         let asking = |kind| {
             let lookup = |name: &str| (name == "NQUEENS_GPU_STEPS").then(|| "65535".to_string());
-            Tuning::from_lookup(kind, lookup).launch.steps
+            Tuning::from_lookup(kind, lookup).unwrap().launch.steps
         };
         assert_eq!(asking(wgpu::DeviceType::Cpu), SOFTWARE_STEPS);
         assert_eq!(asking(wgpu::DeviceType::DiscreteGpu), 65_535);
+    }
+
+    /// A mistyped or out-of-range setting is refused, naming the setting,
+    /// what it was given and what it takes; an empty one is unset.
+    #[test]
+    fn a_setting_the_card_cannot_take_is_refused_with_what_it_takes() {
+        let with = |name: &'static str, value: &'static str| {
+            Overrides::from_lookup(move |n| (n == name).then(|| value.to_string()))
+        };
+        let refused = [
+            ("NQUEENS_GPU_LOOP", "singel", "give nested or single"),
+            ("NQUEENS_GPU_LOOP", "Single", "give nested or single"),
+            ("NQUEENS_GPU_TABLES", "shared", "give group or storage"),
+            ("NQUEENS_GPU_CHECKS", "no", "give on or off"),
+            ("NQUEENS_GPU_STEAL", "0", "give on or off"),
+            ("NQUEENS_GPU_STEPS", "16k", "from 1 to 65535"),
+            ("NQUEENS_GPU_STEPS", "0", "from 1 to 65535"),
+            ("NQUEENS_GPU_STEPS", "65536", "from 1 to 65535"),
+            ("NQUEENS_GPU_SLOTS", "-1", "from 1 to 1048576"),
+            ("NQUEENS_GPU_SLOTS", "1048577", "from 1 to 1048576"),
+            ("NQUEENS_GPU_JOBS", "99999999999", "from 0 to 16777216"),
+            ("NQUEENS_GPU_LAUNCHES", "0", "from 1 to 64"),
+            ("NQUEENS_GPU_FEEDERS", "257", "from 1 to 256"),
+        ];
+        for (name, value, advice) in refused {
+            let e = with(name, value).expect_err(value);
+            assert!(
+                e.starts_with(&format!("{name}=\"{value}\": ")) && e.ends_with(advice),
+                "{e}"
+            );
+        }
+        let kind = wgpu::DeviceType::DiscreteGpu;
+        let default = Tuning::new(kind, &Overrides::default());
+        for (name, _, _) in refused {
+            assert_eq!(with(name, " "), Ok(Overrides::default()), "{name}");
+        }
+        // The bounds themselves are taken, and words with spaces around.
+        let nested = Tuning::new(kind, &with("NQUEENS_GPU_LOOP", " nested ").unwrap());
+        assert!(!default.launch.nested && nested.launch.nested);
+        let most = with("NQUEENS_GPU_SLOTS", "1048576").unwrap();
+        assert_eq!(Tuning::new(kind, &most).launch.slots, MOST_SLOTS);
+        assert_eq!(with("NQUEENS_GPU_STEPS", "1").unwrap().steps, Some(1));
     }
 }

@@ -27,5 +27,5 @@ pub mod steal;
 pub mod stream;
 pub mod width;
 
-pub use cards::{adapters, cards, describe, first_card, Card, Choice, Tuning};
+pub use cards::{adapters, cards, describe, first_card, Card, Choice, Overrides, Tuning};
 pub use nqueens_common::engine::device::{Device, DeviceError};

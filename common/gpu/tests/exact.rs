@@ -204,7 +204,7 @@ fn both_forms_of_loop_count_as_the_cpu_does() {
 #[test]
 fn a_hardware_cards_switches_count_as_the_cpu_does() {
     turned_counts_as_the_cpu_does(|l| {
-        let card = Tuning::from_lookup(wgpu::DeviceType::DiscreteGpu, |_| None).launch;
+        let card = Tuning::new(wgpu::DeviceType::DiscreteGpu, &Default::default()).launch;
         (l.checked, l.rows_in_group, l.nested) = (card.checked, card.rows_in_group, card.nested);
     });
 }
