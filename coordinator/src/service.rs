@@ -154,10 +154,19 @@ async fn judge(
 ) -> Result<Vec<Result<Verdict, Status>>, Status> {
     let mut answers: Vec<Result<Verdict, Status>> = Vec::with_capacity(items.len());
     let (mut valid, mut at) = (Vec::new(), Vec::new());
+    // A lease once a call: its copies would each be checked against the
+    // state before any is applied, and each journaled.
+    let mut seen = std::collections::HashSet::new();
     for (i, (lease, result)) in items.into_iter().enumerate() {
         let checked = lease_ref(lease.as_ref()).and_then(|lease| {
             let result = result.ok_or_else(|| Refusal::BadRequest.status("result is missing"))?;
             result_fields(&result)?;
+            if !seen.insert(lease) {
+                return Err(Refusal::BadRequest.status(format!(
+                    "task {} of job {} under lease {} is reported earlier in this call",
+                    lease.task, lease.job, lease.lease_id
+                )));
+            }
             Ok((lease, result))
         });
         match checked {

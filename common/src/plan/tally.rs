@@ -45,6 +45,24 @@ impl Tally {
         Ok(())
     }
 
+    /// Its largest count, of every kind (nodes included).
+    pub fn largest(&self) -> u128 {
+        let c = &self.classes;
+        [
+            c.c1,
+            c.c2,
+            c.c4,
+            c.c8,
+            c.nodes,
+            self.weighted,
+            self.half,
+            self.quarter,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
     /// Adds another tally (another task's).
     pub fn merge(&mut self, o: &Tally) -> Result<(), PlanError> {
         let add = |a: u128, b: u128| a.checked_add(b).ok_or(CountOverflow);

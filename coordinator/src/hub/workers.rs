@@ -34,9 +34,12 @@ impl Coordinator {
         let new = {
             let mut s = self.lock();
             if s.admit(worker).is_err() {
-                // Full: forget one silent worker that left nothing behind.
-                let before = self.silent_before(2 * s.limits().lease_ttl_ms);
-                s.forget_workers(before, 1);
+                // Full: forget the longest silent worker that left nothing
+                // behind and holds no lease, however recently heard from,
+                // so that ids kept alive with empty heartbeats cannot
+                // lock a newcomer out. A worker forgotten loses nothing:
+                // its next call's answer asks it to register again.
+                s.forget_workers(u64::MAX, 1);
             }
             s.admit(worker)?;
             s.may_bind(worker, credential)?
@@ -241,6 +244,9 @@ impl Coordinator {
                 (verdict, None)
             }
             Verdict::AwaitingCheck => (verdict, None),
+            Verdict::NotCounted | Verdict::Conflict if self.lock().on_record(verdict, &d) => {
+                (verdict, None)
+            }
             Verdict::NotCounted if self.lock().quarantined(worker) => {
                 // Kept in the journal for the audit, never counted.
                 tracing::warn!(

@@ -358,6 +358,11 @@ impl State {
         )
     }
 
+    /// The leases `worker` holds, in every job.
+    fn held_by(&self, worker: &str) -> usize {
+        self.jobs.values().map(|j| j.schedule.held_by(worker)).sum()
+    }
+
     /// Refuses a worker id never seen before once `MAX_WORKERS` are known.
     pub fn admit(&self, worker: &str) -> Result<(), StateError> {
         self.workers.admit(worker)
@@ -372,6 +377,27 @@ impl State {
             self.all_leases().map(|(_, w)| w.to_string()).collect();
         self.workers
             .forget(before_ms, |id| holding.contains(id), most)
+    }
+
+    /// Whether the record report `d` would journal with verdict `v` is
+    /// there already: a conflict of its worker on its task, or its very
+    /// lease's result kept for the audit. Each is journaled once, so a
+    /// report sent again and again costs the journal nothing.
+    pub fn on_record(&self, v: Verdict, d: &Done) -> bool {
+        let Some(job) = self.jobs.get(&d.job) else {
+            return false;
+        };
+        match v {
+            Verdict::Conflict => job
+                .conflicts()
+                .iter()
+                .any(|c| c.task == d.task && c.worker == d.worker),
+            Verdict::NotCounted => job
+                .ignored()
+                .iter()
+                .any(|(t, c)| *t == d.task && c.worker == d.worker && c.lease_id == d.lease_id),
+            _ => false,
+        }
     }
 
     /// Whether `worker` is quarantined.
@@ -618,8 +644,11 @@ impl State {
             .get_mut(&d.job)
             .ok_or(StateError::UnknownJob(d.job))?;
         // A quarantined worker's result, or one that reached the journal
-        // after a cancel, is kept for the audit only.
-        if quarantined || job.control == JobState::Cancelled {
+        // after a cancel, is kept for the audit only; so is a count past
+        // what any task can have (refused before the journal since
+        // [`MOST_PER_TASK`]; a journal from before may hold one).
+        let impossible = tally.largest() > MOST_PER_TASK;
+        if quarantined || job.control == JobState::Cancelled || impossible {
             job.ledger.ignored.push((task, this));
             return Ok(Verdict::NotCounted);
         }
@@ -674,7 +703,7 @@ impl State {
         for id in &credited {
             if let Some(w) = self.workers.get_mut(id) {
                 w.tasks_done += 1;
-                w.subproblems_done += subproblems;
+                w.subproblems_done = w.subproblems_done.saturating_add(subproblems);
             }
         }
         self.counters.accepted += 1;
@@ -717,6 +746,7 @@ impl State {
         if self.workers.touch(worker, now).quarantined() {
             return Vec::new();
         }
+        let max = max.min(MOST_HELD.saturating_sub(self.held_by(worker)));
         let ttl = self.limits.lease_ttl_ms;
         let (key, epoch) = (self.lease_key, self.epoch);
         let me = self.workers.voter(worker);
@@ -785,6 +815,7 @@ impl State {
         w.beat = (subproblems_done, now);
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
+        let mut held = self.held_by(worker);
         if self.quarantined(worker) {
             // No more work for a quarantined worker: its leases run out.
             return (extended, deadline, refs.to_vec());
@@ -799,6 +830,7 @@ impl State {
                 continue;
             };
             let adoptable = was_mine
+                && held < MOST_HELD
                 && job.state() == JobState::Running
                 && job.unfinished(r.task)
                 && job.task_count().is_some_and(|t| r.task < t);
@@ -808,6 +840,7 @@ impl State {
                     extended.push(*r);
                 }
                 None if adoptable => {
+                    held += 1;
                     job.schedule.hold(
                         r.task,
                         Lease {
@@ -954,9 +987,22 @@ impl State {
     }
 }
 
-/// Rejects results that no task of this plan can produce: counts of the
-/// wrong kind for the strategy, or more solutions than the whole N has; a
-/// synthetic task's answer is known exactly.
+/// The most leases one worker id holds at once: what one heartbeat renews
+/// (an honest worker holds no more, `worker/src/pace.rs`), so that an id
+/// cannot take a whole job of small tasks from the others.
+pub const MOST_HELD: usize = 4096;
+
+/// The most any one count of a task may be, nodes included (2^90): the
+/// whole search of N=32 places about 10^23 queens (2^77), and a job of
+/// [`nqueens_common::plan::MAX_TASKS`] (under 2^30) tasks each at this
+/// bound sums to under 2^120, so a job's totals (its classes times their
+/// orbits' sizes) never leave u128 however its workers lie.
+pub const MOST_PER_TASK: u128 = 1 << 90;
+
+/// Rejects results that no task of this plan can produce: a count past
+/// [`MOST_PER_TASK`], counts of the wrong kind for the strategy, or more
+/// solutions than the whole N has; a synthetic task's answer is known
+/// exactly.
 pub fn plausible(job: &Job, task: &Task, t: &Tally) -> Result<(), StateError> {
     let no = |why: String| {
         Err(StateError::Implausible {
@@ -974,6 +1020,12 @@ pub fn plausible(job: &Job, task: &Task, t: &Tally) -> Result<(), StateError> {
             ));
         }
         return Ok(());
+    }
+    if t.largest() > MOST_PER_TASK {
+        return no(format!(
+            "a count of {} is more than any task can have (at most 2^90)",
+            t.largest()
+        ));
     }
     let classes = t.classes.c1 | t.classes.c2 | t.classes.c4 | t.classes.c8;
     if plan.whole() {

@@ -106,6 +106,9 @@ pub struct Schedule {
     backoff: HashMap<u64, u64>,
     #[serde(skip)]
     leases: BTreeMap<u64, Lease>,
+    /// Leases in `leases` per worker.
+    #[serde(skip)]
+    held: HashMap<String, usize>,
     /// Expired leases per task.
     #[serde(skip)]
     attempts: HashMap<u64, u32>,
@@ -127,7 +130,7 @@ impl Schedule {
         }
         self.returned.remove(&task);
         self.unwait(task);
-        self.leases.remove(&task);
+        self.end_lease(task);
         self.attempts.remove(&task);
     }
 
@@ -176,6 +179,11 @@ impl Schedule {
         self.leases.iter()
     }
 
+    /// The leases `worker` holds here.
+    pub fn held_by(&self, worker: &str) -> usize {
+        self.held.get(worker).copied().unwrap_or(0)
+    }
+
     /// Tasks whose backoff is over become ready again.
     pub fn wake(&mut self, now: u64) {
         while let Some(&(until, task)) = self.waiting.first() {
@@ -222,12 +230,14 @@ impl Schedule {
         debug_assert!(!self.finished(task));
         self.returned.remove(&task);
         self.unwait(task);
+        self.end_lease(task);
+        *self.held.entry(lease.worker.clone()).or_default() += 1;
         self.leases.insert(task, lease);
     }
 
     /// Ends a lease with no penalty; the task is ready again at once.
     pub fn give_back(&mut self, task: u64) -> Option<Lease> {
-        let lease = self.leases.remove(&task)?;
+        let lease = self.end_lease(task)?;
         self.returned.insert(task);
         Some(lease)
     }
@@ -235,7 +245,7 @@ impl Schedule {
     /// A task that is not finished and nobody holds is ready again at once
     /// (a checked task that needs another worker's result).
     pub fn requeue(&mut self, task: u64) {
-        self.leases.remove(&task);
+        self.end_lease(task);
         if !self.finished(task) && !self.backoff.contains_key(&task) {
             self.returned.insert(task);
         }
@@ -243,6 +253,7 @@ impl Schedule {
 
     /// Ends every lease (a cancelled job).
     pub fn drop_leases(&mut self) -> Vec<Lease> {
+        self.held.clear();
         std::mem::take(&mut self.leases).into_values().collect()
     }
 
@@ -258,7 +269,7 @@ impl Schedule {
             .collect();
         let mut out = Vec::with_capacity(due.len());
         for task in due {
-            let lease = self.leases.remove(&task).expect("listed above");
+            let lease = self.end_lease(task).expect("listed above");
             let attempts = self.attempts.entry(task).or_insert(0);
             *attempts += 1;
             let dying = *attempts >= budget;
@@ -272,6 +283,18 @@ impl Schedule {
             out.push(Expired { task, lease, dying });
         }
         out
+    }
+
+    /// Ends the lease on `task`, if any.
+    fn end_lease(&mut self, task: u64) -> Option<Lease> {
+        let lease = self.leases.remove(&task)?;
+        if let Some(n) = self.held.get_mut(&lease.worker) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&lease.worker);
+            }
+        }
+        Some(lease)
     }
 
     fn unwait(&mut self, task: u64) {
@@ -297,6 +320,44 @@ mod tests {
         let t = s.next(|_| false)?;
         s.hold(t, lease("w", deadline));
         Some(t)
+    }
+
+    /// The leases held per worker follow every way a lease starts and
+    /// ends, a lease taken over by another worker included.
+    #[test]
+    fn leases_held_per_worker_follow_every_change() {
+        let mut s = Schedule::default();
+        s.plan(100);
+        let mut seed = 7u64;
+        for step in 0..2_000u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (op, task, who) = (
+                seed >> 60,
+                (seed >> 20) % 100,
+                ["a", "b", "c"][(seed >> 8) as usize % 3],
+            );
+            match op {
+                0..=5 => {
+                    if let Some(t) = s.next(|_| false) {
+                        s.hold(t, lease(who, step + 50));
+                    }
+                }
+                6 if !s.finished(task) => s.hold(task, lease(who, step + 50)),
+                7 => s.finish(task),
+                8 => drop(s.give_back(task)),
+                9 => s.requeue(task),
+                10 => drop(s.expire(step, 1_000, |_| 3)),
+                11 if step % 50 == 0 => drop(s.drop_leases()),
+                12 => s.revive(task),
+                _ => {}
+            }
+            for w in ["a", "b", "c"] {
+                let listed = s.leases().filter(|(_, l)| l.worker == w).count();
+                assert_eq!(s.held_by(w), listed, "step {step}, worker {w}");
+            }
+        }
     }
 
     #[test]

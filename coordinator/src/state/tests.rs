@@ -763,6 +763,70 @@ mod whole {
             s.check_report("w1", &lref(&g), &big, 0),
             Err(StateError::Implausible { .. })
         ));
+        // A node count past what any task has (N=8 has no known bound on
+        // nodes; every N has this one).
+        let mut busy = t;
+        busy.classes.nodes = MOST_PER_TASK + 1;
+        assert!(matches!(
+            s.check_report("w1", &lref(&g), &busy, 0),
+            Err(StateError::Implausible { .. })
+        ));
+        busy.classes.nodes = MOST_PER_TASK;
+        assert_eq!(s.check_report("w1", &lref(&g), &busy, 0), Ok(Verdict::New));
+    }
+
+    /// One worker id holds at most `MOST_HELD` leases, over all its calls
+    /// and jobs; each task it hands in makes room for one more, and one
+    /// more id gets the rest.
+    #[test]
+    fn one_worker_id_holds_at_most_what_one_heartbeat_renews() {
+        let (mut s, _, _) = running(spec(8, Strategy::Synthetic, 20_000), 1);
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            got.extend(s.lease("hoarder", 1024, 0));
+        }
+        assert_eq!(got.len(), MOST_HELD);
+        assert!(s.lease("hoarder", 1024, 0).is_empty());
+        // A lease ended (handed back, or expired) makes room for one more;
+        // another id has its own room.
+        assert_eq!(s.release("hoarder", &[lref(&got[0])], 0), 1);
+        assert_eq!(s.lease("hoarder", 1024, 0).len(), 1);
+        assert_eq!(s.lease("other", 100_000, 0).len(), MOST_HELD);
+        // Past their lifetime, its leases are gone: room for as many again.
+        s.expire(TTL + 1);
+        assert_eq!(
+            s.lease("hoarder", MOST_HELD - 1, TTL + 2).len(),
+            MOST_HELD - 1
+        );
+        // A heartbeat adopts the id's own expired leases only while it
+        // holds fewer than the bound.
+        let late = [lref(&got[1]), lref(&got[2])];
+        let (extended, _, stop) = s.heartbeat("hoarder", &late, 0, TTL + 3);
+        assert_eq!((extended, stop), (vec![late[0]], vec![late[1]]));
+    }
+
+    /// A journal written before results were bounded may hold one whose
+    /// count no task can have (a node count of 2^128 - 1 once wedged its
+    /// job: every honest result after it overflowed the job's sum, and
+    /// the replay stopped at the first). It is kept for the audit only:
+    /// the replay goes on and the job ends exact.
+    #[test]
+    fn a_journaled_count_past_any_tasks_is_kept_for_the_audit_only() {
+        let (mut s, plan, _) = running(spec(9, Strategy::Frame, 4), 1);
+        let g = s.lease("evil", 1, 0).remove(0);
+        let mut evil = plan.count_task(&g.task).unwrap();
+        evil.classes.nodes = u128::MAX;
+        let record = done(1, g.task.index, &evil, "evil", g.lease_id);
+        assert_eq!(s.apply(&record), Ok(Some(Verdict::NotCounted)));
+        assert_eq!(s.job(1).unwrap().ignored().len(), 1);
+        // Its lease lapses, and an honest worker counts every task (once
+        // the lapsed one is past its back-off).
+        s.expire(TTL + 1);
+        run_all(&mut s, &plan, "honest", 2 * TTL);
+        let job = s.job(1).unwrap();
+        assert_eq!(job.state(), JobState::Done);
+        assert_eq!(job.view().total, 352);
+        assert!(job.tally().classes.nodes < MOST_PER_TASK);
     }
 
     #[test]
