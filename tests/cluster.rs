@@ -51,6 +51,11 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
         .read_to_string(&mut log)
         .unwrap();
     assert!(status.success(), "{status:?}\n{log}");
+    // The coordinator heard of the drain: the worker shows as draining,
+    // and as left (not lost) once silent for a lease's lifetime.
+    let workers = kit::workers(&mut ops).await;
+    let me = workers.iter().find(|w| w.name == "test-worker").unwrap();
+    assert!(me.draining, "{me:?}");
     for line in [
         "self-test passed",
         "connected to",

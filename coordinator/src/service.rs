@@ -547,6 +547,11 @@ impl OperatorService for Operators {
                     let mut wire = worker_to_wire(w, *leases);
                     wire.in_hand = in_hand.as_ref().map(v1::LeaseRef::from);
                     wire.lost = w.last_seen_ms < lost_before;
+                    // Measured between its latest heartbeats: what it
+                    // counts now only while it holds work and is heard.
+                    if wire.lost || *leases == 0 {
+                        wire.subproblems_per_second = 0.0;
+                    }
                     wire
                 })
                 .collect(),

@@ -882,6 +882,39 @@ async fn different_results_for_a_done_task_are_conflicts_and_add_nothing() {
     r.shutdown().await.unwrap();
 }
 
+/// A worker's rate is measured between its heartbeats, and shown only
+/// while it holds work and is heard from: not once it is idle, nor lost.
+#[tokio::test]
+async fn a_workers_rate_is_shown_only_while_it_counts() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(9, Strategy::Frame, 4)).await;
+    let held = kit::lease(&mut w, "w1", 2).await;
+    let refs: Vec<_> = held.iter().map(v1::Lease::lease_ref).collect();
+    let mut me = w.renamed("w1");
+    clock.advance(1_000);
+    me.heartbeat(refs.clone(), 0, false).await.unwrap();
+    clock.advance(2_000);
+    me.heartbeat(refs, 300, false).await.unwrap();
+    let rate = async |ops: &mut kit::Operators| kit::workers(ops).await[0].subproblems_per_second;
+    assert_eq!(rate(&mut ops).await, 150.0);
+    // Idle: its last measure is not what it counts now.
+    for l in &held {
+        kit::count_and_report(&mut w, "w1", l).await;
+    }
+    assert_eq!(rate(&mut ops).await, 0.0);
+    let again = kit::lease(&mut w, "w1", 1).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(rate(&mut ops).await, 150.0);
+    // Lost: silent for a lease's lifetime.
+    clock.advance(TTL + 1);
+    let lost = kit::workers(&mut ops).await.remove(0);
+    assert!(lost.lost && lost.subproblems_per_second == 0.0, "{lost:?}");
+    r.shutdown().await.unwrap();
+}
+
 /// The bytes of the journal's segments in data directory `dir`.
 fn journal_bytes(dir: &Path) -> u64 {
     files_under(dir)

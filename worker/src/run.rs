@@ -557,6 +557,10 @@ impl Session {
         }
         let refs: Vec<v1::LeaseRef> = unstarted.iter().map(v1::Lease::lease_ref).collect();
         self.summary.released += self.link.release(refs).await;
+        // The coordinator hears of the drain now, not at the next beat
+        // (which a short drain never reaches): it shows the worker as
+        // draining, then as left once it falls silent, not as lost.
+        self.send_heartbeat().await;
         tracing::info!(
             "draining: released {} unstarted tasks; finishing {} running (up to {:?})",
             self.summary.released,
