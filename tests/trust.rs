@@ -1098,8 +1098,26 @@ fn revoking_every_worker_token_never_opens_the_coordinator() {
     std::fs::write(&op_token, "operator-token-0123456789").unwrap();
     let op = ["--operator-token-file", op_token.to_str().unwrap()];
     let c = kit::start_with(&data, &op);
+    // A worker at work with the token stops once it is revoked: exit 5,
+    // saying why (nothing it counts could be stored any more).
+    let alice_file = dir.path().join("alice.token");
+    std::fs::write(&alice_file, &alice).unwrap();
+    let working = kit::worker_cmd(&c.url, "alice-worker", 1)
+        .args(["--token-file", alice_file.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let token = ["--token-file", op_token.to_str().unwrap()];
+    kit::wait_until("the worker to register", || {
+        let (_, workers, _) = operator(&c.url, &[&["workers"][..], &token].concat());
+        workers.iter().any(|w| w["name"] == "alice-worker")
+    });
     let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
     assert_eq!(code, 0, "{err}");
+    let out = working.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("no longer takes this worker's token"), "{err}");
     runtime().block_on(async {
         until_refused(&c.url, &alice, "a1").await;
         anonymous_refused(&c.url, "no token left, same run").await;

@@ -125,7 +125,7 @@ pub async fn run_with(
         return Ok(Summary::default());
     };
     let session = Session::start(link, &config, heartbeat_every);
-    Ok(session.run(signals).await)
+    session.run(signals).await
 }
 
 /// The CPU threads to count on: at least one, unless the worker counts on
@@ -322,6 +322,9 @@ struct Session {
     subproblems_done: u64,
     progress: Progress,
     summary: Summary,
+    /// Why the coordinator stopped taking this worker's token (revoked,
+    /// or the coordinator's changed): the session ends.
+    refused: Option<String>,
 }
 
 impl Session {
@@ -361,12 +364,18 @@ impl Session {
             subproblems_done: 0,
             progress: Progress::new(),
             summary: Summary::default(),
+            refused: None,
         }
     }
 
     /// Leases, counts, reports and heartbeats until a drain ends; returns
-    /// what the worker did.
-    async fn run(mut self, mut signals: mpsc::UnboundedReceiver<()>) -> Summary {
+    /// what the worker did. A token the coordinator no longer takes stops
+    /// every task at once (no result of it could be stored) and is the
+    /// error returned.
+    async fn run(
+        mut self,
+        mut signals: mpsc::UnboundedReceiver<()>,
+    ) -> Result<Summary, WorkerError> {
         loop {
             // Every task that finished meanwhile, before deciding what to
             // lease: a lease call takes a round trip, in which many short
@@ -381,6 +390,14 @@ impl Session {
             if let Some(want) = self.lease_wanted() {
                 self.lease(want).await;
             }
+            if let Some(why) = self.refused.take() {
+                for (_, stop) in self.held.values() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                tracing::error!("the coordinator no longer takes this worker's token: stopping");
+                self.stop().await;
+                return Err(WorkerError::Refused(why));
+            }
             if self.drain_over().await {
                 break;
             }
@@ -393,7 +410,7 @@ impl Session {
                 () = tokio::time::sleep_until(self.drain_deadline.unwrap_or_else(Instant::now)), if draining => {}
             }
         }
-        self.stop().await
+        Ok(self.stop().await)
     }
 
     /// How many tasks to lease now, if any: a batch is kept queued behind
@@ -433,6 +450,10 @@ impl Session {
                     s.message()
                 );
                 self.next_lease_at = Instant::now() + wait;
+            }
+            Err(s) if Refusal::of(&s).about_the_token() => {
+                self.link.stats.failed(Call::Lease);
+                self.refused = Some(s.message().to_string());
             }
             Err(s) => {
                 self.link.stats.failed(Call::Lease);
@@ -521,6 +542,10 @@ impl Session {
                     self.link.register_again().await;
                 }
                 self.stop_tasks(r.stop);
+            }
+            Err(s) if Refusal::of(&s).about_the_token() => {
+                self.link.stats.failed(Call::Heartbeat);
+                self.refused = Some(s.message().to_string());
             }
             Err(s) => {
                 self.link.stats.failed(Call::Heartbeat);
