@@ -1136,6 +1136,24 @@ fn a_mistyped_gpu_setting_is_refused_before_anything_counts() {
     }
 }
 
+/// A job id that is not a number is bad input, said as such for every
+/// command that takes one; so is a watch interval of 0.
+#[test]
+fn a_job_id_that_is_not_a_number_is_named_as_one() {
+    for cmd in ["status", "watch", "export", "audit", "cancel", "retry"] {
+        let o = nqueens(&[cmd, "abc"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("'abc' is not a job id"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+    let o = nqueens(&["watch", "1", "--interval", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("above 0"), "{}", stderr(&o));
+}
+
 /// A negative N is a bad size, said as such (not taken for a flag).
 #[test]
 fn a_negative_n_is_a_bad_size() {

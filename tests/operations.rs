@@ -562,6 +562,13 @@ fn slips_health_json_tls_mismatch_depth_without_strategy_and_ctrl_c_of_a_long_so
         err.contains(&tls.url.replace("http://", "https://")),
         "{err}"
     );
+    // A host name that does not resolve is said to be one, not TLS.
+    let (code, _, err) = run(&["jobs", "--coordinator", "http://nosuchhost.invalid:7700"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("cannot be found") && !err.contains("TLS"),
+        "{err}"
+    );
 
     // --depth alone does nothing without a plan: refused, with the fix.
     let (code, _, err) = run(&["solve", "10", "--depth", "2"]);

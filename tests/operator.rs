@@ -291,6 +291,13 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds a run of N=17"));
+    // The same N with other options: the refusal names what differs.
+    let out = nqueens(&["solve", "17", "--state", state, "--tasks", "999"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("(--tasks 1000 there, 999 here)"), "{err}");
 }
 
 /// SIGTERM with watches connected: the coordinator exits cleanly (the

@@ -141,6 +141,7 @@ pub enum Command {
     )]
     Status {
         /// The job id (all jobs when omitted).
+        #[arg(value_parser = crate::opts::job_id)]
         job: Option<u64>,
         #[command(flatten)]
         connect: Connect,
@@ -156,6 +157,7 @@ pub enum Command {
         done and its counts match the published ones, 1 when it was cancelled or differs.")]
     Watch {
         /// The job id.
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         progress: Progress,
@@ -202,6 +204,7 @@ pub enum Command {
         correctly. Exit code 0 when nothing is wrong (a job still running is audited so \
         far), 1 otherwise.")]
     Audit {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// Read the journal in this coordinator data directory instead of
         /// asking a coordinator (works while one runs, or with none).
@@ -224,6 +227,7 @@ pub enum Command {
         standard error); exit code 1 if they differ. A running job exports the tasks \
         counted so far.")]
     Export {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// csv or jsonl (`--json` means jsonl).
         #[arg(long, value_enum, default_value = "csv")]
@@ -250,18 +254,21 @@ pub enum Command {
     },
     /// Stop handing out a job's tasks (running ones finish); `resume` undoes it.
     Pause {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,
     },
     /// Hand out a paused job's tasks again.
     Resume {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,
     },
     /// End a job for good: workers stop its tasks at their next heartbeat.
     Cancel {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,
@@ -275,6 +282,7 @@ pub enum Command {
         then say it was deleted. The journal's old segments still hold its records. A \
         running or paused job is refused: cancel it first.")]
     Delete {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// Confirm: without it nothing is deleted.
         #[arg(long)]
@@ -291,6 +299,7 @@ pub enum Command {
         with no dead tasks."
     )]
     Retry {
+        #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,

@@ -18,7 +18,7 @@ use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::{pair_path, Budget};
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::known::verdict;
-use nqueens_common::plan::{Mode, Plan, Strategy};
+use nqueens_common::plan::{Mode, Plan, PlanSpec, Strategy};
 use nqueens_common::Size;
 use nqueens_coordinator::hub::SystemClock;
 use nqueens_coordinator::server::{self, Config, Running};
@@ -264,14 +264,23 @@ fn cancelled(dir: &std::path::Path) -> Failure {
     ))
 }
 
-/// The job of this plan in the state directory, if it has one. A
-/// directory holding another plan's run is refused rather than mixed.
+/// The job of this plan in the state directory, if it has one (planned
+/// by any version's cut: the job keeps its own). A directory holding
+/// another plan's run is refused rather than mixed, naming the options
+/// that differ.
 fn find_job(
     jobs: &[JobView],
     plan: &Plan,
     dir: &std::path::Path,
 ) -> Result<Option<JobView>, Failure> {
-    if let Some(job) = jobs.iter().find(|j| j.spec == plan.spec) {
+    let here = plan.spec;
+    let same = |j: &&JobView| {
+        PlanSpec {
+            cut: here.cut,
+            ..j.spec
+        } == here
+    };
+    if let Some(job) = jobs.iter().find(same) {
         if job.state == JobState::Cancelled {
             return Err(cancelled(dir));
         }
@@ -279,15 +288,41 @@ fn find_job(
     }
     match jobs.first() {
         None => Ok(None),
-        Some(other) => Err(Failure::BadInput(format!(
-            "{} holds a run of N={} ({} strategy, depth {}, about {} tasks, counted by {}), not of \
-             this command's plan; use another --state directory, or repeat that run's options",
-            dir.display(),
-            other.spec.n,
-            other.spec.strategy,
-            other.spec.depth,
-            other.spec.tasks,
-            other.spec.mode.name()
-        ))),
+        Some(other) => {
+            let there = other.spec;
+            Err(Failure::BadInput(format!(
+                "{} holds a run of N={} ({} strategy, depth {}, about {} tasks, counted by {}), \
+                 not of this command's plan ({}); repeat that run's options, or use another \
+                 --state directory",
+                dir.display(),
+                there.n,
+                there.strategy,
+                there.depth,
+                there.tasks,
+                there.mode.name(),
+                differences(&there, &here)
+            )))
+        }
     }
+}
+
+/// The options in which plan `there` differs from plan `here`.
+fn differences(there: &PlanSpec, here: &PlanSpec) -> String {
+    let options = [
+        ("N", there.n.to_string(), here.n.to_string()),
+        (
+            "--strategy",
+            there.strategy.to_string(),
+            here.strategy.to_string(),
+        ),
+        ("--depth", there.depth.to_string(), here.depth.to_string()),
+        ("--tasks", there.tasks.to_string(), here.tasks.to_string()),
+        ("--mode", there.mode.name().into(), here.mode.name().into()),
+    ];
+    options
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(option, a, b)| format!("{option} {a} there, {b} here"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -427,11 +427,18 @@ pub(crate) fn probability(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A job's id, as `nqueens jobs` lists them.
+pub(crate) fn job_id(s: &str) -> Result<u64, String> {
+    s.parse::<u64>().map_err(|_| {
+        format!("'{s}' is not a job id: give a number `nqueens jobs` lists, such as 3")
+    })
+}
+
 pub(crate) fn positive_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
         _ => Err(format!(
-            "'{s}' is not a number of seconds between 0 and 86400"
+            "'{s}' is not a number of seconds above 0 and at most 86400"
         )),
     }
 }

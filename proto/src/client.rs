@@ -197,6 +197,13 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
         ));
     }
     let text = chain(status);
+    let lower = text.to_lowercase();
+    if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        return Some(format!(
+            "the host in {url} cannot be found: check its name (and this machine's DNS) \
+             ({text})"
+        ));
+    }
     let plain = url
         .strip_prefix("https://")
         .map(|rest| format!("http://{rest}"));
@@ -229,7 +236,6 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
         "broken pipe",
         "frame with invalid size",
     ];
-    let lower = text.to_lowercase();
     (status.code() != tonic::Code::Unavailable || !lower.contains("tcp connect"))
         .then_some(())
         .filter(|()| closed.iter().any(|c| lower.contains(c)))
@@ -238,7 +244,8 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
                 "the coordinator at {url} closed the connection before answering: it probably \
                  speaks TLS (started with --tls-cert); use {tls} (with --tls-ca F if its \
                  certificate has its own CA). If it does not, it was shutting down or had no \
-                 place for this connection: try again ({text})"
+                 place for this connection (try again), or the port is not a coordinator's \
+                 (its metrics port?) ({text})"
             )
         })
 }
