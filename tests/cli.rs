@@ -1094,6 +1094,11 @@ fn a_data_dir_that_is_a_file_and_a_foreign_scheme_are_named() {
         let o = nqueens(&["status", "--coordinator", url]);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         assert!(stderr(&o).contains(says), "{}", stderr(&o));
+        // A worker says so too, before its self-test counts anything.
+        let o = nqueens(&["worker", "--coordinator", url, "--threads", "1"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("self-test"), "{}", stderr(&o));
     }
 }
 

@@ -293,15 +293,21 @@ fn a_second_coordinator_on_the_same_directory_exits_even_without_a_lock_file() {
             std::fs::remove_file(f).unwrap();
         }
     }
-    let (code, err) = run(&[
+    let second = nqueens(&[
         "coordinator",
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
         data.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{err}");
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
     assert!(err.contains("another process holds its lock"), "{err}");
+    // It never said it listens: the lock is taken before the port.
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(!out.contains("listening"), "{out}");
     let (code, _, err) = operator(&first.url, &["jobs"]);
     assert_eq!(code, 0, "the first one still serves: {err}");
 }

@@ -277,8 +277,9 @@ impl JobInfo {
         }
         if self.dead > 0 {
             w += &format!(
-                "; {} tasks out of retries (the job cannot finish; see the coordinator log)",
-                self.dead
+                "; {} tasks out of retries (the job cannot finish until `nqueens retry {}` \
+                 puts them back; the coordinator's log says why they failed)",
+                self.dead, self.job
             );
         }
         if self.conflicts > 0 {
@@ -664,6 +665,28 @@ mod tests {
         assert!(job.line().contains(", 1 worker, ETA"), "{}", job.line());
         job.active_workers = 300;
         assert_eq!(said(&job), "300 workers");
+    }
+
+    /// Tasks out of retries are said with the command that puts them back.
+    #[test]
+    fn dead_tasks_are_said_with_the_command_that_retries_them() {
+        let mut job = JobInfo::new(&v1::Job {
+            job_id: 7,
+            dead: 4,
+            ..v1::Job::default()
+        });
+        assert!(
+            job.warnings().contains("4 tasks out of retries"),
+            "{}",
+            job.warnings()
+        );
+        assert!(
+            job.warnings().contains("`nqueens retry 7`"),
+            "{}",
+            job.warnings()
+        );
+        job.dead = 0;
+        assert_eq!(job.warnings(), "");
     }
 
     #[test]

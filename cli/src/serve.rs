@@ -99,6 +99,8 @@ pub fn worker(
             .map(|_| ())
             .map_err(|e| match e {
                 nqueens_worker::run::WorkerError::Refused(m) => Failure::Refused(m),
+                // Its address, CA or certificate files: as an operator's.
+                e @ nqueens_worker::run::WorkerError::Client(_) => Failure::BadInput(e.to_string()),
                 e => Failure::Failed(e.to_string()),
             })
     })

@@ -305,9 +305,11 @@ pub async fn start_on<IO: crate::conns::Accepted>(
     serve_prepared(config, clock, prepared, (incoming, addr), io, |_| {}).await
 }
 
-/// What a start settles before it listens: who must authenticate, the
-/// server's settings, the issued worker tokens.
+/// What a start settles before it listens: the data directory's lock (a
+/// second coordinator on it never announces an address), who must
+/// authenticate, the server's settings, the issued worker tokens.
 struct Prepared {
+    lock: std::fs::File,
     access: Access,
     builder: tonic::transport::Server,
     issued: Arc<Credentials>,
@@ -319,10 +321,12 @@ fn prepare(config: &Config) -> Result<Prepared, StartError> {
     }
     let access = check_access(config)?;
     let builder = server_builder(config.tls.as_ref())?;
+    let lock = crate::hub::lock_dir(&config.data_dir)?;
     let issued = Arc::new(
         Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
     );
     Ok(Prepared {
+        lock,
         access,
         builder,
         issued,
@@ -335,6 +339,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
     config: Config,
     clock: Arc<dyn Clock>,
     Prepared {
+        lock,
         access,
         builder,
         issued,
@@ -359,6 +364,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
     tracing::info!(%addr, dir = %config.data_dir.display(), "answering (NOT_SERVING) while the state is recovered");
 
     let core = match Coordinator::open(
+        lock,
         &config.data_dir,
         config.limits,
         clock,

@@ -117,10 +117,11 @@ pub async fn run_with(
     stats: Arc<Stats>,
 ) -> Result<Summary, WorkerError> {
     let threads = counting_threads(&config);
+    // A bad address or CA file is said before the self-test's seconds.
+    let mut link = Link::connect(&config, threads, stats)?;
     if config.self_test != SelfTest::Passed {
         run_self_test(&config, threads).await?;
     }
-    let mut link = Link::connect(&config, threads, stats)?;
     let Some(heartbeat_every) = link.register(&mut signals).await? else {
         return Ok(Summary::default());
     };

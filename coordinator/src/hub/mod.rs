@@ -184,6 +184,7 @@ pub struct Coordinator {
 
 mod jobs;
 mod recovery;
+pub(crate) use recovery::lock_dir;
 mod workers;
 
 impl Coordinator {

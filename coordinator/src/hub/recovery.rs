@@ -108,7 +108,7 @@ fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
 /// Takes the data directory's lock: an exclusive flock on the directory
 /// itself, held while this process lives, so removing a file cannot
 /// release it.
-fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
+pub(crate) fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
     let dir_err = |why: String| CoordError::DataDir {
         path: data_dir.to_path_buf(),
         why,
@@ -267,7 +267,8 @@ struct Timings {
 }
 
 impl Coordinator {
-    /// Opens the data directory: takes its lock, replays the journal,
+    /// Opens the data directory, whose lock the caller holds (`lock`, from
+    /// [`lock_dir`], taken before it listens): replays the journal,
     /// re-plans every job (checked against the journal's digest), verifies
     /// the totals, and records a new boot.
     ///
@@ -275,6 +276,7 @@ impl Coordinator {
     /// unless `accept_lost` is exactly the number of records it lacks.
     /// `io` says where the disk work runs from then on.
     pub async fn open(
+        lock: File,
         data_dir: &Path,
         limits: Limits,
         clock: Arc<dyn Clock>,
@@ -282,7 +284,6 @@ impl Coordinator {
         io: IoMode,
     ) -> Result<Arc<Coordinator>, CoordError> {
         let started = std::time::Instant::now();
-        let lock = lock_dir(data_dir)?;
         let key = lease_key(data_dir).map_err(|why| CoordError::DataDir {
             path: data_dir.to_path_buf(),
             why,

@@ -151,7 +151,7 @@ pub enum StateError {
         "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
     )]
     WrongCredential { worker: String, bound: String },
-    #[error("job {job} has no dead tasks to retry (tasks out of retries show as dead in `nqueens status {job}`)")]
+    #[error("job {job} has no dead tasks to retry (`nqueens status {job}` shows the tasks out of retries)")]
     NothingToRetry { job: u64 },
     #[error("job {0} was deleted")]
     Deleted(u64),
@@ -448,8 +448,9 @@ impl State {
         if voters < needed {
             return Some(format!(
                 "workers: redundancy {needed} needs {needed} distinct worker credentials, and {voters} \
-                 connected (an issued token counts once, however many workers use it: give each \
-                 machine its own with `nqueens token issue NAME`)"
+                 connected: start another worker (where tokens are issued, an issued token \
+                 counts once however many workers use it: give each machine its own with \
+                 `nqueens token issue NAME`)"
             ));
         }
         let disputed = job.votes.disputed();
