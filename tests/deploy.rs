@@ -504,5 +504,5 @@ fn the_slurm_script_runs_a_worker_with_the_cpus_slurm_gives() {
         "--grace {grace} must end before Slurm's SIGKILL ({lead} s lead)"
     );
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("(1 threads, core "), "{text}");
+    assert!(text.contains("(1 thread, core "), "{text}");
 }

@@ -337,7 +337,9 @@ fn a_sigterm_ends_the_coordinator_and_every_watch_says_why() {
     use std::os::unix::fs::PermissionsExt;
     let data = dir.path().join("data");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(&data), 0o700);
+    for d in [&data, &data.join("store")] {
+        assert_eq!(mode(d), 0o700, "{}", d.display());
+    }
     for f in ["journal", "checkpoint"] {
         assert_eq!(mode(&data.join(f)), 0o600, "{f}");
     }

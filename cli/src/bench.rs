@@ -104,6 +104,14 @@ pub fn bench(
         }
         Ok((median(secs), nodes, core))
     };
+    // Untimed first: what a process sets up once (tables, threads, a
+    // card's pipelines, first-touched pages) would be charged to the first
+    // timed count, making a small N's one-thread time many times its own
+    // (and the scaling against it absurd).
+    for t in [1, threads] {
+        let small = Size::new(8).expect("8 is a size");
+        solve_with(small, t, path, device.cloned()).expect("the core's counts are consistent");
+    }
     let (seconds_1t, nodes, core) = time_fast(1)?;
     let (seconds_mt, _, _) = time_fast(threads)?;
     let (baseline_seconds, baseline_nodes) = if baseline {

@@ -29,6 +29,14 @@ pub fn thousands(x: u128) -> String {
     out
 }
 
+/// A count and its noun: `1 worker`, `3 workers` (`noun` takes an `s`).
+pub fn counted(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{} {noun}s", thousands(n as u128)),
+    }
+}
+
 /// A rate with an SI prefix: `1.73 G`.
 pub fn si(x: f64) -> String {
     let (v, p) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]

@@ -241,10 +241,7 @@ impl JobInfo {
 
     /// `1 worker`, `3 workers`: the workers holding its tasks now.
     pub fn workers_text(&self) -> String {
-        match self.active_workers {
-            1 => "1 worker".to_string(),
-            n => format!("{n} workers"),
-        }
+        crate::format::counted(self.active_workers as usize, "worker")
     }
 
     /// One line, for logs and pipes: the time it was printed (UTC), the
@@ -355,14 +352,14 @@ impl JobInfo {
     /// does not wrap it; tasks and the rate are in `nqueens status JOB`).
     pub fn table_header() -> String {
         format!(
-            "{:>5}  {:<14}  {:<9}  {:>6}  {:>25}  {:>9}",
+            "{:>5}  {:<16}  {:<9}  {:>6}  {:>25}  {:>9}",
             "JOB", "PLAN", "STATE", "DONE", "TOTAL", "ETA"
         )
     }
 
     pub fn table_row(&self) -> String {
         format!(
-            "{:>5}  {:<14}  {:<9}  {:>5.1}%  {:>25}  {:>9}",
+            "{:>5}  {:<16}  {:<9}  {:>5.1}%  {:>25}  {:>9}",
             self.job,
             self.short_plan(),
             self.state,
@@ -373,12 +370,12 @@ impl JobInfo {
     }
 
     /// `N=17 prefix/4`, `N=24 frame/2`, `N=18 halves`, `N=27 rings/3+j`:
-    /// the plan in a table's column (14 wide). The halves strategy is the
-    /// join's alone and has no depth; other plans counted by the join are
-    /// marked "+j".
+    /// the plan in a table's column (16 wide). The halves strategy is the
+    /// join's alone, and a synthetic plan a load test's: neither has a
+    /// depth; other plans counted by the join are marked "+j".
     pub fn short_plan(&self) -> String {
-        if self.strategy == "halves" {
-            return format!("N={} halves", self.n);
+        if self.strategy == "halves" || self.strategy == "synthetic" {
+            return format!("N={} {}", self.n, self.strategy);
         }
         let join = if self.mode == "backtrack" { "" } else { "+j" };
         format!("N={} {}/{}{join}", self.n, self.strategy, self.depth)
@@ -490,7 +487,7 @@ impl WorkerRow {
     /// version, host, leases, errors and conflicts are in `--json`).
     pub fn table_header() -> String {
         format!(
-            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>5}  {}",
+            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>7}  {}",
             "NAME", "CORES", "TASKS", "SUBPROB/S", "IN HAND", "SEEN", "STATE"
         )
     }
@@ -505,7 +502,7 @@ impl WorkerRow {
             &self.name
         };
         format!(
-            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>5}  {}",
+            "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>7}  {}",
             cut(name, 12),
             cut(&self.cores_column(), 9),
             thousands(self.tasks_done.into()),
@@ -703,6 +700,36 @@ mod tests {
         assert_eq!(running(0.0, 0.0), "unknown", "no steady rate yet");
         assert_eq!(running(1_560.0, 240.0), "26m 0s ± 4m 0s");
         assert_eq!(running(90.0, 0.1), "1m 30s", "an error under half a second");
+    }
+
+    /// A table's rows keep to its header's columns with the widest plan
+    /// and the longest time since a worker was seen.
+    #[test]
+    fn rows_keep_to_their_headers_columns() {
+        let mut job = JobInfo::new(&v1::Job::default());
+        (job.n, job.strategy, job.depth, job.state) = (28, "synthetic".into(), 0, "running");
+        assert_eq!(job.short_plan(), "N=28 synthetic");
+        (job.strategy, job.depth, job.mode) = ("rings".into(), 12, "join");
+        assert_eq!(job.short_plan(), "N=28 rings/12+j");
+        let (header, row) = (JobInfo::table_header(), job.table_row());
+        assert_eq!(
+            row.find("running"),
+            header.find("STATE"),
+            "\n{header}\n{row}"
+        );
+        let seen = now_unix_ms() - 59 * 60_000 - 59_000;
+        let w = WorkerRow::new(&v1::Worker {
+            name: "w".into(),
+            last_seen_unix_ms: seen,
+            ..v1::Worker::default()
+        });
+        let (header, row) = (WorkerRow::table_header(), w.table_row());
+        assert!(row.contains("59m 59s"), "{row}");
+        assert_eq!(
+            row.find(w.state),
+            header.find("STATE"),
+            "\n{header}\n{row}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::bench::{bench, BenchRow};
 use crate::exit::Failure;
 use crate::format::json_line;
-use crate::format::{human_duration, si};
+use crate::format::{human_duration, si, thousands};
 use crate::opts::{Format, Mode as ModeArg, PlanShape, SizeRange};
 use crate::report::{describe, PlanSummary, Report};
 use nqueens_common::engine::boards::Solutions;
@@ -314,7 +314,12 @@ fn write_estimate(
             e.nodes_per_second / 1e6
         )?;
     }
-    writeln!(out, "subproblems {:.4e} ({exact})", e.subproblems)?;
+    let subproblems = if e.subproblems_exact {
+        thousands(e.subproblems as u128)
+    } else {
+        format!("{:.4e}", e.subproblems)
+    };
+    writeln!(out, "subproblems {subproblems} ({exact})")?;
     if e.mode == "join" {
         writeln!(
             out,

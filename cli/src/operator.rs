@@ -4,7 +4,7 @@
 use crate::client::Operator;
 use crate::exit::Failure;
 use crate::format::json_line;
-use crate::format::{text_width, wrap};
+use crate::format::{counted, text_width, wrap};
 use crate::human::{AuditView, JobInfo, WorkerRow};
 use crate::opts::{Check, Connect, PlanShape, Progress};
 use crate::progress::{follow, Show};
@@ -137,9 +137,9 @@ pub fn status(job: Option<u64>, c: &Connect) -> Result<(), Failure> {
             writeln!(out, "coordinator {}", op.url)?;
             writeln!(
                 out,
-                "{} jobs ({running} not ended), {} workers ({busy} holding tasks)",
-                jobs.len(),
-                workers.len()
+                "{} ({running} not ended), {} ({busy} holding tasks)",
+                counted(jobs.len(), "job"),
+                counted(workers.len(), "worker")
             )?;
             if !jobs.is_empty() {
                 writeln!(out, "\n{}", JobInfo::table_header())?;

@@ -83,7 +83,7 @@ impl Report {
             )
         });
         let text = format!(
-            "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {} threads, {} pieces, {})\nnodes    {} ({}nodes/s)\n",
+            "N        {}\ntotal    {}\nunique   {}\nclasses  c2={} c4={} c8={}{}\nknown    {check}\ntime     {} ({:.3} s, {}, {} pieces, {})\nnodes    {} ({}nodes/s)\n",
             self.n,
             self.total,
             self.unique,
@@ -93,7 +93,7 @@ impl Report {
             if self.c1 > 0 { format!(" c1={}", self.c1) } else { String::new() },
             hms(std::time::Duration::from_secs_f64(self.seconds)),
             self.seconds,
-            self.threads,
+            crate::format::counted(self.threads, "thread"),
             self.pieces,
             self.core,
             thousands(self.nodes),

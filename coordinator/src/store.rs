@@ -134,6 +134,8 @@ const CACHE_BYTES: u64 = 64 << 20;
 /// `solve --state` do): that is waited for, up to [`LOCK_WAIT`], instead of
 /// counting the store as damaged and rebuilding it from the journal.
 fn open_sled(path: &Path) -> sled::Result<sled::Db> {
+    // Made here, not by sled, so that it is the owner's only.
+    crate::owner_only::create_dir_all(path)?;
     let started = std::time::Instant::now();
     loop {
         let opened = sled::Config::new()

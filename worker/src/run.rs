@@ -248,7 +248,11 @@ impl Link {
         };
         self.backoff.reset();
         let (url, name, threads, core) = (&self.url, &self.name, self.threads, &self.core);
-        tracing::info!("connected to {url} as {name} ({threads} threads, core {core})");
+        let threads = match threads {
+            1 => "1 thread".to_string(),
+            n => format!("{n} threads"),
+        };
+        tracing::info!("connected to {url} as {name} ({threads}, core {core})");
         Ok(Some(heartbeat_every))
     }
 

@@ -260,7 +260,9 @@ impl Job {
 
     pub fn view(&self) -> JobView {
         let (total, unique) = self.counts();
-        let rate = self.rate.per_second();
+        // What it counts now: nothing, once it has ended.
+        let ended = matches!(self.state(), JobState::Done | JobState::Cancelled);
+        let rate = if ended { 0.0 } else { self.rate.per_second() };
         let left = (self.work_total - self.work_done).max(0.0);
         // Nothing left (up to rounding): no time left, known exactly.
         let eta = if left <= self.work_total * 1e-9 {

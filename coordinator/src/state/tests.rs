@@ -805,6 +805,28 @@ mod whole {
         assert_eq!((extended, stop), (vec![late[0]], vec![late[1]]));
     }
 
+    /// A job's rate is its latest results' pace while it runs, and zero
+    /// once it has ended.
+    #[test]
+    fn an_ended_job_counts_nothing_now() {
+        let (mut s, plan, _) = running(spec(9, Strategy::Frame, 4), 1);
+        let g = s.lease("w", 100, 0);
+        for (i, g) in g.iter().enumerate() {
+            let t = plan.count_task(&g.task).unwrap();
+            let Event::TaskDone(mut d) = done(1, g.task.index, &t, "w", g.lease_id) else {
+                unreachable!()
+            };
+            d.unix_ms = 1_000 * (i as u64 + 1);
+            s.apply(&Event::TaskDone(d)).unwrap();
+            let view = s.job(1).unwrap().view();
+            match view.state {
+                JobState::Done => assert_eq!(view.work_per_second, 0.0),
+                _ => assert!(i == 0 || view.work_per_second > 0.0, "{i}: {view:?}"),
+            }
+        }
+        assert_eq!(s.job(1).unwrap().state(), JobState::Done);
+    }
+
     /// A journal written before results were bounded may hold one whose
     /// count no task can have (a node count of 2^128 - 1 once wedged its
     /// job: every honest result after it overflowed the job's sum, and
