@@ -725,11 +725,7 @@ mod tests {
         });
         let (header, row) = (WorkerRow::table_header(), w.table_row());
         assert!(row.contains("59m 59s"), "{row}");
-        assert_eq!(
-            row.find(w.state),
-            header.find("STATE"),
-            "\n{header}\n{row}"
-        );
+        assert_eq!(row.find(w.state), header.find("STATE"), "\n{header}\n{row}");
     }
 
     #[test]

@@ -817,6 +817,7 @@ impl State {
         let deadline = now + self.limits.lease_ttl_ms;
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
         let mut held = self.held_by(worker);
+        let me = self.workers.voter(worker);
         if self.quarantined(worker) {
             // No more work for a quarantined worker: its leases run out.
             return (extended, deadline, refs.to_vec());
@@ -830,8 +831,11 @@ impl State {
                 stop.push(*r);
                 continue;
             };
+            // Never a task it already voted on: it would hold the task
+            // another credential must check.
             let adoptable = was_mine
                 && held < MOST_HELD
+                && !job.votes.voted(r.task, worker, &me)
                 && job.state() == JobState::Running
                 && job.unfinished(r.task)
                 && job.task_count().is_some_and(|t| r.task < t);

@@ -124,6 +124,24 @@ mod whole {
         (g.task.index, applied.unwrap().unwrap())
     }
 
+    /// A worker whose result waits for a check cannot take the task back
+    /// by heartbeating its old lease: another credential must count it.
+    #[test]
+    fn a_heartbeat_never_adopts_a_task_its_worker_voted_on() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);
+        let g = s.lease("a", 1, 0).remove(0);
+        let t = plan.count_task(&tasks[g.task.index as usize]).unwrap();
+        let v = s.apply(&done(1, g.task.index, &t, "a", g.lease_id));
+        assert_eq!(v, Ok(Some(Verdict::AwaitingCheck)));
+        let (extended, _, stop) = s.heartbeat("a", &[lref(&g)], 0, 1);
+        assert_eq!((extended, stop), (vec![], vec![lref(&g)]));
+        let h = s.lease("b", 1, 2).remove(0);
+        assert_eq!(
+            h.task.index, g.task.index,
+            "the check goes to another worker"
+        );
+    }
+
     #[test]
     fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
         let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);
