@@ -399,6 +399,11 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(std::fs::read(&path).unwrap(), cut, "left as it was");
     let (code, err) = audit();
     assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the audit of job 1 cannot vouch for it"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("truncate -s {at}")), "{err}");
     follow_the_truncate_advice(&data, at, f.iter().filter(|(o, _)| *o < at).count());
 
     // The last record (an acknowledged result, with its store row) gone at

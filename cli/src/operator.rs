@@ -270,7 +270,11 @@ pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failu
                         path.display()
                     )))
                 }
-                Err(e) => return Err(Failure::Failed(e.to_string())),
+                Err(e) => {
+                    return Err(Failure::Failed(format!(
+                        "the audit of job {job} cannot vouch for it: {e}"
+                    )))
+                }
             }
         }
         None => on_runtime(async { Operator::new(c)?.audit(job).await })?,
