@@ -391,7 +391,7 @@ pub enum Command {
         \nExample:\
         \n  printf '2\\n2 2\\n5 3\\n' | nqueens complete\
         \n\
-        \nExit codes: 0 completed, 1 no completion exists, 2 bad input."
+        \nExit codes: 0 completed, 1 no completion exists, 2 bad input (malformed, off the board, or queens that attack each other)."
     )]
     Complete {
         /// Board size, 1 to 32.
