@@ -1159,6 +1159,25 @@ fn a_job_id_that_is_not_a_number_is_named_as_one() {
     assert!(stderr(&o).contains("above 0"), "{}", stderr(&o));
 }
 
+/// Looking for a card prints nothing of the Vulkan layers' own on a
+/// machine with no display (Mesa's device-select layer made libwayland
+/// print an `error:` line about XDG_RUNTIME_DIR twice).
+#[test]
+fn looking_for_a_card_prints_no_display_errors() {
+    if !kit::gpu_here() {
+        return;
+    }
+    let o = Command::new(kit::binary())
+        .args(["solve", "8", "--core", "gpu"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("NODEVICE_SELECT")
+        .output()
+        .expect("start nqueens");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("XDG_RUNTIME_DIR"), "{}", stderr(&o));
+}
+
 /// A negative N is a bad size, said as such (not taken for a flag).
 #[test]
 fn a_negative_n_is_a_bad_size() {

@@ -104,3 +104,19 @@ pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
     });
     rx
 }
+
+/// Keeps Mesa's device-select Vulkan layer out of this process. The layer
+/// opens the Wayland or X display to pick a default card, and with none
+/// (a server, a container, CI) libwayland prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` twice on every command that
+/// looks for a card, which reads as this program's error. Counting needs
+/// no display, and orders the cards itself (`nqueens_gpu::adapters`). A
+/// value the user set is kept. Called first in `main`, before any thread
+/// that could read the environment starts.
+pub fn quiet_vulkan_layers() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: no other thread of this process reads the environment
+        // yet (set first thing in `main`).
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}

@@ -53,6 +53,7 @@ use std::process::ExitCode;
 
 /// Parses the command line, runs the command, and gives the exit code.
 pub fn main() -> ExitCode {
+    environ::quiet_vulkan_layers();
     match run(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.report(),
