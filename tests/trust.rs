@@ -1171,6 +1171,66 @@ fn revoking_every_worker_token_never_opens_the_coordinator() {
     assert_eq!(lines.last().unwrap()["total"], "92", "{lines:?}");
 }
 
+/// A revoked token's worker stops (exit 5), and the tasks it held go to
+/// another worker at once, not a lease's lifetime later (ten minutes
+/// here: the job would outwait the test).
+#[test]
+fn a_revoked_workers_tasks_go_to_others_at_once() {
+    let _watchdog = kit::watchdog("a_revoked_workers_tasks_go_to_others_at_once");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let op_token = dir.path().join("op.token");
+    std::fs::write(&op_token, "operator-token-0123456789").unwrap();
+    let token_file = |name: &str| {
+        let f = dir.path().join(format!("{name}.token"));
+        std::fs::write(&f, issue(d, name)).unwrap();
+        f
+    };
+    let (alice, bob) = (token_file("alice"), token_file("bob"));
+    let op = ["--token-file", op_token.to_str().unwrap()];
+    let c = kit::start_with(
+        &data,
+        &["--operator-token-file", op[1], "--lease-ttl", "600"],
+    );
+    let submit = [
+        &["submit", "18", "--mode", "backtrack", "--tasks", "100"][..],
+        &op,
+    ]
+    .concat();
+    let (code, _, err) = operator(&c.url, &submit);
+    assert_eq!(code, 0, "{err}");
+    let start = |name: &str, token: &std::path::Path, threads: u32| {
+        kit::worker_cmd(&c.url, name, threads)
+            .args(["--token-file", token.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let alice_worker = start("alice-worker", &alice, 1);
+    kit::wait_until("alice's worker to hold leases", || {
+        let (_, workers, _) = operator(&c.url, &[&["workers"][..], &op].concat());
+        workers
+            .iter()
+            .any(|w| w["name"] == "alice-worker" && w["leases"].as_u64() > Some(0))
+    });
+    let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
+    assert_eq!(code, 0, "{err}");
+    let out = alice_worker.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _bob = kit::Worker(start("bob-worker", &bob, 2));
+    let watch = [&["watch", "1", "--interval", "0.5"][..], &op].concat();
+    let (code, lines, err) = operator(&c.url, &watch);
+    assert_eq!(code, 0, "{err}");
+    let last = lines.last().unwrap();
+    assert_eq!(kit::dec(&last["total"]), 666_090_624, "{last}");
+}
+
 #[test]
 fn a_worker_id_stays_with_its_credential_across_restarts() {
     let _watchdog = kit::watchdog("a_worker_id_stays_with_its_credential_across_restarts");

@@ -130,11 +130,17 @@ pub fn bearer(
             Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(req),
             Some(_) => Err(Refusal::Unauthenticated.status(format!("the {role} token is wrong"))),
             None => Err(Refusal::Unauthenticated.status(format!(
-                "{} {role} token is required: send 'authorization: Bearer <token>'",
+                "{} {role} token is required: give the command --token-file F (or {}); over \
+                 raw gRPC, send 'authorization: Bearer <token>'",
                 if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
                     "an"
                 } else {
                     "a"
+                },
+                if role == "worker" {
+                    "NQUEENS_WORKER_TOKEN"
+                } else {
+                    "NQUEENS_OPERATOR_TOKEN"
                 }
             ))),
         }
@@ -157,7 +163,8 @@ pub fn worker_auth(
         }
         let Some(t) = bearer_of(&req).map(str::to_string) else {
             return Err(Refusal::Unauthenticated
-                .status("a worker token is required: send 'authorization: Bearer <token>'"));
+                .status("a worker token is required: give the worker --token-file F (or \
+                         NQUEENS_WORKER_TOKEN); over raw gRPC, send 'authorization: Bearer <token>'"));
         };
         if shared
             .as_ref()

@@ -140,6 +140,9 @@ pub struct Credentials {
     dir: PathBuf,
     /// (the file's modification time when read, hash → name)
     known: RwLock<(Option<SystemTime>, HashMap<String, String>)>,
+    /// Names revoked since [`Credentials::take_revoked`] last asked,
+    /// whichever call re-read the file.
+    revoked: std::sync::Mutex<Vec<String>>,
 }
 
 impl Credentials {
@@ -147,6 +150,7 @@ impl Credentials {
         let c = Credentials {
             dir: dir.to_path_buf(),
             known: RwLock::new((None, HashMap::new())),
+            revoked: std::sync::Mutex::new(Vec::new()),
         };
         c.refresh()?;
         Ok(c)
@@ -166,9 +170,20 @@ impl Credentials {
             return Ok(());
         }
         let entries = read(&self.dir)?;
-        let map = entries.into_iter().map(|(n, h)| (h, n)).collect();
-        *self.known.write().expect("credentials lock") = (m, map);
+        let map: HashMap<String, String> = entries.into_iter().map(|(n, h)| (h, n)).collect();
+        let mut known = self.known.write().expect("credentials lock");
+        let gone = known.1.values().filter(|n| !map.values().any(|m| m == *n));
+        self.revoked
+            .lock()
+            .expect("revoked lock")
+            .extend(gone.cloned());
+        *known = (m, map);
         Ok(())
+    }
+
+    /// The names revoked since the last call (each once).
+    pub fn take_revoked(&self) -> Vec<String> {
+        std::mem::take(&mut *self.revoked.lock().expect("revoked lock"))
     }
 
     /// Re-reads the file whatever its modification time says.

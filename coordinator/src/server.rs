@@ -382,7 +382,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
     core.set_audit_when_done(config.audit_when_done);
     front.ready.set(Arc::clone(&core));
     let health_watch = watch_journal_health(&core, front.health).await;
-    let refresher = spawn_refresher(issued);
+    let refresher = spawn_refresher(issued, Arc::clone(&core));
     let sweeper = spawn_sweeper(Arc::clone(&core), config.limits.lease_ttl_ms);
     let checkpointer = spawn_checkpointer(Arc::clone(&core), config.checkpoints);
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
@@ -644,7 +644,10 @@ async fn watch_journal_health(
 /// Re-reads the issued worker tokens every second, so revoked tokens stop
 /// working within a second or two, and gives memory a flood left behind
 /// back to the system.
-fn spawn_refresher(issued: Arc<Credentials>) -> tokio::task::JoinHandle<()> {
+fn spawn_refresher(
+    issued: Arc<Credentials>,
+    core: Arc<Coordinator>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let tokens = async {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -652,6 +655,12 @@ fn spawn_refresher(issued: Arc<Credentials>) -> tokio::task::JoinHandle<()> {
                 tick.tick().await;
                 if let Err(e) = issued.refresh() {
                     tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
+                }
+                // A revoked credential's workers can report nothing more:
+                // their tasks go to others now, not a lease's life later.
+                for name in issued.take_revoked() {
+                    let released = core.release_credential(&name);
+                    tracing::info!(credential = %name, released, "worker token revoked: its workers' leases handed back");
                 }
             }
         };

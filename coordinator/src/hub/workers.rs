@@ -139,6 +139,14 @@ impl Coordinator {
         Ok(beat)
     }
 
+    /// Hands back every lease of the workers bound to `credential`
+    /// (revoked); returns how many.
+    pub fn release_credential(&self, credential: &str) -> usize {
+        let released = self.lock().release_credential(credential);
+        self.bump();
+        released
+    }
+
     pub async fn release(
         &self,
         worker: &str,

@@ -862,6 +862,26 @@ impl State {
         (extended, deadline, stop)
     }
 
+    /// Hands back, without penalty, every lease held by a worker bound to
+    /// `credential` (revoked: its workers can report nothing more).
+    /// Returns how many.
+    pub fn release_credential(&mut self, credential: &str) -> usize {
+        let workers = &self.workers;
+        let mut released = 0;
+        for job in self.jobs.values_mut() {
+            let theirs: Vec<u64> = job
+                .schedule
+                .leases()
+                .filter(|(_, l)| workers.bound_to(&l.worker, credential))
+                .map(|(&task, _)| task)
+                .collect();
+            for task in theirs {
+                released += usize::from(job.schedule.give_back(task).is_some());
+            }
+        }
+        released
+    }
+
     /// Hands leases back without penalty (a worker going away).
     pub fn release(&mut self, worker: &str, refs: &[LeaseRef], now: u64) -> u32 {
         self.workers.touch(worker, now);

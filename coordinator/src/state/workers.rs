@@ -102,6 +102,11 @@ impl Workers {
             .insert(worker.to_string(), credential.to_string());
     }
 
+    /// Whether a worker id is bound to `credential`.
+    pub fn bound_to(&self, worker: &str, credential: &str) -> bool {
+        self.bound.get(worker).is_some_and(|b| b == credential)
+    }
+
     /// The credential a worker id is bound to (empty if none).
     pub fn credential_of(&self, worker: &str) -> String {
         self.bound.get(worker).cloned().unwrap_or_default()
