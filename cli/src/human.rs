@@ -492,18 +492,24 @@ impl WorkerRow {
         )
     }
 
-    pub fn table_row(&self) -> String {
+    /// Its row; `shared_name`: another worker listed has its name, so
+    /// the row adds the end of its id (`rescuer#9b1c`) to tell them apart.
+    pub fn table_row(&self, shared_name: bool) -> String {
         let seen = SystemTime::now()
             .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
             .unwrap_or_default();
-        let name = if self.name.is_empty() {
-            &self.worker
-        } else {
-            &self.name
+        let name = match (self.name.is_empty(), shared_name) {
+            (true, _) => cut(&self.worker, 12),
+            (false, false) => cut(&self.name, 12),
+            (false, true) => {
+                let skip = self.worker.chars().count().saturating_sub(4);
+                let tail: String = self.worker.chars().skip(skip).collect();
+                format!("{}#{tail}", cut(&self.name, 7))
+            }
         };
         format!(
             "{:<12}  {:>9}  {:>8}  {:>9}  {:>11}  {:>7}  {}",
-            cut(name, 12),
+            name,
             cut(&self.cores_column(), 9),
             thousands(self.tasks_done.into()),
             thousands(self.subproblems_per_second.round() as u128),
@@ -723,9 +729,40 @@ mod tests {
             last_seen_unix_ms: seen,
             ..v1::Worker::default()
         });
-        let (header, row) = (WorkerRow::table_header(), w.table_row());
+        let (header, row) = (WorkerRow::table_header(), w.table_row(false));
         assert!(row.contains("59m 59s"), "{row}");
         assert_eq!(row.find(w.state), header.find("STATE"), "\n{header}\n{row}");
+    }
+
+    /// Two workers of one name are told apart by the end of their ids.
+    #[test]
+    fn workers_of_one_name_are_told_apart() {
+        let w = |id: &str| {
+            WorkerRow::new(&v1::Worker {
+                worker_id: id.into(),
+                name: "rescuer-on-rack-7".into(),
+                ..v1::Worker::default()
+            })
+        };
+        let (a, b) = (
+            w("rescuer-on-rack-7-3f2a9b1c"),
+            w("rescuer-on-rack-7-77d0e4aa"),
+        );
+        assert!(
+            a.table_row(true).starts_with("rescue~#9b1c "),
+            "{}",
+            a.table_row(true)
+        );
+        assert!(
+            b.table_row(true).starts_with("rescue~#e4aa "),
+            "{}",
+            b.table_row(true)
+        );
+        assert!(
+            a.table_row(false).starts_with("rescuer-on-~ "),
+            "{}",
+            a.table_row(false)
+        );
     }
 
     #[test]

@@ -183,8 +183,12 @@ pub fn workers(c: &Connect) -> Result<(), Failure> {
             }
         } else {
             writeln!(out, "{}", WorkerRow::table_header())?;
+            let mut names = std::collections::HashMap::new();
             for w in &workers {
-                writeln!(out, "{}", w.table_row())?;
+                *names.entry(w.name.as_str()).or_insert(0) += 1;
+            }
+            for w in &workers {
+                writeln!(out, "{}", w.table_row(names[w.name.as_str()] > 1))?;
             }
         }
         Ok(out.flush()?)
