@@ -1018,11 +1018,12 @@ async fn a_count_no_task_can_have_is_refused_and_journaled_nowhere() {
     r.shutdown().await.unwrap();
 }
 
-/// Made-up worker ids filling the table and kept alive with empty
-/// heartbeats do not lock a newcomer out: it takes the place of the
+/// Made-up worker ids filling the table and beaten less often than twice
+/// a lease's life do not lock a newcomer out: it takes the place of the
 /// longest silent one that left nothing behind, which is asked to
-/// register again on its next call. A worker's own count of the
-/// subproblems it did, however large, harms nothing.
+/// register again on its next call; one beaten within half a lease's
+/// life keeps its place. A worker's own count of the subproblems it did,
+/// however large, harms nothing.
 #[tokio::test]
 async fn made_up_ids_kept_alive_leave_room_for_a_newcomer() {
     let dir = kit::tempdir();
@@ -1042,6 +1043,19 @@ async fn made_up_ids_kept_alive_leave_room_for_a_newcomer() {
     for i in 0..most {
         assert!(!beat(&format!("junk-{i}")).await.register_again);
     }
+    let about = nqueens_proto::worker_client::About {
+        host: "h".into(),
+        cores: 1,
+        solver_version: "t".into(),
+        name: "newcomer".into(),
+    };
+    let full = w.renamed("newcomer").register(&about).await.unwrap_err();
+    assert_eq!(
+        full.code(),
+        Code::ResourceExhausted,
+        "every place is alive: {full:?}"
+    );
+    clock.advance(TTL / 2 + 1);
     kit::register(&mut w, "newcomer").await;
     assert!(!beat("newcomer").await.register_again);
     let job = submit(&mut ops, spec(9, Strategy::Frame, 4)).await;

@@ -35,11 +35,14 @@ impl Coordinator {
             let mut s = self.lock();
             if s.admit(worker).is_err() {
                 // Full: forget the longest silent worker that left nothing
-                // behind and holds no lease, however recently heard from,
-                // so that ids kept alive with empty heartbeats cannot
-                // lock a newcomer out. A worker forgotten loses nothing:
-                // its next call's answer asks it to register again.
-                s.forget_workers(u64::MAX, 1);
+                // behind and holds no lease, silent for half a lease's
+                // life at least (two of its heartbeats: a live worker is
+                // never taken), so that made-up ids hold their places only
+                // while each is beaten twice a lease's life. A worker
+                // forgotten loses nothing: its next call's answer asks it
+                // to register again.
+                let before = self.silent_before(s.limits().lease_ttl_ms / 2);
+                s.forget_workers(before, 1);
             }
             s.admit(worker)?;
             s.may_bind(worker, credential)?

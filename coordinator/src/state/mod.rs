@@ -145,7 +145,7 @@ pub enum StateError {
         state: JobState,
         action: &'static str,
     },
-    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken (restart it to forget idle workers)")]
+    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken until one that holds nothing has been silent for half a lease's life (its place is then given to the newcomer)")]
     TooManyWorkers(usize),
     #[error(
         "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
@@ -371,12 +371,17 @@ impl State {
     /// Forgets up to `most` workers silent since before `before_ms` that
     /// left nothing durable behind and hold no lease (see
     /// [`workers::Workers::forget`]): made-up ids cannot fill the table for
-    /// good, and are not kept in checkpoints.
+    /// good, and are not kept in checkpoints. A worker whose result waits
+    /// for a check, or is kept for the audit, is kept too.
     pub fn forget_workers(&mut self, before_ms: u64, most: usize) -> usize {
-        let holding: std::collections::HashSet<String> =
-            self.all_leases().map(|(_, w)| w.to_string()).collect();
-        self.workers
-            .forget(before_ms, |id| holding.contains(id), most)
+        let mut keep: std::collections::HashSet<&str> = self.all_leases().map(|(_, w)| w).collect();
+        for job in self.jobs.values() {
+            keep.extend(job.votes.voters());
+            keep.extend(job.ignored().iter().map(|(_, c)| c.worker.as_str()));
+        }
+        let keep: std::collections::HashSet<String> =
+            keep.into_iter().map(str::to_string).collect();
+        self.workers.forget(before_ms, |id| keep.contains(id), most)
     }
 
     /// Whether the record report `d` would journal with verdict `v` is

@@ -845,6 +845,32 @@ mod whole {
         assert_eq!(s.job(1).unwrap().state(), JobState::Done);
     }
 
+    /// Forgetting spares a worker whose result waits for a check, and one
+    /// whose result is kept for the audit, however long silent: the vote
+    /// and its binding stay; a worker that left nothing goes.
+    #[test]
+    fn forgetting_spares_a_voter_and_a_worker_kept_for_the_audit() {
+        let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);
+        s.bind("a", "alice").unwrap();
+        let g = s.lease("a", 1, 0).remove(0);
+        let t = plan.count_task(&tasks[g.task.index as usize]).unwrap();
+        let v = s.apply(&done(1, g.task.index, &t, "a", g.lease_id));
+        assert_eq!(v, Ok(Some(Verdict::AwaitingCheck)));
+        // A result kept for the audit only (a count no task can have, from
+        // an older journal).
+        let h = s.lease("old", 1, 0).remove(0);
+        let mut big = plan.count_task(&h.task).unwrap();
+        big.classes.nodes = u128::MAX;
+        let v = s.apply(&done(1, h.task.index, &big, "old", h.lease_id));
+        assert_eq!(v, Ok(Some(Verdict::NotCounted)));
+        s.expire(TTL + 1);
+        s.touch_worker("idle", 0);
+        assert_eq!(s.forget_workers(u64::MAX, usize::MAX), 1);
+        assert!(s.worker("idle").is_none());
+        assert!(s.worker("a").is_some() && s.worker("old").is_some());
+        assert_eq!(s.may_bind("a", "mallory").ok(), None, "still alice's");
+    }
+
     /// A journal written before results were bounded may hold one whose
     /// count no task can have (a node count of 2^128 - 1 once wedged its
     /// job: every honest result after it overflowed the job's sum, and

@@ -187,6 +187,14 @@ impl Votes {
             .count()
     }
 
+    /// The workers whose results wait for a check.
+    pub fn voters(&self) -> impl Iterator<Item = &str> {
+        self.candidates
+            .values()
+            .flatten()
+            .map(|c| c.worker.as_str())
+    }
+
     /// Whether `worker` (or its credential) already gave a result for the
     /// task: a credential never checks its own result.
     pub fn voted(&self, task: u64, worker: &str, credential: &str) -> bool {
