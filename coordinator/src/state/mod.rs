@@ -374,13 +374,15 @@ impl State {
     /// good, and are not kept in checkpoints. A worker whose result waits
     /// for a check, or is kept for the audit, is kept too.
     pub fn forget_workers(&mut self, before_ms: u64, most: usize) -> usize {
-        let mut keep: std::collections::HashSet<&str> = self.all_leases().map(|(_, w)| w).collect();
-        for job in self.jobs.values() {
-            keep.extend(job.votes.voters());
-            keep.extend(job.ignored().iter().map(|(_, c)| c.worker.as_str()));
-        }
-        let keep: std::collections::HashSet<String> =
-            keep.into_iter().map(str::to_string).collect();
+        let keep: std::collections::HashSet<&str> = self
+            .jobs
+            .values()
+            .flat_map(|job| {
+                let holding = job.schedule.leases().map(|(_, l)| l.worker.as_str());
+                let kept = job.ignored().iter().map(|(_, c)| c.worker.as_str());
+                holding.chain(job.votes.voters()).chain(kept)
+            })
+            .collect();
         self.workers.forget(before_ms, |id| keep.contains(id), most)
     }
 
