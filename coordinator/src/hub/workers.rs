@@ -192,13 +192,15 @@ impl Coordinator {
         reports: Vec<(LeaseRef, Outcome)>,
     ) -> Result<Vec<Result<Verdict, CoordError>>, CoordError> {
         self.admit(worker, credential).await?;
-        let (checked, credential) = {
+        // The credential this call proved (the one its worker id is bound
+        // to, `admit` checked), not a lookup a forgotten id would miss.
+        let credential = credential.to_string();
+        let checked: Vec<_> = {
             let s = self.lock();
-            let checked: Vec<_> = reports
+            reports
                 .iter()
                 .map(|(r, o)| s.check_report(worker, r, &o.tally, o.checksum))
-                .collect();
-            (checked, s.credential_of(worker))
+                .collect()
         };
         let now = self.now_ms();
         let mut answers = Vec::with_capacity(reports.len());
