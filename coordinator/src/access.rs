@@ -130,18 +130,14 @@ pub fn bearer(
             Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(req),
             Some(_) => Err(Refusal::Unauthenticated.status(format!("the {role} token is wrong"))),
             None => Err(Refusal::Unauthenticated.status(format!(
-                "{} {role} token is required: give the command --token-file F (or {}); over \
-                 raw gRPC, send 'authorization: Bearer <token>'",
+                "{} {role} token is required: give the command --token-file F (or \
+                 NQUEENS_{}_TOKEN); over raw gRPC, send 'authorization: Bearer <token>'",
                 if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
                     "an"
                 } else {
                     "a"
                 },
-                if role == "worker" {
-                    "NQUEENS_WORKER_TOKEN"
-                } else {
-                    "NQUEENS_OPERATOR_TOKEN"
-                }
+                role.to_uppercase()
             ))),
         }
     }
