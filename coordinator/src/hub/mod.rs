@@ -178,11 +178,14 @@ pub struct Coordinator {
     /// Whether a job that finishes is audited in the background.
     audit_when_done: AtomicBool,
     io: IoMode,
+    /// Records for the audit alone that calls are writing now.
+    recording: recording::Recording,
     /// Held open for the lifetime of the process: the data directory's lock.
     _lock: File,
 }
 
 mod jobs;
+mod recording;
 mod recovery;
 pub(crate) use recovery::lock_dir;
 mod workers;

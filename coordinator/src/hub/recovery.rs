@@ -326,6 +326,7 @@ impl Coordinator {
             closing: tokio::sync::watch::channel(false).0,
             audit_when_done: AtomicBool::new(true),
             io,
+            recording: Default::default(),
             _lock: lock,
         });
         let mut recovery = Recovery {

@@ -205,6 +205,8 @@ impl Coordinator {
         let now = self.now_ms();
         let mut answers = Vec::with_capacity(reports.len());
         let (mut events, mut written) = (Vec::new(), Vec::new());
+        // Held until the events are applied (see `recording`).
+        let mut claims = Vec::new();
         for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
             let verdict = match checked {
                 // Counted long ago: compared with the store's row.
@@ -222,7 +224,7 @@ impl Coordinator {
                 unix_ms: now,
                 credential: credential.clone(),
             };
-            match verdict.map(|v| self.settle(v, done)) {
+            match verdict.map(|v| self.settle(v, done, &mut claims)) {
                 Ok((v, None)) => answers.push(Ok(v)),
                 Ok((v, Some(event))) => {
                     events.push(event);
@@ -249,7 +251,14 @@ impl Coordinator {
 
     /// What a checked report leads to: its answer, and the event to
     /// journal first if any (after which `New` may turn out a duplicate).
-    fn settle(&self, verdict: Verdict, d: Done) -> (Verdict, Option<Event>) {
+    /// A record for the audit alone is journaled once: `claims` holds
+    /// those this call writes until they are applied.
+    fn settle<'a>(
+        &'a self,
+        verdict: Verdict,
+        d: Done,
+        claims: &mut Vec<recording::Claim<'a>>,
+    ) -> (Verdict, Option<Event>) {
         let worker = d.worker.as_str();
         match verdict {
             Verdict::Duplicate => {
@@ -257,10 +266,13 @@ impl Coordinator {
                 (verdict, None)
             }
             Verdict::AwaitingCheck => (verdict, None),
-            Verdict::NotCounted | Verdict::Conflict if self.lock().on_record(verdict, &d) => {
+            Verdict::NotCounted if !self.lock().quarantined(worker) => (verdict, None),
+            Verdict::NotCounted | Verdict::Conflict
+                if !self.first_to_record(verdict, &d, claims) =>
+            {
                 (verdict, None)
             }
-            Verdict::NotCounted if self.lock().quarantined(worker) => {
+            Verdict::NotCounted => {
                 // Kept in the journal for the audit, never counted.
                 tracing::warn!(
                     job = d.job,
@@ -270,7 +282,6 @@ impl Coordinator {
                 );
                 (Verdict::NotCounted, Some(Event::TaskDone(d)))
             }
-            Verdict::NotCounted => (verdict, None),
             Verdict::New => {
                 tracing::debug!(job = d.job, task = d.task, worker, "result counted");
                 (Verdict::New, Some(Event::TaskDone(d)))
@@ -292,6 +303,28 @@ impl Coordinator {
                 (Verdict::Conflict, Some(conflict))
             }
         }
+    }
+
+    /// Whether this call journals the record that report `d` with verdict
+    /// `v` makes for the audit: not when it is on record already, nor
+    /// while another call writes it (checked under the state's lock, under
+    /// which a record is applied before its claim ends).
+    fn first_to_record<'a>(
+        &'a self,
+        v: Verdict,
+        d: &Done,
+        claims: &mut Vec<recording::Claim<'a>>,
+    ) -> bool {
+        let s = self.lock();
+        if s.on_record(v, d) {
+            return false;
+        }
+        let Some(claim) = self.recording.claim(recording::Key::of(v, d)) else {
+            return false;
+        };
+        drop(s);
+        claims.push(claim);
+        true
     }
 
     /// A report of a task counted long ago, whose result left memory:
@@ -363,5 +396,50 @@ impl Coordinator {
             .await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two calls with one record for the audit alone at once (in one
+    /// fsync window: neither applied yet): only the first journals it;
+    /// once its claim ends (applied, or its write failed), another may.
+    #[tokio::test]
+    async fn a_record_being_written_is_not_written_by_a_second_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = lock_dir(dir.path()).unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let limits = Limits::default();
+        let core = Coordinator::open(lock, dir.path(), limits, clock, None, IoMode::Inline)
+            .await
+            .unwrap();
+        let liar = |lease_id| Done {
+            job: 1,
+            task: 7,
+            worker: "liar".into(),
+            lease_id,
+            ..Done::default()
+        };
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        let (v, event) = core.settle(Verdict::Conflict, liar(5), &mut first);
+        assert!(v == Verdict::Conflict && event.is_some());
+        // The same worker's conflict on the same task: one record.
+        for lease in [5, 6] {
+            let (v, event) = core.settle(Verdict::Conflict, liar(lease), &mut second);
+            assert!(v == Verdict::Conflict && event.is_none());
+        }
+        // Another task's is another record.
+        let other = Done { task: 8, ..liar(5) };
+        assert!(core
+            .settle(Verdict::Conflict, other, &mut second)
+            .1
+            .is_some());
+        drop(first);
+        assert!(core
+            .settle(Verdict::Conflict, liar(5), &mut Vec::new())
+            .1
+            .is_some());
     }
 }
