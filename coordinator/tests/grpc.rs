@@ -212,10 +212,19 @@ async fn pause_resume_and_cancel() {
     let paused = ops.pause_job(id).await.unwrap().into_inner();
     assert_eq!(paused.state, v1::JobState::Paused as i32);
     assert!(kit::lease(&mut w, "w", 5).await.is_empty());
+    // Asked again: the job as it is, nothing journaled.
+    let before = journal_bytes(dir.path());
+    let again = ops.pause_job(id).await.unwrap().into_inner();
+    assert_eq!(again.state, v1::JobState::Paused as i32);
+    assert_eq!(journal_bytes(dir.path()), before);
     ops.resume_job(id).await.unwrap();
     let held = kit::lease(&mut w, "w", 1).await.remove(0);
     let cancelled = ops.cancel_job(id).await.unwrap().into_inner();
     assert_eq!(cancelled.state, v1::JobState::Cancelled as i32);
+    let before = journal_bytes(dir.path());
+    let again = ops.cancel_job(id).await.unwrap().into_inner();
+    assert_eq!(again.state, v1::JobState::Cancelled as i32);
+    assert_eq!(journal_bytes(dir.path()), before);
     let hb = v1::HeartbeatRequest {
         worker_id: "w".into(),
         leases: vec![held.lease_ref()],

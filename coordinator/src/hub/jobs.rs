@@ -257,13 +257,17 @@ impl Coordinator {
         self.job(id)
     }
 
-    /// Pauses, resumes or cancels a job.
+    /// Pauses, resumes or cancels a job. Asked of a job already so, it
+    /// answers the job and journals nothing (a script may ask twice).
     pub async fn set_state(&self, id: u64, to: JobState) -> Result<JobView, CoordError> {
         let to = match to {
             JobState::Paused | JobState::Running => to,
             _ => JobState::Cancelled,
         };
         let now = self.lock().job(id)?.state();
+        if now == to {
+            return self.job(id);
+        }
         let action = match to {
             JobState::Paused => "paused",
             JobState::Running => "resumed",
