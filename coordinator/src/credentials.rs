@@ -172,16 +172,21 @@ impl Credentials {
         let entries = read(&self.dir)?;
         let map: HashMap<String, String> = entries.into_iter().map(|(n, h)| (h, n)).collect();
         let mut known = self.known.write().expect("credentials lock");
-        let gone = known.1.values().filter(|n| !map.values().any(|m| m == *n));
-        self.revoked
-            .lock()
-            .expect("revoked lock")
-            .extend(gone.cloned());
+        // By token, not name: a name revoked and issued again between two
+        // reads is revoked too (its old token is gone).
+        let mut gone: Vec<String> = (known.1.iter())
+            .filter(|(h, _)| !map.contains_key(*h))
+            .map(|(_, n)| n.clone())
+            .collect();
+        gone.sort();
+        gone.dedup();
+        self.revoked.lock().expect("revoked lock").extend(gone);
         *known = (m, map);
         Ok(())
     }
 
-    /// The names revoked since the last call (each once).
+    /// The names whose token was revoked since the last call (each once;
+    /// the name may have been issued a new token since).
     pub fn take_revoked(&self) -> Vec<String> {
         std::mem::take(&mut *self.revoked.lock().expect("revoked lock"))
     }
@@ -241,5 +246,21 @@ mod tests {
             revoke(dir.path(), "node-a"),
             Err(CredentialError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn a_name_revoked_and_issued_again_between_reads_is_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = issue(dir.path(), "node-a").unwrap();
+        issue(dir.path(), "node-b").unwrap();
+        let creds = Credentials::open(dir.path()).unwrap();
+        revoke(dir.path(), "node-a").unwrap();
+        let new = issue(dir.path(), "node-a").unwrap();
+        creds.force_refresh().unwrap();
+        assert_eq!(creds.take_revoked(), ["node-a"]);
+        assert_eq!(creds.name_of(&old), None);
+        assert_eq!(creds.name_of(&new).as_deref(), Some("node-a"));
+        creds.force_refresh().unwrap();
+        assert!(creds.take_revoked().is_empty());
     }
 }
