@@ -179,13 +179,15 @@ pub struct Coordinator {
     audit_when_done: AtomicBool,
     io: IoMode,
     /// Records for the audit alone that calls are writing now.
-    recording: recording::Recording,
+    recording: claims::Claims<claims::Record, ()>,
+    /// Worker ids being bound now, each to the credential it is bound to.
+    binding: claims::Claims<String, String>,
     /// Held open for the lifetime of the process: the data directory's lock.
     _lock: File,
 }
 
+mod claims;
 mod jobs;
-mod recording;
 mod recovery;
 pub(crate) use recovery::lock_dir;
 mod workers;

@@ -327,6 +327,7 @@ impl Coordinator {
             audit_when_done: AtomicBool::new(true),
             io,
             recording: Default::default(),
+            binding: Default::default(),
             _lock: lock,
         });
         let mut recovery = Recovery {

@@ -29,9 +29,11 @@ impl Coordinator {
 
     /// Admits a worker id, and ties it to the issued credential that first
     /// uses it, durably (a `WorkerBound` record) before the call is
-    /// answered: after a restart no other credential can claim it.
+    /// answered: after a restart no other credential can claim it. The id
+    /// is claimed while its binding is written, so a call with another
+    /// credential meanwhile is refused (as it is once the binding holds).
     pub(super) async fn admit(&self, worker: &str, credential: &str) -> Result<(), CoordError> {
-        let new = {
+        let (new, _claim) = {
             let mut s = self.lock();
             if s.admit(worker).is_err() {
                 // Full: forget the longest silent worker that left nothing
@@ -45,7 +47,10 @@ impl Coordinator {
                 s.forget_workers(before, 1);
             }
             s.admit(worker)?;
-            s.may_bind(worker, credential)?
+            match s.may_bind(worker, credential)? {
+                true => (true, self.claim_binding(worker, credential)?),
+                false => (false, None),
+            }
         };
         if new {
             self.write(Event::WorkerBound {
@@ -54,10 +59,29 @@ impl Coordinator {
                 unix_ms: self.now_ms(),
             })
             .await?;
-            // A call with another credential may have bound it first.
-            self.lock().may_bind(worker, credential)?;
         }
         Ok(())
+    }
+
+    /// Claims worker id `worker` for `credential` while its binding is
+    /// written (`None`: a call with the same credential is writing it);
+    /// refused while a call with another credential is.
+    fn claim_binding(
+        &self,
+        worker: &str,
+        credential: &str,
+    ) -> Result<Option<claims::Claim<'_, String, String>>, StateError> {
+        match self
+            .binding
+            .claim(worker.to_string(), credential.to_string())
+        {
+            Ok(claim) => Ok(Some(claim)),
+            Err(same) if same == credential => Ok(None),
+            Err(bound) => Err(StateError::WrongCredential {
+                worker: worker.to_string(),
+                bound,
+            }),
+        }
     }
 
     /// The time before which a worker silent for `quiet_ms` was last heard
@@ -257,7 +281,7 @@ impl Coordinator {
         &'a self,
         verdict: Verdict,
         d: Done,
-        claims: &mut Vec<recording::Claim<'a>>,
+        claims: &mut Vec<claims::Claim<'a, claims::Record, ()>>,
     ) -> (Verdict, Option<Event>) {
         let worker = d.worker.as_str();
         match verdict {
@@ -313,13 +337,13 @@ impl Coordinator {
         &'a self,
         v: Verdict,
         d: &Done,
-        claims: &mut Vec<recording::Claim<'a>>,
+        claims: &mut Vec<claims::Claim<'a, claims::Record, ()>>,
     ) -> bool {
         let s = self.lock();
         if s.on_record(v, d) {
             return false;
         }
-        let Some(claim) = self.recording.claim(recording::Key::of(v, d)) else {
+        let Ok(claim) = self.recording.claim(claims::Record::of(v, d), ()) else {
             return false;
         };
         drop(s);
@@ -441,5 +465,31 @@ mod tests {
             .settle(Verdict::Conflict, liar(5), &mut Vec::new())
             .1
             .is_some());
+    }
+
+    /// While a worker id's binding is written, a call with another
+    /// credential is refused, and one with the same credential writes it
+    /// too (harmless: the same binding); once written, the id is free
+    /// to claim again (the state then says whose it is).
+    #[tokio::test]
+    async fn an_id_being_bound_is_refused_to_another_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = lock_dir(dir.path()).unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let limits = Limits::default();
+        let core = Coordinator::open(lock, dir.path(), limits, clock, None, IoMode::Inline)
+            .await
+            .unwrap();
+        let alice = core.claim_binding("w1", "alice").unwrap();
+        assert!(alice.is_some());
+        let refused = core.claim_binding("w1", "mallory").unwrap_err();
+        assert!(
+            matches!(&refused, StateError::WrongCredential { bound, .. } if bound == "alice"),
+            "{refused}"
+        );
+        assert!(core.claim_binding("w1", "alice").unwrap().is_none());
+        assert!(core.claim_binding("w2", "mallory").unwrap().is_some());
+        drop(alice);
+        assert!(core.claim_binding("w1", "mallory").unwrap().is_some());
     }
 }

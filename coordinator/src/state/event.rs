@@ -131,7 +131,8 @@ pub enum Event {
         unix_ms: u64,
     },
     /// A worker id was first used with an issued credential: only that
-    /// credential may use it from now on (the first binding wins).
+    /// credential may use it from now on (until the id is forgotten: the
+    /// latest binding holds).
     WorkerBound {
         worker: String,
         credential: String,

@@ -619,14 +619,14 @@ impl State {
         Ok(())
     }
 
-    /// A worker id bound to a credential. The first binding wins; a later
-    /// one lost a race.
+    /// A worker id bound to a credential. The latest binding holds: one
+    /// to another credential is journaled only once the id was forgotten
+    /// (two credentials never bind one id at once: the coordinator claims
+    /// an id while its binding is written).
     fn bound(&mut self, worker: &str, credential: &str, unix_ms: u64) {
-        if self.workers.may_bind(worker, credential) == Ok(true) {
-            self.workers.bind(worker, credential);
-            let w = self.workers.entry(worker);
-            w.last_seen_ms = w.last_seen_ms.max(unix_ms);
-        }
+        self.workers.bind(worker, credential);
+        let w = self.workers.entry(worker);
+        w.last_seen_ms = w.last_seen_ms.max(unix_ms);
     }
 
     fn job_mut(&mut self, id: u64) -> Result<&mut Job, StateError> {

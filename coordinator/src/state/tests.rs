@@ -997,16 +997,19 @@ mod whole {
         assert!(why.contains("disagree on 1 task"), "{why}");
     }
 
+    /// A binding holds until its id is forgotten; then another credential
+    /// may bind the id, and replaying the journal (which forgets nothing)
+    /// gives the id to the latest binding, as it was before the restart.
     #[test]
-    fn a_worker_id_binding_is_replayed_and_the_first_one_wins() {
+    fn a_worker_id_binding_is_replayed_and_the_latest_holds() {
         let mut s = State::new(Limits::default());
         let bound = |w: &str, cred: &str, ms| Event::WorkerBound {
             worker: w.into(),
             credential: cred.into(),
             unix_ms: ms,
         };
-        s.apply(&bound("w1", "alice", 7)).unwrap();
-        s.apply(&bound("w1", "mallory", 8)).unwrap();
+        let journal = [bound("w1", "alice", 7), bound("w1", "mallory", 9)];
+        s.apply(&journal[0]).unwrap();
         assert_eq!(s.credential_of("w1"), "alice");
         assert!(matches!(
             s.may_bind("w1", "mallory"),
@@ -1016,6 +1019,14 @@ mod whole {
         // Silent, nothing counted, no lease: forgotten with its binding.
         assert_eq!(s.forget_workers(8, usize::MAX), 1);
         assert_eq!(s.may_bind("w1", "mallory"), Ok(true));
+        s.apply(&journal[1]).unwrap();
+        assert_eq!(s.credential_of("w1"), "mallory");
+        let mut replayed = State::new(Limits::default());
+        for e in &journal {
+            replayed.apply(e).unwrap();
+        }
+        assert_eq!(replayed.credential_of("w1"), "mallory");
+        assert_eq!(replayed.may_bind("w1", "alice").ok(), None);
     }
 
     /// Under `--cross-device`, a task one kind of device counted is
