@@ -427,18 +427,22 @@ impl Coordinator {
 mod tests {
     use super::*;
 
+    /// A coordinator on `dir`, its clock stopped, serving nothing.
+    async fn open(dir: &Path) -> Arc<Coordinator> {
+        let lock = lock_dir(dir).unwrap();
+        let clock = Arc::new(ManualClock::default());
+        Coordinator::open(lock, dir, Limits::default(), clock, None, IoMode::Inline)
+            .await
+            .unwrap()
+    }
+
     /// Two calls with one record for the audit alone at once (in one
     /// fsync window: neither applied yet): only the first journals it;
     /// once its claim ends (applied, or its write failed), another may.
     #[tokio::test]
     async fn a_record_being_written_is_not_written_by_a_second_call() {
         let dir = tempfile::tempdir().unwrap();
-        let lock = lock_dir(dir.path()).unwrap();
-        let clock = Arc::new(ManualClock::default());
-        let limits = Limits::default();
-        let core = Coordinator::open(lock, dir.path(), limits, clock, None, IoMode::Inline)
-            .await
-            .unwrap();
+        let core = open(dir.path()).await;
         let liar = |lease_id| Done {
             job: 1,
             task: 7,
@@ -474,12 +478,7 @@ mod tests {
     #[tokio::test]
     async fn an_id_being_bound_is_refused_to_another_credential() {
         let dir = tempfile::tempdir().unwrap();
-        let lock = lock_dir(dir.path()).unwrap();
-        let clock = Arc::new(ManualClock::default());
-        let limits = Limits::default();
-        let core = Coordinator::open(lock, dir.path(), limits, clock, None, IoMode::Inline)
-            .await
-            .unwrap();
+        let core = open(dir.path()).await;
         let alice = core.claim_binding("w1", "alice").unwrap();
         assert!(alice.is_some());
         let refused = core.claim_binding("w1", "mallory").unwrap_err();
