@@ -189,3 +189,88 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
     assert!(acked.len() as u64 <= tasks);
     assert_eq!(kit::counts(&j), (365_596, 45_752));
 }
+
+/// The tasks job `id` has counted, as `nqueens export` lists them.
+fn exported(url: &str, id: u64) -> BTreeSet<u64> {
+    let out = kit::nqueens(&["export", &id.to_string(), "--format", "jsonl"])
+        .env("NQUEENS_COORDINATOR", url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let rows = rows
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+    // The last line (rows and their sum) names no task.
+    rows.filter(|row| row.get("task").is_some())
+        .map(|row| kit::dec(&row["task"]) as u64)
+        .collect()
+}
+
+/// `nqueens backup` while results arrive (and segments are sealed and
+/// compressed at every checkpoint): the original's disk is then lost, and
+/// a coordinator started on the backup holds every result acknowledged
+/// before the backup began, and finishes the job exact, its audit passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_taken_while_results_arrive_restores_every_acknowledged_one() {
+    let _watchdog = kit::watchdog("a_backup_taken_while_results_arrive_restores");
+    let dir = kit::tempdir();
+    let (data, copy) = (dir.path().join("data"), dir.path().join("backup"));
+    let mut c = kit::start_with(&data, &["--checkpoint-every", "10"]);
+    let mut ops = kit::operators(&c.url).await;
+    let plan = kit::plan_spec(14, Strategy::Frame, 0, 150);
+    let id = kit::submit_planned(&mut ops, kit::job_request(plan))
+        .await
+        .job_id;
+
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let (running, mut rx) = clients(&c.url, &held);
+    let mut acked = BTreeSet::new();
+    while acked.len() < 40 {
+        let (task, outcome) = rx.recv().await.expect("the job is not done yet");
+        assert_eq!(outcome, ReportOutcome::Accepted);
+        acked.insert(task);
+    }
+    let before = acked.clone();
+    let made = kit::nqueens(&["backup", copy.to_str().unwrap(), "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&made.stderr).to_string();
+    assert!(made.status.success(), "{said}");
+    assert!(
+        said.contains("restore with: nqueens coordinator --data-dir"),
+        "{said}"
+    );
+    // The original runs on, then its disk is lost.
+    while let Some((task, _)) = rx.recv().await {
+        acked.insert(task);
+    }
+    for h in running {
+        h.await.unwrap();
+    }
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+
+    // What the backup's advice says: a coordinator on the copy.
+    let c = start(&copy);
+    let restored = exported(&c.url, id);
+    assert!(
+        restored.is_superset(&before),
+        "lost: {:?}",
+        before.difference(&restored)
+    );
+    let (running, mut rx) = clients(&c.url, &held);
+    while rx.recv().await.is_some() {}
+    for h in running {
+        h.await.unwrap();
+    }
+    let mut ops = kit::operators(&c.url).await;
+    kit::exact_and_audited(&mut ops, id).await;
+    assert_eq!(kit::counts(&job(&c.url, id).await), (365_596, 45_752));
+}

@@ -238,6 +238,28 @@ pub enum Command {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Copy a coordinator's data directory while it runs: its journal (every
+    /// acknowledged result) and secrets, read back and checked.
+    #[command(after_help = "Examples:\
+        \n  nqueens backup /mnt/other-disk/nq-$(date +%F) --data-dir /var/lib/nqueens\
+        \n  nqueens coordinator --data-dir /mnt/other-disk/nq-2026-11-29   (to restore)\
+        \n\
+        \nThe copy holds every record the journal held when the backup began (and those \
+        written while it ran, up to its end), as a kill -9 would leave them: the sealed \
+        segments, the live journal's whole records, lease.key, worker-tokens and the \
+        worker-auth mark. The store and checkpoints are left out: a coordinator started \
+        on the copy rebuilds them from the journal (replaying it whole once). Every record \
+        is read back from the copy with its CRC before the backup is called made. DEST \
+        must be new or empty; put it on another disk. Safe while the coordinator runs; \
+        takes no lock. Exit code 2 if DEST is not empty or DIR is no data directory, 1 if \
+        the journal is damaged or the copy cannot be written.")]
+    Backup {
+        /// The new directory to copy into.
+        dest: PathBuf,
+        /// The coordinator's data directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
     /// Issue, revoke or list per-worker tokens, stored hashed in a coordinator's data directory.
     #[command(after_help = "Examples:\
         \n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\

@@ -90,6 +90,7 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::Workers { connect } => operator::workers(&connect),
         Command::Health { connect } => operator::health(&connect),
         Command::Token { action } => token(action),
+        Command::Backup { dest, data_dir } => backup(&data_dir, &dest),
         Command::Audit {
             job,
             data_dir,
@@ -345,6 +346,31 @@ fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
 
 /// `nqueens token issue|revoke|list`: per-worker credentials in a data
 /// directory (no coordinator needed; a running one picks changes up).
+/// `nqueens backup`: the data directory's journal and secrets copied.
+fn backup(data_dir: &std::path::Path, dest: &std::path::Path) -> Result<(), Failure> {
+    use nqueens_coordinator::backup::{backup, BackupError};
+    let made = backup(data_dir, dest).map_err(|e| match e {
+        BackupError::NoJournal(_) | BackupError::NotEmpty(_) => Failure::BadInput(e.to_string()),
+        _ => Failure::Failed(e.to_string()),
+    })?;
+    let j = made.journal;
+    let mut also = made.beside.join(", ");
+    if also.is_empty() {
+        also = "nothing else".into();
+    }
+    eprintln!(
+        "backed up {} to {}: journal records 1..={} ({} sealed segments, {} bytes), {also}; \
+         restore with: nqueens coordinator --data-dir {}",
+        data_dir.display(),
+        dest.display(),
+        j.records,
+        j.segments,
+        j.bytes,
+        dest.display()
+    );
+    Ok(())
+}
+
 fn token(action: opts::TokenAction) -> Result<(), Failure> {
     use nqueens_coordinator::credentials::{issue, list, revoke, CredentialError};
     let fail = |e: CredentialError| match e {

@@ -3,6 +3,7 @@
 //!
 //! - [`access`]: who must authenticate, decided at start; the token checks.
 //! - [`audit`]: re-checks a job from its journal alone, with a digest to compare.
+//! - [`backup`]: a data directory's journal and secrets copied while it runs.
 //! - [`checkpoint`]: fsynced, CRC-checked snapshots of the state, so a restart
 //!   replays only the journal after the latest one.
 //! - [`conns`]: bounded connections: limits, timeouts, the idlest making way.
@@ -23,6 +24,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod backup;
 pub mod checkpoint;
 pub mod conns;
 pub mod credentials;

@@ -31,6 +31,7 @@
 //! on disk (the caller reports the error; the data on disk stays intact).
 
 pub mod codec;
+pub mod copy;
 pub mod segments;
 
 use crate::state::Event;

@@ -1,0 +1,163 @@
+//! A backup of a data directory, taken while its coordinator runs (or
+//! with none): the journal, which holds every acknowledged record, and
+//! the small files a coordinator started on the copy needs to go on as
+//! the original would (its lease secret, the issued tokens' hashes, the
+//! mark that workers must authenticate). The store and the checkpoints are
+//! left out: a coordinator started on the backup rebuilds them from the
+//! journal (replaying all of it once), as after losing them.
+//!
+//! The journal is copied as a `kill -9` at one moment would leave it
+//! ([`crate::journal::copy`]), and read back from the copy, every CRC
+//! checked, before the backup is called made.
+
+use crate::journal::{self, copy::Copied, JournalError};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The small files copied beside the journal, where they exist.
+pub const BESIDE: [&str; 3] = ["lease.key", crate::credentials::FILE, crate::access::MARK];
+
+/// Why a backup was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{0} holds no journal: is it a coordinator's data directory (--data-dir)?")]
+    NoJournal(PathBuf),
+    #[error("{0} exists and is not empty: back up into a new directory")]
+    NotEmpty(PathBuf),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("the copy in {path} reads back {got} records, not the {want} copied: its disk may be failing")]
+    ReadBack { path: PathBuf, want: u64, got: u64 },
+}
+
+/// What a backup holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Made {
+    pub journal: Copied,
+    /// Which of [`BESIDE`] were there, and copied.
+    pub beside: Vec<&'static str>,
+}
+
+fn io(path: &Path) -> impl FnOnce(io::Error) -> BackupError {
+    let path = path.to_path_buf();
+    move |source| BackupError::Io { path, source }
+}
+
+/// Backs up data directory `from` into `to` (a new or empty directory,
+/// made owner-only). A backup that fails leaves `to` as it found it.
+pub fn backup(from: &Path, to: &Path) -> Result<Made, BackupError> {
+    let journal = from.join("journal");
+    if !journal.exists() && !journal::segments::dir_of(&journal).exists() {
+        return Err(BackupError::NoJournal(from.to_path_buf()));
+    }
+    if std::fs::read_dir(to).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(BackupError::NotEmpty(to.to_path_buf()));
+    }
+    let existed = to.exists();
+    crate::owner_only::create_dir_all(to).map_err(io(to))?;
+    let made = copy_into(from, to);
+    if made.is_err() {
+        // Best effort: the error says what went wrong.
+        let _ = std::fs::remove_dir_all(to);
+        if existed {
+            let _ = crate::owner_only::create_dir_all(to);
+        }
+    }
+    made
+}
+
+/// The journal and [`BESIDE`] of `from` copied into the empty `to`.
+fn copy_into(from: &Path, to: &Path) -> Result<Made, BackupError> {
+    let journal = from.join("journal");
+    let mut beside = Vec::new();
+    for name in BESIDE {
+        let bytes = match std::fs::read(from.join(name)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            r => r.map_err(io(&from.join(name)))?,
+        };
+        let copy = to.join(name);
+        let mut f = crate::owner_only::create(&copy).map_err(io(&copy))?;
+        f.write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(io(&copy))?;
+        beside.push(name);
+    }
+    let copied = journal::copy::copy(&journal, &to.join("journal"))?;
+    std::fs::File::open(to)
+        .and_then(|d| d.sync_all())
+        .map_err(io(to))?;
+    let read = journal::scan(&to.join("journal"), |_| {})?;
+    if read.records != copied.records {
+        return Err(BackupError::ReadBack {
+            path: to.to_path_buf(),
+            want: copied.records,
+            got: read.records,
+        });
+    }
+    Ok(Made {
+        journal: copied,
+        beside,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Journal;
+    use crate::state::Event;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A data directory with three records and a lease key.
+    async fn data_dir(root: &Path) -> PathBuf {
+        let dir = root.join("data");
+        std::fs::create_dir(&dir).unwrap();
+        let (j, _) = Journal::open(&dir.join("journal"), 0, 0).unwrap();
+        for epoch in 1..=3 {
+            j.append(&Event::Boot { epoch, unix_ms: 7 }).await.unwrap();
+        }
+        std::fs::write(dir.join("lease.key"), [7; 32]).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_backup_copies_the_journal_and_the_secrets_owner_only() {
+        let root = tempfile::tempdir().unwrap();
+        let data = data_dir(root.path()).await;
+        let to = root.path().join("backup");
+        let made = backup(&data, &to).unwrap();
+        assert_eq!((made.journal.records, made.beside), (3, vec!["lease.key"]));
+        assert_eq!(std::fs::read(to.join("lease.key")).unwrap(), [7; 32]);
+        for path in [&to, &to.join("lease.key"), &to.join("journal")] {
+            let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+            assert!(mode & 0o077 == 0, "{} is {mode:o}", path.display());
+        }
+        // Never over an earlier backup, nor from a directory without a journal.
+        assert!(matches!(backup(&data, &to), Err(BackupError::NotEmpty(_))));
+        let empty = root.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let no = backup(&empty, &root.path().join("b2")).unwrap_err();
+        assert!(matches!(no, BackupError::NoJournal(_)), "{no}");
+        assert!(no.to_string().contains("--data-dir"), "{no}");
+    }
+
+    /// A journal damaged before its end is not copied: the error is the
+    /// one a start-up gives, with where the damage is.
+    #[tokio::test]
+    async fn a_damaged_journal_is_named_not_copied() {
+        let root = tempfile::tempdir().unwrap();
+        let data = data_dir(root.path()).await;
+        let mut bytes = std::fs::read(data.join("journal")).unwrap();
+        bytes[crate::journal::MAGIC.len() + 20] ^= 0xff;
+        std::fs::write(data.join("journal"), bytes).unwrap();
+        let to = root.path().join("backup");
+        let e = backup(&data, &to).unwrap_err();
+        assert!(
+            matches!(e, BackupError::Journal(JournalError::Corrupt { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("byte"), "{e}");
+        assert!(!to.exists(), "a failed backup leaves nothing behind");
+    }
+}
