@@ -642,3 +642,59 @@ fn a_plan_has_the_tasks_asked_for_and_the_first_cut_keeps_its_own() {
     };
     assert!(Plan::new(unknown).is_err());
 }
+
+/// A task over every id there is (as a hostile coordinator may send):
+/// only this plan's own kinds are walked, so the plan is counted once,
+/// not once more as a whole search or a prefix walk.
+#[test]
+fn a_task_over_every_id_counts_the_plan_once() {
+    for (strategy, depth) in EVERY_KIND {
+        let plan = Plan::new(spec(8, strategy, depth, 4)).unwrap();
+        let everything = nqueens_common::plan::Task {
+            index: 0,
+            lo: 0,
+            hi: u64::MAX,
+            skip: 0,
+            take: u64::MAX,
+            subproblems: 1,
+            work: 1.0,
+        };
+        let tally = plan.count_task(&everything).unwrap();
+        let totals = plan.finish(&tally).unwrap();
+        assert_eq!(
+            (totals.total().unwrap(), totals.unique().unwrap()),
+            (92, 12),
+            "{strategy:?}"
+        );
+    }
+}
+
+/// A task that takes nothing, or skips past everything, over the ids of
+/// N=32's deepest prefix plan (about 10^13 placements to walk) ends at
+/// once: once it has taken its share, or once it is stopped, whether or
+/// not it has taken anything.
+#[test]
+fn a_walk_that_takes_nothing_ends_when_done_or_stopped() {
+    let plan = Plan::new(spec(32, Strategy::Prefix, 11, 1)).unwrap();
+    let kind = (Kind::Prefix as u64) << 60;
+    let task = move |skip, take| nqueens_common::plan::Task {
+        index: 0,
+        lo: kind,
+        hi: 2 * kind,
+        skip,
+        take,
+        subproblems: 1,
+        work: 1.0,
+    };
+    let (ended, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let nothing = plan.count_task(&task(0, 0)).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(true);
+        let stopped = plan.count_task_until(&task(u64::MAX, u64::MAX), &stop);
+        ended.send((nothing, stopped.unwrap())).unwrap();
+    });
+    let limit = std::time::Duration::from_secs(120);
+    let (nothing, stopped) = finished.recv_timeout(limit).expect("the walk went on");
+    assert_eq!(nothing, Tally::default());
+    assert_eq!(stopped, None);
+}

@@ -20,6 +20,7 @@
 use crate::board::{Size, Symmetry};
 use crate::counts::PieceCounts;
 use crate::interior::Interior;
+use std::ops::ControlFlow;
 
 /// Smallest N with a frame plan: below it the 8 lines cover the whole board.
 pub const MIN_FRAME_N: u32 = 6;
@@ -230,6 +231,19 @@ impl Frames {
     /// with its weight and its number of distinct queens. Subtrees outside
     /// the range are skipped whole, so a narrow range is cheap wherever it lies.
     pub fn for_each_in(&self, lo: u64, hi: u64, mut visit: impl FnMut(Frame, u32, usize)) {
+        let _ = self.try_for_each_in(lo, hi, |f, w, q| {
+            visit(f, w, q);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// [`Frames::for_each_in`], ended early once `visit` breaks.
+    pub fn try_for_each_in(
+        &self,
+        lo: u64,
+        hi: u64,
+        mut visit: impl FnMut(Frame, u32, usize) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let mut walk = Walk {
             frames: self,
             lo,
@@ -237,8 +251,13 @@ impl Frames {
             pos: [0; 8],
             queens: [(0, 0); 8],
             stab_outer: Vec::new(),
+            broken: false,
         };
         walk.level(0, 0, 0, &mut visit);
+        match walk.broken {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        }
     }
 
     /// The board a frame leaves to fill: queens on the rows and columns it
@@ -281,16 +300,19 @@ struct Walk<'a> {
     queens: [(usize, usize); 8],
     /// Symmetries fixing the current outer ring (set at level 4).
     stab_outer: Vec<usize>,
+    /// The visitor ended the walk.
+    broken: bool,
 }
 
 impl Walk<'_> {
-    /// Returns false once keys reach `hi` (the walk is over).
+    /// Returns false once keys reach `hi`, or the visitor breaks (the walk
+    /// is over).
     fn level(
         &mut self,
         i: usize,
         prefix: u64,
         distinct: usize,
-        visit: &mut impl FnMut(Frame, u32, usize),
+        visit: &mut impl FnMut(Frame, u32, usize) -> ControlFlow<()>,
     ) -> bool {
         let fr = self.frames;
         if i == 4 && !self.outer_is_canonical() {
@@ -310,8 +332,8 @@ impl Walk<'_> {
                 }
                 fixed += u32::from(img == key);
             }
-            visit(f, 8 / fixed, distinct);
-            return true;
+            self.broken = visit(f, 8 / fixed, distinct).is_break();
+            return !self.broken;
         }
         let rest = POS_BITS * (fr.len - 1 - i) as u32;
         for p in 0..fr.n as u8 {

@@ -501,6 +501,19 @@ impl Shape {
 
     /// [`Shape::for_each_choice`] of the choices `s` with `lo <= s < hi`.
     pub fn for_each_choice_in(&self, lo: u64, hi: u64, mut visit: impl FnMut(u32, u32)) {
+        let _ = self.try_for_each_choice_in(lo, hi, |s, w| {
+            visit(s, w);
+            std::ops::ControlFlow::Continue(())
+        });
+    }
+
+    /// [`Shape::for_each_choice_in`], ended early once `visit` breaks.
+    pub fn try_for_each_choice_in(
+        &self,
+        lo: u64,
+        hi: u64,
+        mut visit: impl FnMut(u32, u32) -> std::ops::ControlFlow<()>,
+    ) -> std::ops::ControlFlow<()> {
         let k = self.rows.len;
         let all = self.all_rows();
         let ke = self.east.count_ones();
@@ -511,7 +524,7 @@ impl Shape {
             }
             if u64::from(s) >= lo {
                 if let Some(w) = self.weight(s) {
-                    visit(s, w);
+                    visit(s, w)?;
                 }
             }
             if ke == 0 || ke as usize == k {
@@ -528,6 +541,7 @@ impl Shape {
                 break;
             }
         }
+        std::ops::ControlFlow::Continue(())
     }
 
     /// Bits of the free rows.

@@ -53,6 +53,7 @@ pub use ids::{Kind, Subproblem};
 use joins::*;
 use serde::{Deserialize, Serialize};
 pub use spec::*;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 pub use table::TaskTable;
@@ -374,9 +375,10 @@ impl Plan {
         let below = POS_BITS * (self.spec.depth - 2);
         for_each_chunk(stop, |chunk| {
             let (lo, hi) = (tag | chunk << below, tag | (chunk + 1) << below);
-            self.for_each_prefix(lo, hi, |cols, weight, work| {
+            let _ = self.for_each_prefix(lo, hi, |cols, weight, work| {
                 by_weight[weight as usize] += 1;
                 add_to_group(groups, prefix_id(cols), POS_BITS, work);
+                ControlFlow::Continue(())
             });
         })?;
         Ok(vec![
@@ -471,7 +473,13 @@ impl Plan {
     /// Prefixes at the plan's depth with ids in `lo..hi`, in id order, with
     /// their weight and estimated work. Rows are placed in column order, so
     /// the walk is in id order and skips every subtree outside the range.
-    fn for_each_prefix(&self, lo: u64, hi: u64, mut visit: impl FnMut(&[u8], u32, f64)) {
+    /// Ends early once `visit` breaks.
+    fn for_each_prefix(
+        &self,
+        lo: u64,
+        hi: u64,
+        mut visit: impl FnMut(&[u8], u32, f64) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let n = self.spec.n;
         let depth = self.spec.depth as usize;
         let mut cols = Vec::with_capacity(depth);
@@ -483,9 +491,10 @@ impl Plan {
             } else {
                 2
             };
-            self.walk_prefix(&mut cols, lo, hi, weight, &mut visit);
+            self.walk_prefix(&mut cols, lo, hi, weight, &mut visit)?;
             cols.pop();
         }
+        ControlFlow::Continue(())
     }
 
     fn walk_prefix(
@@ -494,8 +503,8 @@ impl Plan {
         lo: u64,
         hi: u64,
         weight: u32,
-        visit: &mut impl FnMut(&[u8], u32, f64),
-    ) {
+        visit: &mut impl FnMut(&[u8], u32, f64) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let depth = self.spec.depth as usize;
         // Ids of the prefixes below: these columns, then anything.
         let rest = POS_BITS * (depth - cols.len()) as u32;
@@ -505,23 +514,23 @@ impl Plan {
             tag | (pack_cols(cols) + 1) << rest,
         );
         if end <= lo || first >= hi {
-            return;
+            return ControlFlow::Continue(());
         }
         if cols.len() == depth {
-            visit(cols, weight, prefix_work(self.spec.n, cols));
-            return;
+            return visit(cols, weight, prefix_work(self.spec.n, cols));
         }
         for c in 0..self.spec.n.get() as u8 {
             if safe_below(cols, c) {
                 cols.push(c);
-                self.walk_prefix(cols, lo, hi, weight, visit);
+                self.walk_prefix(cols, lo, hi, weight, visit)?;
                 cols.pop();
             }
         }
+        ControlFlow::Continue(())
     }
 
-    /// The parts of a ring (a rings plan): its search's states after the
-    /// plan's depth of free rows, in search order, with their numbers.
+    /// The parts a ring is cut into (by the queens of its first `depth`
+    /// free rows), each with its start.
     fn for_each_part(&self, frames: &Frames, ring: Frame, mut visit: impl FnMut(u32, Start)) {
         let (starts, _) = frames.interior(&ring).split(self.spec.depth as usize);
         for (part, start) in starts.into_iter().enumerate() {
@@ -531,14 +540,34 @@ impl Plan {
 
     /// Visits the subproblems of `task`, in id order.
     pub fn for_each_subproblem(&self, task: &Task, mut visit: impl FnMut(Subproblem)) {
-        let mut seen = 0u64;
-        let mut taken = 0u64;
+        let _ = self.try_for_each_subproblem(task, |s| {
+            s.map(&mut visit);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// Walks the ids of `task` and visits its subproblems, in id order,
+    /// until it has taken them all, or `walk` breaks: `walk` is called for
+    /// every subproblem walked, `Some` for those the task takes, `None`
+    /// for those it skips (so a caller can end even a long walk that takes
+    /// nothing: a task from the wire may skip or range over anything).
+    /// Only the kinds this plan's ids are of are walked.
+    pub fn try_for_each_subproblem(
+        &self,
+        task: &Task,
+        mut walk: impl FnMut(Option<Subproblem>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let (mut seen, mut taken) = (0u64, 0u64);
         let mut each = |s: Subproblem| {
-            seen += 1;
-            if seen > task.skip && taken < task.take {
-                taken += 1;
-                visit(s);
+            if taken == task.take {
+                return ControlFlow::Break(());
             }
+            seen += 1;
+            if seen <= task.skip {
+                return walk(None);
+            }
+            taken += 1;
+            walk(Some(s))
         };
         for kind in [
             Kind::Whole,
@@ -551,44 +580,56 @@ impl Plan {
         ] {
             let base = (kind as u64) << KIND_SHIFT;
             let (lo, hi) = (task.lo.max(base), task.hi.min(base | PAYLOAD));
-            if lo < hi {
-                self.for_each_of_kind(kind, lo, hi, &mut each);
+            if lo < hi && self.uses(kind) {
+                self.for_each_of_kind(kind, lo, hi, &mut each)?;
             }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Whether this plan's ids include any of `kind` (as [`Plan::groups`]
+    /// makes them).
+    fn uses(&self, kind: Kind) -> bool {
+        if self.whole() {
+            return kind == Kind::Whole;
+        }
+        match kind {
+            Kind::Whole => false,
+            Kind::Prefix => self.spec.strategy == Strategy::Prefix,
+            Kind::Frame => self.spec.strategy == Strategy::Frame,
+            Kind::RingPart => self.spec.strategy == Strategy::Rings,
+            Kind::Choice => self.spec.strategy == Strategy::Halves,
+            Kind::HalfTurn | Kind::QuarterTurn => self.spec.strategy != Strategy::Synthetic,
         }
     }
 
     /// Visits this plan's subproblems of `kind` with ids in `lo..hi` (a
-    /// non-empty range within the kind's ids), in id order.
-    fn for_each_of_kind(&self, kind: Kind, lo: u64, hi: u64, each: &mut impl FnMut(Subproblem)) {
+    /// non-empty range within the kind's ids), in id order, until `each`
+    /// breaks.
+    fn for_each_of_kind(
+        &self,
+        kind: Kind,
+        lo: u64,
+        hi: u64,
+        each: &mut impl FnMut(Subproblem) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let base = (kind as u64) << KIND_SHIFT;
         // The range's payloads.
         let (from, to) = (lo & PAYLOAD, (hi - base).min(PAYLOAD));
-        match kind {
-            Kind::Whole => each(Subproblem::Whole),
-            Kind::Prefix => self.for_each_prefix(lo, hi, |cols, weight, _| {
+        match (kind, &self.frames) {
+            (Kind::Whole, _) => each(Subproblem::Whole),
+            (Kind::Prefix, _) => self.for_each_prefix(lo, hi, |cols, weight, _| {
                 each(Subproblem::Prefix {
                     cols: cols.to_vec(),
                     weight,
                 })
             }),
-            Kind::Frame => {
-                if let Some(fr) = &self.frames {
-                    fr.for_each_in(from, to, |frame, weight, _| {
-                        each(Subproblem::Frame { frame, weight })
-                    });
-                }
-            }
-            Kind::RingPart => {
-                if let (Some(fr), Strategy::Rings) = (&self.frames, self.spec.strategy) {
-                    self.for_each_ring_part_in(fr, from, to, each);
-                }
-            }
-            Kind::Choice => {
-                if self.spec.strategy == Strategy::Halves {
-                    self.for_each_choice_in(from, to, each);
-                }
-            }
-            Kind::HalfTurn | Kind::QuarterTurn => {
+            (Kind::Frame, Some(fr)) => fr.try_for_each_in(from, to, |frame, weight, _| {
+                each(Subproblem::Frame { frame, weight })
+            }),
+            (Kind::RingPart, Some(fr)) => self.for_each_ring_part_in(fr, from, to, each),
+            (Kind::Choice, _) => self.for_each_choice_in(from, to, each),
+            (Kind::HalfTurn | Kind::QuarterTurn, _) => {
                 let turn = if kind == Kind::HalfTurn {
                     Turn::Half
                 } else {
@@ -598,9 +639,11 @@ impl Plan {
                     each(Subproblem::Symmetric {
                         turn,
                         first: first as u8,
-                    });
+                    })?;
                 }
+                ControlFlow::Continue(())
             }
+            (Kind::Frame | Kind::RingPart, None) => ControlFlow::Continue(()),
         }
     }
 
@@ -610,15 +653,16 @@ impl Plan {
         fr: &Frames,
         lo: u64,
         hi: u64,
-        each: &mut impl FnMut(Subproblem),
-    ) {
+        each: &mut impl FnMut(Subproblem) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         // Every ring with a part in lo..hi.
         let rings = (lo >> PART_BITS, ((hi - 1) >> PART_BITS) + 1);
-        fr.for_each_in(rings.0, rings.1, |ring, weight, _| {
+        fr.try_for_each_in(rings.0, rings.1, |ring, weight, _| {
             let first = ring.key() << PART_BITS;
+            let mut flow = ControlFlow::Continue(());
             self.for_each_part(fr, ring, |part, start| {
-                if (lo..hi).contains(&(first | u64::from(part))) {
-                    each(Subproblem::RingPart {
+                if flow.is_continue() && (lo..hi).contains(&(first | u64::from(part))) {
+                    flow = each(Subproblem::RingPart {
                         ring,
                         weight,
                         part,
@@ -626,26 +670,33 @@ impl Plan {
                     });
                 }
             });
-        });
+            flow
+        })
     }
 
     /// Visits the choices of east rows with payloads in `lo..hi` (a
     /// piece in the high 32 bits, a choice in the low), in id order.
-    fn for_each_choice_in(&self, lo: u64, hi: u64, each: &mut impl FnMut(Subproblem)) {
+    fn for_each_choice_in(
+        &self,
+        lo: u64,
+        hi: u64,
+        each: &mut impl FnMut(Subproblem) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let nn = self.spec.n.n();
         let last = whole_pieces(nn) as u64 - 1;
         for piece in lo >> 32..=((hi - 1) >> 32).min(last) {
             let (shape, times) = Shape::piece(nn, piece as usize);
             let first = piece << 32;
             let (from, to) = (lo.max(first) - first, hi.min(first + (1 << 32)) - first);
-            shape.for_each_choice_in(from, to, |choice, w| {
+            shape.try_for_each_choice_in(from, to, |choice, w| {
                 each(Subproblem::Choice {
                     piece: piece as u8,
                     choice,
                     weight: w * times,
                 })
-            });
+            })?;
         }
+        ControlFlow::Continue(())
     }
 
     /// The subproblem an id names, checked against this plan: the id must be
@@ -967,12 +1018,21 @@ impl Plan {
             path: None,
             outcome: Ok(true),
         };
-        self.for_each_subproblem(task, |s| {
-            if matches!(run.outcome, Ok(true)) {
+        // The walk ends at a failure, or once `stop` is set, whether or not
+        // it takes anything meanwhile.
+        let _ = self.try_for_each_subproblem(task, |s| {
+            if stop.load(Ordering::Relaxed) {
+                run.outcome = Ok(false);
+            }
+            if let (Ok(true), Some(s)) = (&run.outcome, s) {
                 run.subs.push(s);
                 if run.subs.len() == CHUNK {
                     run.outcome = run.flush();
                 }
+            }
+            match run.outcome {
+                Ok(true) => ControlFlow::Continue(()),
+                _ => ControlFlow::Break(()),
             }
         });
         if matches!(run.outcome, Ok(true)) {
