@@ -14,6 +14,22 @@ use tonic::Status;
 /// The most tasks one lease call asks for (the coordinator's bound).
 pub const MAX_LEASE_BATCH: u32 = 1024;
 
+/// Every call's answer, awaited twice the keep-alive at most (40 s by
+/// default; `NQUEENS_KEEPALIVE`). The transport answers pings on its own,
+/// so keep-alive finds a dead link but not a coordinator that never
+/// answers a call; such a call fails `DEADLINE_EXCEEDED`, tried again
+/// like an unreachable coordinator's. Enforced here, not by a header a
+/// coordinator may ignore.
+async fn bounded<R>(
+    call: impl std::future::Future<Output = Result<tonic::Response<R>, Status>>,
+) -> Result<R, Status> {
+    let limit = 2 * crate::client::keepalive();
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => Ok(r?.into_inner()),
+        Err(_) => Err(Status::deadline_exceeded(format!("no answer in {limit:?}"))),
+    }
+}
+
 /// What a worker says of itself when it registers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct About {
@@ -88,7 +104,7 @@ where
             solver_version: about.solver_version.clone(),
             name: about.name.clone(),
         };
-        Ok(self.rpc.register(req).await?.into_inner())
+        bounded(self.rpc.register(req)).await
     }
 
     /// Up to `max` tasks (at most [`MAX_LEASE_BATCH`]).
@@ -97,7 +113,7 @@ where
             worker_id: self.id.clone(),
             max_tasks: max.min(MAX_LEASE_BATCH),
         };
-        Ok(self.rpc.lease(req).await?.into_inner())
+        bounded(self.rpc.lease(req)).await
     }
 
     /// Renews the leases held, says how much was done, and whether the
@@ -114,7 +130,7 @@ where
             subproblems_done,
             draining,
         };
-        Ok(self.rpc.heartbeat(req).await?.into_inner())
+        bounded(self.rpc.heartbeat(req)).await
     }
 
     /// One result.
@@ -128,7 +144,7 @@ where
             lease: Some(lease),
             result: Some(result),
         };
-        let outcome = self.rpc.report(req).await?.into_inner().outcome;
+        let outcome = bounded(self.rpc.report(req)).await?.outcome;
         v1::ReportOutcome::try_from(outcome)
             .map_err(|_| Status::internal(format!("an unknown report outcome {outcome}")))
     }
@@ -142,7 +158,7 @@ where
             worker_id: self.id.clone(),
             reports,
         };
-        Ok(self.rpc.report_many(req).await?.into_inner().answers)
+        Ok(bounded(self.rpc.report_many(req)).await?.answers)
     }
 
     /// Hands leases back; how many the coordinator released.
@@ -151,7 +167,7 @@ where
             worker_id: self.id.clone(),
             leases,
         };
-        Ok(self.rpc.release(req).await?.into_inner().released)
+        Ok(bounded(self.rpc.release(req)).await?.released)
     }
 }
 
