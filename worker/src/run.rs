@@ -231,7 +231,10 @@ impl Link {
         let mut told_tls = false;
         let heartbeat_every = loop {
             match self.client.register(&self.about).await {
-                Ok(r) => break Duration::from_millis(r.heartbeat_interval_ms.max(50)),
+                Ok(r) => {
+                    let ms = r.heartbeat_interval_ms.clamp(50, MOST_HEARTBEAT_MS);
+                    break Duration::from_millis(ms);
+                }
                 Err(s) if Refusal::of(&s).about_the_token() => {
                     return Err(WorkerError::Refused(s.message().to_string()))
                 }
@@ -445,7 +448,7 @@ impl Session {
                 if r.register_again {
                     self.link.register_again().await;
                 }
-                self.hold(r.leases);
+                self.hold(want, r.leases);
             }
             Err(s) if worth_retrying(&s) => {
                 self.link.stats.failed(Call::Lease);
@@ -468,8 +471,13 @@ impl Session {
         }
     }
 
-    /// Queues leased tasks on the pool (none leased: asks again in a second).
-    fn hold(&mut self, leases: Vec<v1::Lease>) {
+    /// Queues leased tasks on the pool (none leased: asks again in a second):
+    /// at most `want`, each lease id once.
+    fn hold(&mut self, want: usize, mut leases: Vec<v1::Lease>) {
+        // No more than asked for, and each lease once, whatever the answer.
+        let mut ids = std::collections::HashSet::new();
+        leases.retain(|l| !self.held.contains_key(&l.lease_id) && ids.insert(l.lease_id));
+        leases.truncate(want);
         if leases.is_empty() {
             self.next_lease_at = Instant::now() + Duration::from_secs(1);
         } else if self.progress.first_lease() {
@@ -520,7 +528,8 @@ impl Session {
         // not make the worker lease more.
         self.pace.finished(std::time::Instant::now());
         self.pace.cover(self.pool.cover());
-        self.subproblems_done += subproblems;
+        // As the lease said: a coordinator's number, never trusted to fit.
+        self.subproblems_done = self.subproblems_done.saturating_add(subproblems);
         let nodes = u128_from_wire(result.nodes.as_ref());
         self.link.stats.counted(subproblems, nodes, elapsed);
         let item = v1::ReportItem {
@@ -668,6 +677,10 @@ impl Progress {
         (self.since, self.counted) = (Instant::now(), counted);
     }
 }
+
+/// The longest heartbeat interval taken from a coordinator (5 minutes: a
+/// lease's life of 15 at the usual third), whatever it asks.
+const MOST_HEARTBEAT_MS: u64 = 300_000;
 
 /// Report calls in flight at once: the coordinator stores concurrent
 /// reports with one fsync, so short tasks are not held to one fsync each.

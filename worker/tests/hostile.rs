@@ -1,0 +1,186 @@
+//! The worker against a coordinator that misbehaves: a call left
+//! unanswered on a live connection (its pings answered, so keep-alive sees
+//! nothing wrong), or a lease answer with more tasks than asked for and
+//! the same lease twice.
+
+use nqueens_common::engine::join::Budget;
+use nqueens_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
+use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_worker::run::{run, Config, SelfTest};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tonic::{Request, Response, Status};
+
+type Answer<T> = Result<Response<T>, Status>;
+
+/// A coordinator that answers what it is set to.
+#[derive(Default)]
+struct Hostile {
+    /// Never answer the first heartbeat.
+    hold_a_heartbeat: bool,
+    heard: AtomicBool,
+    /// The first lease call's answer (later ones lease nothing).
+    leases: Mutex<Vec<v1::Lease>>,
+    /// How many tasks each lease call asked for.
+    asked: Mutex<Vec<u32>>,
+    /// The lease ids reported, and handed back.
+    reported: Mutex<Vec<u64>>,
+    released: Mutex<Vec<u64>>,
+    /// Told when the first heartbeat is held, and at each report.
+    news: Arc<Notify>,
+}
+
+#[tonic::async_trait]
+impl WorkerService for Hostile {
+    async fn register(&self, _: Request<v1::RegisterRequest>) -> Answer<v1::RegisterResponse> {
+        Ok(Response::new(v1::RegisterResponse {
+            heartbeat_interval_ms: 100,
+            lease_ttl_ms: 60_000,
+        }))
+    }
+    async fn lease(&self, r: Request<v1::LeaseRequest>) -> Answer<v1::LeaseResponse> {
+        self.asked.lock().unwrap().push(r.into_inner().max_tasks);
+        let leases = std::mem::take(&mut *self.leases.lock().unwrap());
+        Ok(Response::new(v1::LeaseResponse {
+            leases,
+            register_again: false,
+        }))
+    }
+    async fn heartbeat(&self, _: Request<v1::HeartbeatRequest>) -> Answer<v1::HeartbeatResponse> {
+        if self.hold_a_heartbeat && !self.heard.swap(true, Ordering::SeqCst) {
+            self.news.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Ok(Response::new(Default::default()))
+    }
+    async fn report(&self, _: Request<v1::ReportRequest>) -> Answer<v1::ReportResponse> {
+        Err(Status::unimplemented("the worker reports with ReportMany"))
+    }
+    async fn report_many(
+        &self,
+        r: Request<v1::ReportManyRequest>,
+    ) -> Answer<v1::ReportManyResponse> {
+        let reports = r.into_inner().reports;
+        let ids = reports.iter().map(|i| i.lease.unwrap().lease_id);
+        self.reported.lock().unwrap().extend(ids);
+        self.news.notify_one();
+        let accepted = v1::ReportItemAnswer {
+            outcome: ReportOutcome::Accepted as i32,
+            ..Default::default()
+        };
+        Ok(Response::new(v1::ReportManyResponse {
+            answers: vec![accepted; reports.len()],
+        }))
+    }
+    async fn release(&self, r: Request<v1::ReleaseRequest>) -> Answer<v1::ReleaseResponse> {
+        let leases = r.into_inner().leases;
+        let ids = leases.iter().map(|l| l.lease_id);
+        self.released.lock().unwrap().extend(ids);
+        Ok(Response::new(v1::ReleaseResponse {
+            released: leases.len() as u32,
+        }))
+    }
+}
+
+/// A worker of one thread against `coordinator`, and its drain.
+async fn worker(
+    coordinator: Arc<Hostile>,
+) -> (
+    tokio::task::JoinHandle<Result<nqueens_worker::run::Summary, nqueens_worker::run::WorkerError>>,
+    mpsc::UnboundedSender<()>,
+) {
+    // Calls give up after twice this (see `worker_client.rs`); set before
+    // any call of this test binary.
+    std::env::set_var("NQUEENS_KEEPALIVE", "2");
+    let incoming = tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap())
+        .expect("a loopback port");
+    let addr = incoming.local_addr().unwrap();
+    let server =
+        tonic::transport::Server::builder().add_service(WorkerServiceServer::from_arc(coordinator));
+    tokio::spawn(server.serve_with_incoming(incoming));
+    let config = Config {
+        coordinator: format!("http://{addr}"),
+        threads: 1,
+        token: None,
+        tls_ca: None,
+        tls_identity: None,
+        name: None,
+        grace: Duration::from_secs(30),
+        self_test: SelfTest::Passed,
+        core: None,
+        devices: Vec::new(),
+        budget: Budget::default(),
+    };
+    let (drain, signals) = mpsc::unbounded_channel();
+    (tokio::spawn(run(config, signals)), drain)
+}
+
+/// A heartbeat never answered: the call gives up after twice the
+/// keep-alive (here 2 s, so 4 s), and the worker, asked to drain
+/// meanwhile, ends. Before, it waited on that call for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unanswered_heartbeat_cannot_hold_the_worker() {
+    let coordinator = Arc::new(Hostile {
+        hold_a_heartbeat: true,
+        ..Hostile::default()
+    });
+    let (running, drain) = worker(coordinator.clone()).await;
+    coordinator.news.notified().await;
+    drain.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), running).await;
+    assert!(ended.is_ok(), "the worker still waits on the heartbeat");
+}
+
+/// One N=8 frame of lease `id`.
+fn lease(id: u64) -> v1::Lease {
+    let frame = 2u64 << 60;
+    let plan = v1::PlanSpec {
+        n: 8,
+        strategy: v1::Strategy::Frame as i32,
+        depth: 1,
+        tasks: 16,
+        mode: v1::Mode::Backtrack as i32,
+        cut: 1,
+    };
+    let task = v1::Task {
+        plan: Some(plan),
+        index: id,
+        lo: frame,
+        hi: 2 * frame,
+        skip: id,
+        take: 1,
+        subproblems: 1,
+        work: 1.0,
+    };
+    v1::Lease {
+        job_id: 1,
+        task: Some(task),
+        lease_id: id,
+        deadline_unix_ms: u64::MAX,
+        count_on: 0,
+    }
+}
+
+/// A lease answer of 40 tasks, each lease twice, to a worker that asked
+/// for fewer: it takes as many as it asked for, each once; every lease it
+/// took is reported or handed back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_takes_no_more_leases_than_it_asked_for_each_once() {
+    let coordinator = Arc::new(Hostile::default());
+    let twice = (1..=20).flat_map(|id| [lease(id), lease(id)]).collect();
+    *coordinator.leases.lock().unwrap() = twice;
+    let (running, drain) = worker(coordinator.clone()).await;
+    while coordinator.reported.lock().unwrap().is_empty() {
+        coordinator.news.notified().await;
+    }
+    drain.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let asked = coordinator.asked.lock().unwrap()[0] as u64;
+    assert!(asked < 20, "the worker asked for {asked} tasks");
+    let mut seen = coordinator.reported.lock().unwrap().clone();
+    seen.extend(coordinator.released.lock().unwrap().iter());
+    seen.sort();
+    assert_eq!(seen, (1..=asked).collect::<Vec<_>>());
+}
