@@ -192,16 +192,10 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
 
 /// The tasks job `id` has counted, as `nqueens export` lists them.
 fn exported(url: &str, id: u64) -> BTreeSet<u64> {
-    let out = kit::nqueens(&["export", &id.to_string(), "--format", "jsonl"])
-        .env("NQUEENS_COORDINATOR", url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let rows = kit::stdout_of(
+        kit::nqueens(&["export", &id.to_string(), "--format", "jsonl"])
+            .env("NQUEENS_COORDINATOR", url),
     );
-    let rows = String::from_utf8(out.stdout).unwrap();
     let rows = rows
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());

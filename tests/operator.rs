@@ -262,13 +262,8 @@ fn a_resumable_solve_survives_kill_9_and_redoes_nothing_it_stored() {
         "{err}"
     );
 
-    let out = solve(&["--json"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&kit::stdout_of(&mut solve(&["--json"]))).unwrap();
     assert_eq!(
         (kit::dec(&r["total"]), kit::dec(&r["unique"])),
         (95_815_104, 11_977_939)

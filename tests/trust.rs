@@ -502,15 +502,9 @@ async fn until_refused(url: &str, token: &str, worker: &str) {
 
 /// `nqueens token issue NAME --data-dir DIR`: the new token.
 fn issue(dir: &str, name: &str) -> String {
-    let out = nqueens(&["token", "issue", name, "--data-dir", dir])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    kit::stdout_of(&mut nqueens(&["token", "issue", name, "--data-dir", dir]))
+        .trim()
+        .to_string()
 }
 
 // Over 80 lines: one scenario whose steps each build on the state the

@@ -184,6 +184,15 @@ pub fn nqueens(args: &[&str]) -> Command {
     c
 }
 
+/// Runs `cmd`, which must succeed (else the test fails with its stderr);
+/// its standard output.
+pub fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run nqueens");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} failed: {err}");
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
 /// Runs an operator command with `--json` against `url`; its exit code,
 /// every JSON line it printed, and its stderr.
 pub fn operator(url: &str, args: &[&str]) -> (i32, Vec<serde_json::Value>, String) {
