@@ -147,6 +147,8 @@ pub struct Recovery {
 
 /// The coordinator.
 pub struct Coordinator {
+    /// Itself, for the journal writes that must outlive their call.
+    me: std::sync::Weak<Coordinator>,
     recovery: std::sync::OnceLock<Recovery>,
     state: Mutex<State>,
     /// The journal records the state holds (updated under its lock).
@@ -280,7 +282,32 @@ impl Coordinator {
 
     /// Journals events in one group (one fsync), then applies them in
     /// order under one lock: each one's verdict, or why it was not applied.
+    ///
+    /// Never half done: a call whose client goes away is dropped at its
+    /// next await, and a record handed to the journal's writer is written
+    /// whether or not anyone waits for it; unapplied, it would leave a gap
+    /// in the records the state holds, and no checkpoint could be written
+    /// again. So the write and the apply run as a task of their own, which
+    /// the caller awaits (with [`IoMode::Inline`] the write is done before
+    /// its first await returns: nothing can come between).
     async fn write_all(
+        &self,
+        events: Vec<Event>,
+    ) -> Result<Vec<Result<Option<Verdict>, StateError>>, CoordError> {
+        if self.io == IoMode::Inline {
+            return self.write_and_apply(events).await;
+        }
+        let me = self.me.upgrade().expect("a coordinator lives in an Arc");
+        let done = tokio::spawn(async move { me.write_and_apply(events).await });
+        match done.await {
+            Ok(answers) => answers,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(JournalError::Poisoned("the coordinator is stopping".into()).into()),
+        }
+    }
+
+    /// [`Coordinator::write_all`]'s work.
+    async fn write_and_apply(
         &self,
         events: Vec<Event>,
     ) -> Result<Vec<Result<Option<Verdict>, StateError>>, CoordError> {

@@ -306,7 +306,8 @@ impl Coordinator {
         let (planned, unplanned) = plans_to_make(&state);
         let records = found.replay.last;
         let (changed, _) = tokio::sync::watch::channel(0);
-        let core = Arc::new(Coordinator {
+        let core = Arc::new_cyclic(|me| Coordinator {
+            me: me.clone(),
             recovery: std::sync::OnceLock::new(),
             state: Mutex::new(state),
             applied: Mutex::new(Seen::upto(records)),

@@ -57,6 +57,7 @@ impl Coordinator {
                 worker: worker.to_string(),
                 credential: credential.to_string(),
                 unix_ms: self.now_ms(),
+                claimed: true,
             })
             .await?;
         }
@@ -429,11 +430,44 @@ mod tests {
 
     /// A coordinator on `dir`, its clock stopped, serving nothing.
     async fn open(dir: &Path) -> Arc<Coordinator> {
+        open_with(dir, IoMode::Inline).await
+    }
+
+    async fn open_with(dir: &Path, io: IoMode) -> Arc<Coordinator> {
         let lock = lock_dir(dir).unwrap();
         let clock = Arc::new(ManualClock::default());
-        Coordinator::open(lock, dir, Limits::default(), clock, None, IoMode::Inline)
+        Coordinator::open(lock, dir, Limits::default(), clock, None, io)
             .await
             .unwrap()
+    }
+
+    /// A call dropped while its record is being written (its client went
+    /// away): the record is applied all the same, so the state holds
+    /// every record journaled and checkpoints go on. Before, the record
+    /// was on disk but never applied, and every later checkpoint failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_dropped_mid_write_leaves_its_record_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let core = open_with(dir.path(), IoMode::Threads).await;
+        let mut changed = core.subscribe();
+        // Polled once (its record handed to the journal's writer), then
+        // dropped, as a call is when its client goes.
+        let mut call = Box::pin(core.admit("w1", "alice"));
+        std::future::poll_fn(|cx| {
+            let _ = std::future::Future::poll(call.as_mut(), cx);
+            std::task::Poll::Ready(())
+        })
+        .await;
+        drop(call);
+        core.admit("w2", "bob").await.unwrap();
+        let checkpointed = async {
+            while core.checkpoint(true).await.is_err() {
+                changed.changed().await.unwrap();
+            }
+        };
+        let bound = std::time::Duration::from_secs(60);
+        assert!(tokio::time::timeout(bound, checkpointed).await.is_ok());
+        assert_eq!(core.lock().credential_of("w1"), "alice");
     }
 
     /// Two calls with one record for the audit alone at once (in one

@@ -88,10 +88,12 @@ fn record(event: &Event) -> Record {
             worker,
             credential,
             unix_ms,
+            claimed,
         } => Record::WorkerBound(v1::WorkerBound {
             worker_id: worker,
             credential,
             unix_ms,
+            claimed,
         }),
     }
 }
@@ -155,6 +157,7 @@ fn event(r: Record) -> Result<Event, String> {
             worker: b.worker_id,
             credential: b.credential,
             unix_ms: b.unix_ms,
+            claimed: b.claimed,
         },
     })
 }
@@ -298,6 +301,7 @@ mod tests {
                 worker: "w".into(),
                 credential: "node1".into(),
                 unix_ms: 10,
+                claimed: true,
             },
         ]
     }

@@ -131,12 +131,16 @@ pub enum Event {
         unix_ms: u64,
     },
     /// A worker id was first used with an issued credential: only that
-    /// credential may use it from now on (until the id is forgotten: the
-    /// latest binding holds).
+    /// credential may use it from now on (until the id is forgotten).
     WorkerBound {
         worker: String,
         credential: String,
         unix_ms: u64,
+        /// Written while the coordinator claimed the id for this binding
+        /// alone: it holds over an earlier one (of an id forgotten since).
+        /// Unset in journals of earlier versions, whose first binding of
+        /// an id holds (a later one lost a race).
+        claimed: bool,
     },
 }
 

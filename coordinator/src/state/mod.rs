@@ -596,7 +596,8 @@ impl State {
                 worker,
                 credential,
                 unix_ms,
-            } => self.bound(worker, credential, *unix_ms),
+                claimed,
+            } => self.bound(worker, credential, *unix_ms, *claimed),
         }
         Ok(None)
     }
@@ -619,14 +620,17 @@ impl State {
         Ok(())
     }
 
-    /// A worker id bound to a credential. The latest binding holds: one
-    /// to another credential is journaled only once the id was forgotten
-    /// (two credentials never bind one id at once: the coordinator claims
-    /// an id while its binding is written).
-    fn bound(&mut self, worker: &str, credential: &str, unix_ms: u64) {
-        self.workers.bind(worker, credential);
-        let w = self.workers.entry(worker);
-        w.last_seen_ms = w.last_seen_ms.max(unix_ms);
+    /// A worker id bound to a credential. A `claimed` binding holds over
+    /// an earlier one: another credential's is journaled only once the id
+    /// was forgotten (the coordinator claims an id while its binding is
+    /// written, so two never race). An unclaimed one (an earlier version's
+    /// journal) holds only where the id is free: a later one lost a race.
+    fn bound(&mut self, worker: &str, credential: &str, unix_ms: u64, claimed: bool) {
+        if claimed || self.workers.may_bind(worker, credential) == Ok(true) {
+            self.workers.bind(worker, credential);
+            let w = self.workers.entry(worker);
+            w.last_seen_ms = w.last_seen_ms.max(unix_ms);
+        }
     }
 
     fn job_mut(&mut self, id: u64) -> Result<&mut Job, StateError> {
