@@ -14,20 +14,36 @@ use tonic::Status;
 /// The most tasks one lease call asks for (the coordinator's bound).
 pub const MAX_LEASE_BATCH: u32 = 1024;
 
-/// Every call's answer, awaited twice the keep-alive at most (40 s by
-/// default; `NQUEENS_KEEPALIVE`). The transport answers pings on its own,
-/// so keep-alive finds a dead link but not a coordinator that never
-/// answers a call; such a call fails `DEADLINE_EXCEEDED`, tried again
-/// like an unreachable coordinator's. Enforced here, not by a header a
-/// coordinator may ignore.
+/// Every call's answer, awaited twice the keep-alive (40 s by default;
+/// `NQUEENS_KEEPALIVE`) and a second more for every [`SLOWEST_LINK`] bytes
+/// of its request at most. The transport answers pings on its own, so
+/// keep-alive finds a dead link but not a coordinator that never answers
+/// a call; such a call fails `DEADLINE_EXCEEDED`, tried again like an
+/// unreachable coordinator's. Enforced here, not by a header a coordinator
+/// may ignore.
 async fn bounded<R>(
+    limit: std::time::Duration,
     call: impl std::future::Future<Output = Result<tonic::Response<R>, Status>>,
 ) -> Result<R, Status> {
-    let limit = 2 * crate::client::keepalive();
     match tokio::time::timeout(limit, call).await {
         Ok(r) => Ok(r?.into_inner()),
-        Err(_) => Err(Status::deadline_exceeded(format!("no answer in {limit:?}"))),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no answer in {limit:.0?}"
+        ))),
     }
+}
+
+/// Bytes a second of a request that a call still waits for: a link as
+/// slow as 2 KiB/s for each of the 16 reports a worker sends at once (a
+/// full `ReportMany` is about 96 KB: 48 s more) still gets its reports
+/// through after a backlog, rather than timing each out and sending it
+/// again.
+pub const SLOWEST_LINK: usize = 2048;
+
+/// How long a call with request `req` waits for its answer.
+fn deadline(req: &impl prost::Message) -> std::time::Duration {
+    let sending = (req.encoded_len() / SLOWEST_LINK) as u64;
+    2 * crate::client::keepalive() + std::time::Duration::from_secs(sending)
 }
 
 /// What a worker says of itself when it registers.
@@ -104,7 +120,7 @@ where
             solver_version: about.solver_version.clone(),
             name: about.name.clone(),
         };
-        bounded(self.rpc.register(req)).await
+        bounded(deadline(&req), self.rpc.register(req)).await
     }
 
     /// Up to `max` tasks (at most [`MAX_LEASE_BATCH`]).
@@ -113,7 +129,7 @@ where
             worker_id: self.id.clone(),
             max_tasks: max.min(MAX_LEASE_BATCH),
         };
-        bounded(self.rpc.lease(req)).await
+        bounded(deadline(&req), self.rpc.lease(req)).await
     }
 
     /// Renews the leases held, says how much was done, and whether the
@@ -130,7 +146,7 @@ where
             subproblems_done,
             draining,
         };
-        bounded(self.rpc.heartbeat(req)).await
+        bounded(deadline(&req), self.rpc.heartbeat(req)).await
     }
 
     /// One result.
@@ -144,7 +160,7 @@ where
             lease: Some(lease),
             result: Some(result),
         };
-        let outcome = bounded(self.rpc.report(req)).await?.outcome;
+        let outcome = bounded(deadline(&req), self.rpc.report(req)).await?.outcome;
         v1::ReportOutcome::try_from(outcome)
             .map_err(|_| Status::internal(format!("an unknown report outcome {outcome}")))
     }
@@ -158,7 +174,9 @@ where
             worker_id: self.id.clone(),
             reports,
         };
-        Ok(bounded(self.rpc.report_many(req)).await?.answers)
+        Ok(bounded(deadline(&req), self.rpc.report_many(req))
+            .await?
+            .answers)
     }
 
     /// Hands leases back; how many the coordinator released.
@@ -167,7 +185,9 @@ where
             worker_id: self.id.clone(),
             leases,
         };
-        Ok(bounded(self.rpc.release(req)).await?.released)
+        Ok(bounded(deadline(&req), self.rpc.release(req))
+            .await?
+            .released)
     }
 }
 
@@ -193,5 +213,46 @@ mod tests {
         assert!(worth_retrying(&Status::unavailable(
             "not stored, retry later"
         )));
+    }
+
+    /// A full `ReportMany` (1,024 results, about 96 KB) waits about 48 s
+    /// more than a heartbeat: 16 of them at once over a slow link after a
+    /// backlog still get through, where a heartbeat's bound stays the
+    /// keep-alive's.
+    #[test]
+    fn a_call_waits_longer_the_more_it_sends() {
+        let n = |x: u128| Some(v1::U128::from(x));
+        let result = v1::TaskResult {
+            c1: n(u128::from(u64::MAX) << 20),
+            c2: n(1 << 40),
+            c4: n(1 << 30),
+            c8: n(1 << 50),
+            nodes: n(u128::from(u64::MAX) << 30),
+            weighted: n(u128::from(u64::MAX) << 22),
+            elapsed_ms: 60_000,
+            solver_version: "0.1.0 avx512+gpu:NVIDIA H100 80GB HBM3 (vulkan)".into(),
+            checksum: u64::MAX,
+            ..Default::default()
+        };
+        let item = v1::ReportItem {
+            lease: Some(v1::LeaseRef {
+                job_id: u64::MAX,
+                task_index: u64::MAX,
+                lease_id: u64::MAX,
+            }),
+            result: Some(result),
+        };
+        let full = v1::ReportManyRequest {
+            worker_id: "rack1-node07-5f3a9c1e".into(),
+            reports: vec![item; 1024],
+        };
+        let beat = v1::HeartbeatRequest {
+            worker_id: full.worker_id.clone(),
+            ..Default::default()
+        };
+        let keepalive = crate::client::keepalive();
+        assert_eq!(deadline(&beat), 2 * keepalive);
+        let extra = deadline(&full) - 2 * keepalive;
+        assert!(extra >= std::time::Duration::from_secs(40), "{extra:?}");
     }
 }
