@@ -249,10 +249,12 @@ pub enum Command {
         segments, the live journal's whole records, lease.key, worker-tokens and the \
         worker-auth mark. The store and checkpoints are left out: a coordinator started \
         on the copy rebuilds them from the journal (replaying it whole once). Every record \
-        is read back from the copy with its CRC before the backup is called made. DEST \
-        must be new or empty; put it on another disk. Safe while the coordinator runs; \
-        takes no lock. Exit code 2 if DEST is not empty or DIR is no data directory, 1 if \
-        the journal is damaged or the copy cannot be written.")]
+        is read back from the copy with its CRC before the backup is called made; it is \
+        made beside DEST as .DEST.partial and renamed to DEST only then, so a backup cut \
+        short leaves no DEST. DEST must be new or empty, outside DIR; put it on another \
+        disk. Safe while the coordinator runs; takes no lock. Exit code 2 if DEST is not \
+        empty or inside DIR, or DIR is no data directory; 1 if the journal is damaged or \
+        the copy cannot be written.")]
     Backup {
         /// The new directory to copy into.
         dest: PathBuf,

@@ -350,7 +350,9 @@ fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
 fn backup(data_dir: &std::path::Path, dest: &std::path::Path) -> Result<(), Failure> {
     use nqueens_coordinator::backup::{backup, BackupError};
     let made = backup(data_dir, dest).map_err(|e| match e {
-        BackupError::NoJournal(_) | BackupError::NotEmpty(_) => Failure::BadInput(e.to_string()),
+        BackupError::NoJournal(_) | BackupError::NotEmpty(_) | BackupError::Inside { .. } => {
+            Failure::BadInput(e.to_string())
+        }
         _ => Failure::Failed(e.to_string()),
     })?;
     let j = made.journal;

@@ -24,10 +24,14 @@ pub enum BackupError {
     NoJournal(PathBuf),
     #[error("{0} exists and is not empty: back up into a new directory")]
     NotEmpty(PathBuf),
+    #[error("{dest} is inside the data directory {dir}: put the backup elsewhere (another disk)")]
+    Inside { dest: PathBuf, dir: PathBuf },
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("cannot write the backup at {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
     #[error("the copy in {path} reads back {got} records, not the {want} copied: its disk may be failing")]
     ReadBack { path: PathBuf, want: u64, got: u64 },
 }
@@ -45,8 +49,16 @@ fn io(path: &Path) -> impl FnOnce(io::Error) -> BackupError {
     move |source| BackupError::Io { path, source }
 }
 
-/// Backs up data directory `from` into `to` (a new or empty directory,
-/// made owner-only). A backup that fails leaves `to` as it found it.
+fn write(path: &Path) -> impl FnOnce(io::Error) -> BackupError {
+    let path = path.to_path_buf();
+    move |source| BackupError::Write { path, source }
+}
+
+/// Backs up data directory `from` into `to` (a new or empty directory).
+/// The copy is made beside `to` under a temporary name, and renamed to
+/// `to` only once whole and read back: a backup cut short (a full disk,
+/// Ctrl-C) never leaves at `to` a directory a coordinator would start on
+/// with records missing.
 pub fn backup(from: &Path, to: &Path) -> Result<Made, BackupError> {
     let journal = from.join("journal");
     if !journal.exists() && !journal::segments::dir_of(&journal).exists() {
@@ -55,15 +67,41 @@ pub fn backup(from: &Path, to: &Path) -> Result<Made, BackupError> {
     if std::fs::read_dir(to).is_ok_and(|mut d| d.next().is_some()) {
         return Err(BackupError::NotEmpty(to.to_path_buf()));
     }
-    let existed = to.exists();
-    crate::owner_only::create_dir_all(to).map_err(io(to))?;
-    let made = copy_into(from, to);
+    let (parent, name) = match (to.parent(), to.file_name()) {
+        (Some(p), Some(n)) => (
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            },
+            n,
+        ),
+        _ => return Err(BackupError::NotEmpty(to.to_path_buf())),
+    };
+    let (dir, above) = (
+        std::fs::canonicalize(from).map_err(io(from))?,
+        std::fs::canonicalize(parent).map_err(io(parent))?,
+    );
+    if above.starts_with(&dir) {
+        return Err(BackupError::Inside {
+            dest: to.to_path_buf(),
+            dir,
+        });
+    }
+    let partial = parent.join(format!(".{}.partial", name.to_string_lossy()));
+    if partial.exists() {
+        // A backup cut short before.
+        std::fs::remove_dir_all(&partial).map_err(write(&partial))?;
+    }
+    crate::owner_only::create_dir_all(&partial).map_err(write(&partial))?;
+    let made = copy_into(from, &partial).and_then(|made| {
+        std::fs::rename(&partial, to).map_err(write(to))?;
+        journal::sync_dir(to).map_err(write(to))?;
+        Ok(made)
+    });
     if made.is_err() {
         // Best effort: the error says what went wrong.
-        let _ = std::fs::remove_dir_all(to);
-        if existed {
-            let _ = crate::owner_only::create_dir_all(to);
-        }
+        let _ = std::fs::remove_dir_all(&partial);
     }
     made
 }
@@ -78,16 +116,21 @@ fn copy_into(from: &Path, to: &Path) -> Result<Made, BackupError> {
             r => r.map_err(io(&from.join(name)))?,
         };
         let copy = to.join(name);
-        let mut f = crate::owner_only::create(&copy).map_err(io(&copy))?;
+        let mut f = crate::owner_only::create(&copy).map_err(write(&copy))?;
         f.write_all(&bytes)
             .and_then(|()| f.sync_all())
-            .map_err(io(&copy))?;
+            .map_err(write(&copy))?;
         beside.push(name);
     }
-    let copied = journal::copy::copy(&journal, &to.join("journal"))?;
+    let copied = journal::copy::copy(&journal, &to.join("journal")).map_err(|e| match e {
+        JournalError::Io { path, source } if path.starts_with(to) => {
+            BackupError::Write { path, source }
+        }
+        e => e.into(),
+    })?;
     std::fs::File::open(to)
         .and_then(|d| d.sync_all())
-        .map_err(io(to))?;
+        .map_err(write(to))?;
     let read = journal::scan(&to.join("journal"), |_| {})?;
     if read.records != copied.records {
         return Err(BackupError::ReadBack {
@@ -133,8 +176,12 @@ mod tests {
             let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
             assert!(mode & 0o077 == 0, "{} is {mode:o}", path.display());
         }
-        // Never over an earlier backup, nor from a directory without a journal.
+        // Never over an earlier backup, nor inside the data directory, nor
+        // from a directory without a journal.
         assert!(matches!(backup(&data, &to), Err(BackupError::NotEmpty(_))));
+        let inside = backup(&data, &data.join("journal.d")).unwrap_err();
+        assert!(matches!(inside, BackupError::Inside { .. }), "{inside}");
+        assert!(!data.join("journal.d").exists());
         let empty = root.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
         let no = backup(&empty, &root.path().join("b2")).unwrap_err();
@@ -159,5 +206,30 @@ mod tests {
         );
         assert!(e.to_string().contains("byte"), "{e}");
         assert!(!to.exists(), "a failed backup leaves nothing behind");
+        assert_eq!(
+            std::fs::read_dir(root.path()).unwrap().count(),
+            1,
+            "only the data"
+        );
+    }
+
+    /// Into an empty directory that exists (made owner-only), over what a
+    /// backup cut short left beside it: the backup is whole.
+    #[tokio::test]
+    async fn a_backup_replaces_an_empty_directory_and_a_partial_one() {
+        let root = tempfile::tempdir().unwrap();
+        let data = data_dir(root.path()).await;
+        let to = root.path().join("backup");
+        std::fs::create_dir(&to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cut_short = root.path().join(".backup.partial");
+        std::fs::create_dir_all(cut_short.join("journal.d")).unwrap();
+        std::fs::write(cut_short.join("journal.d/junk.seg"), b"half").unwrap();
+        assert_eq!(backup(&data, &to).unwrap().journal.records, 3);
+        assert!(!cut_short.exists());
+        let mode = std::fs::metadata(&to).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert!(!to.join("journal.d").exists());
+        assert_eq!(journal::read(&to.join("journal")).unwrap().0.last, 3);
     }
 }

@@ -38,21 +38,27 @@ pub fn copy(from: &Path, to: &Path) -> Result<Copied, JournalError> {
             source: io::Error::from(io::ErrorKind::AlreadyExists),
         });
     }
+    let mut changing = JournalError::Io {
+        path: from.to_path_buf(),
+        source: io::Error::other(format!(
+            "it changed under {TRIES} tries to copy it (sealed or compressed each time)"
+        )),
+    };
     for _ in 0..TRIES {
         // What an earlier try copied.
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
         }
-        if let Some(copied) = try_copy(from, to)? {
-            return Ok(copied);
+        match try_copy(from, to) {
+            Ok(Some(copied)) => return Ok(copied),
+            Ok(None) => {}
+            // A listing taken while a segment was compressed may miss
+            // both its names: tried again, and said if it stays missing.
+            Err(e @ JournalError::MissingSegment { .. }) => changing = e,
+            Err(e) => return Err(e),
         }
     }
-    Err(JournalError::Io {
-        path: from.to_path_buf(),
-        source: io::Error::other(format!(
-            "it changed under {TRIES} tries to copy it (sealed or compressed each time)"
-        )),
-    })
+    Err(changing)
 }
 
 /// One try: `None` if a segment was sealed or compressed meanwhile.
