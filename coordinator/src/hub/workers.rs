@@ -230,7 +230,7 @@ impl Coordinator {
         let now = self.now_ms();
         let mut answers = Vec::with_capacity(reports.len());
         let (mut events, mut written) = (Vec::new(), Vec::new());
-        // Held until the events are applied (see `recording`).
+        // Held until the events are applied (see `claims.rs`).
         let mut claims = Vec::new();
         for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
             let verdict = match checked {
