@@ -248,7 +248,8 @@ pub enum Command {
         written while it ran, up to its end), as a kill -9 would leave them: the sealed \
         segments, the live journal's whole records, lease.key, worker-tokens and the \
         worker-auth mark. The store and checkpoints are left out: a coordinator started \
-        on the copy rebuilds them from the journal (replaying it whole once). Every record \
+        on the copy (with the original's flags: operator token file, TLS files) rebuilds \
+        them from the journal (replaying it whole once). Every record \
         is read back from the copy with its CRC before the backup is called made; it is \
         made beside DEST as .DEST.partial and renamed to DEST only then, so a backup cut \
         short leaves no DEST. DEST must be new or empty, outside DIR; put it on another \
