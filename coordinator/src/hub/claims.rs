@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::state::{Done, Verdict};
 
@@ -35,41 +35,44 @@ impl Record {
 
 /// Keys being written now, each with what it is claimed for.
 #[derive(Debug)]
-pub(super) struct Claims<K, V>(Mutex<HashMap<K, V>>);
+pub(super) struct Claims<K, V>(Arc<Mutex<HashMap<K, V>>>);
 
 impl<K, V> Default for Claims<K, V> {
     fn default() -> Self {
-        Claims(Mutex::new(HashMap::new()))
+        Claims(Arc::new(Mutex::new(HashMap::new())))
     }
 }
 
 impl<K: Clone + Eq + Hash, V: Clone> Claims<K, V> {
     /// Claims `key` for `value` until the claim is dropped; while another
     /// call holds it, what that call claimed it for.
-    pub fn claim(&self, key: K, value: V) -> Result<Claim<'_, K, V>, V> {
-        let mut held = self.held();
+    pub fn claim(&self, key: K, value: V) -> Result<Claim<K, V>, V> {
+        let mut held = lock(&self.0);
         if let Some(v) = held.get(&key) {
             return Err(v.clone());
         }
         held.insert(key.clone(), value);
-        Ok(Claim { of: self, key })
-    }
-
-    fn held(&self) -> MutexGuard<'_, HashMap<K, V>> {
-        self.0.lock().expect("claims lock poisoned")
+        Ok(Claim {
+            of: Arc::clone(&self.0),
+            key,
+        })
     }
 }
 
-/// A key this call writes: dropped once it is applied (or failed).
+fn lock<K, V>(m: &Mutex<HashMap<K, V>>) -> MutexGuard<'_, HashMap<K, V>> {
+    m.lock().expect("claims lock poisoned")
+}
+
+/// A key a call writes: held by the write until it is applied (or
+/// failed), even when the call itself is dropped meanwhile.
 #[derive(Debug)]
-pub(super) struct Claim<'a, K: Eq + Hash, V> {
-    of: &'a Claims<K, V>,
+pub(super) struct Claim<K: Eq + Hash, V> {
+    of: Arc<Mutex<HashMap<K, V>>>,
     key: K,
 }
 
-impl<K: Eq + Hash, V> Drop for Claim<'_, K, V> {
+impl<K: Eq + Hash, V> Drop for Claim<K, V> {
     fn drop(&mut self) {
-        let mut held = self.of.0.lock().expect("claims lock poisoned");
-        held.remove(&self.key);
+        lock(&self.of).remove(&self.key);
     }
 }

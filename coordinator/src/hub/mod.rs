@@ -276,7 +276,16 @@ impl Coordinator {
 
     /// Journals an event (waiting for its fsync), then applies it.
     async fn write(&self, r: Event) -> Result<Option<Verdict>, CoordError> {
-        let mut applied = self.write_all(vec![r]).await?;
+        self.write_holding(r, ()).await
+    }
+
+    /// [`Coordinator::write`], `held` kept until the event is applied.
+    async fn write_holding(
+        &self,
+        r: Event,
+        held: impl Send + 'static,
+    ) -> Result<Option<Verdict>, CoordError> {
+        let mut applied = self.write_all(vec![r], held).await?;
         Ok(applied.pop().expect("one event, one answer")?)
     }
 
@@ -289,16 +298,25 @@ impl Coordinator {
     /// in the records the state holds, and no checkpoint could be written
     /// again. So the write and the apply run as a task of their own, which
     /// the caller awaits (with [`IoMode::Inline`] the write is done before
-    /// its first await returns: nothing can come between).
+    /// its first await returns: nothing can come between). `held` (the
+    /// claims on what the events write, see `claims.rs`) goes with the
+    /// task, dropped once they are applied.
     async fn write_all(
         &self,
         events: Vec<Event>,
+        held: impl Send + 'static,
     ) -> Result<Vec<Result<Option<Verdict>, StateError>>, CoordError> {
         if self.io == IoMode::Inline {
-            return self.write_and_apply(events).await;
+            let answers = self.write_and_apply(events).await;
+            drop(held);
+            return answers;
         }
         let me = self.me.upgrade().expect("a coordinator lives in an Arc");
-        let done = tokio::spawn(async move { me.write_and_apply(events).await });
+        let done = tokio::spawn(async move {
+            let answers = me.write_and_apply(events).await;
+            drop(held);
+            answers
+        });
         match done.await {
             Ok(answers) => answers,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

@@ -33,7 +33,7 @@ impl Coordinator {
     /// is claimed while its binding is written, so a call with another
     /// credential meanwhile is refused (as it is once the binding holds).
     pub(super) async fn admit(&self, worker: &str, credential: &str) -> Result<(), CoordError> {
-        let (new, _claim) = {
+        let (new, claim) = {
             let mut s = self.lock();
             if s.admit(worker).is_err() {
                 // Full: forget the longest silent worker that left nothing
@@ -53,13 +53,13 @@ impl Coordinator {
             }
         };
         if new {
-            self.write(Event::WorkerBound {
+            let bound = Event::WorkerBound {
                 worker: worker.to_string(),
                 credential: credential.to_string(),
                 unix_ms: self.now_ms(),
                 claimed: true,
-            })
-            .await?;
+            };
+            self.write_holding(bound, claim).await?;
         }
         Ok(())
     }
@@ -71,7 +71,7 @@ impl Coordinator {
         &self,
         worker: &str,
         credential: &str,
-    ) -> Result<Option<claims::Claim<'_, String, String>>, StateError> {
+    ) -> Result<Option<claims::Claim<String, String>>, StateError> {
         match self
             .binding
             .claim(worker.to_string(), credential.to_string())
@@ -230,7 +230,7 @@ impl Coordinator {
         let now = self.now_ms();
         let mut answers = Vec::with_capacity(reports.len());
         let (mut events, mut written) = (Vec::new(), Vec::new());
-        // Held until the events are applied (see `claims.rs`).
+        // Held until the events are applied, by the write (see `claims.rs`).
         let mut claims = Vec::new();
         for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
             let verdict = match checked {
@@ -260,7 +260,7 @@ impl Coordinator {
             }
         }
         if !events.is_empty() {
-            let applied = self.write_all(events).await?;
+            let applied = self.write_all(events, claims).await?;
             for ((i, v), applied) in written.into_iter().zip(applied) {
                 // A concurrent report may have won meanwhile: `apply` then
                 // answers Duplicate or Conflict, and never adds twice.
@@ -278,11 +278,11 @@ impl Coordinator {
     /// journal first if any (after which `New` may turn out a duplicate).
     /// A record for the audit alone is journaled once: `claims` holds
     /// those this call writes until they are applied.
-    fn settle<'a>(
-        &'a self,
+    fn settle(
+        &self,
         verdict: Verdict,
         d: Done,
-        claims: &mut Vec<claims::Claim<'a, claims::Record, ()>>,
+        claims: &mut Vec<claims::Claim<claims::Record, ()>>,
     ) -> (Verdict, Option<Event>) {
         let worker = d.worker.as_str();
         match verdict {
@@ -334,11 +334,11 @@ impl Coordinator {
     /// `v` makes for the audit: not when it is on record already, nor
     /// while another call writes it (checked under the state's lock, under
     /// which a record is applied before its claim ends).
-    fn first_to_record<'a>(
-        &'a self,
+    fn first_to_record(
+        &self,
         v: Verdict,
         d: &Done,
-        claims: &mut Vec<claims::Claim<'a, claims::Record, ()>>,
+        claims: &mut Vec<claims::Claim<claims::Record, ()>>,
     ) -> bool {
         let s = self.lock();
         if s.on_record(v, d) {
@@ -443,8 +443,10 @@ mod tests {
 
     /// A call dropped while its record is being written (its client went
     /// away): the record is applied all the same, so the state holds
-    /// every record journaled and checkpoints go on. Before, the record
-    /// was on disk but never applied, and every later checkpoint failed.
+    /// every record journaled and checkpoints go on (before, the record
+    /// was on disk but never applied, and every later checkpoint failed),
+    /// and its claim lasts until then: another credential is refused the
+    /// id meanwhile, as after.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_dropped_mid_write_leaves_its_record_applied() {
         let dir = tempfile::tempdir().unwrap();
@@ -459,6 +461,14 @@ mod tests {
         })
         .await;
         drop(call);
+        let refused = core.admit("w1", "mallory").await;
+        assert!(
+            matches!(
+                refused,
+                Err(CoordError::State(StateError::WrongCredential { .. }))
+            ),
+            "{refused:?}"
+        );
         core.admit("w2", "bob").await.unwrap();
         let checkpointed = async {
             while core.checkpoint(true).await.is_err() {
