@@ -931,6 +931,12 @@ fn the_card_benchmark_script_runs_end_to_end() {
     assert_eq!(text.matches("matches OEIS").count(), 3, "{text}");
     assert!(text.contains("fastest: "), "{text}");
     assert!(text.contains("with   NQUEENS_GPU_STEPS="), "{text}");
+    let rate = text
+        .split("the card's rate at N=10 with those settings: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|r| r.parse::<f64>().ok());
+    assert!(rate.is_some_and(|r| r > 0.0), "{text}");
     assert!(text.contains("total 2,680,"), "{text}");
     assert!(text.contains("of local's rate"), "{text}");
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU path's figures on a machine with a card (issue 34's targets):
 # each N in NS counted on the card with its defaults, the tuner's fastest
-# settings at TUNE_N, then with those settings a local count of LOOP_N
-# against one worker counting it through a loopback coordinator.
+# settings at TUNE_N and the card's rate with them (what `plan N
+# --estimate --gpu-rate R` projects record runs from), then with those
+# settings a local count of LOOP_N against one worker counting it through
+# a loopback coordinator.
 #
 #   tests/bench/card.sh [nqueens binary]   (default: target/release/nqueens)
 #   NS="18 19 20 21" TUNE_N=20 LOOP_N=21     (the defaults)
@@ -31,6 +33,12 @@ echo "== tuning at N=$TUNE_N"
 "$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
 settings=$(tail -n 1 "$work/tune")
 for kv in $settings; do export "${kv?}"; done
+"$bin" bench "$TUNE_N" --core gpu --no-baseline --json >"$work/rate"
+rate=$(sed -E 's/.*"nodes":"([0-9]+)".*"seconds_mt":([0-9.eE+-]+).*/\1 \2/' "$work/rate" |
+    awk '{ printf "%.4g", $1 / $2 }')
+echo "== the card's rate at N=$TUNE_N with those settings: $rate nodes/s" \
+    "(nqueens plan 28 --estimate --mode backtrack --gpu-rate $rate)"
+
 echo "== N=$LOOP_N with $settings"
 
 start=$(now)
