@@ -172,6 +172,15 @@ mod tests {
         let made = backup(&data, &to).unwrap();
         assert_eq!((made.journal.records, made.beside), (3, vec!["lease.key"]));
         assert_eq!(std::fs::read(to.join("lease.key")).unwrap(), [7; 32]);
+        // Issued tokens and the mark that workers authenticate go too: a
+        // coordinator on the copy takes the same tokens.
+        let token = crate::credentials::issue(&data, "node-a").unwrap();
+        std::fs::write(data.join(crate::access::MARK), b"").unwrap();
+        let again = root.path().join("again");
+        assert_eq!(backup(&data, &again).unwrap().beside, BESIDE);
+        let creds = crate::credentials::Credentials::open(&again).unwrap();
+        assert_eq!(creds.name_of(&token).as_deref(), Some("node-a"));
+        assert!(again.join(crate::access::MARK).exists());
         for path in [&to, &to.join("lease.key"), &to.join("journal")] {
             let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
             assert!(mode & 0o077 == 0, "{} is {mode:o}", path.display());
