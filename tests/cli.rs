@@ -1147,6 +1147,43 @@ fn a_mistyped_gpu_setting_is_refused_before_anything_counts() {
     }
 }
 
+/// `NQUEENS_GPU_API=cuda` counts on a CUDA card, named as one; on a
+/// machine without CUDA's driver or NVRTC, `solve`, `bench` and a worker
+/// stop before they count or connect, naming the library to install.
+#[test]
+fn cuda_cards_are_counted_on_or_the_missing_library_is_named() {
+    let commands: [&[&str]; 3] = [
+        &["solve", "10", "--core", "gpu"],
+        &["bench", "10", "--core", "gpu", "--no-baseline"],
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--gpus",
+            "auto",
+        ],
+    ];
+    for args in commands {
+        let o = Command::new(kit::binary())
+            .args(args)
+            .env("NQUEENS_GPU_API", "cuda")
+            .output()
+            .expect("start nqueens");
+        let (out, err) = (stdout(&o), stderr(&o));
+        if o.status.success() && args[0] == "solve" {
+            assert!(out.contains("(cuda)"), "{args:?}: {out}");
+            println!("this machine has a CUDA card: the missing library is not tried");
+            return;
+        }
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("libcuda.so") || err.contains("libnvrtc.so"),
+            "{args:?}: {err}"
+        );
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+}
+
 /// A job id that is not a number is bad input, said as such for every
 /// command that takes one; so is a watch interval of 0.
 #[test]

@@ -430,9 +430,10 @@ fn machine(core: Option<Path>) -> Check {
         "cpu",
         Outcome::Info,
         format!(
-            "{}; counts with the {path} path ({forced}); {}",
+            "{}; counts with the {path} path ({forced}); {}; {}",
             cpu_model(),
-            nqueens_gpu::describe(&nqueens_gpu::adapters())
+            nqueens_gpu::describe(&nqueens_gpu::adapters()),
+            nqueens_gpu::cuda::describe()
         ),
         Duration::ZERO,
     )

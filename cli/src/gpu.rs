@@ -7,7 +7,7 @@ use nqueens_common::engine::device::Device;
 use nqueens_common::engine::lanes::Path;
 use nqueens_common::plan::Strategy;
 use nqueens_common::Size;
-use nqueens_gpu::{cards, first_card, Choice};
+use nqueens_gpu::{devices, first_device, Choice};
 use std::sync::Arc;
 
 /// The card `--core gpu` asks for (`None` for any other core): the best
@@ -16,8 +16,8 @@ pub fn forced(core: Option<Path>) -> Result<Option<Arc<dyn Device>>, Failure> {
     if core != Some(Path::Gpu) {
         return Ok(None);
     }
-    let card = first_card().map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
-    Ok(Some(Arc::new(card)))
+    let card = first_device().map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
+    Ok(Some(card))
 }
 
 /// A worker's cards: those `--gpus` names (`auto`: every hardware GPU).
@@ -32,17 +32,14 @@ pub fn for_worker(core: Option<Path>, gpus: &Choice) -> Result<Vec<Arc<dyn Devic
             "--core gpu counts on graphics cards, and --gpus none leaves none: drop one".into(),
         ));
     }
-    let (opened, skipped) = cards(gpus).map_err(|e| Failure::BadInput(format!("--gpus: {e}")))?;
+    let (opened, skipped) = devices(gpus).map_err(|e| Failure::BadInput(format!("--gpus: {e}")))?;
     for why in skipped {
         eprintln!("warning: GPU left out: {why}");
     }
     if on_cards && opened.is_empty() {
         return Ok(forced(core)?.into_iter().collect());
     }
-    Ok(opened
-        .into_iter()
-        .map(|c| Arc::new(c) as Arc<dyn Device>)
-        .collect())
+    Ok(opened)
 }
 
 /// The strategy and shape a count takes: with a card (`gpu`), always a

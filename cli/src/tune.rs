@@ -15,7 +15,7 @@ use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::Strategy;
 use nqueens_common::Size;
-use nqueens_gpu::{first_card, Card, Tuning};
+use nqueens_gpu::{first_card, Card, Overrides, Tuning};
 use std::io::{self, Write};
 use std::sync::Arc;
 
@@ -190,6 +190,15 @@ fn trial(card: Card, n: Size, plan: &(Strategy, PlanShape), runs: u32) -> Result
 /// Tunes the best card here on N: each knob turned from the fastest
 /// tuning so far, then the environment that gives the fastest.
 pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
+    let given = Overrides::from_env().map_err(Failure::BadInput)?;
+    if given.cuda() {
+        return Err(Failure::BadInput(
+            "--tune tunes the wgpu path's settings; with NQUEENS_GPU_API=cuda a card takes \
+             NQUEENS_GPU_BLOCK, NQUEENS_GPU_JOBS and NQUEENS_GPU_FEEDERS: time `bench --core \
+             gpu` with each"
+                .into(),
+        ));
+    }
     let card = first_card().map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
     let (strategy, shape) = gpu::backtracking(n, None, PlanShape::none(), true)?;
     let plan = (strategy.expect("a card's count has a plan"), shape);

@@ -8,6 +8,7 @@
 #
 #   tests/bench/card.sh [nqueens binary]   (default: target/release/nqueens)
 #   NS="18 19 20 21" TUNE_N=20 LOOP_N=21     (the defaults)
+#   API=cuda                                 (the CUDA path: no tuning)
 #
 # Every count is checked against the published one: a command that finds
 # a difference exits non-zero, and so does this script. Times are whole
@@ -18,21 +19,25 @@ bin=$(realpath "${1:-target/release/nqueens}")
 NS=${NS:-18 19 20 21}
 TUNE_N=${TUNE_N:-20}
 LOOP_N=${LOOP_N:-21}
+export NQUEENS_GPU_API=${API:-wgpu}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$work"' EXIT
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
 echo "== $(uname -n): $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1 || true)"
-echo "== each N on the card, its defaults"
+echo "== each N on the card through $NQUEENS_GPU_API, its defaults"
 for n in $NS; do
     "$bin" solve "$n" --core gpu | grep -E '^(total|known|time|nodes|card) '
 done
 
-echo "== tuning at N=$TUNE_N"
-"$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
-settings=$(tail -n 1 "$work/tune")
-for kv in $settings; do export "${kv?}"; done
+settings="the defaults"
+if [ "$NQUEENS_GPU_API" != cuda ]; then
+    echo "== tuning at N=$TUNE_N"
+    "$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
+    settings=$(tail -n 1 "$work/tune")
+    for kv in $settings; do export "${kv?}"; done
+fi
 "$bin" bench "$TUNE_N" --core gpu --no-baseline --json >"$work/rate"
 rate=$(sed -E 's/.*"nodes":"([0-9]+)".*"seconds_mt":([0-9.eE+-]+).*/\1 \2/' "$work/rate" |
     awk '{ printf "%.4g", $1 / $2 }')

@@ -1,9 +1,9 @@
 //! The graphics cards of this machine, each opened as a counting
 //! [`Device`].
 
-use crate::jobs::Prepared;
+use crate::jobs::count_in_batches;
 use crate::kernel::{Kernel, Launch};
-use crate::stream::{Batch, Feed, MOST_INTERIORS};
+use crate::stream::{Batch, Feed};
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::{Busy, Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
@@ -79,9 +79,13 @@ pub struct Tuning {
 pub struct Overrides {
     steps: Option<u32>,
     slots: Option<u32>,
-    jobs: Option<u32>,
+    pub(crate) jobs: Option<u32>,
     launches: Option<u32>,
-    feeders: Option<u32>,
+    pub(crate) feeders: Option<u32>,
+    /// Whether cards count through CUDA (`NQUEENS_GPU_API=cuda`), not wgpu.
+    pub(crate) cuda: Option<bool>,
+    /// Threads per block on a CUDA card.
+    pub(crate) block: Option<u32>,
     steal: Option<bool>,
     checked: Option<bool>,
     rows_in_group: Option<bool>,
@@ -93,6 +97,11 @@ pub struct Overrides {
 pub const MOST_SLOTS: u32 = 1 << 20;
 
 impl Overrides {
+    /// Whether cards count through CUDA (`NQUEENS_GPU_API=cuda`).
+    pub fn cuda(&self) -> bool {
+        self.cuda == Some(true)
+    }
+
     /// The settings in this process's environment.
     pub fn from_env() -> Result<Overrides, String> {
         Overrides::from_lookup(|name| std::env::var(name).ok())
@@ -108,8 +117,10 @@ impl Overrides {
     /// `NQUEENS_GPU_STEAL` (`on`, `off`) whether long searches are split,
     /// `NQUEENS_GPU_LOOP` (`nested`, `single`) the form of the shader's
     /// loop (see [`Launch::nested`]),
-    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most and
-    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card.
+    /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most,
+    /// `NQUEENS_GPU_FEEDERS` the threads feeding a card,
+    /// `NQUEENS_GPU_API` (`wgpu`, `cuda`) what cards count through, and
+    /// `NQUEENS_GPU_BLOCK` a CUDA card's threads per block.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
         let given = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let number = |name: &str, least: u32, most: u32| -> Result<Option<u32>, String> {
@@ -141,6 +152,8 @@ impl Overrides {
             checked: word("NQUEENS_GPU_CHECKS", "on", "off")?,
             rows_in_group: word("NQUEENS_GPU_TABLES", "group", "storage")?,
             nested: word("NQUEENS_GPU_LOOP", "nested", "single")?,
+            cuda: word("NQUEENS_GPU_API", "cuda", "wgpu")?,
+            block: number("NQUEENS_GPU_BLOCK", 32, 1024)?,
         })
     }
 }
@@ -322,27 +335,19 @@ impl Device for Card {
         froms: &[Start],
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
-        let mut out = Vec::with_capacity(interiors.len());
-        let chunks = interiors
-            .chunks(MOST_INTERIORS)
-            .zip(froms.chunks(MOST_INTERIORS));
-        for (interiors, froms) in chunks {
-            let p = Prepared::new(interiors, froms, self.jobs_per_batch());
-            let batch = Batch {
-                tables: p.tables,
-                jobs: p.jobs,
-                levels: p.levels,
-            };
-            let Some(counted) = self.feed.count(batch, stop)? else {
-                return Ok(None);
-            };
-            for (mut c, (sols, nodes)) in p.host.into_iter().zip(counted) {
-                c.c1 = c.c1.checked_add(sols).ok_or(DeviceError::Overflow)?;
-                c.nodes = c.nodes.checked_add(nodes).ok_or(DeviceError::Overflow)?;
-                out.push(c);
-            }
-        }
-        Ok(Some(out))
+        count_in_batches(
+            interiors,
+            froms,
+            self.jobs_per_batch(),
+            |tables, jobs, levels| {
+                let batch = Batch {
+                    tables,
+                    jobs,
+                    levels,
+                };
+                self.feed.count(batch, stop)
+            },
+        )
     }
 
     fn feeders(&self) -> usize {
@@ -411,6 +416,35 @@ pub fn cards(choice: &Choice) -> Result<(Vec<Card>, Vec<String>), String> {
         }
     }
     Ok((opened, skipped))
+}
+
+/// Cards opened, and why others were left out.
+pub type Opened = (Vec<Arc<dyn Device>>, Vec<String>);
+
+/// The cards `choice` names, opened as devices: through CUDA where
+/// `NQUEENS_GPU_API=cuda` (numbered as CUDA numbers them), else through
+/// wgpu as [`cards`] opens them.
+pub fn devices(choice: &Choice) -> Result<Opened, String> {
+    let given = Overrides::from_env()?;
+    if given.cuda() {
+        let (opened, skipped) = crate::cuda::cards(choice, &given)?;
+        let opened = opened.into_iter().map(|c| Arc::new(c) as Arc<dyn Device>);
+        return Ok((opened.collect(), skipped));
+    }
+    let (opened, skipped) = cards(choice)?;
+    let opened = opened.into_iter().map(|c| Arc::new(c) as Arc<dyn Device>);
+    Ok((opened.collect(), skipped))
+}
+
+/// The card `--core gpu` counts on: CUDA's first where
+/// `NQUEENS_GPU_API=cuda`, else [`first_card`].
+pub fn first_device() -> Result<Arc<dyn Device>, String> {
+    let given = Overrides::from_env()?;
+    if given.cuda() {
+        let (mut opened, _) = crate::cuda::cards(&Choice::Listed(vec![0]), &given)?;
+        return Ok(Arc::new(opened.remove(0)));
+    }
+    Ok(Arc::new(first_card()?))
 }
 
 /// The adapters, numbered, for a message: "0: llvmpipe (vulkan, software)".
@@ -524,6 +558,8 @@ mod tests {
             ("NQUEENS_GPU_JOBS", "99999999999", "from 0 to 16777216"),
             ("NQUEENS_GPU_LAUNCHES", "0", "from 1 to 64"),
             ("NQUEENS_GPU_FEEDERS", "257", "from 1 to 256"),
+            ("NQUEENS_GPU_API", "vulkan", "give cuda or wgpu"),
+            ("NQUEENS_GPU_BLOCK", "16", "from 32 to 1024"),
         ];
         for (name, value, advice) in refused {
             let e = with(name, value).expect_err(value);

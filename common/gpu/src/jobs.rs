@@ -7,7 +7,9 @@
 //! The queens placed above the jobs are counted here, so the card's
 //! counts plus these are what the CPU's lanes give.
 
+use crate::stream::{InteriorCounts, MOST_INTERIORS};
 use nqueens_common::engine::counts::PieceCounts;
+use nqueens_common::engine::device::DeviceError;
 use nqueens_common::engine::interior::{Interior, Start};
 
 /// Words per interior in [`Prepared::tables`]: 33 pairs of words, so
@@ -102,6 +104,36 @@ impl Prepared {
         p.levels = p.levels.max(1);
         p
     }
+}
+
+/// Counts `interiors` below their `froms` on a device, in batches of at
+/// most [`MOST_INTERIORS`] interiors, each cut into at least `target`
+/// jobs: `count` takes a batch's tables, jobs and levels (as
+/// [`Prepared`] has them) and gives its completions and queens placed per
+/// interior, or `None` once stopped. What the host counted on the way is
+/// added, so the counts are what the CPU's lanes give.
+pub fn count_in_batches(
+    interiors: &[Interior],
+    froms: &[Start],
+    target: usize,
+    mut count: impl FnMut(Vec<u32>, Vec<[u32; 8]>, u32) -> Result<Option<InteriorCounts>, DeviceError>,
+) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
+    let mut out = Vec::with_capacity(interiors.len());
+    let chunks = interiors
+        .chunks(MOST_INTERIORS)
+        .zip(froms.chunks(MOST_INTERIORS));
+    for (interiors, froms) in chunks {
+        let p = Prepared::new(interiors, froms, target);
+        let Some(counted) = count(p.tables, p.jobs, p.levels)? else {
+            return Ok(None);
+        };
+        for (mut c, (sols, nodes)) in p.host.into_iter().zip(counted) {
+            c.c1 = c.c1.checked_add(sols).ok_or(DeviceError::Overflow)?;
+            c.nodes = c.nodes.checked_add(nodes).ok_or(DeviceError::Overflow)?;
+            out.push(c);
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Every start cut one row further (a start with three free rows left

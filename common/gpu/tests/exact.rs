@@ -2,12 +2,13 @@
 //! has (in CI: Mesa's lavapipe, a Vulkan device on the CPU). Without any
 //! device every test prints why and passes.
 
+mod support;
+
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::interior::{Interior, Start};
-use nqueens_common::engine::lanes::{count_below, Path};
 use nqueens_common::known::known;
-use nqueens_common::plan::{Plan, PlanSpec, Strategy};
+use nqueens_common::plan::{Plan, Strategy};
 use nqueens_common::Size;
 use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::kernel::{Kernel, Launch};
@@ -16,6 +17,7 @@ use nqueens_gpu::{first_card, Card, Tuning};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
+use support::{pieces_and_cpu_counts, same_as_cpu, spec};
 
 /// The machine's card with short launches (so every search is resumed
 /// many times), or `None` with the reason printed.
@@ -35,48 +37,6 @@ fn card(steps: u32) -> Option<Card> {
             None
         }
     }
-}
-
-fn spec(n: u32, strategy: Strategy, depth: u32, tasks: u64) -> PlanSpec {
-    PlanSpec::backtracking(Size::new(n).unwrap(), strategy, depth, tasks)
-}
-
-/// Every task of a plan: the same tally and checksum on the card as on the
-/// CPU, and the published counts at the end.
-fn same_as_cpu(card: &Arc<dyn Device>, spec: PlanSpec) {
-    let cpu = Plan::new(spec).unwrap().with_path(Some(Path::Scalar));
-    let gpu = Plan::new(spec).unwrap().with_device(Some(Arc::clone(card)));
-    let schedule = cpu.schedule();
-    let mut tally = nqueens_common::plan::Tally::default();
-    for task in &schedule.tasks {
-        let want = cpu.count_task_checked(&task).unwrap();
-        let got = gpu.count_task_checked(&task).unwrap();
-        assert_eq!(got, want, "{spec:?} task {task:?}");
-        tally.merge(&got.0).unwrap();
-    }
-    let totals = gpu.finish(&tally).unwrap();
-    let k = known(spec.n.get()).unwrap();
-    let got = (totals.total().unwrap(), totals.unique().unwrap());
-    assert_eq!(got, (k.total, k.unique), "{spec:?}");
-}
-
-/// Seeded random pieces of a real plan (`count` of them, taken down to
-/// `free_rows` free rows), their starts, and the CPU lanes' counts of them.
-fn pieces_and_cpu_counts(
-    spec: PlanSpec,
-    seed: u64,
-    count: usize,
-    free_rows: usize,
-) -> (Vec<Interior>, Vec<Start>, Vec<PieceCounts>) {
-    let pieces = Plan::new(spec)
-        .unwrap()
-        .random_pieces(seed, count, free_rows);
-    let froms = vec![Start::default(); pieces.len()];
-    let never = AtomicBool::new(false);
-    let (want, _) = count_below(&pieces, &froms, Some(Path::Scalar), &never)
-        .unwrap()
-        .unwrap();
-    (pieces, froms, want)
 }
 
 #[test]

@@ -1,0 +1,211 @@
+// Interior searches on an NVIDIA card through CUDA: one depth-first
+// search per thread, jobs taken from a counter until a batch's jobs run
+// out (as the fast CUDA counters do it), counts straight to the job's
+// interior.
+//
+// The same source is compiled twice: by NVRTC at run time for the card
+// (`__CUDACC_RTC__`), and as C on the host for the tests (`host.c`),
+// where a seeded order interleaves the threads' steps. So it keeps to the
+// C that both take: no references, templates or classes.
+//
+// A job is what `crate::jobs::Prepared` makes of an interior's start:
+// eight words (its interior, start row, masks l, d, r, next-to-last row,
+// two unused). An interior's tables are `TABLE_WORDS` words: pair 0 holds
+// the first free row's open columns (after a zero), pair k + 1 free row
+// k's shift to the next free row and that row's open columns.
+//
+// A thread's stack holds only rows with candidates left, the row it
+// stands on at the top, in registers; the rows below it lie in the
+// block's shared memory, level-major (`stack[level * wg]`, the thread's
+// column), so a warp's threads touch consecutive words. Every step places
+// the top row's next candidate: it goes down a row if the row below has
+// open squares, else takes the next candidate, else backs up to the row
+// below on the stack. A queen on the next-to-last row has its last row's
+// open squares counted at once (each a completion and a queen placed), so
+// completions and queens placed are what plain recursion counts. A thread
+// whose search ends takes its next job in the same loop, so its warp's
+// other threads step on meanwhile.
+
+#define TABLE_WORDS 66u
+#define JOB_WORDS 8u
+#define NONE 0xffffffffu
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#ifdef __CUDACC_RTC__
+typedef uint4 Rec;
+#define DEVICE static __device__ __forceinline__
+#define POPC(x) ((u32)__popc(x))
+#define PAIR(p) __ldg((const uint2 *)(p))
+#define REC(a, b, c, d) make_uint4(a, b, c, d)
+#define TAKE(counter) atomicAdd(counter, 1u)
+#define ADD64(at, x) atomicAdd(at, x)
+#define FLAG(at) atomicOr(at, 1u)
+#else
+typedef struct {
+    u32 x, y, z, w;
+} Rec;
+typedef struct {
+    u32 x, y;
+} uint2;
+#define DEVICE static inline
+#define POPC(x) ((u32)__builtin_popcount(x))
+#define PAIR(p) (*(const uint2 *)(p))
+DEVICE Rec REC(u32 a, u32 b, u32 c, u32 d) {
+    Rec r = {a, b, c, d};
+    return r;
+}
+DEVICE u32 TAKE(u32 *counter) {
+    return (*counter)++;
+}
+DEVICE u64 ADD64(u64 *at, u64 x) {
+    u64 old = *at;
+    *at = old + x;
+    return old;
+}
+DEVICE void FLAG(u32 *at) {
+    *at |= 1u;
+}
+#endif
+
+// One thread's search: its top record (candidates left on the row it
+// stands on, and the masks there), that row's number and table pair, and
+// its job's counts so far.
+typedef struct {
+    // Records on the stack, the top one included (0: the job is done).
+    u32 top;
+    u32 interior;
+    u32 k;
+    u32 pen;
+    // The job's queens' columns less its start row: a record's row is its
+    // queens' columns less this (one queen a row).
+    u32 base;
+    u32 cand, l, d, r;
+    // Row k's shift to the next free row, and that row's open columns.
+    uint2 pair;
+    u64 sols;
+    u64 steps;
+} Search;
+
+// Free row `k`'s pair in the tables `t` of one interior.
+DEVICE uint2 row_pair(const u32 *t, u32 k) {
+    return PAIR(t + 2u * k + 2u);
+}
+
+// Starts job `job` (JOB_WORDS words).
+DEVICE void start(Search *s, const u32 *tables, const u32 *job) {
+    u32 row = job[1];
+    const u32 *t;
+    s->interior = job[0];
+    s->l = job[2];
+    s->d = job[3];
+    s->r = job[4];
+    s->pen = job[5];
+    t = tables + s->interior * TABLE_WORDS;
+    s->cand = t[2u * row + 1u] & ~(s->l | s->d | s->r);
+    s->top = s->cand != 0u ? 1u : 0u;
+    s->base = POPC(s->d) - row;
+    s->k = row;
+    s->pair = row_pair(t, row);
+    s->sols = 0u;
+    s->steps = 0u;
+}
+
+// One step of a search with records left: places the top row's next
+// candidate. `stack` is the thread's column of the block's stack.
+DEVICE void step(Search *s, const u32 *tables, Rec *stack, u32 wg) {
+    u32 bit = s->cand & (0u - s->cand);
+    u32 rest = s->cand ^ bit;
+    u32 l = (s->l | bit) << s->pair.x;
+    u32 d = s->d | bit;
+    u32 r = (s->r | bit) >> s->pair.x;
+    u32 open = s->pair.y & ~(l | d | r);
+    s->steps += 1u;
+    if (s->k == s->pen) {
+        s->sols += POPC(open);
+        open = 0u;
+    }
+    if (open != 0u) {
+        // Down a row: the row left keeps its place below if it has
+        // candidates left; otherwise the new row takes it.
+        if (rest != 0u) {
+            stack[(s->top - 1u) * wg] = REC(rest, s->l, s->d, s->r);
+            s->top += 1u;
+        }
+        s->cand = open;
+        s->l = l;
+        s->d = d;
+        s->r = r;
+        s->k += 1u;
+    } else {
+        s->cand = rest;
+        if (rest != 0u) {
+            return;
+        }
+        // The row is done: back to the one below, if any.
+        s->top -= 1u;
+        if (s->top == 0u) {
+            return;
+        }
+        Rec below = stack[(s->top - 1u) * wg];
+        s->cand = below.x;
+        s->l = below.y;
+        s->d = below.z;
+        s->r = below.w;
+        s->k = POPC(s->d) - s->base;
+    }
+    s->pair = row_pair(tables + s->interior * TABLE_WORDS, s->k);
+}
+
+// Adds `x` to a 64-bit total, flagging a total that wraps.
+DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
+    if (x != 0u && ADD64(at, x) + x < x) {
+        FLAG(overflow);
+    }
+}
+
+// One pass of a thread's loop: a step of its search, or, its search done,
+// its counts added to its interior's (completions, queens placed) and the
+// next job taken. Returns 0 once the jobs have run out.
+DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *next,
+                   u64 *results, u32 *overflow, Rec *stack, u32 wg) {
+    u32 j;
+    if (s->top != 0u) {
+        step(s, tables, stack, wg);
+        return 1;
+    }
+    if (s->interior != NONE) {
+        add64(results + 2u * s->interior, s->sols, overflow);
+        add64(results + 2u * s->interior + 1u, s->steps + s->sols, overflow);
+        s->interior = NONE;
+    }
+    j = TAKE(next);
+    if (j >= count) {
+        return 0;
+    }
+    start(s, tables, jobs + (u64)j * JOB_WORDS);
+    return 1;
+}
+
+DEVICE void idle(Search *s) {
+    s->top = 0u;
+    s->interior = NONE;
+}
+
+#ifdef __CUDACC_RTC__
+// The block's stacks: (levels - 1) records per thread, sized at launch.
+extern __shared__ Rec block_stack[];
+
+// `next` counts the jobs taken (starts at 0), `results` holds two 64-bit
+// totals per interior (start at 0), `overflow` is set if one wraps.
+extern "C" __global__ void count_jobs(const u32 *__restrict__ tables,
+                                      const u32 *__restrict__ jobs, u32 count, u32 *next,
+                                      u64 *results, u32 *overflow) {
+    Search s;
+    Rec *stack = block_stack + threadIdx.x;
+    idle(&s);
+    while (advance(&s, tables, jobs, count, next, results, overflow, stack, blockDim.x)) {
+    }
+}
+#endif

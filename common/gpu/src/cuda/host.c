@@ -1,0 +1,59 @@
+/* The CUDA kernel's source (count.cu) compiled for the host, so that the
+ * tests check it where there is no NVIDIA card: threads in blocks, each
+ * with its column of its block's stack, their passes interleaved in an
+ * order a seed chooses, as a card's warps may interleave them. */
+
+#include <stdlib.h>
+
+#include "count.cu"
+
+/* Counts `count` jobs with `threads` threads in blocks of `wg`, a stack
+ * of `levels` rows each, as the card would, adding to `results` (two
+ * totals per interior). Returns 0, 1 if a total wrapped, 2 if a thread's
+ * stack outgrew its `levels` rows, 3 if memory ran out. */
+u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 threads, u32 wg,
+                       u32 levels, u64 seed, u64 *results) {
+    u32 below = levels > 1u ? levels - 1u : 1u;
+    u32 blocks = (threads + wg - 1u) / wg;
+    /* A row more than the card's per block: a thread whose stack outgrows
+     * its rows writes one record past them before the check below sees
+     * it, and that write stays in this block's memory. */
+    size_t per_block = (size_t)wg * (below + 1u);
+    Rec *stacks = calloc((size_t)blocks * per_block, sizeof(Rec));
+    Search *s = malloc((size_t)threads * sizeof(Search));
+    u32 *live = malloc((size_t)threads * sizeof(u32));
+    u32 alive = threads, next = 0u, overflow = 0u, outcome = 0u, t;
+    if (stacks == NULL || s == NULL || live == NULL) {
+        outcome = 3u;
+        alive = 0u;
+    }
+    for (t = 0u; t < alive; t++) {
+        idle(&s[t]);
+        live[t] = t;
+    }
+    while (alive > 0u && outcome == 0u) {
+        u32 pick, passes, p;
+        Rec *stack;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        pick = (u32)(seed % alive);
+        t = live[pick];
+        passes = 1u + (u32)((seed >> 40) % 16u);
+        stack = stacks + (size_t)(t / wg) * per_block + t % wg;
+        for (p = 0u; p < passes; p++) {
+            if (!advance(&s[t], tables, jobs, count, &next, results, &overflow, stack, wg)) {
+                live[pick] = live[--alive];
+                break;
+            }
+            if (s[t].top > levels) {
+                outcome = 2u;
+                break;
+            }
+        }
+    }
+    free(stacks);
+    free(s);
+    free(live);
+    return outcome != 0u ? outcome : overflow;
+}

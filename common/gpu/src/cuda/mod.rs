@@ -1,0 +1,155 @@
+//! Counting on NVIDIA cards through CUDA (`NQUEENS_GPU_API=cuda`), beside
+//! the wgpu path that every card takes.
+//!
+//! The kernel (`count.cu`) is the fast CUDA counters' design: one launch
+//! per batch, its threads taking jobs from a counter until they run out,
+//! each job one depth-first search with its stack in shared memory, and
+//! several feeding threads each launching on a stream of its own, so one
+//! batch's tail overlaps the next. It counts the same jobs as the wgpu
+//! shader ([`crate::jobs`]), so a [`CudaCard`] gives what the CPU's lanes
+//! give, as every [`Device`] must.
+//!
+//! - [`driver`]: a card through the CUDA driver, the kernel compiled by
+//!   NVRTC at run time (both libraries opened at run time, so the build
+//!   needs no CUDA toolkit, and a machine without one has no CUDA cards).
+//! - [`host`]: the kernel's own source compiled for the host, its threads'
+//!   steps interleaved in a seeded order: how the tests check the kernel
+//!   where there is no NVIDIA card.
+
+pub mod driver;
+pub mod host;
+
+use crate::cards::{Choice, Overrides};
+use crate::jobs::count_in_batches;
+use crate::stream::InteriorCounts;
+use nqueens_common::engine::counts::PieceCounts;
+use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::engine::interior::{Interior, Start};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What counts a batch's jobs: a card ([`driver::Cuda`]) or the host
+/// ([`host::Host`]).
+pub trait Runner: Send + Sync {
+    /// Completions and queens placed per interior of `tables`
+    /// ([`crate::jobs::TABLE_WORDS`] words each) below `jobs` (as
+    /// [`crate::jobs::Prepared`] makes them, none needing more than
+    /// `levels` rows of stack).
+    fn run(
+        &self,
+        tables: &[u32],
+        jobs: &[[u32; 8]],
+        levels: u32,
+    ) -> Result<InteriorCounts, DeviceError>;
+
+    /// Searches it runs at once.
+    fn width(&self) -> usize;
+}
+
+/// A card counting through a [`Runner`].
+pub struct CudaCard<R> {
+    name: String,
+    runner: R,
+    /// Jobs a batch is cut into, at least.
+    jobs: usize,
+    feeders: usize,
+}
+
+impl<R> std::fmt::Debug for CudaCard<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaCard")
+            .field("name", &self.name)
+            .field("jobs", &self.jobs)
+            .field("feeders", &self.feeders)
+            .finish()
+    }
+}
+
+impl<R: Runner> CudaCard<R> {
+    /// A card named `name` (as [`Device::name`] gives it): batches of four
+    /// jobs for each search it runs at once, and 16 feeding threads,
+    /// unless `given` says otherwise (`NQUEENS_GPU_JOBS`,
+    /// `NQUEENS_GPU_FEEDERS`).
+    pub fn new(name: String, runner: R, given: &Overrides) -> CudaCard<R> {
+        let jobs = match given.jobs {
+            Some(j) if j > 0 => j as usize,
+            _ => runner.width().saturating_mul(4).max(1),
+        };
+        CudaCard {
+            name,
+            runner,
+            jobs,
+            feeders: given.feeders.map_or(16, |f| f as usize),
+        }
+    }
+
+    /// Jobs a batch is cut into, at least.
+    pub fn jobs_per_batch(&self) -> usize {
+        self.jobs
+    }
+}
+
+impl<R: Runner> Device for CudaCard<R> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn count_below(
+        &self,
+        interiors: &[Interior],
+        froms: &[Start],
+        stop: &AtomicBool,
+    ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
+        count_in_batches(interiors, froms, self.jobs, |tables, jobs, levels| {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            if jobs.is_empty() {
+                return Ok(Some(vec![(0, 0); tables.len() / crate::jobs::TABLE_WORDS]));
+            }
+            self.runner.run(&tables, &jobs, levels).map(Some)
+        })
+    }
+
+    fn feeders(&self) -> usize {
+        self.feeders
+    }
+}
+
+/// The CUDA cards `choice` names (by CUDA's numbering), opened; under
+/// [`Choice::Auto`] a card that fails to open is left out, with its
+/// reason in the second list.
+pub fn cards(
+    choice: &Choice,
+    given: &Overrides,
+) -> Result<(Vec<CudaCard<driver::Cuda>>, Vec<String>), String> {
+    let count = driver::count()?;
+    let wanted: Vec<usize> = match choice {
+        Choice::None => return Ok((Vec::new(), Vec::new())),
+        Choice::Auto => (0..count).collect(),
+        Choice::Listed(l) => l.clone(),
+    };
+    let mut opened = Vec::new();
+    let mut skipped = Vec::new();
+    for i in wanted {
+        if i >= count {
+            return Err(format!(
+                "there is no CUDA card number {i}: this machine has {count}"
+            ));
+        }
+        match driver::Cuda::open(i, given.block) {
+            Ok((name, cuda)) => opened.push(CudaCard::new(name, cuda, given)),
+            Err(e) if *choice == Choice::Auto => skipped.push(format!("CUDA card {i}: {e}")),
+            Err(e) => return Err(format!("CUDA card {i}: {e}")),
+        }
+    }
+    Ok((opened, skipped))
+}
+
+/// This machine's CUDA cards, for a message: how many, or why none.
+pub fn describe() -> String {
+    match driver::count() {
+        Ok(1) => "CUDA: 1 card (NQUEENS_GPU_API=cuda counts on it)".into(),
+        Ok(n) => format!("CUDA: {n} cards (NQUEENS_GPU_API=cuda counts on them)"),
+        Err(e) => format!("CUDA: none ({e})"),
+    }
+}

@@ -1,0 +1,205 @@
+//! The CUDA kernel against the CPU engine. Everywhere: its own source
+//! built for the host (`nqueens_gpu::cuda::host`), threads in blocks with
+//! their stacks in a shared block's memory and their steps interleaved
+//! in seeded orders. On a machine with an NVIDIA card, CUDA's driver and
+//! NVRTC: the same counts on the card (`NQUEENS_REQUIRE_CUDA` makes a
+//! missing card a failure).
+
+mod support;
+
+use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::plan::Strategy;
+use nqueens_gpu::cuda::host::Host;
+use nqueens_gpu::cuda::{driver, CudaCard, Runner};
+use nqueens_gpu::jobs::Prepared;
+use nqueens_gpu::{Choice, Overrides};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use support::{pieces_and_cpu_counts, same_as_cpu, spec};
+
+/// The kernel on the host: `threads` threads in blocks of `block`, batches
+/// of at least `jobs` jobs.
+fn host(threads: u32, block: u32, jobs: u32, seed: u64) -> CudaCard<Host> {
+    let given = Overrides::from_lookup(|name| match name {
+        "NQUEENS_GPU_JOBS" => Some(jobs.to_string()),
+        _ => None,
+    })
+    .unwrap();
+    CudaCard::new("host".into(), Host::new(threads, block, seed), &given)
+}
+
+fn plans_up_to(card: &Arc<dyn Device>, most: u32) {
+    for n in 4..=most {
+        same_as_cpu(card, spec(n, Strategy::Frame, 1, 3));
+        if n >= 8 {
+            same_as_cpu(card, spec(n, Strategy::Prefix, 3, 2));
+            same_as_cpu(card, spec(n, Strategy::Frame, 2, 2));
+            same_as_cpu(card, spec(n, Strategy::Rings, 2, 2));
+        }
+    }
+}
+
+#[test]
+fn every_strategy_counts_every_n_up_to_12_as_the_cpu_does() {
+    let card: Arc<dyn Device> = Arc::new(host(96, 32, 1000, 1));
+    plans_up_to(&card, 12);
+}
+
+/// One thread alone, blocks of one, two and eight threads (a thread's
+/// stack is its column of its block's), a block left part empty, and
+/// batches cut coarse and fine: the same counts.
+#[test]
+fn every_shape_of_blocks_counts_as_the_cpu_does() {
+    for (threads, block, jobs) in [(1, 1, 1), (3, 2, 10), (37, 8, 5000), (64, 64, 100)] {
+        let card: Arc<dyn Device> = Arc::new(host(threads, block, jobs, u64::from(threads)));
+        for n in [9, 11] {
+            same_as_cpu(&card, spec(n, Strategy::Rings, 2, 2));
+            same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
+        }
+    }
+}
+
+/// Seeded random pieces of real prefix, ring and frame plans of
+/// N = 19..=32 (taken down to 11 free rows): the kernel's completions and
+/// queens placed are the CPU lanes', interior by interior.
+#[test]
+fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
+    let card = host(256, 64, 4096, 7);
+    let never = AtomicBool::new(false);
+    for n in 19..=32u32 {
+        for (strategy, depth) in [
+            (Strategy::Prefix, 4),
+            (Strategy::Frame, 1),
+            (Strategy::Frame, 2),
+            (Strategy::Rings, 2),
+        ] {
+            let seed = u64::from(n) * 7919 + u64::from(depth);
+            let (pieces, froms, want) =
+                pieces_and_cpu_counts(spec(n, strategy, depth, 1), seed, 6, 11);
+            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+            assert_eq!(got, want, "N={n} {strategy} depth {depth}");
+        }
+    }
+}
+
+/// Totals that start just below 2^32 are carried exactly (a card's are
+/// 64-bit words); one that passes 2^64 is an overflow, never a count.
+#[test]
+fn totals_carry_past_32_bits_and_an_overflow_is_an_error() {
+    let mut runner = Host::new(32, 32, 3);
+    runner.bias = (1 << 32) - 3;
+    let card: Arc<dyn Device> =
+        Arc::new(CudaCard::new("host".into(), runner, &Overrides::default()));
+    same_as_cpu(&card, spec(11, Strategy::Frame, 1, 2));
+
+    let mut runner = Host::new(32, 32, 3);
+    runner.bias = u64::MAX - 2;
+    let card = CudaCard::new("host".into(), runner, &Overrides::default());
+    let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 5, 4, 8);
+    let never = AtomicBool::new(false);
+    assert_eq!(
+        card.count_below(&pieces, &froms, &never),
+        Err(DeviceError::Overflow)
+    );
+}
+
+/// The host's run checks what a card cannot: a thread whose stack would
+/// outgrow the rows its batch was given fails the count, so every count
+/// above ran within the rows `Prepared` gave (as a card's shared memory
+/// holds them).
+#[test]
+fn a_stack_outgrowing_its_rows_fails_the_count() {
+    let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
+    let p = Prepared::new(&pieces, &froms, 1);
+    assert!(p.levels > 2, "the jobs need a deep stack: {}", p.levels);
+    let runner = Host::new(16, 8, 1);
+    assert!(runner.run(&p.tables, &p.jobs, p.levels).is_ok());
+    match runner.run(&p.tables, &p.jobs, p.levels - 1) {
+        Err(DeviceError::Failed(why)) => assert!(why.contains("outgrew"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A stop already asked for ends a count before anything is counted.
+#[test]
+fn a_count_stops_when_asked() {
+    let card = host(8, 8, 10, 1);
+    let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
+    let stop = AtomicBool::new(true);
+    assert_eq!(card.count_below(&pieces, &froms, &stop), Ok(None));
+}
+
+/// The CUDA cards of this machine, or `None` with the reason printed; a
+/// machine without CUDA's driver or NVRTC says which is missing.
+fn cuda_cards() -> Option<Vec<Arc<dyn Device>>> {
+    let reason = match nqueens_gpu::cuda::cards(&Choice::Auto, &Overrides::default()) {
+        Ok((cards, _)) if !cards.is_empty() => {
+            return Some(cards.into_iter().map(|c| Arc::new(c) as _).collect())
+        }
+        Ok((_, skipped)) => format!("no CUDA card opened {skipped:?}"),
+        Err(e) => {
+            assert!(
+                e.contains("libcuda.so") || e.contains("libnvrtc.so") || e.contains("CUDA"),
+                "{e}"
+            );
+            e
+        }
+    };
+    if std::env::var_os("NQUEENS_REQUIRE_CUDA").is_some() {
+        panic!("NQUEENS_REQUIRE_CUDA is set, and there is no CUDA card: {reason}");
+    }
+    println!("skipped: {reason}");
+    None
+}
+
+/// The kernel as NVRTC builds it (its CUDA C++ branch) is checked by the
+/// host's C++ compiler, with what NVRTC provides stood in by plain C++
+/// (`cuda_shim.h`): a mistake that only a card's build would meet is
+/// found here. Skipped, with the reason printed, without a C++ compiler.
+#[test]
+fn the_cards_source_is_valid_cuda_cpp() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"])
+        .args(["-D__CUDACC_RTC__", "-include"])
+        .arg(dir.join("tests/cuda_shim.h"))
+        .args(["-x", "c++"])
+        .arg(dir.join("src/cuda/count.cu"))
+        .output();
+    match out {
+        Err(e) => println!("skipped: no C++ compiler (c++: {e})"),
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[test]
+fn a_missing_cuda_library_is_named() {
+    if let Err(e) = driver::count() {
+        assert!(
+            e.contains("libcuda.so") || e.contains("libnvrtc.so"),
+            "the error names the library to install: {e}"
+        );
+    }
+}
+
+/// On every CUDA card here: every strategy of every N up to 14, and
+/// random pieces of real plans up to N=32, as the CPU counts them.
+#[test]
+fn every_cuda_card_counts_as_the_cpu_does() {
+    let Some(cards) = cuda_cards() else { return };
+    let never = AtomicBool::new(false);
+    for card in &cards {
+        println!("counting on {}", card.name());
+        plans_up_to(card, 14);
+        for n in [20, 26, 32] {
+            let (pieces, froms, want) =
+                pieces_and_cpu_counts(spec(n, Strategy::Frame, 1, 1), u64::from(n), 6, 12);
+            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+            assert_eq!(got, want, "N={n}");
+        }
+    }
+}
