@@ -50,7 +50,17 @@ typedef struct {
     u32 x, y;
 } uint2;
 #define DEVICE static inline
+#if defined(__GNUC__) || defined(__clang__)
 #define POPC(x) ((u32)__builtin_popcount(x))
+#else
+DEVICE u32 POPC(u32 x) {
+    u32 n = 0u;
+    for (; x != 0u; x &= x - 1u) {
+        n++;
+    }
+    return n;
+}
+#endif
 #define PAIR(p) (*(const uint2 *)(p))
 DEVICE Rec REC(u32 a, u32 b, u32 c, u32 d) {
     Rec r = {a, b, c, d};
@@ -168,19 +178,19 @@ DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
 // One pass of a thread's loop: a step of its search, or, its search done,
 // its counts added to its interior's (completions, queens placed) and the
 // next job taken. Returns 0 once the jobs have run out.
-DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *next,
-                   u64 *results, u32 *overflow, Rec *stack, u32 wg) {
+DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *control,
+                   u64 *results, Rec *stack, u32 wg) {
     u32 j;
     if (s->top != 0u) {
         step(s, tables, stack, wg);
         return 1;
     }
     if (s->interior != NONE) {
-        add64(results + 2u * s->interior, s->sols, overflow);
-        add64(results + 2u * s->interior + 1u, s->steps + s->sols, overflow);
+        add64(results + 2u * s->interior, s->sols, control + 1u);
+        add64(results + 2u * s->interior + 1u, s->steps + s->sols, control + 1u);
         s->interior = NONE;
     }
-    j = TAKE(next);
+    j = TAKE(control);
     if (j >= count) {
         return 0;
     }
@@ -197,15 +207,16 @@ DEVICE void idle(Search *s) {
 // The block's stacks: (levels - 1) records per thread, sized at launch.
 extern __shared__ Rec block_stack[];
 
-// `next` counts the jobs taken (starts at 0), `results` holds two 64-bit
-// totals per interior (start at 0), `overflow` is set if one wraps.
+// `control[0]` counts the jobs taken and `control[1]` is set if a total
+// wraps (both start at 0); `results` holds two 64-bit totals per
+// interior (start at 0).
 extern "C" __global__ void count_jobs(const u32 *__restrict__ tables,
-                                      const u32 *__restrict__ jobs, u32 count, u32 *next,
-                                      u64 *results, u32 *overflow) {
+                                      const u32 *__restrict__ jobs, u32 count, u32 *control,
+                                      u64 *results) {
     Search s;
     Rec *stack = block_stack + threadIdx.x;
     idle(&s);
-    while (advance(&s, tables, jobs, count, next, results, overflow, stack, blockDim.x)) {
+    while (advance(&s, tables, jobs, count, control, results, stack, blockDim.x)) {
     }
 }
 #endif

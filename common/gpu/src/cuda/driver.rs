@@ -1,19 +1,19 @@
 //! A card through the CUDA driver (`libcuda`, installed with NVIDIA's
 //! driver), the kernel compiled for it by NVRTC (`libnvrtc`, from the CUDA
-//! toolkit) when the card is opened. Both are opened at run time: a
-//! machine without them has no CUDA cards, and says which is missing.
+//! toolkit, [`super::compile`]) when the card is opened. Both are opened
+//! at run time: a machine without them has no CUDA cards, and says which
+//! is missing.
 
-use super::Runner;
+use super::{compile, Runner};
 use crate::jobs::TABLE_WORDS;
 use crate::stream::InteriorCounts;
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute, CUresult};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
+};
 use nqueens_common::engine::device::DeviceError;
 use std::sync::{Arc, Mutex};
-
-/// The kernel's source (see its header).
-pub const SOURCE: &str = include_str!("count.cu");
 
 /// Bytes of shared memory a thread's stack takes per row below its top.
 const RECORD_BYTES: u32 = 16;
@@ -26,7 +26,7 @@ const BLOCK: u32 = 128;
 /// driver or NVRTC cannot be opened.
 pub fn count() -> Result<usize, String> {
     // SAFETY: these only try to open the libraries.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    if !unsafe { sys::is_culib_present() } {
         return Err(
             "the CUDA driver library (libcuda.so, installed with NVIDIA's driver) \
                     was not found"
@@ -35,46 +35,86 @@ pub fn count() -> Result<usize, String> {
     }
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(
-            "NVRTC (libnvrtc.so, from the CUDA toolkit) was not found: add its \
-                    folder (such as /usr/local/cuda/lib64) to LD_LIBRARY_PATH"
+            "NVRTC (libnvrtc.so or libnvrtc.so.12, from the CUDA toolkit) was not found: \
+             add its folder (such as /usr/local/cuda/lib64) to LD_LIBRARY_PATH"
                 .into(),
         );
     }
-    let n = CudaContext::device_count().map_err(|e| format!("the CUDA driver: {e}"))?;
-    Ok(usize::try_from(n).unwrap_or(0))
+    match CudaContext::device_count() {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
+        Err(e) => Err(format!("the CUDA driver: {e}")),
+    }
 }
 
-/// One card: its context, the kernel built for it, and a stream for each
+/// The driver's CUDA version (12010 for 12.1), 0 where it does not say.
+fn driver_version() -> i32 {
+    let mut v = 0;
+    // SAFETY: writes one int; needs no initialised driver.
+    let _ = unsafe { sys::cuDriverGetVersion(&mut v) };
+    v
+}
+
+/// A feeding thread's stream, and the buffers its batches reuse (grown as
+/// a batch needs).
+struct Lane {
+    stream: Arc<CudaStream>,
+    tables: CudaSlice<u32>,
+    jobs: CudaSlice<u32>,
+    results: CudaSlice<u64>,
+    /// The jobs taken, and the wrap flag (count.cu's `control`).
+    control: CudaSlice<u32>,
+}
+
+/// One card: its context, the kernel built for it, and a lane for each
 /// feeding thread counting at once.
 pub struct Cuda {
     ctx: Arc<CudaContext>,
     func: CudaFunction,
-    streams: Mutex<Vec<Arc<CudaStream>>>,
+    lanes: Mutex<Vec<Lane>>,
     sms: u32,
     threads_per_sm: u32,
     block: u32,
     most_shared: u32,
 }
 
-fn failed(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
+fn failed(what: &str) -> impl Fn(DriverError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
 impl Cuda {
     /// Opens card `ordinal` and builds the kernel for it: its name (as
     /// [`nqueens_common::engine::device::Device::name`] gives it) and the
-    /// card.
+    /// card. A card whose driver ends long launches (one that drives a
+    /// display) is refused: a launch here lasts as long as its batch.
     pub fn open(ordinal: usize, block: Option<u32>) -> Result<(String, Cuda), String> {
         let ctx = CudaContext::new(ordinal).map_err(failed("opening the card"))?;
+        let attr = |a| ctx.attribute(a).map_err(failed("its limits"));
+        if attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0 {
+            return Err(
+                "its driver ends long launches (the card drives a display): count on \
+                        it through wgpu (NQUEENS_GPU_API=wgpu), whose launches are short"
+                    .into(),
+            );
+        }
         // Feeding threads waiting on the card sleep, where by default they
         // would spin on the cores that prepare batches and count on the
-        // CPU. A driver before 12.1 cannot set it: they spin there.
-        let _ = ctx.set_blocking_synchronize();
+        // CPU. A driver before 12.1 lacks the call: they spin there.
+        if driver_version() >= 12010 {
+            let _ = ctx.set_blocking_synchronize();
+        }
+        // SAFETY: each lane's buffers are made, used and freed on its own
+        // stream only (see `Lane`), so no use needs an event across streams.
+        unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx
             .compute_capability()
             .map_err(failed("its compute capability"))?;
-        let func = build(&ctx, major, minor)?;
-        let attr = |a| ctx.attribute(a).map_err(failed("its limits"));
+        let module = ctx
+            .load_module(compile::for_card(major, minor)?)
+            .map_err(failed("loading the kernel"))?;
+        let func = module
+            .load_function("count_jobs")
+            .map_err(failed("finding the kernel"))?;
         let most_shared =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
         func.set_attribute(
@@ -82,76 +122,118 @@ impl Cuda {
             most_shared,
         )
         .map_err(failed("its shared memory"))?;
+        let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let threads_per_sm =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
+        let name = ctx.name().map_err(failed("its name"))?;
         let cuda = Cuda {
-            sms: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-            threads_per_sm: attr(
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
-            )? as u32,
+            sms: sms as u32,
+            threads_per_sm: threads_per_sm as u32,
             block: block.unwrap_or(BLOCK),
             most_shared: most_shared as u32,
             func,
-            streams: Mutex::new(Vec::new()),
+            lanes: Mutex::new(Vec::new()),
             ctx,
         };
-        let name = cuda.ctx.name().map_err(failed("its name"))?;
         Ok((format!("gpu:{name} (cuda)"), cuda))
     }
 
-    fn stream(&self) -> Result<Arc<CudaStream>, DeviceError> {
-        let spare = self.streams.lock().expect("stream pool").pop();
-        match spare {
-            Some(s) => Ok(s),
-            None => self.ctx.new_stream().map_err(lost),
+    fn lane(&self) -> Result<Lane, DriverError> {
+        if let Some(lane) = self.lanes.lock().expect("lane pool").pop() {
+            return Ok(lane);
         }
+        let stream = self.ctx.new_stream()?;
+        Ok(Lane {
+            tables: stream.alloc_zeros(1)?,
+            jobs: stream.alloc_zeros(1)?,
+            results: stream.alloc_zeros(1)?,
+            control: stream.alloc_zeros(2)?,
+            stream,
+        })
     }
 
-    fn run_on(
-        &self,
-        stream: &Arc<CudaStream>,
-        tables: &[u32],
-        jobs: &[[u32; 8]],
-        levels: u32,
-    ) -> Result<InteriorCounts, DeviceError> {
-        let interiors = tables.len() / TABLE_WORDS;
-        let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
-        let tables = stream.clone_htod(tables).map_err(lost)?;
-        let jobs = stream.clone_htod(jobs.as_flattened()).map_err(lost)?;
-        let mut next = stream.alloc_zeros::<u32>(1).map_err(lost)?;
-        let mut overflow = stream.alloc_zeros::<u32>(1).map_err(lost)?;
-        let mut results = stream.alloc_zeros::<u64>(2 * interiors).map_err(lost)?;
+    /// The launch for `count` jobs with stacks of `levels` rows: blocks
+    /// as [`shape`] makes them, as many as the card holds at once (each
+    /// thread takes jobs until they run out), fewer for fewer jobs.
+    fn config(&self, count: u32, levels: u32) -> Result<LaunchConfig, DeviceError> {
         let (block, shared) = shape(self.block, self.most_shared, levels);
         let per_sm = self
             .func
             .occupancy_max_active_blocks_per_multiprocessor(block, shared as usize, None)
-            .map_err(lost)?
-            .max(1);
-        let grid = (per_sm * self.sms).min(count.div_ceil(block)).max(1);
-        let config = LaunchConfig {
-            grid_dim: (grid, 1, 1),
+            .map_err(lost)?;
+        if per_sm == 0 {
+            return Err(DeviceError::Failed(format!(
+                "the card runs no block of {block} threads with {shared} bytes of stacks: \
+                 give NQUEENS_GPU_BLOCK fewer"
+            )));
+        }
+        Ok(LaunchConfig {
+            grid_dim: ((per_sm * self.sms).min(count.div_ceil(block)).max(1), 1, 1),
             block_dim: (block, 1, 1),
             shared_mem_bytes: shared,
-        };
-        let mut launch = stream.launch_builder(&self.func);
+        })
+    }
+
+    fn run_on(
+        &self,
+        lane: &mut Lane,
+        tables: &[u32],
+        jobs: &[[u32; 8]],
+        levels: u32,
+    ) -> Result<InteriorCounts, DeviceError> {
+        let totals = 2 * (tables.len() / TABLE_WORDS);
+        let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
+        let config = self.config(count, levels)?;
+        let s = Arc::clone(&lane.stream);
+        put(&s, &mut lane.tables, tables).map_err(lost)?;
+        put(&s, &mut lane.jobs, jobs.as_flattened()).map_err(lost)?;
+        grow(&s, &mut lane.results, totals).map_err(lost)?;
+        s.memset_zeros(&mut lane.results.slice_mut(0..totals))
+            .map_err(lost)?;
+        s.memset_zeros(&mut lane.control).map_err(lost)?;
+        let mut launch = s.launch_builder(&self.func);
         launch
-            .arg(&tables)
-            .arg(&jobs)
+            .arg(&lane.tables)
+            .arg(&lane.jobs)
             .arg(&count)
-            .arg(&mut next)
-            .arg(&mut results)
-            .arg(&mut overflow);
-        // SAFETY: the arguments are the kernel's (count.cu's
-        // `count_jobs`): every job names an interior of `tables`, and
-        // `results` holds two totals for each; each thread's stack has
-        // `levels - 1` records in the shared memory given.
+            .arg(&mut lane.control)
+            .arg(&mut lane.results);
+        // SAFETY: the arguments are count.cu's `count_jobs`: every job
+        // names an interior of the tables given, and `results` holds two
+        // totals for each; each thread's stack has `levels - 1` records in
+        // the shared memory given.
         unsafe { launch.launch(config) }.map_err(lost)?;
-        let totals = stream.clone_dtoh(&results).map_err(lost)?;
-        let wrapped = stream.clone_dtoh(&overflow).map_err(lost)?;
-        stream.synchronize().map_err(lost)?;
-        if wrapped[0] != 0 {
+        let counted = s.clone_dtoh(&lane.results.slice(0..totals)).map_err(lost)?;
+        let control = s.clone_dtoh(&lane.control).map_err(lost)?;
+        s.synchronize().map_err(lost)?;
+        if control[1] != 0 {
             return Err(DeviceError::Overflow);
         }
-        Ok(totals.chunks(2).map(|c| (c[0], c[1])).collect())
+        Ok(counted.chunks(2).map(|c| (c[0], c[1])).collect())
     }
+}
+
+/// Makes `buf` hold `len` values at least (a power of two, so a lane's
+/// buffers settle after a few batches).
+fn grow<T: DeviceRepr + ValidAsZeroBits>(
+    s: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<(), DriverError> {
+    if buf.len() < len {
+        *buf = s.alloc_zeros(len.next_power_of_two())?;
+    }
+    Ok(())
+}
+
+/// Copies `src` to the start of `buf`, grown to hold it.
+fn put<T: DeviceRepr + ValidAsZeroBits>(
+    s: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    src: &[T],
+) -> Result<(), DriverError> {
+    grow(s, buf, src.len())?;
+    s.memcpy_htod(src, buf)
 }
 
 /// Threads per block and the shared memory a block takes, for stacks of
@@ -167,29 +249,8 @@ fn shape(block: u32, most_shared: u32, levels: u32) -> (u32, u32) {
     (block, block * per_thread)
 }
 
-fn lost(e: cudarc::driver::DriverError) -> DeviceError {
+fn lost(e: DriverError) -> DeviceError {
     DeviceError::Failed(format!("CUDA: {e}"))
-}
-
-/// The kernel compiled for a card of compute capability `major.minor`
-/// (for the newest architecture NVRTC knows, where it does not know the
-/// card's: the driver compiles it on for the card).
-fn build(ctx: &Arc<CudaContext>, major: i32, minor: i32) -> Result<CudaFunction, String> {
-    let for_arch = |arch: Option<String>| {
-        let options = CompileOptions {
-            options: arch.into_iter().collect(),
-            name: Some("count.cu".into()),
-            ..CompileOptions::default()
-        };
-        compile_ptx_with_opts(SOURCE, options)
-    };
-    let ptx = for_arch(Some(format!("--gpu-architecture=compute_{major}{minor}")))
-        .or_else(|_| for_arch(None))
-        .map_err(|e| format!("NVRTC could not compile the kernel: {e:?}"))?;
-    let module = ctx.load_module(ptx).map_err(failed("loading the kernel"))?;
-    module
-        .load_function("count_jobs")
-        .map_err(failed("finding the kernel"))
 }
 
 impl Runner for Cuda {
@@ -199,9 +260,12 @@ impl Runner for Cuda {
         jobs: &[[u32; 8]],
         levels: u32,
     ) -> Result<InteriorCounts, DeviceError> {
-        let stream = self.stream()?;
-        let counted = self.run_on(&stream, tables, jobs, levels);
-        self.streams.lock().expect("stream pool").push(stream);
+        let mut lane = self.lane().map_err(lost)?;
+        let counted = self.run_on(&mut lane, tables, jobs, levels);
+        // A lane whose batch failed is dropped, not used again.
+        if counted.is_ok() {
+            self.lanes.lock().expect("lane pool").push(lane);
+        }
         counted
     }
 

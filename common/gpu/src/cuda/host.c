@@ -22,7 +22,8 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
     Rec *stacks = calloc((size_t)blocks * per_block, sizeof(Rec));
     Search *s = malloc((size_t)threads * sizeof(Search));
     u32 *live = malloc((size_t)threads * sizeof(u32));
-    u32 alive = threads, next = 0u, overflow = 0u, outcome = 0u, t;
+    u32 control[2] = {0u, 0u};
+    u32 alive = threads, outcome = 0u, t;
     if (stacks == NULL || s == NULL || live == NULL) {
         outcome = 3u;
         alive = 0u;
@@ -42,7 +43,7 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
         passes = 1u + (u32)((seed >> 40) % 16u);
         stack = stacks + (size_t)(t / wg) * per_block + t % wg;
         for (p = 0u; p < passes; p++) {
-            if (!advance(&s[t], tables, jobs, count, &next, results, &overflow, stack, wg)) {
+            if (!advance(&s[t], tables, jobs, count, control, results, stack, wg)) {
                 live[pick] = live[--alive];
                 break;
             }
@@ -55,5 +56,5 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
     free(stacks);
     free(s);
     free(live);
-    return outcome != 0u ? outcome : overflow;
+    return outcome != 0u ? outcome : control[1];
 }

@@ -10,12 +10,14 @@
 //! give, as every [`Device`] must.
 //!
 //! - [`driver`]: a card through the CUDA driver, the kernel compiled by
-//!   NVRTC at run time (both libraries opened at run time, so the build
-//!   needs no CUDA toolkit, and a machine without one has no CUDA cards).
+//!   NVRTC at run time ([`compile`]; both libraries opened at run time, so
+//!   the build needs no CUDA toolkit, and a machine without one has no
+//!   CUDA cards).
 //! - [`host`]: the kernel's own source compiled for the host, its threads'
 //!   steps interleaved in a seeded order: how the tests check the kernel
 //!   where there is no NVIDIA card.
 
+pub mod compile;
 pub mod driver;
 pub mod host;
 
@@ -122,11 +124,13 @@ pub fn cards(
     choice: &Choice,
     given: &Overrides,
 ) -> Result<(Vec<CudaCard<driver::Cuda>>, Vec<String>), String> {
+    if *choice == Choice::None {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let count = driver::count()?;
     let wanted: Vec<usize> = match choice {
-        Choice::None => return Ok((Vec::new(), Vec::new())),
-        Choice::Auto => (0..count).collect(),
         Choice::Listed(l) => l.clone(),
+        _ => (0..count).collect(),
     };
     let mut opened = Vec::new();
     let mut skipped = Vec::new();
