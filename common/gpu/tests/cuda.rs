@@ -15,7 +15,7 @@ use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::{Choice, Overrides};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use support::{pieces_and_cpu_counts, same_as_cpu, spec};
+use support::{pieces_and_cpu_counts, plans_up_to, random_pieces_up_to_32, same_as_cpu, spec};
 
 /// The kernel on the host: `threads` threads in blocks of `block`, batches
 /// of at least `jobs` jobs.
@@ -26,17 +26,6 @@ fn host(threads: u32, block: u32, jobs: u32, seed: u64) -> CudaCard<Host> {
     })
     .unwrap();
     CudaCard::new("host".into(), Host::new(threads, block, seed), &given)
-}
-
-fn plans_up_to(card: &Arc<dyn Device>, most: u32) {
-    for n in 4..=most {
-        same_as_cpu(card, spec(n, Strategy::Frame, 1, 3));
-        if n >= 8 {
-            same_as_cpu(card, spec(n, Strategy::Prefix, 3, 2));
-            same_as_cpu(card, spec(n, Strategy::Frame, 2, 2));
-            same_as_cpu(card, spec(n, Strategy::Rings, 2, 2));
-        }
-    }
 }
 
 #[test]
@@ -59,27 +48,11 @@ fn every_shape_of_blocks_counts_as_the_cpu_does() {
     }
 }
 
-/// Seeded random pieces of real prefix, ring and frame plans of
-/// N = 19..=32 (taken down to 11 free rows): the kernel's completions and
-/// queens placed are the CPU lanes', interior by interior.
+/// Seeded random pieces of real plans of N = 19..=32, each strategy: the
+/// kernel's counts are the CPU lanes', interior by interior.
 #[test]
 fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
-    let card = host(256, 64, 4096, 7);
-    let never = AtomicBool::new(false);
-    for n in 19..=32u32 {
-        for (strategy, depth) in [
-            (Strategy::Prefix, 4),
-            (Strategy::Frame, 1),
-            (Strategy::Frame, 2),
-            (Strategy::Rings, 2),
-        ] {
-            let seed = u64::from(n) * 7919 + u64::from(depth);
-            let (pieces, froms, want) =
-                pieces_and_cpu_counts(spec(n, strategy, depth, 1), seed, 6, 11);
-            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-            assert_eq!(got, want, "N={n} {strategy} depth {depth}");
-        }
-    }
+    random_pieces_up_to_32(&host(256, 64, 4096, 7));
 }
 
 /// Totals that start just below 2^32 are carried exactly (a card's are
@@ -195,15 +168,9 @@ fn a_missing_cuda_library_is_named() {
 #[test]
 fn every_cuda_card_counts_as_the_cpu_does() {
     let Some(cards) = cuda_cards() else { return };
-    let never = AtomicBool::new(false);
     for card in &cards {
         println!("counting on {}", card.name());
         plans_up_to(card, 14);
-        for n in [20, 26, 32] {
-            let (pieces, froms, want) =
-                pieces_and_cpu_counts(spec(n, Strategy::Frame, 1, 1), u64::from(n), 6, 12);
-            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-            assert_eq!(got, want, "N={n}");
-        }
+        random_pieces_up_to_32(card.as_ref());
     }
 }

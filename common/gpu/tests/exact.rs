@@ -17,7 +17,7 @@ use nqueens_gpu::{first_card, Card, Tuning};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
-use support::{pieces_and_cpu_counts, same_as_cpu, spec};
+use support::{pieces_and_cpu_counts, plans_up_to, random_pieces_up_to_32, same_as_cpu, spec};
 
 /// The machine's card with short launches (so every search is resumed
 /// many times), or `None` with the reason printed.
@@ -42,37 +42,15 @@ fn card(steps: u32) -> Option<Card> {
 #[test]
 fn every_strategy_counts_every_n_up_to_14_as_the_cpu_does() {
     let Some(card) = card(1000) else { return };
-    let card: Arc<dyn Device> = Arc::new(card);
-    for n in 4..=14 {
-        same_as_cpu(&card, spec(n, Strategy::Frame, 1, 3));
-        if n >= 8 {
-            same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
-            same_as_cpu(&card, spec(n, Strategy::Frame, 2, 2));
-            same_as_cpu(&card, spec(n, Strategy::Rings, 2, 2));
-        }
-    }
+    plans_up_to(&(Arc::new(card) as Arc<dyn Device>), 14);
 }
 
-/// Seeded random pieces of real prefix, ring and frame plans of
-/// N = 19..=32 (taken down to 11 free rows): the card's completions and
-/// queens placed are the CPU lanes', interior by interior.
+/// Seeded random pieces of real plans of N = 19..=32, each strategy: the
+/// card's counts are the CPU lanes', interior by interior.
 #[test]
 fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
     let Some(card) = card(4096) else { return };
-    let never = AtomicBool::new(false);
-    for n in 19..=32u32 {
-        for (strategy, depth) in [
-            (Strategy::Prefix, 4),
-            (Strategy::Frame, 1),
-            (Strategy::Frame, 2),
-        ] {
-            let seed = u64::from(n) * 7919 + u64::from(depth);
-            let (pieces, froms, want) =
-                pieces_and_cpu_counts(spec(n, strategy, depth, 1), seed, 6, 11);
-            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
-            assert_eq!(got, want, "N={n} {strategy} depth {depth}");
-        }
-    }
+    random_pieces_up_to_32(&card);
 }
 
 /// Every job's counters start just below 2^32: the kernel carries into

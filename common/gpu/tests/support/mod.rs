@@ -52,3 +52,37 @@ pub fn pieces_and_cpu_counts(
         .unwrap();
     (pieces, froms, want)
 }
+
+/// Every strategy of every N from 4 to `most` on `card`, as the CPU
+/// counts it ([`same_as_cpu`]).
+pub fn plans_up_to(card: &Arc<dyn Device>, most: u32) {
+    for n in 4..=most {
+        same_as_cpu(card, spec(n, Strategy::Frame, 1, 3));
+        if n >= 8 {
+            same_as_cpu(card, spec(n, Strategy::Prefix, 3, 2));
+            same_as_cpu(card, spec(n, Strategy::Frame, 2, 2));
+            same_as_cpu(card, spec(n, Strategy::Rings, 2, 2));
+        }
+    }
+}
+
+/// Seeded random pieces of real prefix, frame and ring plans of
+/// N = 19..=32 (taken down to 11 free rows): `card`'s completions and
+/// queens placed are the CPU lanes', interior by interior.
+pub fn random_pieces_up_to_32(card: &dyn Device) {
+    let never = AtomicBool::new(false);
+    for n in 19..=32u32 {
+        for (strategy, depth) in [
+            (Strategy::Prefix, 4),
+            (Strategy::Frame, 1),
+            (Strategy::Frame, 2),
+            (Strategy::Rings, 2),
+        ] {
+            let seed = u64::from(n) * 7919 + u64::from(depth);
+            let (pieces, froms, want) =
+                pieces_and_cpu_counts(spec(n, strategy, depth, 1), seed, 6, 11);
+            let got = card.count_below(&pieces, &froms, &never).unwrap().unwrap();
+            assert_eq!(got, want, "N={n} {strategy} depth {depth}");
+        }
+    }
+}
