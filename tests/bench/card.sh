@@ -20,6 +20,10 @@ NS=${NS:-18 19 20 21}
 TUNE_N=${TUNE_N:-20}
 LOOP_N=${LOOP_N:-21}
 export NQUEENS_GPU_API=${API:-wgpu}
+# The CUDA path's NVRTC, where the toolkit keeps it.
+if [ "$NQUEENS_GPU_API" = cuda ] && [ -d /usr/local/cuda/lib64 ]; then
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$work"' EXIT
 now() { date +%s.%N; }
