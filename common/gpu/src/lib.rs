@@ -5,7 +5,7 @@
 //! subproblems here instead of in the CPU's lanes, with the same
 //! completions and queens placed (so the same tallies and checksums).
 //!
-//! - [`cards`]: the adapters this machine has, opened as cards.
+//! - [`cards`](mod@cards): the adapters this machine has, opened as cards.
 //! - [`kernel`]: the shader, its buffers and the launches (a bounded
 //!   number of steps each, every thread's search resumed from a buffer).
 //! - [`stream`]: one queue per card, topped up from every feeding
