@@ -912,8 +912,8 @@ fn tuning_a_card_names_settings_that_a_count_then_uses() {
 
 /// `tests/bench/card.sh`, the GPU path's figures on a machine with a card,
 /// runs end to end on this machine's device with small N: every count
-/// checked, the tuner's settings taken, the worker's total equal to the
-/// local count's.
+/// checked, the tuner's settings taken, a sweep of settings timed, the
+/// worker's total equal to the local count's.
 #[test]
 fn the_card_benchmark_script_runs_end_to_end() {
     if !kit::gpu_here() {
@@ -924,6 +924,7 @@ fn the_card_benchmark_script_runs_end_to_end() {
         .arg(&script)
         .arg(kit::binary())
         .envs([("NS", "10 11"), ("TUNE_N", "10"), ("LOOP_N", "11")])
+        .env("SWEEP", "NQUEENS_GPU_FEEDERS=1 NQUEENS_GPU_FEEDERS=2")
         .output()
         .unwrap();
     let text = stdout(&o);
@@ -937,6 +938,10 @@ fn the_card_benchmark_script_runs_end_to_end() {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|r| r.parse::<f64>().ok());
     assert!(rate.is_some_and(|r| r > 0.0), "{text}");
+    assert!(text.contains("== sweep at N=10: as it is, "), "{text}");
+    for kv in ["NQUEENS_GPU_FEEDERS=1: ", "NQUEENS_GPU_FEEDERS=2: "] {
+        assert!(text.contains(kv), "{text}");
+    }
     assert!(text.contains("total 2,680,"), "{text}");
     assert!(text.contains("of local's rate"), "{text}");
 }

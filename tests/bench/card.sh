@@ -8,7 +8,8 @@
 #
 #   tests/bench/card.sh [nqueens binary]   (default: target/release/nqueens)
 #   NS="18 19 20 21" TUNE_N=20 LOOP_N=21     (the defaults)
-#   API=cuda                                 (the CUDA path: no tuning)
+#   API=cuda                                 (the CUDA path: swept, not tuned)
+#   SWEEP="NAME=VALUE ..."                   (settings tried one at a time)
 #
 # Every count is checked against the published one: a command that finds
 # a difference exits non-zero, and so does this script. Times are whole
@@ -35,16 +36,44 @@ for n in $NS; do
     "$bin" solve "$n" --core gpu | grep -E '^(total|known|time|nodes|card) '
 done
 
-settings="the defaults"
-if [ "$NQUEENS_GPU_API" != cuda ]; then
+# The card's rate (nodes/s) at N=TUNE_N, counted as `bench` counts it,
+# with the settings given as arguments (NAME=VALUE) on top of those
+# exported.
+rate_of() {
+    env "$@" "$bin" bench "$TUNE_N" --core gpu --no-baseline --json |
+        sed -E 's/.*"nodes":"([0-9]+)".*"seconds_mt":([0-9.eE+-]+).*/\1 \2/' |
+        awk '{ printf "%.4g", $1 / $2 }'
+}
+
+settings=""
+if [ "$NQUEENS_GPU_API" = cuda ]; then
+    # The tuner turns the wgpu path's knobs; the CUDA path's are swept.
+    SWEEP=${SWEEP-NQUEENS_GPU_BLOCK=64 NQUEENS_GPU_BLOCK=256 NQUEENS_GPU_FEEDERS=8 NQUEENS_GPU_FEEDERS=32 NQUEENS_GPU_JOBS=131072 NQUEENS_GPU_JOBS=4194304}
+else
     echo "== tuning at N=$TUNE_N"
     "$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
     settings=$(tail -n 1 "$work/tune")
     for kv in $settings; do export "${kv?}"; done
 fi
-"$bin" bench "$TUNE_N" --core gpu --no-baseline --json >"$work/rate"
-rate=$(sed -E 's/.*"nodes":"([0-9]+)".*"seconds_mt":([0-9.eE+-]+).*/\1 \2/' "$work/rate" |
-    awk '{ printf "%.4g", $1 / $2 }')
+# SWEEP: settings tried one at a time on top of those; the fastest, if
+# faster than without, is kept.
+if [ -n "${SWEEP:-}" ]; then
+    best="" best_rate=$(rate_of)
+    echo "== sweep at N=$TUNE_N: as it is, $best_rate nodes/s"
+    for kv in $SWEEP; do
+        r=$(rate_of "$kv")
+        echo "   $kv: $r nodes/s"
+        if awk -v r="$r" -v b="$best_rate" 'BEGIN { exit !(r > b) }'; then
+            best=$kv best_rate=$r
+        fi
+    done
+    if [ -n "$best" ]; then
+        export "${best?}"
+        settings="$settings $best"
+    fi
+fi
+settings=${settings:-the defaults}
+rate=$(rate_of)
 echo "== the card's rate at N=$TUNE_N with those settings: $rate nodes/s" \
     "(nqueens plan 28 --estimate --mode backtrack --gpu-rate $rate)"
 
