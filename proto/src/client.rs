@@ -147,7 +147,16 @@ pub fn endpoint(url: &str) -> Result<Endpoint, ClientError> {
 
 /// The one-line reason a call failed, with what to do about it.
 pub fn explain(url: &str, status: &Status) -> String {
+    let about_the_token = matches!(
+        status.code(),
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+    );
     match Refusal::of(status) {
+        Refusal::Transport if about_the_token => format!(
+            "something between here and the coordinator at {url} refused the call: {} (a \
+             proxy or load balancer; the coordinator did not answer)",
+            status.message()
+        ),
         Refusal::Transport => format!(
             "cannot reach the coordinator at {url}: {} (is it running? check --coordinator or NQUEENS_COORDINATOR)",
             status.message()
@@ -248,4 +257,28 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
                  (its metrics port?) ({text})"
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proxy's 401 is said to be the proxy's; the coordinator's own
+    /// refusal of the token is said to be the coordinator's.
+    #[test]
+    fn a_refusal_names_who_refused() {
+        let url = "http://coord:7700";
+        let proxy = Status::unauthenticated("HTTP status client error (401 Unauthorized)");
+        let said = explain(url, &proxy);
+        assert!(
+            said.starts_with("something between here and the coordinator"),
+            "{said}"
+        );
+        assert!(said.contains("401 Unauthorized"), "{said}");
+        let coordinator = Refusal::Unauthenticated.status("the worker token is wrong");
+        assert_eq!(
+            explain(url, &coordinator),
+            "the coordinator at http://coord:7700 refused the token: the worker token is wrong"
+        );
+    }
 }

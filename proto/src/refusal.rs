@@ -38,6 +38,11 @@ pub enum Refusal {
 /// The message of [`Refusal::closing`].
 const CLOSING: &str = "the coordinator is shutting down";
 
+/// The metadata a coordinator's refusals carry: a refusal of a credential
+/// without it came from something between (a proxy's or a load
+/// balancer's 401 or 403), not from the coordinator.
+const MARK: &str = "nqueens-refusal";
+
 /// Each refusal's gRPC code: the one table, read both ways. A code not in
 /// it (a transport's `UNKNOWN`, `CANCELLED`, `DEADLINE_EXCEEDED`,
 /// `ABORTED`) reads as [`Refusal::Transport`].
@@ -71,20 +76,38 @@ impl Refusal {
     /// transport error (it has that error as its source; one read from a
     /// coordinator's answer never has) is [`Refusal::Transport`], whatever
     /// its code.
+    ///
+    /// A refusal of the caller's credential counts only where a
+    /// coordinator said it ([`Refusal::answered`]): from a proxy or load
+    /// balancer between (an HTTP 401 or 403, which gRPC reads as these
+    /// codes) it is [`Refusal::Transport`], so a worker tries again
+    /// rather than ending as if its token were revoked.
     pub fn of(status: &Status) -> Refusal {
         if std::error::Error::source(status).is_some() {
             return Refusal::Transport;
         }
         let code = status.code();
-        TABLE
+        let r = TABLE
             .iter()
             .find(|(_, c)| *c == code)
-            .map_or(Refusal::Transport, |&(r, _)| r)
+            .map_or(Refusal::Transport, |&(r, _)| r);
+        if r.about_the_token() && status.metadata().get(MARK).is_none() {
+            return Refusal::Transport;
+        }
+        r
     }
 
-    /// A status saying it, with `message`.
+    /// A status saying it, with `message`, as a coordinator answers it.
     pub fn status(self, message: impl Into<String>) -> Status {
-        Status::new(self.code(), message)
+        Refusal::answered(self.code(), message)
+    }
+
+    /// A status with `code` and `message` that a coordinator answered
+    /// (a call's, or one item's of a batch), marked as the coordinator's.
+    pub fn answered(code: Code, message: impl Into<String>) -> Status {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert(MARK, tonic::metadata::MetadataValue::from_static("1"));
+        Status::with_metadata(code, message, metadata)
     }
 
     /// Whether a worker should try the same call again (after a backoff):
@@ -161,6 +184,20 @@ mod tests {
             ]
         );
         assert_eq!(Refusal::of(&Status::out_of_range("")), Refusal::BadRequest);
+    }
+
+    /// A 401 or 403 from a proxy between reads as UNAUTHENTICATED or
+    /// PERMISSION_DENIED without the coordinator's mark: the link, not
+    /// the token.
+    #[test]
+    fn a_credential_refused_by_something_between_is_transport() {
+        for code in [Code::Unauthenticated, Code::PermissionDenied] {
+            let proxy = Status::new(code, "HTTP status client error (401 Unauthorized)");
+            assert_eq!(Refusal::of(&proxy), Refusal::Transport);
+            assert!(Refusal::of(&proxy).transient());
+            let coordinator = Refusal::answered(code, "the worker token is wrong");
+            assert!(Refusal::of(&coordinator).about_the_token());
+        }
     }
 
     /// A connection refused reads as UNAVAILABLE too, but carries its

@@ -65,7 +65,7 @@ pub fn worth_retrying(s: &Status) -> bool {
 /// One item's refusal in a batched report, as the status `Report` would
 /// have answered with; `None` when it was judged.
 pub fn item_refusal(a: &v1::ReportItemAnswer) -> Option<Status> {
-    (a.code != 0).then(|| Status::new(tonic::Code::from(a.code), a.message.clone()))
+    (a.code != 0).then(|| Refusal::answered(tonic::Code::from(a.code), a.message.clone()))
 }
 
 /// A connection to a coordinator's `WorkerService`, speaking for one

@@ -4,10 +4,11 @@
 //! the same lease twice.
 
 use nqueens_common::engine::join::Budget;
+use nqueens_proto::refusal::Refusal;
 use nqueens_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_worker::run::{run, Config, SelfTest};
-use std::sync::atomic::{AtomicBool, Ordering};
+use nqueens_worker::run::{run, Config, SelfTest, WorkerError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
@@ -18,6 +19,10 @@ type Answer<T> = Result<Response<T>, Status>;
 /// A coordinator that answers what it is set to.
 #[derive(Default)]
 struct Hostile {
+    /// Refuse every register as a proxy between would (401, unmarked),
+    /// or as the coordinator itself does (marked).
+    refuse_register: Option<Refuser>,
+    registers: AtomicUsize,
     /// Never answer the first heartbeat.
     hold_a_heartbeat: bool,
     heard: AtomicBool,
@@ -32,9 +37,25 @@ struct Hostile {
     news: Arc<Notify>,
 }
 
+/// Who refuses a worker's credential.
+#[derive(Clone, Copy)]
+enum Refuser {
+    Proxy,
+    Coordinator,
+}
+
 #[tonic::async_trait]
 impl WorkerService for Hostile {
     async fn register(&self, _: Request<v1::RegisterRequest>) -> Answer<v1::RegisterResponse> {
+        self.registers.fetch_add(1, Ordering::SeqCst);
+        self.news.notify_one();
+        match self.refuse_register {
+            Some(Refuser::Proxy) => return Err(Status::unauthenticated("HTTP 401 Unauthorized")),
+            Some(Refuser::Coordinator) => {
+                return Err(Refusal::Unauthenticated.status("the worker token is wrong"))
+            }
+            None => {}
+        }
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: 100,
             lease_ttl_ms: 60_000,
@@ -183,4 +204,40 @@ async fn a_worker_takes_no_more_leases_than_it_asked_for_each_once() {
     seen.extend(coordinator.released.lock().unwrap().iter());
     seen.sort();
     assert_eq!(seen, (1..=asked).collect::<Vec<_>>());
+}
+
+/// A 401 from a proxy between is not the coordinator refusing the token:
+/// the worker tries again (here three times) and drains when asked, where
+/// the coordinator's own refusal ends it at once as refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxys_401_is_retried_and_the_coordinators_refusal_ends_the_worker() {
+    let proxied = Arc::new(Hostile {
+        refuse_register: Some(Refuser::Proxy),
+        ..Hostile::default()
+    });
+    let (mut running, drain) = worker(proxied.clone()).await;
+    while proxied.registers.load(Ordering::SeqCst) < 3 {
+        tokio::select! {
+            ended = &mut running => panic!("the worker gave up on a proxy's 401: {ended:?}"),
+            () = proxied.news.notified() => {}
+        }
+    }
+    drain.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), running).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(_)))),
+        "drained, not refused: {ended:?}"
+    );
+
+    let refusing = Arc::new(Hostile {
+        refuse_register: Some(Refuser::Coordinator),
+        ..Hostile::default()
+    });
+    let (running, _drain) = worker(refusing.clone()).await;
+    let ended = tokio::time::timeout(Duration::from_secs(60), running).await;
+    assert!(
+        matches!(ended, Ok(Ok(Err(WorkerError::Refused(_))))),
+        "{ended:?}"
+    );
+    assert_eq!(refusing.registers.load(Ordering::SeqCst), 1);
 }
