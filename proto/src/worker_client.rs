@@ -210,6 +210,16 @@ mod tests {
         let s = item_refusal(&refused).unwrap();
         assert_eq!(Refusal::of(&s), Refusal::WrongState);
         assert!(!worth_retrying(&s));
+        // An item refused for its credential came from the coordinator
+        // (inside its answer), never from a proxy: not retried.
+        let forbidden = v1::ReportItemAnswer {
+            code: tonic::Code::PermissionDenied as i32,
+            message: "worker id w1 is bound to another credential".into(),
+            ..Default::default()
+        };
+        let s = item_refusal(&forbidden).unwrap();
+        assert_eq!(Refusal::of(&s), Refusal::Forbidden);
+        assert!(!worth_retrying(&s));
         assert!(worth_retrying(&Status::unavailable(
             "not stored, retry later"
         )));

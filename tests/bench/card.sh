@@ -20,11 +20,22 @@ bin=$(realpath "${1:-target/release/nqueens}")
 NS=${NS:-18 19 20 21}
 TUNE_N=${TUNE_N:-20}
 LOOP_N=${LOOP_N:-21}
-export NQUEENS_GPU_API=${API:-wgpu}
-# The CUDA path's NVRTC, where the toolkit keeps it.
-if [ "$NQUEENS_GPU_API" = cuda ] && [ -d /usr/local/cuda/lib64 ]; then
-    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+export NQUEENS_GPU_API=${API:-${NQUEENS_GPU_API:-wgpu}}
+if [ "$NQUEENS_GPU_API" = cuda ]; then
+    # NVRTC, where the toolkit keeps it.
+    if [ -d /usr/local/cuda/lib64 ]; then
+        export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+    fi
+    # The tuner turns the wgpu path's knobs; the CUDA path's are swept.
+    SWEEP=${SWEEP-NQUEENS_GPU_BLOCK=64 NQUEENS_GPU_BLOCK=256 NQUEENS_GPU_FEEDERS=8 NQUEENS_GPU_FEEDERS=32 NQUEENS_GPU_JOBS=131072 NQUEENS_GPU_JOBS=4194304}
 fi
+read -r -a sweep <<<"${SWEEP:-}"
+for kv in "${sweep[@]}"; do
+    if ! [[ $kv =~ ^NQUEENS_GPU_[A-Z]+=[A-Za-z0-9]+$ ]]; then
+        echo "SWEEP takes NQUEENS_GPU_NAME=VALUE settings; '$kv' is not one" >&2
+        exit 2
+    fi
+done
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$work"' EXIT
 now() { date +%s.%N; }
@@ -47,8 +58,7 @@ rate_of() {
 
 settings=""
 if [ "$NQUEENS_GPU_API" = cuda ]; then
-    # The tuner turns the wgpu path's knobs; the CUDA path's are swept.
-    SWEEP=${SWEEP-NQUEENS_GPU_BLOCK=64 NQUEENS_GPU_BLOCK=256 NQUEENS_GPU_FEEDERS=8 NQUEENS_GPU_FEEDERS=32 NQUEENS_GPU_JOBS=131072 NQUEENS_GPU_JOBS=4194304}
+    : # the CUDA path's settings are swept (SWEEP), not tuned
 else
     echo "== tuning at N=$TUNE_N"
     "$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
@@ -57,10 +67,10 @@ else
 fi
 # SWEEP: settings tried one at a time on top of those; the fastest, if
 # faster than without, is kept.
-if [ -n "${SWEEP:-}" ]; then
+if [ "${#sweep[@]}" -gt 0 ]; then
     best="" best_rate=$(rate_of)
     echo "== sweep at N=$TUNE_N: as it is, $best_rate nodes/s"
-    for kv in $SWEEP; do
+    for kv in "${sweep[@]}"; do
         r=$(rate_of "$kv")
         echo "   $kv: $r nodes/s"
         if awk -v r="$r" -v b="$best_rate" 'BEGIN { exit !(r > b) }'; then
@@ -69,7 +79,7 @@ if [ -n "${SWEEP:-}" ]; then
     done
     if [ -n "$best" ]; then
         export "${best?}"
-        settings="$settings $best"
+        settings="${settings:+$settings }$best"
     fi
 fi
 settings=${settings:-the defaults}

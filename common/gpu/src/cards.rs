@@ -338,7 +338,7 @@ impl Device for Card {
         count_in_batches(
             interiors,
             froms,
-            self.jobs_per_batch(),
+            || self.jobs_per_batch(),
             |tables, jobs, levels| {
                 let batch = Batch {
                     tables,

@@ -107,15 +107,16 @@ impl Prepared {
 }
 
 /// Counts `interiors` below their `froms` on a device, in batches of at
-/// most [`MOST_INTERIORS`] interiors, each cut into at least `target`
-/// jobs: `count` takes a batch's tables, jobs and levels (as
+/// most [`MOST_INTERIORS`] interiors, each cut into at least `target()`
+/// jobs (asked again for each batch: a card's measure of itself may
+/// change once it counts): `count` takes a batch's tables, jobs and levels (as
 /// [`Prepared`] has them) and gives its completions and queens placed per
 /// interior, or `None` once stopped. What the host counted on the way is
 /// added, so the counts are what the CPU's lanes give.
 pub fn count_in_batches(
     interiors: &[Interior],
     froms: &[Start],
-    target: usize,
+    target: impl Fn() -> usize,
     mut count: impl FnMut(Vec<u32>, Vec<[u32; 8]>, u32) -> Result<Option<InteriorCounts>, DeviceError>,
 ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
     let mut out = Vec::with_capacity(interiors.len());
@@ -123,7 +124,7 @@ pub fn count_in_batches(
         .chunks(MOST_INTERIORS)
         .zip(froms.chunks(MOST_INTERIORS));
     for (interiors, froms) in chunks {
-        let p = Prepared::new(interiors, froms, target);
+        let p = Prepared::new(interiors, froms, target());
         let Some(counted) = count(p.tables, p.jobs, p.levels)? else {
             return Ok(None);
         };

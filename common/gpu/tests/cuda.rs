@@ -149,13 +149,20 @@ fn the_cards_source_is_valid_cuda_cpp() {
     }
 }
 
-/// Without CUDA's driver or NVRTC, asking for CUDA cards names the
-/// library to install; asking for none is never an error.
+/// Without CUDA's driver or NVRTC, asking for a CUDA card names the
+/// library to install, `auto` finds none and says why, and asking for
+/// none is never an error.
 #[test]
 fn a_missing_cuda_library_is_named() {
     let none = nqueens_gpu::cuda::cards(&Choice::None, &Overrides::default()).unwrap();
     assert!(none.0.is_empty() && none.1.is_empty());
     if let Err(e) = driver::count() {
+        // `auto` finds no card, and says why; a card asked for by number
+        // is an error naming the library.
+        let (cards, why) = nqueens_gpu::cuda::cards(&Choice::Auto, &Overrides::default()).unwrap();
+        assert!(cards.is_empty() && why == [format!("CUDA: {e}")], "{why:?}");
+        let listed = nqueens_gpu::cuda::cards(&Choice::Listed(vec![0]), &Overrides::default());
+        assert_eq!(listed.err(), Some(e.clone()));
         assert!(
             e.contains("libcuda.so") || e.contains("libnvrtc.so"),
             "the error names the library to install: {e}"

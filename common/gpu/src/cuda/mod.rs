@@ -101,15 +101,20 @@ impl<R: Runner> Device for CudaCard<R> {
         froms: &[Start],
         stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, DeviceError> {
-        count_in_batches(interiors, froms, self.jobs, |tables, jobs, levels| {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            if jobs.is_empty() {
-                return Ok(Some(vec![(0, 0); tables.len() / crate::jobs::TABLE_WORDS]));
-            }
-            self.runner.run(&tables, &jobs, levels).map(Some)
-        })
+        count_in_batches(
+            interiors,
+            froms,
+            || self.jobs,
+            |tables, jobs, levels| {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                if jobs.is_empty() {
+                    return Ok(Some(vec![(0, 0); tables.len() / crate::jobs::TABLE_WORDS]));
+                }
+                self.runner.run(&tables, &jobs, levels).map(Some)
+            },
+        )
     }
 
     fn feeders(&self) -> usize {
@@ -118,16 +123,20 @@ impl<R: Runner> Device for CudaCard<R> {
 }
 
 /// The CUDA cards `choice` names (by CUDA's numbering), opened; under
-/// [`Choice::Auto`] a card that fails to open is left out, with its
-/// reason in the second list.
+/// [`Choice::Auto`] a card that fails to open, or a machine without CUDA's
+/// libraries, is left out, with its reason in the second list.
 pub fn cards(
     choice: &Choice,
     given: &Overrides,
 ) -> Result<(Vec<CudaCard<driver::Cuda>>, Vec<String>), String> {
-    if *choice == Choice::None {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let count = driver::count()?;
+    let count = match (choice, driver::count()) {
+        (Choice::None, _) => return Ok((Vec::new(), Vec::new())),
+        (_, Ok(count)) => count,
+        // As with wgpu, `auto` on a machine without the libraries is no
+        // cards (the CPU counts), said in the reasons.
+        (Choice::Auto, Err(e)) => return Ok((Vec::new(), vec![format!("CUDA: {e}")])),
+        (_, Err(e)) => return Err(e),
+    };
     let wanted: Vec<usize> = match choice {
         Choice::Listed(l) => l.clone(),
         _ => (0..count).collect(),
