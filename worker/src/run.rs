@@ -12,7 +12,7 @@ use crate::selftest::{self_test, self_test_cards};
 use nqueens_common::engine::device::Device;
 use nqueens_common::engine::join::Budget;
 use nqueens_common::engine::lanes::Path;
-use nqueens_proto::client::{connect_tls, tls_mismatch, ClientError};
+use nqueens_proto::client::{connect_tls, explain, tls_mismatch, ClientError};
 use nqueens_proto::refusal::Refusal;
 use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1;
@@ -268,10 +268,8 @@ impl Link {
                 *told_tls = true;
                 tracing::error!("{why}; retrying in {wait:.1?} in case it changes");
             }
-            _ => tracing::warn!(
-                "coordinator {url} unreachable ({}); retrying in {wait:.1?}",
-                s.message()
-            ),
+            // A proxy's 401 says so, rather than "unreachable".
+            _ => tracing::warn!("{}; retrying in {wait:.1?}", explain(url, s)),
         }
     }
 
