@@ -22,10 +22,6 @@ TUNE_N=${TUNE_N:-20}
 LOOP_N=${LOOP_N:-21}
 export NQUEENS_GPU_API=${API:-${NQUEENS_GPU_API:-wgpu}}
 if [ "$NQUEENS_GPU_API" = cuda ]; then
-    # NVRTC, where the toolkit keeps it.
-    if [ -d /usr/local/cuda/lib64 ]; then
-        export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
-    fi
     # The tuner turns the wgpu path's knobs; the CUDA path's are swept.
     SWEEP=${SWEEP-NQUEENS_GPU_BLOCK=64 NQUEENS_GPU_BLOCK=256 NQUEENS_GPU_FEEDERS=8 NQUEENS_GPU_FEEDERS=32 NQUEENS_GPU_JOBS=131072 NQUEENS_GPU_JOBS=4194304}
 fi

@@ -181,3 +181,68 @@ fn every_cuda_card_counts_as_the_cpu_does() {
         random_pieces_up_to_32(card.as_ref());
     }
 }
+
+/// The registers a thread may take for a multiprocessor to hold as many
+/// threads as it can (65,536 registers over its most threads).
+fn full_occupancy_registers(arch: i32) -> u32 {
+    match arch {
+        75 => 64,
+        86 | 87 | 89 | 120 | 121 => 42,
+        _ => 32,
+    }
+}
+
+/// The figure just before `what` in an assembler's log (`Used 26
+/// registers`: 26 before `registers`).
+fn figure(log: &str, what: &str) -> Option<u32> {
+    log[..log.find(what)?]
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// With NVRTC, CUDA's own compiler (CI installs it from NVIDIA's package;
+/// `NQUEENS_REQUIRE_NVRTC` makes a missing one a failure): the kernel
+/// compiles for every architecture it knows from Turing on, as a card
+/// compiles it, with no stack frame and no spills, in registers few
+/// enough for a multiprocessor full of threads.
+#[test]
+fn nvrtc_compiles_the_kernel_for_every_card_without_spilling() {
+    use nqueens_gpu::cuda::{compile, nvrtc};
+    let nvrtc = match nvrtc::nvrtc() {
+        Ok(n) => n,
+        Err(e) if std::env::var_os("NQUEENS_REQUIRE_NVRTC").is_some() => {
+            panic!("NQUEENS_REQUIRE_NVRTC is set: {e}")
+        }
+        Err(e) => return println!("skipped: {e}"),
+    };
+    let archs: Vec<i32> = nvrtc
+        .architectures()
+        .into_iter()
+        .filter(|&a| a >= 75)
+        .collect();
+    assert!(archs.contains(&90), "{} knows {archs:?}", nvrtc.found);
+    // A card's own architecture gets machine code; one NVRTC does not
+    // know, PTX for the driver to finish.
+    let cubin = compile::for_card(9, 0).unwrap();
+    assert!(format!("{cubin:?}").starts_with("Ptx(Binary("));
+    let ptx = compile::for_card(9, 9).unwrap();
+    assert!(ptx.to_src().contains(".entry count_jobs"));
+    for arch in archs {
+        let log = compile::resources(arch / 10, arch % 10).unwrap();
+        let said = |what| figure(&log, what).unwrap_or_else(|| panic!("sm_{arch}: {log}"));
+        let frame = said("bytes stack frame");
+        let spills = said("bytes spill stores");
+        let registers = said("registers");
+        println!(
+            "sm_{arch}: {registers} registers, NVRTC {:?}",
+            nvrtc.version
+        );
+        assert_eq!((frame, spills), (0, 0), "sm_{arch}: {log}");
+        assert!(
+            registers <= full_occupancy_registers(arch),
+            "sm_{arch}: {registers} registers leave its multiprocessors part empty: {log}"
+        );
+    }
+}

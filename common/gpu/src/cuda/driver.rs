@@ -33,13 +33,7 @@ pub fn count() -> Result<usize, String> {
                 .into(),
         );
     }
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(
-            "NVRTC (libnvrtc.so or libnvrtc.so.12, from the CUDA toolkit) was not found: \
-             add its folder (such as /usr/local/cuda/lib64) to LD_LIBRARY_PATH"
-                .into(),
-        );
-    }
+    super::nvrtc::nvrtc()?;
     match CudaContext::device_count() {
         Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
         Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),

@@ -20,6 +20,7 @@
 pub mod compile;
 pub mod driver;
 pub mod host;
+pub mod nvrtc;
 
 use crate::cards::{Choice, Overrides};
 use crate::jobs::count_in_batches;
@@ -158,11 +159,19 @@ pub fn cards(
     Ok((opened, skipped))
 }
 
-/// This machine's CUDA cards, for a message: how many, or why none.
+/// This machine's CUDA cards, for a message: how many, or why none; and
+/// which NVRTC compiles for them, where one was found.
 pub fn describe() -> String {
-    match driver::count() {
+    let cards = match driver::count() {
         Ok(1) => "CUDA: 1 card (NQUEENS_GPU_API=cuda counts on it)".into(),
         Ok(n) => format!("CUDA: {n} cards (NQUEENS_GPU_API=cuda counts on them)"),
         Err(e) => format!("CUDA: none ({e})"),
+    };
+    match nvrtc::nvrtc() {
+        Ok(found) => format!(
+            "{cards}, NVRTC {}.{} ({})",
+            found.version.0, found.version.1, found.found
+        ),
+        Err(_) => cards,
     }
 }
