@@ -7,6 +7,7 @@
 
 mod support;
 
+use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::{Device, DeviceError};
 use nqueens_common::plan::Strategy;
 use nqueens_gpu::cuda::host::Host;
@@ -91,6 +92,32 @@ fn a_stack_outgrowing_its_rows_fails_the_count() {
         Err(DeviceError::Failed(why)) => assert!(why.contains("outgrew"), "{why}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A card says how busy its threads were: the steps they took are its
+/// jobs' queens placed less their completions (what the CPU counts, less
+/// what the host counted above the jobs), and each launch offered every
+/// thread as many steps as its busiest took. One thread alone takes all
+/// it is offered; 256 threads on a handful of jobs leave most idle.
+#[test]
+fn a_card_says_how_busy_its_threads_were() {
+    let (pieces, froms, cpu) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
+    let steps = |c: &[PieceCounts]| c.iter().map(|c| c.nodes - c.c1).sum::<u64>();
+    let on_card = |jobs| steps(&cpu) - steps(&Prepared::new(&pieces, &froms, jobs).host);
+    let never = AtomicBool::new(false);
+    let alone = host(1, 1, 1_000, 5);
+    alone.count_below(&pieces, &froms, &never).unwrap().unwrap();
+    let b = alone.busy().unwrap();
+    assert_eq!(
+        (b.taken, b.offered, b.searches),
+        (on_card(1_000), on_card(1_000), 1)
+    );
+
+    let crowd = host(256, 64, 1, 5);
+    crowd.count_below(&pieces, &froms, &never).unwrap().unwrap();
+    let b = crowd.busy().unwrap();
+    assert_eq!((b.taken, b.searches), (on_card(1), 256));
+    assert!(b.share().unwrap() < 0.5, "{b:?}");
 }
 
 /// A stop already asked for ends a count before anything is counted.

@@ -13,5 +13,6 @@ static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline unsigned atomicAdd(unsigned *a, unsigned x) { unsigned o = *a; *a += x; return o; }
 static inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long x) { unsigned long long o = *a; *a += x; return o; }
 static inline unsigned atomicOr(unsigned *a, unsigned x) { unsigned o = *a; *a |= x; return o; }
+static inline unsigned long long atomicMax(unsigned long long *a, unsigned long long x) { unsigned long long o = *a; if (x > o) *a = x; return o; }
 struct dim3 { unsigned x, y, z; };
 extern dim3 threadIdx, blockDim;

@@ -42,6 +42,7 @@ typedef uint4 Rec;
 #define TAKE(counter) atomicAdd(counter, 1u)
 #define ADD64(at, x) atomicAdd(at, x)
 #define FLAG(at) atomicOr(at, 1u)
+#define MAX64(at, x) atomicMax(at, x)
 #else
 typedef struct {
     u32 x, y, z, w;
@@ -77,6 +78,11 @@ DEVICE u64 ADD64(u64 *at, u64 x) {
 DEVICE void FLAG(u32 *at) {
     *at |= 1u;
 }
+DEVICE void MAX64(u64 *at, u64 x) {
+    if (x > *at) {
+        *at = x;
+    }
+}
 #endif
 
 // One thread's search: its top record (candidates left on the row it
@@ -96,6 +102,8 @@ typedef struct {
     uint2 pair;
     u64 sols;
     u64 steps;
+    // Steps of the thread's jobs done so far in this launch.
+    u64 done;
 } Search;
 
 // Free row `k`'s pair in the tables `t` of one interior.
@@ -188,6 +196,7 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
     if (s->interior != NONE) {
         add64(results + 2u * s->interior, s->sols, control + 1u);
         add64(results + 2u * s->interior + 1u, s->steps + s->sols, control + 1u);
+        s->done += s->steps;
         s->interior = NONE;
     }
     j = TAKE(control);
@@ -201,6 +210,14 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
 DEVICE void idle(Search *s) {
     s->top = 0u;
     s->interior = NONE;
+    s->done = 0u;
+}
+
+// A thread whose jobs ran out: its steps raise the launch's busiest
+// thread's, `busiest` (starts at 0), so the host knows how many steps the
+// launch offered its threads.
+DEVICE void finish(const Search *s, u64 *busiest) {
+    MAX64(busiest, s->done);
 }
 
 #ifdef __CUDACC_RTC__
@@ -209,14 +226,15 @@ extern __shared__ Rec block_stack[];
 
 // `control[0]` counts the jobs taken and `control[1]` is set if a total
 // wraps (both start at 0); `results` holds two 64-bit totals per
-// interior (start at 0).
+// interior, and `busiest` the most steps one thread took (all start at 0).
 extern "C" __global__ void count_jobs(const u32 *__restrict__ tables,
                                       const u32 *__restrict__ jobs, u32 count, u32 *control,
-                                      u64 *results) {
+                                      u64 *results, u64 *busiest) {
     Search s;
     Rec *stack = block_stack + threadIdx.x;
     idle(&s);
     while (advance(&s, tables, jobs, count, control, results, stack, blockDim.x)) {
     }
+    finish(&s, busiest);
 }
 #endif

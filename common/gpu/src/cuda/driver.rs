@@ -4,9 +4,8 @@
 //! at run time: a machine without them has no CUDA cards, and says which
 //! is missing.
 
-use super::{compile, Runner};
+use super::{compile, Ran, Runner};
 use crate::jobs::TABLE_WORDS;
-use crate::stream::InteriorCounts;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig,
@@ -58,6 +57,8 @@ struct Lane {
     results: CudaSlice<u64>,
     /// The jobs taken, and the wrap flag (count.cu's `control`).
     control: CudaSlice<u32>,
+    /// The most steps one thread took.
+    busiest: CudaSlice<u64>,
 }
 
 /// One card: its context, the kernel built for it, and a lane for each
@@ -142,6 +143,7 @@ impl Cuda {
             jobs: stream.alloc_zeros(1)?,
             results: stream.alloc_zeros(1)?,
             control: stream.alloc_zeros(2)?,
+            busiest: stream.alloc_zeros(1)?,
             stream,
         })
     }
@@ -174,7 +176,7 @@ impl Cuda {
         tables: &[u32],
         jobs: &[[u32; 8]],
         levels: u32,
-    ) -> Result<InteriorCounts, DeviceError> {
+    ) -> Result<Ran, DeviceError> {
         let totals = 2 * (tables.len() / TABLE_WORDS);
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let config = self.config(count, levels)?;
@@ -185,25 +187,32 @@ impl Cuda {
         s.memset_zeros(&mut lane.results.slice_mut(0..totals))
             .map_err(lost)?;
         s.memset_zeros(&mut lane.control).map_err(lost)?;
+        s.memset_zeros(&mut lane.busiest).map_err(lost)?;
         let mut launch = s.launch_builder(&self.func);
         launch
             .arg(&lane.tables)
             .arg(&lane.jobs)
             .arg(&count)
             .arg(&mut lane.control)
-            .arg(&mut lane.results);
+            .arg(&mut lane.results)
+            .arg(&mut lane.busiest);
         // SAFETY: the arguments are count.cu's `count_jobs`: every job
-        // names an interior of the tables given, and `results` holds two
-        // totals for each; each thread's stack has `levels - 1` records in
-        // the shared memory given.
+        // names an interior of the tables given, `results` holds two
+        // totals for each and `busiest` one, and each thread's stack has
+        // `levels - 1` records in the shared memory given.
         unsafe { launch.launch(config) }.map_err(lost)?;
         let counted = s.clone_dtoh(&lane.results.slice(0..totals)).map_err(lost)?;
         let control = s.clone_dtoh(&lane.control).map_err(lost)?;
+        let busiest = s.clone_dtoh(&lane.busiest).map_err(lost)?;
         s.synchronize().map_err(lost)?;
         if control[1] != 0 {
             return Err(DeviceError::Overflow);
         }
-        Ok(counted.chunks(2).map(|c| (c[0], c[1])).collect())
+        Ok(Ran {
+            counts: counted.chunks(2).map(|c| (c[0], c[1])).collect(),
+            threads: u64::from(config.grid_dim.0) * u64::from(config.block_dim.0),
+            busiest: busiest[0],
+        })
     }
 }
 
@@ -248,12 +257,7 @@ fn lost(e: DriverError) -> DeviceError {
 }
 
 impl Runner for Cuda {
-    fn run(
-        &self,
-        tables: &[u32],
-        jobs: &[[u32; 8]],
-        levels: u32,
-    ) -> Result<InteriorCounts, DeviceError> {
+    fn run(&self, tables: &[u32], jobs: &[[u32; 8]], levels: u32) -> Result<Ran, DeviceError> {
         let mut lane = self.lane().map_err(lost)?;
         let counted = self.run_on(&mut lane, tables, jobs, levels);
         // A lane whose batch failed is dropped, not used again.

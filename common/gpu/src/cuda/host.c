@@ -9,10 +9,11 @@
 
 /* Counts `count` jobs with `threads` threads in blocks of `wg`, a stack
  * of `levels` rows each, as the card would, adding to `results` (two
- * totals per interior). Returns 0, 1 if a total wrapped, 2 if a thread's
- * stack outgrew its `levels` rows, 3 if memory ran out. */
+ * totals per interior) and raising `busiest` to the most steps one
+ * thread took. Returns 0, 1 if a total wrapped, 2 if a thread's stack
+ * outgrew its `levels` rows, 3 if memory ran out. */
 u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 threads, u32 wg,
-                       u32 levels, u64 seed, u64 *results) {
+                       u32 levels, u64 seed, u64 *results, u64 *busiest) {
     u32 below = levels > 1u ? levels - 1u : 1u;
     u32 blocks = (threads + wg - 1u) / wg;
     /* A row more than the card's per block: a thread whose stack outgrows
@@ -44,6 +45,7 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
         stack = stacks + (size_t)(t / wg) * per_block + t % wg;
         for (p = 0u; p < passes; p++) {
             if (!advance(&s[t], tables, jobs, count, control, results, stack, wg)) {
+                finish(&s[t], busiest);
                 live[pick] = live[--alive];
                 break;
             }

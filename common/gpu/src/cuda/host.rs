@@ -4,9 +4,8 @@
 //! chooses. The tests count with it as with a card; it is far slower than
 //! the CPU's lanes, and nothing else uses it.
 
-use super::Runner;
+use super::{Ran, Runner};
 use crate::jobs::TABLE_WORDS;
-use crate::stream::InteriorCounts;
 use nqueens_common::engine::device::DeviceError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,6 +19,7 @@ extern "C" {
         levels: u32,
         seed: u64,
         results: *mut u64,
+        busiest: *mut u64,
     ) -> u32;
 }
 
@@ -48,12 +48,7 @@ impl Host {
 }
 
 impl Runner for Host {
-    fn run(
-        &self,
-        tables: &[u32],
-        jobs: &[[u32; 8]],
-        levels: u32,
-    ) -> Result<InteriorCounts, DeviceError> {
+    fn run(&self, tables: &[u32], jobs: &[[u32; 8]], levels: u32) -> Result<Ran, DeviceError> {
         let interiors = tables.len() / TABLE_WORDS;
         assert_eq!(tables.len(), interiors * TABLE_WORDS, "whole tables");
         assert!(
@@ -63,6 +58,7 @@ impl Runner for Host {
         );
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let mut results = vec![self.bias; 2 * interiors];
+        let mut busiest = 0u64;
         // Never zero: the generator would stay there.
         let seed = self
             .seed
@@ -81,13 +77,18 @@ impl Runner for Host {
                 levels,
                 seed,
                 results.as_mut_ptr(),
+                &mut busiest,
             )
         };
         match outcome {
-            0 => Ok(results
-                .chunks(2)
-                .map(|c| (c[0] - self.bias, c[1] - self.bias))
-                .collect()),
+            0 => Ok(Ran {
+                counts: results
+                    .chunks(2)
+                    .map(|c| (c[0] - self.bias, c[1] - self.bias))
+                    .collect(),
+                threads: self.threads.into(),
+                busiest,
+            }),
             1 => Err(DeviceError::Overflow),
             2 => Err(DeviceError::Failed(format!(
                 "a thread's stack outgrew the {levels} rows it was given"

@@ -26,9 +26,21 @@ use crate::cards::{Choice, Overrides};
 use crate::jobs::count_in_batches;
 use crate::stream::InteriorCounts;
 use nqueens_common::engine::counts::PieceCounts;
-use nqueens_common::engine::device::{Device, DeviceError};
+use nqueens_common::engine::device::{Busy, Device, DeviceError};
 use nqueens_common::engine::interior::{Interior, Start};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// What one batch's launch gave.
+#[derive(Debug)]
+pub struct Ran {
+    /// Completions and queens placed per interior.
+    pub counts: InteriorCounts,
+    /// Threads launched.
+    pub threads: u64,
+    /// The most steps one of them took: the launch lasted that long, and
+    /// offered each thread as many.
+    pub busiest: u64,
+}
 
 /// What counts a batch's jobs: a card ([`driver::Cuda`]) or the host
 /// ([`host::Host`]).
@@ -37,12 +49,7 @@ pub trait Runner: Send + Sync {
     /// ([`crate::jobs::TABLE_WORDS`] words each) below `jobs` (as
     /// [`crate::jobs::Prepared`] makes them, none needing more than
     /// `levels` rows of stack).
-    fn run(
-        &self,
-        tables: &[u32],
-        jobs: &[[u32; 8]],
-        levels: u32,
-    ) -> Result<InteriorCounts, DeviceError>;
+    fn run(&self, tables: &[u32], jobs: &[[u32; 8]], levels: u32) -> Result<Ran, DeviceError>;
 
     /// Searches it runs at once.
     fn width(&self) -> usize;
@@ -55,6 +62,10 @@ pub struct CudaCard<R> {
     /// Jobs a batch is cut into, at least.
     jobs: usize,
     feeders: usize,
+    /// Steps taken and offered, and the latest launch's threads.
+    taken: AtomicU64,
+    offered: AtomicU64,
+    searches: AtomicU64,
 }
 
 impl<R> std::fmt::Debug for CudaCard<R> {
@@ -82,7 +93,23 @@ impl<R: Runner> CudaCard<R> {
             runner,
             jobs,
             feeders: given.feeders.map_or(16, |f| f as usize),
+            taken: AtomicU64::new(0),
+            offered: AtomicU64::new(0),
+            searches: AtomicU64::new(0),
         }
+    }
+
+    /// Adds one launch to the steps taken and offered: each search's steps
+    /// are its queens placed less its completions (the next-to-last row's
+    /// step places the last row's queens with it).
+    fn note(&self, ran: &Ran) {
+        let taken = ran.counts.iter().fold(0u64, |t, &(sols, placed)| {
+            t.saturating_add(placed.saturating_sub(sols))
+        });
+        let offered = ran.threads.saturating_mul(ran.busiest);
+        self.taken.fetch_add(taken, Ordering::Relaxed);
+        self.offered.fetch_add(offered, Ordering::Relaxed);
+        self.searches.store(ran.threads, Ordering::Relaxed);
     }
 
     /// Jobs a batch is cut into, at least.
@@ -113,9 +140,19 @@ impl<R: Runner> Device for CudaCard<R> {
                 if jobs.is_empty() {
                     return Ok(Some(vec![(0, 0); tables.len() / crate::jobs::TABLE_WORDS]));
                 }
-                self.runner.run(&tables, &jobs, levels).map(Some)
+                let ran = self.runner.run(&tables, &jobs, levels)?;
+                self.note(&ran);
+                Ok(Some(ran.counts))
             },
         )
+    }
+
+    fn busy(&self) -> Option<Busy> {
+        Some(Busy {
+            taken: self.taken.load(Ordering::Relaxed),
+            offered: self.offered.load(Ordering::Relaxed),
+            searches: self.searches.load(Ordering::Relaxed),
+        })
     }
 
     fn feeders(&self) -> usize {
