@@ -13,6 +13,12 @@ const STEADY_RESULTS: usize = 12;
 /// steady.
 const STEADY_ERROR: f64 = 0.2;
 
+/// The largest relative error of a rate that was steady at the result
+/// before: once shown, an ETA stays through the swings of results that
+/// arrive in bursts (its error says how far to trust it), and goes only
+/// when the rate has truly changed.
+const HELD_ERROR: f64 = 0.5;
+
 /// Parts of the window whose rates are compared.
 const PARTS: usize = 4;
 
@@ -20,6 +26,8 @@ const PARTS: usize = 4;
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Rate {
     recent: VecDeque<(u64, f64)>,
+    /// Whether the rate was steady at the latest result.
+    held: bool,
 }
 
 impl Rate {
@@ -28,6 +36,8 @@ impl Rate {
         if self.recent.len() > WINDOW {
             self.recent.pop_front();
         }
+        let most = if self.held { HELD_ERROR } else { STEADY_ERROR };
+        self.held = self.measured().is_some_and(|(_, error)| error <= most);
     }
 
     /// Work per second between the oldest and newest of the latest results
@@ -44,10 +54,17 @@ impl Rate {
 
     /// The rate and its relative error, once steady: enough results, and
     /// the rates of [`PARTS`] consecutive parts of the window agree (their
-    /// standard error within [`STEADY_ERROR`] of the whole window's rate).
-    /// `None` while results arrive in bursts or too few have arrived: an
-    /// ETA from them would swing by orders of magnitude.
+    /// standard error within [`STEADY_ERROR`] of the whole window's rate,
+    /// or [`HELD_ERROR`] where it was steady at the result before). `None`
+    /// while results arrive in bursts or too few have arrived: an ETA from
+    /// them would swing by orders of magnitude.
     pub fn steady(&self) -> Option<(f64, f64)> {
+        self.measured().filter(|_| self.held)
+    }
+
+    /// The rate and the standard error of its parts' rates, relative to it,
+    /// where there are enough results for parts.
+    fn measured(&self) -> Option<(f64, f64)> {
         let k = self.recent.len().checked_sub(1)?;
         if k < STEADY_RESULTS {
             return None;
@@ -69,7 +86,7 @@ impl Rate {
         let mean = parts.iter().sum::<f64>() / n;
         let var = parts.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
         let error = var.sqrt() / n.sqrt() / rate;
-        (rate > 0.0 && error <= STEADY_ERROR).then_some((rate, error))
+        (rate > 0.0).then_some((rate, error))
     }
 }
 
@@ -106,6 +123,34 @@ mod tests {
             r.add(20_000 + i * 100, 1.0);
         }
         assert_eq!(r.steady(), None, "a rate that changes");
+    }
+
+    /// Sixteen workers, each task taking 2 to 30 s (seeded): the parts'
+    /// rates swing past what first makes a rate steady, and an ETA once
+    /// shown stays, its rate near the workers' 1.0 per second.
+    #[test]
+    fn an_eta_once_shown_stays_while_results_come_unevenly() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut ends: Vec<u64> = (0..16).map(|w| 1_000 * w).collect();
+        let mut r = Rate::default();
+        let (mut shown, mut swung) = (false, 0.0f64);
+        for _ in 0..2_000 {
+            let (w, &t) = ends.iter().enumerate().min_by_key(|&(_, t)| *t).unwrap();
+            r.add(t, 1.0);
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ends[w] = t + 2_000 + seed % 28_000;
+            match r.steady() {
+                Some((rate, error)) => {
+                    assert!((rate - 1.0).abs() < 0.5, "{rate}");
+                    swung = swung.max(error);
+                    shown = true;
+                }
+                None => assert!(!shown, "the ETA went at {t} ms"),
+            }
+        }
+        assert!(shown && swung > STEADY_ERROR, "{shown} {swung}");
     }
 
     #[test]
