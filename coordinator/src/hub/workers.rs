@@ -37,14 +37,15 @@ impl Coordinator {
             let mut s = self.lock();
             if s.admit(worker).is_err() {
                 // Full: forget the longest silent worker that left nothing
-                // behind and holds no lease, silent for half a lease's
-                // life at least (two of its heartbeats: a live worker is
-                // never taken), so that made-up ids hold their places only
-                // while each is beaten twice a lease's life. A worker
-                // forgotten loses nothing: its next call's answer asks it
-                // to register again.
+                // behind, else whose results are all settled, holding no
+                // lease, silent for half a lease's life at least (two of
+                // its heartbeats: a live worker is never taken), so that
+                // made-up ids hold their places only while each is beaten
+                // twice a lease's life. A worker forgotten loses nothing
+                // but its figures: its next call's answer asks it to
+                // register again.
                 let before = self.silent_before(s.limits().lease_ttl_ms / 2);
-                s.forget_workers(before, 1);
+                s.forget_workers(before, 1, crate::state::Forget::Settled);
             }
             s.admit(worker)?;
             match s.may_bind(worker, credential)? {
@@ -384,7 +385,7 @@ impl Coordinator {
             let ttl = s.limits().lease_ttl_ms;
             if forget {
                 self.forgot_ms.store(now, Ordering::Relaxed);
-                s.forget_workers(forget_before, usize::MAX);
+                s.forget_workers(forget_before, usize::MAX, crate::state::Forget::Idle);
             }
             (s.expire(now), s.workers_news(now.saturating_sub(ttl)))
         };
@@ -439,6 +440,42 @@ mod tests {
         Coordinator::open(lock, dir, Limits::default(), clock, None, io)
             .await
             .unwrap()
+    }
+
+    /// A table full of workers whose results are all counted (a run of
+    /// weeks whose worker processes each took a new id): a newcomer takes
+    /// the place of one silent for half a lease's life, and is refused
+    /// while every one is fresher.
+    #[tokio::test]
+    async fn a_table_full_of_settled_workers_takes_a_newcomer() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let lock = lock_dir(dir.path()).unwrap();
+        let limits = Limits::default();
+        let core = Coordinator::open(
+            lock,
+            dir.path(),
+            limits,
+            clock.clone(),
+            None,
+            IoMode::Inline,
+        )
+        .await
+        .unwrap();
+        for i in 0..crate::state::MAX_WORKERS {
+            core.lock().touch_worker(&format!("w{i}"), 0).tasks_done = 1;
+        }
+        let refused = core.admit("newcomer", "").await;
+        assert!(
+            matches!(
+                refused,
+                Err(CoordError::State(StateError::TooManyWorkers(_)))
+            ),
+            "{refused:?}"
+        );
+        clock.advance(limits.lease_ttl_ms / 2 + 1);
+        core.admit("newcomer", "").await.unwrap();
+        assert!(core.lock().worker("w0").is_none());
     }
 
     /// A call dropped while its record is being written (its client went

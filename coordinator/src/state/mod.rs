@@ -30,7 +30,7 @@ pub use job::{Job, JobState, JobView, TaskList};
 pub use lease_id::{lease_id, random_key, LeaseKey};
 pub use ledger::{Conflict, StoredResult};
 pub use votes::{on_card, Checking, CountOn};
-pub use workers::{WorkerInfo, FORGET_AFTER_MS, MAX_WORKERS};
+pub use workers::{Forget, WorkerInfo, FORGET_AFTER_MS, MAX_WORKERS};
 
 use ledger::StoredResult as Stored;
 use nqueens_common::known::known;
@@ -145,7 +145,7 @@ pub enum StateError {
         state: JobState,
         action: &'static str,
     },
-    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken until one that holds nothing has been silent for half a lease's life (its place is then given to the newcomer)")]
+    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken until one that holds no lease and no result awaiting a check, and is not quarantined, has been silent for half a lease's life (its place is then given to the newcomer)")]
     TooManyWorkers(usize),
     #[error(
         "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
@@ -369,11 +369,11 @@ impl State {
     }
 
     /// Forgets up to `most` workers silent since before `before_ms` that
-    /// left nothing durable behind and hold no lease (see
+    /// `which` allows and that hold no lease (see
     /// [`workers::Workers::forget`]): made-up ids cannot fill the table for
     /// good, and are not kept in checkpoints. A worker whose result waits
     /// for a check, or is kept for the audit, is kept too.
-    pub fn forget_workers(&mut self, before_ms: u64, most: usize) -> usize {
+    pub fn forget_workers(&mut self, before_ms: u64, most: usize, which: Forget) -> usize {
         let keep: std::collections::HashSet<&str> = self
             .jobs
             .values()
@@ -383,7 +383,8 @@ impl State {
                 holding.chain(job.votes.voters()).chain(kept)
             })
             .collect();
-        self.workers.forget(before_ms, |id| keep.contains(id), most)
+        self.workers
+            .forget(before_ms, |id| keep.contains(id), most, which)
     }
 
     /// Whether the record report `d` would journal with verdict `v` is

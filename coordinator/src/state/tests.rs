@@ -865,7 +865,7 @@ mod whole {
         assert_eq!(v, Ok(Some(Verdict::NotCounted)));
         s.expire(TTL + 1);
         s.touch_worker("idle", 0);
-        assert_eq!(s.forget_workers(u64::MAX, usize::MAX), 1);
+        assert_eq!(s.forget_workers(u64::MAX, usize::MAX, Forget::Settled), 1);
         assert!(s.worker("idle").is_none());
         assert!(s.worker("a").is_some() && s.worker("old").is_some());
         assert_eq!(s.may_bind("a", "mallory").ok(), None, "still alice's");
@@ -1021,7 +1021,7 @@ mod whole {
         ));
         assert_eq!(s.worker("w1").unwrap().last_seen_ms, 7);
         // Silent, nothing counted, no lease: forgotten with its binding.
-        assert_eq!(s.forget_workers(8, usize::MAX), 1);
+        assert_eq!(s.forget_workers(8, usize::MAX, Forget::Idle), 1);
         assert_eq!(s.may_bind("w1", "mallory"), Ok(true));
         s.apply(&journal[1]).unwrap();
         assert_eq!(s.credential_of("w1"), "mallory");

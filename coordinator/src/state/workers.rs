@@ -12,6 +12,20 @@ pub const MAX_WORKERS: usize = 10_000;
 /// or conflict) and holds no lease is remembered after its last call.
 pub const FORGET_AFTER_MS: u64 = 3_600_000;
 
+/// Which silent workers that hold nothing may be forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forget {
+    /// Only those that left nothing durable behind (the sweep's, an hour
+    /// after their last call).
+    Idle,
+    /// Those first, then those whose results are all settled, none
+    /// contradicted: their results carry their credential themselves, and
+    /// only their figures go. For a newcomer when the table is full, so
+    /// that a run of weeks, each worker process a new id, never locks its
+    /// workers out.
+    Settled,
+}
+
 /// A worker as the coordinator sees it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
@@ -129,20 +143,29 @@ impl Workers {
         Ok(())
     }
 
-    /// Forgets up to `most` workers (the longest silent first) that left
-    /// nothing durable behind, were last heard from before `before_ms`
-    /// and hold no lease (`holding` says who does), with their bindings.
-    /// Returns how many.
-    pub fn forget(&mut self, before_ms: u64, holding: impl Fn(&str) -> bool, most: usize) -> usize {
-        let mut idle: Vec<(u64, String)> = self
+    /// Forgets up to `most` workers that `which` allows, were last heard
+    /// from before `before_ms` and hold nothing (`holding` says who holds
+    /// a lease or a result still needed), with their bindings: those that
+    /// left nothing behind first, each kind the longest silent first. A
+    /// quarantined worker is never forgotten. Returns how many.
+    pub fn forget(
+        &mut self,
+        before_ms: u64,
+        holding: impl Fn(&str) -> bool,
+        most: usize,
+        which: Forget,
+    ) -> usize {
+        let allowed =
+            |w: &WorkerInfo| w.forgettable() || (which == Forget::Settled && !w.quarantined());
+        let mut idle: Vec<(bool, u64, String)> = self
             .known
             .values()
-            .filter(|w| w.forgettable() && w.last_seen_ms < before_ms && !holding(&w.id))
-            .map(|w| (w.last_seen_ms, w.id.clone()))
+            .filter(|w| allowed(w) && w.last_seen_ms < before_ms && !holding(&w.id))
+            .map(|w| (!w.forgettable(), w.last_seen_ms, w.id.clone()))
             .collect();
         idle.sort_unstable();
         idle.truncate(most);
-        for (_, id) in &idle {
+        for (_, _, id) in &idle {
             self.known.remove(id);
             self.bound.remove(id);
         }
@@ -291,17 +314,44 @@ mod tests {
         w.entry("liar").conflicts = 1;
         w.bind("older", "alice");
         let holding = |id: &str| id == "busy";
-        assert_eq!(w.forget(10, holding, 1), 1, "at most one");
+        assert_eq!(w.forget(10, holding, 1, Forget::Idle), 1, "at most one");
         assert!(w.get("older").is_none(), "the longest silent first");
         assert_eq!(
             w.may_bind("older", "mallory"),
             Ok(true),
             "its binding went too"
         );
-        assert_eq!(w.forget(10, holding, usize::MAX), 1);
+        assert_eq!(w.forget(10, holding, usize::MAX, Forget::Idle), 1);
         assert!(w.get("old").is_none());
         for kept in ["fresh", "busy", "counted", "liar"] {
             assert!(w.get(kept).is_some(), "{kept}");
         }
+    }
+
+    /// A table full of workers whose results are counted, long silent:
+    /// the sweep keeps them all, and a newcomer's place is the longest
+    /// silent one's, never a quarantined worker's (its id would come back
+    /// unquarantined), nor one still holding something, however silent.
+    #[test]
+    fn a_full_table_of_settled_workers_makes_room() {
+        let mut w = Workers::default();
+        for i in 0..MAX_WORKERS {
+            let t = (i + 10) as u64;
+            w.touch(&i.to_string(), t).tasks_done = 1;
+        }
+        w.touch("0", 0).conflicts = 1;
+        w.touch("1", 1);
+        assert_eq!(w.admit("new"), Err(StateError::TooManyWorkers(MAX_WORKERS)));
+        let holding = |id: &str| id == "1";
+        assert_eq!(w.forget(u64::MAX, holding, 1, Forget::Idle), 0);
+        assert_eq!(
+            w.forget(5, holding, 1, Forget::Settled),
+            0,
+            "none silent enough"
+        );
+        assert_eq!(w.forget(u64::MAX, holding, 1, Forget::Settled), 1);
+        assert!(w.get("2").is_none(), "the longest silent settled one");
+        assert!(w.get("0").is_some_and(|w| w.quarantined()) && w.get("1").is_some());
+        assert_eq!(w.admit("new"), Ok(()));
     }
 }
