@@ -214,7 +214,9 @@ fn every_cuda_card_counts_as_the_cpu_does() {
 fn full_occupancy_registers(arch: i32) -> u32 {
     match arch {
         75 => 64,
-        86 | 87 | 89 | 120 | 121 => 42,
+        // 1,536 threads: 42 registers, but a warp's are given 8 a thread
+        // at a time.
+        86 | 87 | 89 | 120 | 121 => 40,
         _ => 32,
     }
 }
@@ -245,19 +247,20 @@ fn nvrtc_compiles_the_kernel_for_every_card_without_spilling() {
         Err(e) => return println!("skipped: {e}"),
     };
     let archs: Vec<i32> = nvrtc
-        .architectures()
-        .into_iter()
+        .architectures
+        .iter()
+        .copied()
         .filter(|&a| a >= 75)
         .collect();
     assert!(archs.contains(&90), "{} knows {archs:?}", nvrtc.found);
     // A card's own architecture gets machine code; one NVRTC does not
     // know, PTX for the driver to finish.
-    let cubin = compile::for_card(9, 0).unwrap();
+    let cubin = compile::for_card(nvrtc, 9, 0).unwrap();
     assert!(format!("{cubin:?}").starts_with("Ptx(Binary("));
-    let ptx = compile::for_card(9, 9).unwrap();
+    let ptx = compile::for_card(nvrtc, 9, 9).unwrap();
     assert!(ptx.to_src().contains(".entry count_jobs"));
     for arch in archs {
-        let log = compile::resources(arch / 10, arch % 10).unwrap();
+        let log = compile::resources(nvrtc, arch / 10, arch % 10).unwrap();
         let said = |what| figure(&log, what).unwrap_or_else(|| panic!("sm_{arch}: {log}"));
         let frame = said("bytes stack frame");
         let spills = said("bytes spill stores");

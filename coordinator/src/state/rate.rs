@@ -32,11 +32,23 @@ pub struct Rate {
 
 impl Rate {
     pub fn add(&mut self, unix_ms: u64, work: f64) {
+        // A pause longer than a part of the window (an outage, a job
+        // paused) is a change of rate: steady again only as at first.
+        let paused = match (self.recent.front(), self.recent.back()) {
+            (Some(&(first, _)), Some(&(last, _))) => {
+                unix_ms.saturating_sub(last) > (last - first.min(last)) / PARTS as u64
+            }
+            _ => false,
+        };
         self.recent.push_back((unix_ms, work));
         if self.recent.len() > WINDOW {
             self.recent.pop_front();
         }
-        let most = if self.held { HELD_ERROR } else { STEADY_ERROR };
+        let most = if self.held && !paused {
+            HELD_ERROR
+        } else {
+            STEADY_ERROR
+        };
         self.held = self.measured().is_some_and(|(_, error)| error <= most);
     }
 
@@ -151,6 +163,25 @@ mod tests {
             }
         }
         assert!(shown && swung > STEADY_ERROR, "{shown} {swung}");
+    }
+
+    /// Results stopped for three parts of the window, then resumed as
+    /// before: the window's rate is far below the workers', and the ETA
+    /// goes until the parts agree as they must at first.
+    #[test]
+    fn a_pause_in_the_results_takes_the_eta_away() {
+        let mut r = Rate::default();
+        for i in 0..300 {
+            r.add(i * 1_000, 1.0);
+        }
+        assert!(r.steady().is_some());
+        let resumed = 300_000 + 192_000;
+        r.add(resumed, 1.0);
+        assert_eq!(r.steady(), None, "{:?}", r.measured());
+        for i in 1..300 {
+            r.add(resumed + i * 1_000, 1.0);
+        }
+        assert!(r.steady().is_some(), "steady again");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! at run time: a machine without them has no CUDA cards, and says which
 //! is missing.
 
-use super::{compile, Ran, Runner};
+use super::{compile, nvrtc, Ran, Runner};
 use crate::jobs::TABLE_WORDS;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{
@@ -32,7 +32,7 @@ pub fn count() -> Result<usize, String> {
                 .into(),
         );
     }
-    super::nvrtc::nvrtc()?;
+    nvrtc::nvrtc()?;
     match CudaContext::device_count() {
         Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
         Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
@@ -104,9 +104,17 @@ impl Cuda {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(failed("its compute capability"))?;
+        let nvrtc = nvrtc::for_card(driver_version(), major * 10 + minor)?;
+        let loading = format!(
+            "loading the kernel NVRTC {}.{} built, under a driver of CUDA {}.{}",
+            nvrtc.version.0,
+            nvrtc.version.1,
+            driver_version() / 1000,
+            driver_version() % 1000 / 10
+        );
         let module = ctx
-            .load_module(compile::for_card(major, minor)?)
-            .map_err(failed("loading the kernel"))?;
+            .load_module(compile::for_card(nvrtc, major, minor)?)
+            .map_err(failed(&loading))?;
         let func = module
             .load_function("count_jobs")
             .map_err(failed("finding the kernel"))?;

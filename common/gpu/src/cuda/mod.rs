@@ -62,7 +62,7 @@ pub struct CudaCard<R> {
     /// Jobs a batch is cut into, at least.
     jobs: usize,
     feeders: usize,
-    /// Steps taken and offered, and the latest launch's threads.
+    /// Steps taken and offered, and the most threads one launch had.
     taken: AtomicU64,
     offered: AtomicU64,
     searches: AtomicU64,
@@ -109,7 +109,7 @@ impl<R: Runner> CudaCard<R> {
         let offered = ran.threads.saturating_mul(ran.busiest);
         self.taken.fetch_add(taken, Ordering::Relaxed);
         self.offered.fetch_add(offered, Ordering::Relaxed);
-        self.searches.store(ran.threads, Ordering::Relaxed);
+        self.searches.fetch_max(ran.threads, Ordering::Relaxed);
     }
 
     /// Jobs a batch is cut into, at least.
@@ -204,11 +204,12 @@ pub fn describe() -> String {
         Ok(n) => format!("CUDA: {n} cards (NQUEENS_GPU_API=cuda counts on them)"),
         Err(e) => format!("CUDA: none ({e})"),
     };
-    match nvrtc::nvrtc() {
-        Ok(found) => format!(
-            "{cards}, NVRTC {}.{} ({})",
-            found.version.0, found.version.1, found.found
-        ),
-        Err(_) => cards,
+    let found: Vec<String> = nvrtc::all()
+        .iter()
+        .map(|n| format!("{}.{} ({})", n.version.0, n.version.1, n.found))
+        .collect();
+    match found.is_empty() {
+        true => cards,
+        false => format!("{cards}, NVRTC {}", found.join(", ")),
     }
 }

@@ -1,10 +1,15 @@
 //! NVRTC, CUDA's run-time compiler, opened at run time from wherever an
 //! install puts it: the loader's own search (`LD_LIBRARY_PATH`, the
-//! system's folders), then `$CUDA_HOME/lib64`, `$CUDA_PATH/lib64` and
-//! `/usr/local/cuda/lib64`. Each folder is tried for the unversioned name
-//! a toolkit installs and for the versioned names that a runtime-only
-//! install (NVIDIA's Python wheels, a container's runtime image) has
-//! alone: CUDA 13's, 12's and 11's.
+//! system's folders), then `$CUDA_HOME` and `$CUDA_PATH` (absolute paths
+//! only; their `lib64` and `lib`) and `/usr/local/cuda/lib64`. Each folder
+//! is tried for the unversioned name a toolkit installs and for the
+//! versioned names that a runtime-only install (NVIDIA's Python wheels, a
+//! container's runtime image) has alone: CUDA 13's, 12's and 11's.
+//!
+//! Each NVRTC found is kept, and a card is built for by the first that
+//! fits it ([`for_card`]): no newer than the driver's CUDA (whose driver
+//! loads nothing a newer major version builds) and knowing the card's
+//! architecture or an older one (NVRTC 13 starts at Turing).
 
 use libloading::{Library, Symbol};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -28,11 +33,21 @@ const NAMES: &[&str] = &[
 
 /// Folders tried after the loader's own search.
 fn folders() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+    let subfolders: &[&str] = if cfg!(windows) {
+        &["bin", "bin/x64"]
+    } else {
+        &["lib64", "lib"]
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for root in ["CUDA_HOME", "CUDA_PATH"]
         .iter()
         .filter_map(std::env::var_os)
-        .map(|root| PathBuf::from(root).join(if cfg!(windows) { "bin" } else { "lib64" }))
-        .collect();
+        .map(PathBuf::from)
+        // A relative root would be looked for wherever the process runs.
+        .filter(|root| root.is_absolute())
+    {
+        out.extend(subfolders.iter().map(|sub| root.join(sub)));
+    }
     if cfg!(not(windows)) {
         out.push("/usr/local/cuda/lib64".into());
     }
@@ -57,49 +72,98 @@ pub struct Nvrtc {
     pub found: String,
     /// Its version, (13, 0) for 13.0.
     pub version: (i32, i32),
+    /// The architectures it builds machine code for (75 for sm_75).
+    pub architectures: Vec<i32>,
 }
 
 type Status = c_int;
 type Program = *mut c_void;
 
-/// NVRTC, opened once; an error naming where it was looked for.
-pub fn nvrtc() -> Result<&'static Nvrtc, String> {
-    static ONCE: OnceLock<Result<Nvrtc, String>> = OnceLock::new();
-    ONCE.get_or_init(open).as_ref().map_err(Clone::clone)
+/// Every NVRTC found, each version once, in the order tried; and those
+/// found but not used, with why.
+struct Found {
+    usable: Vec<Nvrtc>,
+    refused: Vec<String>,
 }
 
-fn open() -> Result<Nvrtc, String> {
-    for path in candidates() {
-        // SAFETY: NVRTC's initialisers only set up the library itself.
-        let Ok(lib) = (unsafe { Library::new(&path) }) else {
-            continue;
+fn found() -> &'static Found {
+    static ONCE: OnceLock<Found> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let mut all = Found {
+            usable: Vec::new(),
+            refused: Vec::new(),
         };
-        let mut nvrtc = Nvrtc {
-            lib,
-            _builtins: builtins_beside(&path),
-            found: path.display().to_string(),
-            version: (0, 0),
-        };
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: nvrtcVersion writes two ints.
-        let version = unsafe {
-            nvrtc.call::<unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status>(b"nvrtcVersion")
-        };
-        if let Ok(f) = version {
-            if unsafe { f(&mut major, &mut minor) } == 0 {
-                nvrtc.version = (major, minor);
-                return Ok(nvrtc);
+        for path in candidates() {
+            // SAFETY: NVRTC's initialisers only set up the library itself.
+            let Ok(lib) = (unsafe { Library::new(&path) }) else {
+                continue;
+            };
+            match Nvrtc::checked(lib, &path) {
+                Ok(n) if all.usable.iter().all(|u| u.version != n.version) => all.usable.push(n),
+                Ok(_) => {}
+                Err(why) => all.refused.push(format!("{}: {why}", path.display())),
             }
         }
+        all
+    })
+}
+
+/// NVRTC, the first found; an error naming where it was looked for.
+pub fn nvrtc() -> Result<&'static Nvrtc, String> {
+    all().first().ok_or_else(not_found)
+}
+
+/// Every NVRTC found, each version once, in the order tried.
+pub fn all() -> &'static [Nvrtc] {
+    &found().usable
+}
+
+/// The first NVRTC found that builds for a card of architecture `arch`
+/// (90 for sm_90) under a driver of CUDA `driver` (12080 for 12.8; 0 if
+/// unknown).
+pub fn for_card(driver: i32, arch: i32) -> Result<&'static Nvrtc, String> {
+    let all = &found().usable;
+    if all.is_empty() {
+        return Err(not_found());
     }
+    all.iter()
+        .find(|n| fits(n.version, &n.architectures, driver, arch))
+        .ok_or_else(|| {
+            let seen: Vec<String> = all
+                .iter()
+                .map(|n| format!("{}.{} ({})", n.version.0, n.version.1, n.found))
+                .collect();
+            format!(
+                "no NVRTC here builds for this card (sm_{arch}, its driver of CUDA {}.{}): \
+                 found {}; NVRTC must be of the driver's CUDA version or older, and know the \
+                 card's architecture or an older one (NVRTC 13 starts at sm_75, 12 at sm_50)",
+                driver / 1000,
+                driver % 1000 / 10,
+                seen.join(", ")
+            )
+        })
+}
+
+/// Whether NVRTC `version`, building for `architectures`, fits a card of
+/// `arch` under a driver of CUDA `driver` (0: unknown, any fits).
+fn fits(version: (i32, i32), architectures: &[i32], driver: i32, arch: i32) -> bool {
+    (driver <= 0 || version.0 <= driver / 1000) && architectures.iter().any(|&a| a <= arch)
+}
+
+fn not_found() -> String {
     let folders: Vec<String> = folders().iter().map(|d| d.display().to_string()).collect();
-    Err(format!(
-        "NVRTC ({}) was not found on the loader's path nor in {}: install the CUDA toolkit \
-         or NVIDIA's nvidia-cuda-nvrtc package, then add its folder to LD_LIBRARY_PATH or \
-         set CUDA_HOME",
+    let refused = &found().refused;
+    let refused = match refused.is_empty() {
+        true => String::new(),
+        false => format!(" (found but not used: {})", refused.join("; ")),
+    };
+    format!(
+        "NVRTC of CUDA 11.2 or later ({}) was not found on the loader's path nor in {}{refused}: \
+         install the CUDA toolkit, or NVIDIA's nvidia-cuda-nvrtc package, and add its folder \
+         to LD_LIBRARY_PATH or set CUDA_HOME",
         NAMES.join(", "),
         folders.join(", ")
-    ))
+    )
 }
 
 /// NVRTC opens its builtins (`libnvrtc-builtins.so.13.0`) by name when it
@@ -134,6 +198,36 @@ pub struct Compiled {
 }
 
 impl Nvrtc {
+    /// `lib`, found at `path`, if it is NVRTC of CUDA 11.2 or later.
+    fn checked(lib: Library, path: &std::path::Path) -> Result<Nvrtc, String> {
+        let mut nvrtc = Nvrtc {
+            lib,
+            _builtins: builtins_beside(path),
+            found: path.display().to_string(),
+            version: (0, 0),
+            architectures: Vec::new(),
+        };
+        type Version = unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: nvrtcVersion writes two ints.
+        unsafe {
+            nvrtc.check(nvrtc.call::<Version>(b"nvrtcVersion")?(
+                &mut major, &mut minor,
+            ))
+        }?;
+        nvrtc.version = (major, minor);
+        // SAFETY: only looked up, not called.
+        unsafe { nvrtc.call::<unsafe extern "C" fn()>(b"nvrtcGetCUBIN") }
+            .map_err(|_| format!("NVRTC {major}.{minor} is older than CUDA 11.2"))?;
+        nvrtc.architectures = nvrtc.supported();
+        if nvrtc.architectures.is_empty() {
+            return Err(format!(
+                "NVRTC {major}.{minor} names no architecture it builds for"
+            ));
+        }
+        Ok(nvrtc)
+    }
+
     /// # Safety
     /// `F` must be the C signature of NVRTC's function `name`.
     unsafe fn call<F: Copy>(&self, name: &[u8]) -> Result<F, String> {
@@ -168,8 +262,8 @@ impl Nvrtc {
         }
     }
 
-    /// The architectures it compiles for (75 for sm_75), where it says.
-    pub fn architectures(&self) -> Vec<i32> {
+    /// The architectures it builds machine code for, where it says.
+    fn supported(&self) -> Vec<i32> {
         type Count = unsafe extern "C" fn(*mut c_int) -> Status;
         type Archs = unsafe extern "C" fn(*mut c_int) -> Status;
         let mut n = 0;
@@ -252,8 +346,10 @@ impl Nvrtc {
                 pointers.as_ptr(),
             )
         };
-        let log = unsafe { self.output(prog, b"nvrtcGetProgramLogSize", b"nvrtcGetProgramLog") }?;
-        let log = text(&log);
+        // The log is best had, never what hides the compiler's verdict.
+        let log = unsafe { self.output(prog, b"nvrtcGetProgramLogSize", b"nvrtcGetProgramLog") }
+            .map(|log| text(&log))
+            .unwrap_or_default();
         let image = match self.check(status) {
             Err(e) => Err(e),
             Ok(()) if cubin => unsafe { self.output(prog, b"nvrtcGetCUBINSize", b"nvrtcGetCUBIN") },
@@ -295,6 +391,33 @@ mod tests {
     fn nvrtc_text_ends_at_its_nul() {
         assert_eq!(text(b"ptx\0junk"), "ptx");
         assert_eq!(text(b"log"), "log");
+    }
+
+    /// A card is built for by NVRTC no newer than its driver's CUDA that
+    /// knows its architecture or an older one.
+    #[test]
+    fn an_nvrtc_fits_its_driver_and_card() {
+        let thirteen = [75, 80, 86, 89, 90, 100, 120];
+        let twelve = [50, 60, 70, 75, 80, 86, 89, 90];
+        assert!(fits((13, 0), &thirteen, 13000, 90));
+        assert!(
+            !fits((13, 0), &thirteen, 12080, 90),
+            "newer than the driver"
+        );
+        assert!(
+            fits((12, 9), &twelve, 12020, 90),
+            "a newer minor version is fine"
+        );
+        assert!(
+            !fits((13, 0), &thirteen, 13000, 70),
+            "a V100 is older than it knows"
+        );
+        assert!(fits((12, 9), &twelve, 13000, 70));
+        assert!(
+            fits((12, 9), &twelve, 13000, 120),
+            "PTX for a card newer than it knows"
+        );
+        assert!(fits((13, 0), &thirteen, 0, 90), "an unknown driver");
     }
 
     #[test]
