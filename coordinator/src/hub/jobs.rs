@@ -161,10 +161,7 @@ impl Coordinator {
     }
 
     pub fn job(&self, id: u64) -> Result<JobView, CoordError> {
-        let state = self.lock();
-        let mut view = state.job(id)?.view();
-        view.waiting_for = state.waiting_for(id, self.now_ms());
-        Ok(view)
+        Ok(self.lock().job_view(id, self.now_ms())?)
     }
 
     /// A page of job `id`'s counted results from task `from` on, in task
@@ -205,10 +202,7 @@ impl Coordinator {
         let now = self.now_ms();
         state
             .jobs()
-            .map(|j| JobView {
-                waiting_for: state.waiting_for(j.id, now),
-                ..j.view()
-            })
+            .filter_map(|j| state.job_view(j.id, now).ok())
             .collect()
     }
 

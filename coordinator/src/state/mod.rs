@@ -433,6 +433,18 @@ impl State {
         self.workers.iter()
     }
 
+    /// Job `id` as it stands at `now_ms`: its view, and why it cannot
+    /// progress, if it cannot; then it has no ETA (its rate is of the
+    /// results before it stopped).
+    pub fn job_view(&self, id: u64, now_ms: u64) -> Result<JobView, StateError> {
+        let mut view = self.job(id)?.view();
+        view.waiting_for = self.waiting_for(id, now_ms);
+        if view.waiting_for.is_some() {
+            (view.eta_seconds, view.eta_error_seconds) = (None, None);
+        }
+        Ok(view)
+    }
+
     /// Why job `id` cannot progress now, if it cannot: it is being planned,
     /// or its redundancy needs more distinct credentials than the workers
     /// seen within a lease's lifetime (and not quarantined) have.

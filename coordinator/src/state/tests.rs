@@ -429,8 +429,18 @@ mod whole {
                 let left = v.work_total - v.work_done;
                 assert!((eta - left).abs() < 0.05 * left, "{eta} vs {left}");
                 assert!(error < 0.05 * eta, "{error}");
+                // While its worker calls, the job goes on and has an ETA;
+                // with none heard from within a lease's life, it waits for
+                // workers and has none.
+                let now = (clock * 1_000.0) as u64;
+                s.touch_worker("w", now);
+                assert!(s.job_view(1, now).unwrap().eta_seconds.is_some());
+                let later = s.job_view(1, now + TTL + 1).unwrap();
+                assert!(later.waiting_for.is_some() && later.eta_seconds.is_none());
+                return;
             }
         }
+        unreachable!("the ETA was checked");
     }
 
     #[test]
