@@ -10,7 +10,7 @@
 //!   the operator's commands (submit, status, watch, jobs, workers, ...).
 //! - [`progress`]: following a job (bar, lines or JSON).
 //! - [`human`]: jobs and workers as people and scripts read them;
-//!   [`format`]: numbers, durations and JSON lines.
+//!   [`format`](mod@format): numbers, durations and JSON lines.
 //! - [`environ`]: tokens from files or variables, and signals.
 //! - [`doctor`]: a self-check of a machine's setup against a coordinator.
 //! - [`exit`]: failures and their exit codes.

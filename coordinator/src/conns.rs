@@ -1,7 +1,7 @@
 //! The connections a coordinator serves, bounded: at most a total and a
 //! number per client address, each closed if its client never starts its
 //! handshake or goes quiet, and, when every place is taken, one makes way
-//! for a new one (see [`Table::victim`]): first one whose calls never
+//! for a new one (see `Table::victim`): first one whose calls never
 //! arrive in full or all fail, never one whose request arrived and is
 //! being answered or is still coming in, and a new one only last, since
 //! its request may still be on its way. A flood of idle connections can
@@ -221,7 +221,7 @@ impl Table {
     }
 
     /// Takes a place for a new connection from `peer`, closing one that
-    /// makes way (see [`Table::victim`]) if every place is taken.
+    /// makes way (see `Table::victim`) if every place is taken.
     fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<Arc<Conn>, NoPlace> {
         self.admit_at(peer, self.now_ms())
     }

@@ -866,7 +866,7 @@ where
     }
 }
 
-/// Headers every answer but a worker call's carries (see [`Answers`]):
+/// Headers every answer but a worker call's carries (see `Answers`):
 /// this coordinator's version and its clock (Unix ms), so that a client
 /// (`nqueens doctor`, any role, health included) can compare them with
 /// its own.

@@ -394,7 +394,7 @@ impl Store {
         (!table.is_empty()).then_some(table)
     }
 
-    /// Stores a job's task table, [`RUNS_PER_VALUE`] runs to a value, in
+    /// Stores a job's task table, `RUNS_PER_VALUE` runs to a value, in
     /// place of any table it had.
     pub fn put_table(&self, job: u64, table: &TaskTable) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();

@@ -143,7 +143,7 @@ impl Pool {
 
 impl Drop for Pool {
     /// Threads end after their current task (stop it first to end
-    /// sooner). The drop waits for them (up to [`END_WAIT`]), so a card's
+    /// sooner). The drop waits for them (up to `END_WAIT`), so a card's
     /// device is closed by the thread that held it before the process
     /// exits, not torn down under it.
     fn drop(&mut self) {

@@ -165,7 +165,7 @@ impl Interior {
     /// on a Zen 4 than keeping every row and reading four tables. A row is
     /// entered only if it has a candidate and the row below it is still
     /// open. The last three free rows are never entered: with three
-    /// columns left they are counted without a branch ([`LastThree`]).
+    /// columns left they are counted without a branch (`LastThree`).
     ///
     /// Three builds: BMI2 (x86-64 since 2013, as AVX2), POPCNT alone (the
     /// CPUs before those, back to 2008) and portable. N=17 on a Zen 4:

@@ -58,7 +58,7 @@ pub fn matches(n: u32, total: u128, unique: u128) -> Option<bool> {
     known(n).map(|k| (k.total, k.unique) == (total, unique))
 }
 
-/// [`matches`] in words, for reports.
+/// [`matches`](fn@matches) in words, for reports.
 pub fn verdict(matches: Option<bool>) -> &'static str {
     match matches {
         Some(true) => "matches OEIS A000170 / A002562",

@@ -18,7 +18,7 @@
 //! - [`symmetric`]: solutions fixed by a half or quarter turn (Burnside).
 //! - [`search`]: the classic symmetry-pruned search (small N, and a check
 //!   that classes agree).
-//! - [`reference`]: a naive brute-force counter, for tests.
+//! - [`reference`](mod@reference): a naive brute-force counter, for tests.
 //! - [`baseline`]: the plain bitmap mirror counter benchmarks compare with.
 //! - [`boards`]: streaming every solution in lexicographic order.
 //! - [`complete`]: completing a board from given queens.

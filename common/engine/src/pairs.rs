@@ -6,7 +6,7 @@
 //! `w` of bit `j` of a block has bit `t` set when pattern 64·w + t lacks
 //! bit `j`. The patterns disjoint from an item are then the AND, over the
 //! item's bits, of those rows; the ANDs are made ahead for every subset of
-//! each run of [`CHUNK`] bits, so an item costs one 512-bit AND per run of
+//! each run of `CHUNK` bits, so an item costs one 512-bit AND per run of
 //! the key's width and one popcount per block.
 //!
 //! Three things keep that width and the work small:
@@ -28,7 +28,7 @@ type Row = [u64; WORDS];
 const CHUNK: u32 = 5;
 const SUBSETS: usize = 1 << CHUNK;
 
-/// The longest key: 64 bits in runs of [`CHUNK`].
+/// The longest key: 64 bits in runs of `CHUNK`.
 const MAX_RUNS: usize = 13;
 
 /// Weights of pairs by the marked bits of each side (see
@@ -231,7 +231,7 @@ fn cut_bits(table: &[u64], shared: u64, marked: u64) -> Cuts {
 /// Squeezes the bits of a mask together, lowest first: each run of
 /// consecutive mask bits moves down by one shift (halves' keys have few
 /// such runs: two diagonal ranges, less the cuts). When that saves no run
-/// of [`CHUNK`] bits it makes one move of the mask's whole span: bits
+/// of `CHUNK` bits it makes one move of the mask's whole span: bits
 /// between that no pattern or no item has, and cut bits, clash with
 /// nothing, so they may stay.
 struct Squeeze {
@@ -285,7 +285,7 @@ impl Squeeze {
     }
 }
 
-/// Stores `patterns` by bit into `rows`, `runs` runs of [`CHUNK`] bits per
+/// Stores `patterns` by bit into `rows`, `runs` runs of `CHUNK` bits per
 /// block; the slots past the last pattern are cleared from run 0's rows,
 /// so no item counts them.
 #[inline(always)]
@@ -461,7 +461,7 @@ mod tests {
     }
 
     /// Squeezing keeps the mask's bits in order, in as few runs of
-    /// [`CHUNK`] bits as the mask's own count needs, for masks with runs at
+    /// `CHUNK` bits as the mask's own count needs, for masks with runs at
     /// both ends, in the middle, and spread (squeezed bit by bit) or dense
     /// (moved whole).
     #[test]

@@ -233,5 +233,5 @@ pub fn default_tasks(n: Size) -> u64 {
 pub const MAX_DEPTH: u32 = 11;
 
 /// Most free rows a rings plan places to cut a ring into parts: at most
-/// 30^3 parts, inside [`PART_BITS`].
+/// 30^3 parts, inside `PART_BITS`.
 pub const MAX_RING_SPLIT: u32 = 3;

@@ -2,7 +2,7 @@
 //! that a plan of 10^8 or 10^9 tasks costs the coordinator the size of its
 //! groups, not of its tasks.
 //!
-//! Cutting a plan makes two kinds of task (see [`TaskTable::cut`]): a task
+//! Cutting a plan makes two kinds of task (see `TaskTable::cut`): a task
 //! that takes one or more whole groups, and the equal parts of a group too
 //! costly for one task. A run is one of the first, or *all* the parts of
 //! one group; task `i` is derived from its run on demand. The tasks are the

@@ -268,7 +268,7 @@ struct Timings {
 
 impl Coordinator {
     /// Opens the data directory, whose lock the caller holds (`lock`, from
-    /// [`lock_dir`], taken before it listens): replays the journal,
+    /// `lock_dir`, taken before it listens): replays the journal,
     /// re-plans every job (checked against the journal's digest), verifies
     /// the totals, and records a new boot.
     ///

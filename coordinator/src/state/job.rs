@@ -135,7 +135,7 @@ pub struct JobView {
     /// Estimated work done per second over the latest results.
     pub work_per_second: f64,
     /// Seconds left, and its error (one standard deviation), once the
-    /// rate is steady (see [`super::rate::Rate::steady`]).
+    /// rate is steady (see `Rate::steady`).
     pub eta_seconds: Option<f64>,
     pub eta_error_seconds: Option<f64>,
     /// Why it cannot progress now, when it cannot (see [`super::State::waiting_for`]).

@@ -9,9 +9,9 @@
 //! [`lease_id`]) can still be recognised: its holder may adopt it (by a
 //! heartbeat) or report it while no other worker holds the task.
 //!
-//! Each part owns one concern: [`schedule`] (what goes out next, who holds
-//! what), [`votes`] (agreement under redundancy), [`ledger`] (counted
-//! results and their sum), [`rate`], [`workers`]; [`job`] puts a job's
+//! Each part owns one concern: `schedule` (what goes out next, who holds
+//! what), `votes` (agreement under redundancy), `ledger` (counted
+//! results and their sum), `rate`, `workers`; `job` puts a job's
 //! parts together and this module applies records and calls to them.
 
 mod event;
@@ -370,7 +370,7 @@ impl State {
 
     /// Forgets up to `most` workers silent since before `before_ms` that
     /// `which` allows and that hold no lease (see
-    /// [`workers::Workers::forget`]): made-up ids cannot fill the table for
+    /// `Workers::forget`): made-up ids cannot fill the table for
     /// good, and are not kept in checkpoints. A worker whose result waits
     /// for a check, or is kept for the audit, is kept too.
     pub fn forget_workers(&mut self, before_ms: u64, most: usize, which: Forget) -> usize {

@@ -11,7 +11,7 @@
 //!   jitter, bandwidth, loss as TCP shows it, stalls, partitions, resets).
 //! - [`wait`]: polling until a condition holds, always with a deadline
 //!   (never a sleep standing in for synchronisation).
-//! - [`watchdog`]: a hung whole-system test fails with the stacks of its
+//! - [`watchdog`](mod@watchdog): a hung whole-system test fails with the stacks of its
 //!   processes instead of hanging CI.
 //!
 //! Everything is re-exported at the top, so a test file says

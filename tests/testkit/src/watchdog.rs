@@ -19,7 +19,7 @@ fn test_limit() -> Duration {
 pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
 
 /// Turns a hang into a failure with a reason: if the test is still running
-/// after [`test_limit`], prints the stacks of every process this test binary
+/// after `test_limit`, prints the stacks of every process this test binary
 /// started (and its own) with gdb where the machine has it, kills them, and
 /// exits the test binary with an error. A hang must never become a CI
 /// timeout with nothing to read.
@@ -28,7 +28,7 @@ pub fn watchdog(test: &'static str) -> Watchdog {
 }
 
 /// [`watchdog`] for a test that takes minutes by design (an `#[ignore]`d
-/// long run): it fails after `limit`, or [`test_limit`] if that is longer.
+/// long run): it fails after `limit`, or `test_limit` if that is longer.
 pub fn watchdog_within(test: &'static str, limit: Duration) -> Watchdog {
     let (tx, rx) = mpsc::channel::<()>();
     let limit = limit.max(test_limit());

@@ -10,11 +10,11 @@
 //!
 //! Two kernels, each built for AVX2 and for AVX-512 (the same source; the
 //! AVX-512 build has 32 registers, rotates and masks):
-//! - [`narrow`]: diagonals rotate instead of shifting, so no bit is lost
+//! - `narrow`: diagonals rotate instead of shifting, so no bit is lost
 //!   and a lane's stack keeps one word per row. A rotated bit must not
 //!   wrap onto the board: [`fits_lanes`] checks there is room (ring
 //!   interiors up to N=18).
-//! - [`wide`]: plain shifts and a 16-byte record per row, for any interior
+//! - `wide`: plain shifts and a 16-byte record per row, for any interior
 //!   up to N=32.
 //!
 //! The path is chosen at run time ([`Path::ranked`]); the scalar path
@@ -77,7 +77,7 @@ impl Counted {
         Ok(())
     }
 
-    /// Σ weights[i] × completions[i], and every node, checked.
+    /// Σ `weights[i] × completions[i]`, and every node, checked.
     pub fn weighted(&self, weights: &[u32]) -> Result<Sums, CountOverflow> {
         let mut sums = Sums::default();
         for (c, &w) in self.per_interior.iter().zip(weights) {
@@ -153,7 +153,7 @@ impl Path {
 
     /// Every path this CPU can run, fastest first, scalar last. A CPU with
     /// both AVX-512 and AVX2 has them raced once per process (about 12 ms,
-    /// [`race_avx512_against_avx2`]): the AVX-512 build is the faster on a
+    /// `race_avx512_against_avx2`): the AVX-512 build is the faster on a
     /// Zen 4 (N=17, one thread: 2.84 s against 3.42 s), but a CPU that
     /// slows its clock for AVX-512 code may not gain. (An earlier AVX-512
     /// kernel, with gathers and scatters, took 4.88 s there: a Zen 4
