@@ -1153,15 +1153,16 @@ fn a_mistyped_gpu_setting_is_refused_before_anything_counts() {
 }
 
 /// `NQUEENS_GPU_API=cuda` counts on a CUDA card, named as one; on a
-/// machine without CUDA's driver or NVRTC, `solve`, `bench` and a worker
-/// counting on cards alone stop before they count or connect, naming the
-/// library to install (a worker's `--gpus auto` alone finds no card, and
+/// machine without CUDA's driver or NVRTC, `solve`, `bench` (its tuner
+/// too) and a worker counting on cards alone stop before they count or
+/// connect, naming the library to install (a worker's `--gpus auto` alone finds no card, and
 /// counts on the CPU, as with wgpu).
 #[test]
 fn cuda_cards_are_counted_on_or_the_missing_library_is_named() {
-    let commands: [&[&str]; 3] = [
+    let commands: [&[&str]; 4] = [
         &["solve", "10", "--core", "gpu"],
         &["bench", "10", "--core", "gpu", "--no-baseline"],
+        &["bench", "10", "--core", "gpu", "--tune"],
         &[
             "worker",
             "--coordinator",

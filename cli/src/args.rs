@@ -88,7 +88,8 @@ pub enum Command {
         \n--tune counts N (the range's last) on the card as `solve --core gpu` does, once per \
         tuning: the start (the card's defaults and any NQUEENS_GPU_* set), then each knob \
         turned from the fastest so far (where the rows' tables live, steps per launch, \
-        feeding threads, jobs per batch, launches per round). It prints each count's time, \
+        feeding threads, jobs per batch, launches per round; under NQUEENS_GPU_API=cuda \
+        threads per block, feeding threads and jobs per batch). It prints each count's time, \
         rate, the card's busy share and searches at once, then the NQUEENS_GPU_* settings \
         of the fastest, for the workers on that card. Pick an N the card counts in a few \
         seconds (19 or 20 on a datacenter GPU).")]

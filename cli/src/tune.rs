@@ -1,10 +1,13 @@
 //! `nqueens bench N --core gpu --tune`: the card's count of N under a few
-//! tunings, one knob turned at a time from the fastest so far, and the
+//! settings, one knob turned at a time from the fastest so far, and the
 //! environment that gives the fastest.
 //!
 //! Cards differ (multiprocessors, memory, drivers), and so does the best
 //! way to feed them; each knob is one `NQUEENS_GPU_*` variable a worker
-//! reads. Every count is checked against the published one.
+//! reads. The wgpu path's knobs are its [`Tuning`]'s; with
+//! `NQUEENS_GPU_API=cuda`, the CUDA path's ([`Cuda`]: threads per block,
+//! jobs per batch, feeding threads). Every count is checked against the
+//! published one.
 
 use crate::exit::Failure;
 use crate::format::{json_line, si, thousands};
@@ -15,78 +18,217 @@ use nqueens_common::known::known;
 use nqueens_common::plan::solve::solve_plan;
 use nqueens_common::plan::Strategy;
 use nqueens_common::Size;
-use nqueens_gpu::{first_card, Card, Overrides, Tuning};
+use nqueens_gpu::{first_card, Choice, Overrides, Tuning};
 use std::io::{self, Write};
 use std::sync::Arc;
 
-/// A knob: its name, and the tunings one turn of it away from `t`.
-struct Knob {
+/// A knob: its name, and the settings one turn of it away from `s`.
+struct Knob<S> {
     name: &'static str,
-    turns: fn(&Tuning) -> Vec<Tuning>,
+    turns: fn(&S) -> Vec<S>,
 }
 
-/// The knobs in the order they are turned.
-const KNOBS: [Knob; 6] = [
-    Knob {
-        name: "loop",
-        turns: |t| flipped(t, |u| &mut u.launch.nested),
-    },
-    Knob {
-        name: "tables",
-        turns: |t| flipped(t, |u| &mut u.launch.rows_in_group),
-    },
-    Knob {
-        name: "steps",
-        turns: |t| {
-            let s = t.launch.steps;
-            scaled(t, [s / 4, s.saturating_mul(4)], |u, v| {
-                u.launch.steps = v.clamp(1, u.launch.most_steps)
-            })
-        },
-    },
-    Knob {
-        name: "feeders",
-        turns: |t| {
-            scaled(t, [t.feeders / 2, t.feeders * 2], |u, v| {
-                u.feeders = v.max(1)
-            })
-        },
-    },
-    Knob {
-        name: "jobs",
-        turns: |t| scaled(t, [t.jobs / 4, t.jobs * 4], |u, v| u.jobs = v.max(1)),
-    },
-    Knob {
-        name: "launches",
-        turns: |t| {
-            let l = t.launch.max_launches;
-            scaled(t, [l / 2, l * 2], |u, v| u.launch.max_launches = v.max(1))
-        },
-    },
-];
+/// A card's settings as the tuner turns them.
+trait Settings: Copy + PartialEq + 'static {
+    /// The knobs in the order they are turned.
+    const KNOBS: &'static [Knob<Self>];
+    /// The `NQUEENS_GPU_*` environment that gives them to a worker.
+    fn env(&self) -> Vec<(&'static str, String)>;
+    /// Their columns' names in the table, and these settings' values.
+    fn header() -> String;
+    fn columns(&self) -> String;
+    /// Threads that feed the card.
+    fn feeders(&self) -> usize;
+    /// What the start's count settles (a batch's jobs, from the searches
+    /// the card ran at once).
+    fn settle(&mut self, _start: &Trial) {}
+}
 
-/// `t` with the switch `flag` points at turned the other way.
-fn flipped(t: &Tuning, flag: fn(&mut Tuning) -> &mut bool) -> Vec<Tuning> {
-    let mut u = *t;
+impl Settings for Tuning {
+    const KNOBS: &'static [Knob<Tuning>] = &[
+        Knob {
+            name: "loop",
+            turns: |t| flipped(t, |u| &mut u.launch.nested),
+        },
+        Knob {
+            name: "tables",
+            turns: |t| flipped(t, |u| &mut u.launch.rows_in_group),
+        },
+        Knob {
+            name: "steps",
+            turns: |t| {
+                let s = t.launch.steps;
+                scaled(t, [s / 4, s.saturating_mul(4)], |u, v| {
+                    u.launch.steps = v.clamp(1, u.launch.most_steps)
+                })
+            },
+        },
+        Knob {
+            name: "feeders",
+            turns: |t| {
+                scaled(t, [t.feeders / 2, t.feeders * 2], |u, v| {
+                    u.feeders = v.max(1)
+                })
+            },
+        },
+        Knob {
+            name: "jobs",
+            turns: |t| scaled(t, [t.jobs / 4, t.jobs * 4], |u, v| u.jobs = v.max(1)),
+        },
+        Knob {
+            name: "launches",
+            turns: |t| {
+                let l = t.launch.max_launches;
+                scaled(t, [l / 2, l * 2], |u, v| u.launch.max_launches = v.max(1))
+            },
+        },
+    ];
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        Tuning::env(self)
+    }
+
+    fn header() -> String {
+        format!(
+            "{:>6} {:>6} {:>8} {:>7} {:>8} {:>8}",
+            "loop", "steps", "tables", "feeders", "jobs", "launches"
+        )
+    }
+
+    fn columns(&self) -> String {
+        let tables = if self.launch.rows_in_group {
+            "group"
+        } else {
+            "storage"
+        };
+        let form = if self.launch.nested {
+            "nested"
+        } else {
+            "single"
+        };
+        format!(
+            "{:>6} {:>6} {:>8} {:>7} {:>8} {:>8}",
+            form,
+            self.launch.steps,
+            tables,
+            self.feeders,
+            match self.jobs {
+                0 => "auto".to_string(),
+                jobs => jobs.to_string(),
+            },
+            self.launch.max_launches
+        )
+    }
+
+    fn feeders(&self) -> usize {
+        self.feeders
+    }
+
+    fn settle(&mut self, start: &Trial) {
+        if self.jobs == 0 {
+            // As many jobs a batch as the card's width gave the start.
+            self.jobs = (start.searches as usize / 4).max(1);
+        }
+    }
+}
+
+/// The CUDA path's settings (`NQUEENS_GPU_API=cuda`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cuda {
+    /// Threads per block (`NQUEENS_GPU_BLOCK`, 32 to 1,024).
+    block: u32,
+    /// Jobs a batch is cut into, at least (`NQUEENS_GPU_JOBS`).
+    jobs: usize,
+    /// Feeding threads (`NQUEENS_GPU_FEEDERS`, 1 to 256).
+    feeders: usize,
+}
+
+impl Settings for Cuda {
+    const KNOBS: &'static [Knob<Cuda>] = &[
+        Knob {
+            name: "block",
+            turns: |c| {
+                scaled(c, [c.block / 2, c.block * 2], |u, v| {
+                    u.block = v.clamp(32, 1024)
+                })
+            },
+        },
+        Knob {
+            name: "feeders",
+            turns: |c| {
+                scaled(c, [c.feeders / 2, c.feeders * 2], |u, v| {
+                    u.feeders = v.clamp(1, 256)
+                })
+            },
+        },
+        Knob {
+            name: "jobs",
+            turns: |c| {
+                scaled(c, [c.jobs / 4, c.jobs * 4], |u, v| {
+                    u.jobs = v.clamp(1, 1 << 24)
+                })
+            },
+        },
+    ];
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("NQUEENS_GPU_API", "cuda".into()),
+            ("NQUEENS_GPU_BLOCK", self.block.to_string()),
+            ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
+            ("NQUEENS_GPU_JOBS", self.jobs.to_string()),
+        ]
+    }
+
+    fn header() -> String {
+        format!("{:>6} {:>7} {:>9}", "block", "feeders", "jobs")
+    }
+
+    fn columns(&self) -> String {
+        format!("{:>6} {:>7} {:>9}", self.block, self.feeders, self.jobs)
+    }
+
+    fn feeders(&self) -> usize {
+        self.feeders
+    }
+}
+
+impl Cuda {
+    /// The first CUDA card, opened with these settings.
+    fn open(&self) -> Result<Arc<dyn Device>, Failure> {
+        let env = self.env();
+        let given = Overrides::from_lookup(|name| {
+            env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
+        })
+        .map_err(Failure::BadInput)?;
+        let (mut cards, _) = nqueens_gpu::cuda::cards(&Choice::Listed(vec![0]), &given)
+            .map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
+        Ok(Arc::new(cards.remove(0)))
+    }
+}
+
+/// `s` with the switch `flag` points at turned the other way.
+fn flipped<S: Copy>(s: &S, flag: fn(&mut S) -> &mut bool) -> Vec<S> {
+    let mut u = *s;
     let f = flag(&mut u);
     *f = !*f;
     vec![u]
 }
 
-/// `t` with each of `values` set by `set`, those that differ from `t`.
-fn scaled<V>(t: &Tuning, values: [V; 2], set: fn(&mut Tuning, V)) -> Vec<Tuning> {
-    let mut out: Vec<Tuning> = Vec::new();
+/// `s` with each of `values` set by `set`, those that differ from `s`.
+fn scaled<S: Copy + PartialEq, V>(s: &S, values: [V; 2], set: fn(&mut S, V)) -> Vec<S> {
+    let mut out: Vec<S> = Vec::new();
     for v in values {
-        let mut u = *t;
+        let mut u = *s;
         set(&mut u, v);
-        if u != *t && !out.contains(&u) {
+        if u != *s && !out.contains(&u) {
             out.push(u);
         }
     }
     out
 }
 
-/// One count under one tuning.
+/// One count under one setting.
 #[derive(serde::Serialize)]
 struct Trial {
     knob: &'static str,
@@ -100,16 +242,11 @@ struct Trial {
 }
 
 impl Trial {
-    fn header() -> String {
+    fn header<S: Settings>() -> String {
         format!(
-            "{:<9} {:>6} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8} {:>9} {:>6}",
+            "{:<9} {} {:>9} {:>8} {:>9} {:>6}",
             "turned",
-            "loop",
-            "steps",
-            "tables",
-            "feeders",
-            "jobs",
-            "launches",
+            S::header(),
             "searches",
             "seconds",
             "nodes/s",
@@ -117,28 +254,14 @@ impl Trial {
         )
     }
 
-    fn text(&self, t: &Tuning) -> String {
-        let tables = if t.launch.rows_in_group {
-            "group"
-        } else {
-            "storage"
-        };
+    fn text<S: Settings>(&self, s: &S) -> String {
         let busy = self
             .busy
             .map_or("-".into(), |b| format!("{:.1}%", 100.0 * b));
-        let form = if t.launch.nested { "nested" } else { "single" };
         format!(
-            "{:<9} {:>6} {:>6} {:>8} {:>7} {:>8} {:>8} {:>9} {:>8.3} {:>9} {:>6}",
+            "{:<9} {} {:>9} {:>8.3} {:>9} {:>6}",
             self.knob,
-            form,
-            t.launch.steps,
-            tables,
-            t.feeders,
-            match t.jobs {
-                0 => "auto".to_string(),
-                jobs => jobs.to_string(),
-            },
-            t.launch.max_launches,
+            s.columns(),
             thousands(self.searches.into()),
             self.seconds,
             si(self.nodes_per_second).trim_end(),
@@ -147,23 +270,28 @@ impl Trial {
     }
 }
 
-/// Counts N on `card` as `solve --core gpu` does, `runs` times; the
-/// median run, or a failure where a count differs from the published one.
-fn trial(card: Card, n: Size, plan: &(Strategy, PlanShape), runs: u32) -> Result<Trial, Failure> {
-    let tuning = card.tuning();
-    let card: Arc<dyn Device> = Arc::new(card);
+/// Counts N on `card` under `settings` as `solve --core gpu` does, `runs`
+/// times; the median run, or a failure where a count differs from the
+/// published one.
+fn trial<S: Settings>(
+    card: Arc<dyn Device>,
+    settings: &S,
+    n: Size,
+    plan: &(Strategy, PlanShape),
+    runs: u32,
+) -> Result<Trial, Failure> {
     let before = card.busy().unwrap_or_default();
     let mut times: Vec<(f64, f64)> = Vec::new();
     for _ in 0..runs.max(1) {
         let plan = (plan.1.local_plan(n, plan.0)?).with_device(Some(Arc::clone(&card)));
-        let s = solve_plan(&plan, &plan.schedule(), tuning.feeders)
+        let s = solve_plan(&plan, &plan.schedule(), settings.feeders())
             .map_err(|e| Failure::Failed(format!("N={n}: {e}")))?;
         let total = s.total().map_err(|e| Failure::Failed(e.to_string()))?;
         if let Some(k) = known(n.get()).filter(|k| k.total != total) {
             return Err(Failure::Failed(format!(
                 "N={n} counted {total} on the card, where {} is published, with {:?}",
                 k.total,
-                tuning.env()
+                settings.env()
             )));
         }
         let seconds = s.elapsed.as_secs_f64();
@@ -179,7 +307,7 @@ fn trial(card: Card, n: Size, plan: &(Strategy, PlanShape), runs: u32) -> Result
     };
     Ok(Trial {
         knob: "",
-        env: tuning.env(),
+        env: settings.env(),
         seconds,
         nodes_per_second,
         busy: spent.share(),
@@ -188,58 +316,76 @@ fn trial(card: Card, n: Size, plan: &(Strategy, PlanShape), runs: u32) -> Result
 }
 
 /// Tunes the best card here on N: each knob turned from the fastest
-/// tuning so far, then the environment that gives the fastest.
+/// settings so far, then the environment that gives the fastest.
 pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
     let given = Overrides::from_env().map_err(Failure::BadInput)?;
+    let bad = |e: String| Failure::BadInput(format!("--core gpu: {e}"));
     if given.cuda() {
-        return Err(Failure::BadInput(
-            "--tune tunes the wgpu path's settings; with NQUEENS_GPU_API=cuda a card takes \
-             NQUEENS_GPU_BLOCK, NQUEENS_GPU_JOBS and NQUEENS_GPU_FEEDERS: time `bench --core \
-             gpu` with each"
-                .into(),
-        ));
+        let (mut cards, _) =
+            nqueens_gpu::cuda::cards(&Choice::Listed(vec![0]), &given).map_err(bad)?;
+        let card = cards.remove(0);
+        let start = Cuda {
+            block: given.block().unwrap_or(nqueens_gpu::cuda::driver::BLOCK),
+            jobs: card.jobs_per_batch(),
+            feeders: card.feeders(),
+        };
+        let name = card.name().to_string();
+        // Each setting opens the card anew (its kernel built for the block).
+        drop(card);
+        return tuned(name, start, Cuda::open, n, runs, json);
     }
-    let card = first_card().map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
+    let card = first_card().map_err(bad)?;
+    let open = |t: &Tuning| Ok(Arc::new(card.tuned(*t)) as Arc<dyn Device>);
+    tuned(card.name().to_string(), card.tuning(), open, n, runs, json)
+}
+
+/// The tuner's loop over `S`'s knobs from `start`, each setting counted on
+/// the card `open` gives for it.
+fn tuned<S: Settings>(
+    name: String,
+    start: S,
+    open: impl Fn(&S) -> Result<Arc<dyn Device>, Failure>,
+    n: Size,
+    runs: u32,
+    json: bool,
+) -> Result<(), Failure> {
     let (strategy, shape) = gpu::backtracking(n, None, PlanShape::none(), true)?;
     let plan = (strategy.expect("a card's count has a plan"), shape);
     let mut out = io::stdout().lock();
     if !json {
-        writeln!(out, "{}: N={n}, the {:?} plan", card.name(), plan.0)?;
-        writeln!(out, "{}", Trial::header())?;
+        writeln!(out, "{name}: N={n}, the {:?} plan", plan.0)?;
+        writeln!(out, "{}", Trial::header::<S>())?;
     }
-    let mut show = |trial: &Trial, t: &Tuning| -> Result<(), Failure> {
+    let mut show = |trial: &Trial, s: &S| -> Result<(), Failure> {
         if json {
             json_line(&mut out, &serde_json::to_value(trial).expect("plain data"))?;
         } else {
-            writeln!(out, "{}", trial.text(t))?;
+            writeln!(out, "{}", trial.text(s))?;
         }
         Ok(out.flush()?)
     };
-    let mut best = card.tuning();
+    let mut best = start;
     let mut fastest = Trial {
         knob: "start",
-        ..trial(card.tuned(best), n, &plan, runs)?
+        ..trial(open(&best)?, &best, n, &plan, runs)?
     };
     show(&fastest, &best)?;
-    if best.jobs == 0 {
-        // As many jobs a batch as the card's width gave the start.
-        best.jobs = (fastest.searches as usize / 4).max(1);
-    }
-    let start = fastest.seconds;
-    for knob in &KNOBS {
-        for t in (knob.turns)(&best) {
+    best.settle(&fastest);
+    let first = fastest.seconds;
+    for knob in S::KNOBS {
+        for s in (knob.turns)(&best) {
             let tried = Trial {
                 knob: knob.name,
-                ..trial(card.tuned(t), n, &plan, runs)?
+                ..trial(open(&s)?, &s, n, &plan, runs)?
             };
-            show(&tried, &t)?;
+            show(&tried, &s)?;
             if tried.seconds < fastest.seconds {
-                (best, fastest) = (t, tried);
+                (best, fastest) = (s, tried);
             }
         }
     }
     let env: Vec<String> = best.env().iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let gain = start / fastest.seconds;
+    let gain = first / fastest.seconds;
     if json {
         let v = serde_json::json!({"fastest": env, "seconds": fastest.seconds, "gain": gain});
         json_line(&mut out, &v)?;
@@ -252,4 +398,35 @@ pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each CUDA knob turns one setting half or double (a batch's jobs a
+    /// quarter or four times), within what the settings take, and a turn
+    /// that changes nothing is left out.
+    #[test]
+    fn the_cuda_knobs_turn_one_setting_within_its_range() {
+        let c = Cuda {
+            block: 1024,
+            jobs: 1 << 20,
+            feeders: 1,
+        };
+        let turned: Vec<Vec<Cuda>> = Cuda::KNOBS.iter().map(|k| (k.turns)(&c)).collect();
+        assert_eq!(turned[0], [Cuda { block: 512, ..c }], "no block past 1,024");
+        assert_eq!(turned[1], [Cuda { feeders: 2, ..c }], "no feeders below 1");
+        assert_eq!(
+            turned[2],
+            [Cuda { jobs: 1 << 18, ..c }, Cuda { jobs: 1 << 22, ..c }]
+        );
+        for s in turned.iter().flatten() {
+            let env = s.env();
+            let given = Overrides::from_lookup(|name| {
+                env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
+            });
+            assert!(given.is_ok_and(|g| g.cuda()), "{env:?}");
+        }
+    }
 }

@@ -8,7 +8,7 @@
 #
 #   tests/bench/card.sh [nqueens binary]   (default: target/release/nqueens)
 #   NS="18 19 20 21" TUNE_N=20 LOOP_N=21     (the defaults)
-#   API=cuda                                 (the CUDA path: swept, not tuned)
+#   API=cuda                                 (the CUDA path, tuned by its own knobs)
 #   SWEEP="NAME=VALUE ..."                   (settings tried one at a time)
 #
 # Every count is checked against the published one: a command that finds
@@ -21,10 +21,6 @@ NS=${NS:-18 19 20 21}
 TUNE_N=${TUNE_N:-20}
 LOOP_N=${LOOP_N:-21}
 export NQUEENS_GPU_API=${API:-${NQUEENS_GPU_API:-wgpu}}
-if [ "$NQUEENS_GPU_API" = cuda ]; then
-    # The tuner turns the wgpu path's knobs; the CUDA path's are swept.
-    SWEEP=${SWEEP-NQUEENS_GPU_BLOCK=64 NQUEENS_GPU_BLOCK=256 NQUEENS_GPU_FEEDERS=8 NQUEENS_GPU_FEEDERS=32 NQUEENS_GPU_JOBS=131072 NQUEENS_GPU_JOBS=4194304}
-fi
 read -r -a sweep <<<"${SWEEP:-}"
 for kv in "${sweep[@]}"; do
     if ! [[ $kv =~ ^NQUEENS_GPU_[A-Z]+=[A-Za-z0-9]+$ ]]; then
@@ -52,15 +48,10 @@ rate_of() {
         awk '{ printf "%.4g", $1 / $2 }'
 }
 
-settings=""
-if [ "$NQUEENS_GPU_API" = cuda ]; then
-    : # the CUDA path's settings are swept (SWEEP), not tuned
-else
-    echo "== tuning at N=$TUNE_N"
-    "$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
-    settings=$(tail -n 1 "$work/tune")
-    for kv in $settings; do export "${kv?}"; done
-fi
+echo "== tuning at N=$TUNE_N"
+"$bin" bench "$TUNE_N" --core gpu --tune | tee "$work/tune"
+settings=$(tail -n 1 "$work/tune")
+for kv in $settings; do export "${kv?}"; done
 # SWEEP: settings tried one at a time on top of those; the fastest, if
 # faster than without, is kept.
 if [ "${#sweep[@]}" -gt 0 ]; then

@@ -102,6 +102,11 @@ impl Overrides {
         self.cuda == Some(true)
     }
 
+    /// Threads per block on a CUDA card, where given.
+    pub fn block(&self) -> Option<u32> {
+        self.block
+    }
+
     /// The settings in this process's environment.
     pub fn from_env() -> Result<Overrides, String> {
         Overrides::from_lookup(|name| std::env::var(name).ok())

@@ -19,7 +19,7 @@ const RECORD_BYTES: u32 = 16;
 
 /// Threads per block unless `NQUEENS_GPU_BLOCK` says otherwise (the
 /// peer's fastest configurations on an H100 run 128 to 192).
-const BLOCK: u32 = 128;
+pub const BLOCK: u32 = 128;
 
 /// CUDA cards on this machine; an error naming what is missing where the
 /// driver or NVRTC cannot be opened.
