@@ -5,7 +5,7 @@
 //! Cards differ (multiprocessors, memory, drivers), and so does the best
 //! way to feed them; each knob is one `NQUEENS_GPU_*` variable a worker
 //! reads. The wgpu path's knobs are its [`Tuning`]'s; with
-//! `NQUEENS_GPU_API=cuda`, the CUDA path's ([`Cuda`]: threads per block,
+//! `NQUEENS_GPU_API=cuda`, the CUDA path's (`Cuda`: threads per block,
 //! jobs per batch, feeding threads). Every count is checked against the
 //! published one.
 

@@ -44,8 +44,14 @@ impl Coordinator {
                 // twice a lease's life. A worker forgotten loses nothing
                 // but its figures: its next call's answer asks it to
                 // register again.
+                // As many as the table holds past its limit (a replay
+                // brings back ids forgotten before it), and one more.
                 let before = self.silent_before(s.limits().lease_ttl_ms / 2);
-                s.forget_workers(before, 1, crate::state::Forget::Settled);
+                let over = s
+                    .workers()
+                    .count()
+                    .saturating_sub(crate::state::MAX_WORKERS);
+                s.forget_workers(before, over + 1, crate::state::Forget::Settled);
             }
             s.admit(worker)?;
             match s.may_bind(worker, credential)? {
@@ -443,8 +449,10 @@ mod tests {
     }
 
     /// A table full of workers whose results are all counted (a run of
-    /// weeks whose worker processes each took a new id): a newcomer takes
-    /// the place of one silent for half a lease's life, and is refused
+    /// weeks whose worker processes each took a new id), or quarantined
+    /// (ids made to lie), and past its limit (a replay brings back ids
+    /// forgotten before it): a newcomer takes the place of one silent for
+    /// half a lease's life, the table back at its limit, and is refused
     /// while every one is fresher.
     #[tokio::test]
     async fn a_table_full_of_settled_workers_takes_a_newcomer() {
@@ -462,8 +470,12 @@ mod tests {
         )
         .await
         .unwrap();
-        for i in 0..crate::state::MAX_WORKERS {
-            core.lock().touch_worker(&format!("w{i}"), 0).tasks_done = 1;
+        let most = crate::state::MAX_WORKERS;
+        for i in 0..most + 5 {
+            let mut s = core.lock();
+            let w = s.touch_worker(&format!("w{i}"), 0);
+            w.tasks_done = 1;
+            w.conflicts = u64::from(i % 2 == 1);
         }
         let refused = core.admit("newcomer", "").await;
         assert!(
@@ -476,6 +488,8 @@ mod tests {
         clock.advance(limits.lease_ttl_ms / 2 + 1);
         core.admit("newcomer", "").await.unwrap();
         assert!(core.lock().worker("w0").is_none());
+        // The newcomer's place is free: it takes it when it calls.
+        assert_eq!(core.lock().workers().count(), most - 1);
     }
 
     /// A call dropped while its record is being written (its client went

@@ -212,11 +212,11 @@ impl Job {
 
     /// Results kept for the audit but never counted.
     pub fn ignored(&self) -> &[(u64, StoredResult)] {
-        &self.ledger.ignored
+        self.ledger.ignored()
     }
 
     pub fn conflicts(&self) -> &[Conflict] {
-        &self.ledger.conflicts
+        self.ledger.conflicts()
     }
 
     pub fn planned(&self) -> Option<(u64, u64)> {
@@ -286,7 +286,7 @@ impl Job {
             work_done: self.work_done,
             total,
             unique,
-            conflicts: self.ledger.conflicts.len() as u64,
+            conflicts: self.ledger.conflicts().len() as u64,
             submitted_ms: self.submitted_ms,
             workers: self
                 .schedule

@@ -6,7 +6,13 @@
 
 use nqueens_common::plan::{PlanError, Tally};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Results of one worker id kept for the audit but never counted, per job,
+/// at most: further ones are answered as the kept ones were, without a
+/// record, so a quarantined id reporting every lease it held grows neither
+/// the journal nor this ledger.
+pub const MOST_KEPT_PER_WORKER: u32 = 16;
 
 /// A stored task result and who produced it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,10 +54,16 @@ pub struct Ledger {
     done: u64,
     /// Tasks out of retries, with why.
     dead: BTreeMap<u64, String>,
-    pub conflicts: Vec<Conflict>,
+    conflicts: Vec<Conflict>,
     /// Results journaled but never counted (from a quarantined worker, or
     /// arriving after a cancel), kept for the audit: (task, result).
-    pub ignored: Vec<(u64, StoredResult)>,
+    ignored: Vec<(u64, StoredResult)>,
+    /// The conflicts by (task, worker), the kept results by (task, worker,
+    /// lease) and their number by worker: what a report is checked
+    /// against, each in a step whatever the lists' lengths.
+    conflicted: BTreeSet<(u64, String)>,
+    kept: BTreeSet<(u64, String, u64)>,
+    kept_by: BTreeMap<String, u32>,
     /// Sum of every counted result (checked arithmetic).
     tally: Tally,
 }
@@ -119,6 +131,44 @@ impl Ledger {
 
     pub fn done(&self) -> u64 {
         self.done
+    }
+
+    /// Records a result that disagreed.
+    pub fn conflict(&mut self, c: Conflict) {
+        self.conflicted.insert((c.task, c.worker.clone()));
+        self.conflicts.push(c);
+    }
+
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.conflicts
+    }
+
+    /// Whether `worker` disagreed on `task`.
+    pub fn has_conflict(&self, task: u64, worker: &str) -> bool {
+        self.conflicted.contains(&(task, worker.to_string()))
+    }
+
+    /// Keeps a result for the audit, never counted.
+    pub fn keep(&mut self, task: u64, result: StoredResult) {
+        let key = (task, result.worker.clone(), result.lease_id);
+        if self.kept.insert(key) {
+            *self.kept_by.entry(result.worker.clone()).or_default() += 1;
+        }
+        self.ignored.push((task, result));
+    }
+
+    pub fn ignored(&self) -> &[(u64, StoredResult)] {
+        &self.ignored
+    }
+
+    /// Whether `worker`'s result for `task` under `lease_id` is kept.
+    pub fn has_kept(&self, task: u64, worker: &str, lease_id: u64) -> bool {
+        self.kept.contains(&(task, worker.to_string(), lease_id))
+    }
+
+    /// Results of `worker` kept.
+    pub fn kept_of(&self, worker: &str) -> u32 {
+        self.kept_by.get(worker).copied().unwrap_or(0)
     }
 
     pub fn dead(&self) -> u64 {

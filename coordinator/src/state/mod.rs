@@ -191,7 +191,7 @@ fn settle(
     for o in odd {
         workers.entry(&o.worker).conflicts += 1;
         counters.conflicts += 1;
-        job.ledger.conflicts.push(Conflict {
+        job.ledger.conflict(Conflict {
             task,
             worker: o.worker,
             tally: o.tally,
@@ -372,15 +372,15 @@ impl State {
     /// `which` allows and that hold no lease (see
     /// `Workers::forget`): made-up ids cannot fill the table for
     /// good, and are not kept in checkpoints. A worker whose result waits
-    /// for a check, or is kept for the audit, is kept too.
+    /// for a check is kept too (a result kept for the audit stays in its
+    /// job's ledger, with who made it).
     pub fn forget_workers(&mut self, before_ms: u64, most: usize, which: Forget) -> usize {
         let keep: std::collections::HashSet<&str> = self
             .jobs
             .values()
             .flat_map(|job| {
                 let holding = job.schedule.leases().map(|(_, l)| l.worker.as_str());
-                let kept = job.ignored().iter().map(|(_, c)| c.worker.as_str());
-                holding.chain(job.votes.voters()).chain(kept)
+                holding.chain(job.votes.voters())
             })
             .collect();
         self.workers
@@ -389,21 +389,20 @@ impl State {
 
     /// Whether the record report `d` would journal with verdict `v` is
     /// there already: a conflict of its worker on its task, or its very
-    /// lease's result kept for the audit. Each is journaled once, so a
-    /// report sent again and again costs the journal nothing.
+    /// lease's result kept for the audit; or whether its worker's kept
+    /// results in the job have reached [`ledger::MOST_KEPT_PER_WORKER`].
+    /// Each is journaled once, so a report sent again and again (or a
+    /// quarantined id's every lease) costs the journal nothing.
     pub fn on_record(&self, v: Verdict, d: &Done) -> bool {
         let Some(job) = self.jobs.get(&d.job) else {
             return false;
         };
         match v {
-            Verdict::Conflict => job
-                .conflicts()
-                .iter()
-                .any(|c| c.task == d.task && c.worker == d.worker),
-            Verdict::NotCounted => job
-                .ignored()
-                .iter()
-                .any(|(t, c)| *t == d.task && c.worker == d.worker && c.lease_id == d.lease_id),
+            Verdict::Conflict => job.ledger.has_conflict(d.task, &d.worker),
+            Verdict::NotCounted => {
+                job.ledger.has_kept(d.task, &d.worker, d.lease_id)
+                    || job.ledger.kept_of(&d.worker) >= ledger::MOST_KEPT_PER_WORKER
+            }
             _ => false,
         }
     }
@@ -583,7 +582,7 @@ impl State {
                 worker,
                 ..
             } => {
-                self.job_mut(*job)?.ledger.conflicts.push(Conflict {
+                self.job_mut(*job)?.ledger.conflict(Conflict {
                     task: *task,
                     worker: worker.clone(),
                     tally: outcome.tally,
@@ -674,7 +673,7 @@ impl State {
         // [`MOST_PER_TASK`]; a journal from before may hold one).
         let impossible = tally.largest() > MOST_PER_TASK;
         if quarantined || job.control == JobState::Cancelled || impossible {
-            job.ledger.ignored.push((task, this));
+            job.ledger.keep(task, this);
             return Ok(Verdict::NotCounted);
         }
         if let Some(stored) = job.ledger.result(task) {
@@ -683,7 +682,7 @@ impl State {
                 return Ok(Verdict::Duplicate);
             }
             self.counters.conflicts += 1;
-            job.ledger.conflicts.push(Conflict {
+            job.ledger.conflict(Conflict {
                 task,
                 worker: d.worker.clone(),
                 tally,
@@ -990,11 +989,7 @@ impl State {
         {
             return Ok(compare(stored));
         }
-        if job
-            .ignored()
-            .iter()
-            .any(|(t, c)| *t == r.task && by_this_lease(c))
-        {
+        if job.ledger.has_kept(r.task, worker, r.lease_id) {
             return Ok(Verdict::NotCounted);
         }
         if job.state() == JobState::Cancelled {

@@ -855,11 +855,13 @@ mod whole {
         assert_eq!(s.job(1).unwrap().state(), JobState::Done);
     }
 
-    /// Forgetting spares a worker whose result waits for a check, and one
-    /// whose result is kept for the audit, however long silent: the vote
-    /// and its binding stay; a worker that left nothing goes.
+    /// Forgetting spares a worker whose result waits for a check, however
+    /// long silent: the vote and its binding stay. A worker that left
+    /// nothing goes, and so does one whose result is kept for the audit:
+    /// the result stays in the ledger, with who made it, and a report of
+    /// it again is still answered without a record.
     #[test]
-    fn forgetting_spares_a_voter_and_a_worker_kept_for_the_audit() {
+    fn forgetting_spares_a_voter_and_keeps_what_the_audit_needs() {
         let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);
         s.bind("a", "alice").unwrap();
         let g = s.lease("a", 1, 0).remove(0);
@@ -875,10 +877,24 @@ mod whole {
         assert_eq!(v, Ok(Some(Verdict::NotCounted)));
         s.expire(TTL + 1);
         s.touch_worker("idle", 0);
-        assert_eq!(s.forget_workers(u64::MAX, usize::MAX, Forget::Settled), 1);
-        assert!(s.worker("idle").is_none());
-        assert!(s.worker("a").is_some() && s.worker("old").is_some());
+        assert_eq!(s.forget_workers(u64::MAX, usize::MAX, Forget::Settled), 2);
+        assert!(s.worker("idle").is_none() && s.worker("old").is_none());
+        assert!(s.worker("a").is_some());
         assert_eq!(s.may_bind("a", "mallory").ok(), None, "still alice's");
+        // What the audit needs stays in the ledger, whoever is forgotten.
+        let kept = s.job(1).unwrap().ignored();
+        assert!(kept.len() == 1 && kept[0].1.worker == "old");
+        let d = Done {
+            job: 1,
+            task: h.task.index,
+            worker: "old".into(),
+            lease_id: h.lease_id,
+            ..Done::default()
+        };
+        assert!(
+            s.on_record(Verdict::NotCounted, &d),
+            "answered without a record"
+        );
     }
 
     /// A journal written before results were bounded may hold one whose
@@ -1125,6 +1141,43 @@ mod whole {
         );
     }
 
+    /// A quarantined id reporting every lease it held: the first
+    /// `MOST_KEPT_PER_WORKER` results are kept for the audit (each once),
+    /// the rest are answered alike without a record; another worker's
+    /// first is still recorded.
+    #[test]
+    fn a_quarantined_workers_kept_results_stop_at_their_cap() {
+        let (mut s, plan, _) = running(spec(12, Strategy::Frame, 40), 1);
+        let g = s.lease("liar", 20, 0);
+        s.apply(&Event::TaskConflict {
+            job: 1,
+            task: g[19].task.index,
+            outcome: Outcome::default(),
+            worker: "liar".into(),
+            unix_ms: 0,
+        })
+        .unwrap();
+        let most = ledger::MOST_KEPT_PER_WORKER as usize;
+        for (k, lease) in g.iter().take(most + 2).enumerate() {
+            let t = plan.count_task(&lease.task).unwrap();
+            let Event::TaskDone(d) = done(1, lease.task.index, &t, "liar", lease.lease_id) else {
+                unreachable!()
+            };
+            assert_eq!(s.on_record(Verdict::NotCounted, &d), k >= most, "{k}");
+            if k < most {
+                let v = s.apply(&Event::TaskDone(d.clone())).unwrap();
+                assert_eq!(v, Some(Verdict::NotCounted));
+                assert!(s.on_record(Verdict::NotCounted, &d), "kept once");
+            }
+        }
+        assert_eq!(s.job(1).unwrap().ignored().len(), most);
+        let other = Done {
+            worker: "other".into(),
+            ..Done::default()
+        };
+        assert!(!s.on_record(Verdict::NotCounted, &Done { job: 1, ..other }));
+    }
+
     #[test]
     fn nothing_counts_for_a_cancelled_job() {
         let (mut s, plan, _) = running(spec(8, Strategy::Frame, 3), 1);
@@ -1185,7 +1238,7 @@ mod whole {
                 "{:?}\n{results:?}\n{:?}\n{:?}\n",
                 j.view(),
                 j.conflicts(),
-                j.ledger.ignored
+                j.ignored()
             );
         }
         for w in s.workers() {

@@ -19,10 +19,12 @@ pub enum Forget {
     /// after their last call).
     Idle,
     /// Those first, then those whose results are all settled, none
-    /// contradicted: their results carry their credential themselves, and
-    /// only their figures go. For a newcomer when the table is full, so
-    /// that a run of weeks, each worker process a new id, never locks its
-    /// workers out.
+    /// contradicted (their results carry their credential themselves, and
+    /// only their figures go), then quarantined ones. For a newcomer when
+    /// the table is full, so that a run of weeks, each worker process a
+    /// new id, never locks its workers out, nor do ids quarantined on
+    /// purpose. (A quarantined worker still calling is never silent long
+    /// enough to be forgotten.)
     Settled,
 }
 
@@ -146,8 +148,8 @@ impl Workers {
     /// Forgets up to `most` workers that `which` allows, were last heard
     /// from before `before_ms` and hold nothing (`holding` says who holds
     /// a lease or a result still needed), with their bindings: those that
-    /// left nothing behind first, each kind the longest silent first. A
-    /// quarantined worker is never forgotten. Returns how many.
+    /// left nothing behind first, then settled ones, then quarantined
+    /// ones, each kind the longest silent first. Returns how many.
     pub fn forget(
         &mut self,
         before_ms: u64,
@@ -155,13 +157,17 @@ impl Workers {
         most: usize,
         which: Forget,
     ) -> usize {
-        let allowed =
-            |w: &WorkerInfo| w.forgettable() || (which == Forget::Settled && !w.quarantined());
-        let mut idle: Vec<(bool, u64, String)> = self
+        let rank = |w: &WorkerInfo| match (w.forgettable(), w.quarantined()) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        let allowed = |w: &WorkerInfo| which == Forget::Settled || w.forgettable();
+        let mut idle: Vec<(u8, u64, String)> = self
             .known
             .values()
             .filter(|w| allowed(w) && w.last_seen_ms < before_ms && !holding(&w.id))
-            .map(|w| (!w.forgettable(), w.last_seen_ms, w.id.clone()))
+            .map(|w| (rank(w), w.last_seen_ms, w.id.clone()))
             .collect();
         idle.sort_unstable();
         idle.truncate(most);
@@ -330,8 +336,8 @@ mod tests {
 
     /// A table full of workers whose results are counted, long silent:
     /// the sweep keeps them all, and a newcomer's place is the longest
-    /// silent one's, never a quarantined worker's (its id would come back
-    /// unquarantined), nor one still holding something, however silent.
+    /// silent one's, a quarantined worker's only when no other can make
+    /// room, never one still holding something, however silent.
     #[test]
     fn a_full_table_of_settled_workers_makes_room() {
         let mut w = Workers::default();
@@ -344,14 +350,27 @@ mod tests {
         assert_eq!(w.admit("new"), Err(StateError::TooManyWorkers(MAX_WORKERS)));
         let holding = |id: &str| id == "1";
         assert_eq!(w.forget(u64::MAX, holding, 1, Forget::Idle), 0);
-        assert_eq!(
-            w.forget(5, holding, 1, Forget::Settled),
-            0,
-            "none silent enough"
-        );
         assert_eq!(w.forget(u64::MAX, holding, 1, Forget::Settled), 1);
         assert!(w.get("2").is_none(), "the longest silent settled one");
         assert!(w.get("0").is_some_and(|w| w.quarantined()) && w.get("1").is_some());
         assert_eq!(w.admit("new"), Ok(()));
+        let more = MAX_WORKERS;
+        assert_eq!(
+            w.forget(u64::MAX, holding, more, Forget::Settled),
+            MAX_WORKERS - 2
+        );
+        assert!(w.get("0").is_none(), "the quarantined one went last");
+        assert!(w.get("1").is_some(), "holding");
+    }
+
+    #[test]
+    fn the_table_of_quarantined_ids_makes_room() {
+        let mut w = Workers::default();
+        for i in 0..MAX_WORKERS {
+            w.touch(&i.to_string(), i as u64).conflicts = 1;
+        }
+        assert_eq!(w.forget(u64::MAX, |_| false, 1, Forget::Idle), 0);
+        assert_eq!(w.forget(u64::MAX, |_| false, 1, Forget::Settled), 1);
+        assert!(w.get("0").is_none() && w.admit("new").is_ok());
     }
 }
