@@ -390,7 +390,7 @@ impl State {
     /// Whether the record report `d` would journal with verdict `v` is
     /// there already: a conflict of its worker on its task, or its very
     /// lease's result kept for the audit; or whether its worker's kept
-    /// results in the job have reached [`ledger::MOST_KEPT_PER_WORKER`].
+    /// results in the job have reached `MOST_KEPT_PER_WORKER`.
     /// Each is journaled once, so a report sent again and again (or a
     /// quarantined id's every lease) costs the journal nothing.
     pub fn on_record(&self, v: Verdict, d: &Done) -> bool {
