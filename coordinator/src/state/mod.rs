@@ -776,6 +776,9 @@ impl State {
         let me = self.workers.voter(worker);
         let (card, cpu) = self.workers.devices(worker);
         let mut granted = Vec::new();
+        // Tasks handed back that one call looks at, at most: a credential
+        // may not take those it voted on, however many wait for others.
+        let mut budget = LOOK_PER_LEASE;
         for job in self.jobs.values_mut() {
             if granted.len() >= max {
                 break;
@@ -792,7 +795,7 @@ impl State {
                 let quarantined = |w: &str| workers.quarantined(w);
                 let skip =
                     |t| votes.voted(t, worker, &me) || !votes.wants(t, card, cpu, &quarantined);
-                let Some(task) = job.schedule.next(skip) else {
+                let Some(task) = job.schedule.next_within(skip, &mut budget) else {
                     break;
                 };
                 let lease_id = lease_id(&key, epoch, job.id, task, worker);
@@ -1030,6 +1033,10 @@ impl State {
         Ok(Verdict::New)
     }
 }
+
+/// Tasks handed back that one lease call looks at, at most (see
+/// `Schedule::next_within`).
+pub const LOOK_PER_LEASE: usize = 8192;
 
 /// The most leases one worker id holds at once: what one heartbeat renews
 /// (an honest worker holds no more, `worker/src/pace.rs`), so that an id

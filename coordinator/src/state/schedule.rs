@@ -99,6 +99,12 @@ pub struct Schedule {
     /// Tasks ready again, handed out before the cursor's.
     #[serde(skip)]
     returned: BTreeSet<u64>,
+    /// Where the next look through `returned` starts: at the oldest, or
+    /// where the last look ran out of budget, so that a taker that may
+    /// take few of them (it voted on the rest) reaches every one over its
+    /// calls.
+    #[serde(skip)]
+    scan_from: u64,
     /// Tasks waiting out a retry backoff: (not before, task), and by task.
     #[serde(skip)]
     waiting: BTreeSet<(u64, u64)>,
@@ -195,11 +201,38 @@ impl Schedule {
         }
     }
 
-    /// Takes the next ready task that `skip` does not refuse (tasks handed
-    /// back first, then the cursor's); the caller leases it with
-    /// [`Schedule::hold`].
+    /// [`Schedule::next_within`] with no bound.
+    #[cfg(test)]
     pub fn next(&mut self, skip: impl Fn(u64) -> bool) -> Option<u64> {
-        if let Some(task) = self.returned.iter().copied().find(|&t| !skip(t)) {
+        let mut unbounded = usize::MAX;
+        self.next_within(skip, &mut unbounded)
+    }
+
+    /// Takes the next ready task that `skip` does not refuse (tasks handed
+    /// back first, then the cursor's), looking at no more than `budget`
+    /// tasks handed back (less what it looked at: a lease call's cost is
+    /// bounded however many of them its taker may not take); the caller
+    /// leases it with [`Schedule::hold`].
+    pub fn next_within(&mut self, skip: impl Fn(u64) -> bool, budget: &mut usize) -> Option<u64> {
+        let from = self.scan_from;
+        let ring = self
+            .returned
+            .range(from..)
+            .chain(self.returned.range(..from));
+        let (mut found, mut stopped) = (None, None);
+        for &task in ring {
+            if *budget == 0 {
+                stopped = Some(task);
+                break;
+            }
+            *budget -= 1;
+            if !skip(task) {
+                found = Some(task);
+                break;
+            }
+        }
+        self.scan_from = stopped.unwrap_or(0);
+        if let Some(task) = found {
             self.returned.remove(&task);
             return Some(task);
         }
@@ -224,7 +257,7 @@ impl Schedule {
         None
     }
 
-    /// Lends an unfinished task (from [`Schedule::next`], or a lease of an
+    /// Lends an unfinished task (from [`Schedule::next_within`], or a lease of an
     /// earlier boot adopted by its holder).
     pub fn hold(&mut self, task: u64, lease: Lease) {
         debug_assert!(!self.finished(task));
@@ -385,6 +418,28 @@ mod tests {
         assert_eq!(s.pending(), 4);
         let got: Vec<u64> = std::iter::from_fn(|| take(&mut s, 10)).collect();
         assert_eq!(got, vec![0, 1, 2, 3], "nothing lost, nothing twice");
+    }
+
+    /// A taker that may take only the last of 10,000 tasks handed back
+    /// looks at no more than its budget of them a call, and reaches it in
+    /// as many calls as the budget divides them into.
+    #[test]
+    fn a_look_through_handed_back_tasks_is_bounded_and_goes_on() {
+        let mut s = Schedule::default();
+        s.plan(10_000);
+        let skipped: Vec<u64> = std::iter::from_fn(|| s.next(|_| true)).collect();
+        assert!(skipped.is_empty());
+        let looked = std::cell::Cell::new(0);
+        let only_last = |t: u64| {
+            looked.set(looked.get() + 1);
+            t != 9_999
+        };
+        for call in 0..10 {
+            let mut budget = 1_000;
+            let got = s.next_within(only_last, &mut budget);
+            assert!(looked.replace(0) <= 1_000, "call {call}");
+            assert_eq!(got, (call == 9).then_some(9_999), "call {call}");
+        }
     }
 
     #[test]
