@@ -24,7 +24,7 @@ pub const MAGIC: &[u8; 8] = b"NQCKPT\x00\x01";
 /// Bumped whenever the state's shape changes, or what applying a record
 /// makes of it: a checkpoint of another format is not read (the journal
 /// is replayed instead).
-pub const FORMAT: u32 = 7; // 2: plan specs carry a mode; 3: votes say whether checks cross devices; 4: worker ids' bindings; 5: plan specs carry their cut; 6: a count past 2^90 is kept for the audit only (a checkpoint of 5 may hold one counted, wedging its job); 7: a job's rate says whether it was steady, and its ledger indexes its conflicts and kept results
+pub const FORMAT: u32 = 8; // 2: plan specs carry a mode; 3: votes say whether checks cross devices; 4: worker ids' bindings; 5: plan specs carry their cut; 6: a count past 2^90 is kept for the audit only (a checkpoint of 5 may hold one counted, wedging its job); 7: a job's rate says whether it was steady; 8: a job's ledger indexes its conflicts and kept results, and the workers keep the quarantined ids forgotten
 const HEADER: usize = 24;
 
 /// The body of a checkpoint: which records the state holds, and the state.

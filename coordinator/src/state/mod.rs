@@ -145,7 +145,7 @@ pub enum StateError {
         state: JobState,
         action: &'static str,
     },
-    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken until one that holds no lease and no result awaiting a check, and is not quarantined, has been silent for half a lease's life (its place is then given to the newcomer)")]
+    #[error("the coordinator already knows {0} worker ids, its limit; no new worker id is taken until one that holds no lease and no result awaiting a check has been silent for half a lease's life (its place is then given to the newcomer)")]
     TooManyWorkers(usize),
     #[error(
         "worker id '{worker}' belongs to credential '{bound}'; choose another worker id (--name)"
@@ -776,9 +776,6 @@ impl State {
         let me = self.workers.voter(worker);
         let (card, cpu) = self.workers.devices(worker);
         let mut granted = Vec::new();
-        // Tasks handed back that one call looks at, at most: a credential
-        // may not take those it voted on, however many wait for others.
-        let mut budget = LOOK_PER_LEASE;
         for job in self.jobs.values_mut() {
             if granted.len() >= max {
                 break;
@@ -787,6 +784,11 @@ impl State {
                 continue;
             }
             job.schedule.wake(now);
+            // Tasks handed back that one call looks at in a job, at most:
+            // a credential may not take those it voted on, however many
+            // wait for others (each job its own, so one cannot starve the
+            // next).
+            let mut budget = LOOK_PER_LEASE;
             while granted.len() < max {
                 // With redundancy, a credential never checks its own
                 // result, and a cross-device check goes to the other kind.
@@ -1034,8 +1036,8 @@ impl State {
     }
 }
 
-/// Tasks handed back that one lease call looks at, at most (see
-/// `Schedule::next_within`).
+/// Tasks handed back that one lease call looks at in each job, at most
+/// (see `Schedule::next_within`).
 pub const LOOK_PER_LEASE: usize = 8192;
 
 /// The most leases one worker id holds at once: what one heartbeat renews

@@ -99,10 +99,11 @@ pub struct Schedule {
     /// Tasks ready again, handed out before the cursor's.
     #[serde(skip)]
     returned: BTreeSet<u64>,
-    /// Where the next look through `returned` starts: at the oldest, or
-    /// where the last look ran out of budget, so that a taker that may
-    /// take few of them (it voted on the rest) reaches every one over its
-    /// calls.
+    /// Where the next look through `returned` starts: after the last
+    /// task found, or where the last look ran out of budget (the oldest
+    /// after a whole round found nothing), so that a taker that may take
+    /// few of them (it voted on the rest) reaches every one over its
+    /// calls, whoever else takes meanwhile.
     #[serde(skip)]
     scan_from: u64,
     /// Tasks waiting out a retry backoff: (not before, task), and by task.
@@ -231,7 +232,13 @@ impl Schedule {
                 break;
             }
         }
-        self.scan_from = stopped.unwrap_or(0);
+        // Round the ring: on after a find, or where the budget ran out;
+        // from the oldest after a whole round found nothing.
+        self.scan_from = match (found, stopped) {
+            (Some(task), _) => task + 1,
+            (None, Some(task)) => task,
+            (None, None) => 0,
+        };
         if let Some(task) = found {
             self.returned.remove(&task);
             return Some(task);

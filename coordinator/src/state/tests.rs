@@ -142,6 +142,57 @@ mod whole {
         );
     }
 
+    /// A credential that voted on more tasks of an older job than a lease
+    /// call looks at (they wait for another credential) still gets a task
+    /// handed back in a later job: each job has its own look.
+    #[test]
+    fn many_tasks_awaiting_a_check_in_one_job_never_starve_the_next() {
+        let (mut s, _, tasks) = running_checked(spec(20, Strategy::Rings, 9_000), 1, 2, 1.0, false);
+        assert!(tasks.len() > LOOK_PER_LEASE, "{} tasks", tasks.len());
+        let zero = Tally::default();
+        loop {
+            let g = s.lease("a", 1024, 0);
+            if g.is_empty() {
+                break;
+            }
+            for g in g {
+                let v = s.apply(&done(1, g.task.index, &zero, "a", g.lease_id));
+                assert_eq!(v, Ok(Some(Verdict::AwaitingCheck)));
+            }
+        }
+        let small = spec(8, Strategy::Frame, 3);
+        s.apply(&Event::JobSubmitted {
+            job: 2,
+            spec: small,
+            unix_ms: 6,
+            checking: Checking {
+                redundancy: 0,
+                fraction: 1.0,
+                cross_device: false,
+            },
+        })
+        .unwrap();
+        let table = table_of(&Plan::new(small).unwrap());
+        s.apply(&Event::JobPlanned {
+            job: 2,
+            tasks: table.len(),
+            digest: digest(&table),
+        })
+        .unwrap();
+        s.attach_tasks(2, TaskList::Listed(table)).unwrap();
+        let g = s.lease("a", 1024, 0);
+        assert!(!g.is_empty() && g.iter().all(|g| g.job == 2));
+        s.release("a", &[lref(&g[0])], 0);
+        let again = s.lease("a", 1, 0);
+        assert_eq!(
+            again
+                .iter()
+                .map(|g| (g.job, g.task.index))
+                .collect::<Vec<_>>(),
+            [(2, g[0].task.index)]
+        );
+    }
+
     #[test]
     fn redundancy_counts_a_task_once_two_workers_agree_and_quarantines_a_liar() {
         let (mut s, plan, tasks) = running_checked(spec(8, Strategy::Frame, 3), 1, 2, 1.0, false);

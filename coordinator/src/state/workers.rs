@@ -3,7 +3,7 @@
 
 use super::StateError;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Most distinct worker ids the coordinator keeps.
 pub const MAX_WORKERS: usize = 10_000;
@@ -93,6 +93,9 @@ pub struct Workers {
     /// Worker id → the issued credential it first authenticated with
     /// (durable: journaled as `WorkerBound`, kept in checkpoints).
     bound: BTreeMap<String, String>,
+    /// Quarantined ids forgotten to make room: still quarantined if they
+    /// call again (as a replay of their conflicts would find them).
+    quarantined_gone: BTreeSet<String>,
 }
 
 impl Workers {
@@ -172,23 +175,31 @@ impl Workers {
         idle.sort_unstable();
         idle.truncate(most);
         for (_, _, id) in &idle {
-            self.known.remove(id);
+            if self.known.remove(id).is_some_and(|w| w.quarantined()) {
+                self.quarantined_gone.insert(id.clone());
+            }
             self.bound.remove(id);
         }
         idle.len()
     }
 
     pub fn quarantined(&self, worker: &str) -> bool {
-        self.known.get(worker).is_some_and(|w| w.quarantined())
+        match self.known.get(worker) {
+            Some(w) => w.quarantined(),
+            None => self.quarantined_gone.contains(worker),
+        }
     }
 
     /// A worker's entry, made on first sight (also from journal records, so
-    /// a quarantine survives a restart).
+    /// a quarantine survives a restart; and quarantined again if it was
+    /// forgotten quarantined).
     pub fn entry(&mut self, id: &str) -> &mut WorkerInfo {
+        let gone = self.quarantined_gone.remove(id);
         self.known
             .entry(id.to_string())
             .or_insert_with(|| WorkerInfo {
                 id: id.to_string(),
+                conflicts: u64::from(gone),
                 ..WorkerInfo::default()
             })
     }
@@ -363,6 +374,8 @@ mod tests {
         assert!(w.get("1").is_some(), "holding");
     }
 
+    /// A table of quarantined ids makes room too, and an id forgotten
+    /// quarantined is quarantined again when it calls.
     #[test]
     fn the_table_of_quarantined_ids_makes_room() {
         let mut w = Workers::default();
@@ -372,5 +385,8 @@ mod tests {
         assert_eq!(w.forget(u64::MAX, |_| false, 1, Forget::Idle), 0);
         assert_eq!(w.forget(u64::MAX, |_| false, 1, Forget::Settled), 1);
         assert!(w.get("0").is_none() && w.admit("new").is_ok());
+        assert!(w.quarantined("0"), "forgotten, still quarantined");
+        assert!(w.touch("0", MAX_WORKERS as u64).quarantined());
+        assert!(!w.quarantined("new"));
     }
 }
