@@ -363,6 +363,14 @@ impl State {
         self.jobs.values().map(|j| j.schedule.held_by(worker)).sum()
     }
 
+    /// The leases the workers `voter` vouches for hold, in every job.
+    fn held_by_voter(&self, voter: &str) -> usize {
+        self.jobs
+            .values()
+            .map(|j| j.schedule.held_by_voter(voter))
+            .sum()
+    }
+
     /// Refuses a worker id never seen before once `MAX_WORKERS` are known.
     pub fn admit(&self, worker: &str) -> Result<(), StateError> {
         self.workers.admit(worker)
@@ -770,10 +778,12 @@ impl State {
         if self.workers.touch(worker, now).quarantined() {
             return Vec::new();
         }
-        let max = max.min(MOST_HELD.saturating_sub(self.held_by(worker)));
+        let me = self.workers.voter(worker);
+        let max = max
+            .min(MOST_HELD.saturating_sub(self.held_by(worker)))
+            .min(MOST_HELD_PER_VOTER.saturating_sub(self.held_by_voter(&me)));
         let ttl = self.limits.lease_ttl_ms;
         let (key, epoch) = (self.lease_key, self.epoch);
-        let me = self.workers.voter(worker);
         let (card, cpu) = self.workers.devices(worker);
         let mut granted = Vec::new();
         for job in self.jobs.values_mut() {
@@ -808,6 +818,7 @@ impl State {
                     Lease {
                         lease_id,
                         worker: worker.to_string(),
+                        voter: me.clone(),
                         deadline,
                     },
                 );
@@ -846,6 +857,7 @@ impl State {
         let (mut extended, mut stop) = (Vec::new(), Vec::new());
         let mut held = self.held_by(worker);
         let me = self.workers.voter(worker);
+        let mut held_voter = self.held_by_voter(&me);
         if self.quarantined(worker) {
             // No more work for a quarantined worker: its leases run out.
             return (extended, deadline, refs.to_vec());
@@ -863,6 +875,7 @@ impl State {
             // another credential must check.
             let adoptable = was_mine
                 && held < MOST_HELD
+                && held_voter < MOST_HELD_PER_VOTER
                 && !job.votes.voted(r.task, worker, &me)
                 && job.state() == JobState::Running
                 && job.unfinished(r.task)
@@ -874,11 +887,13 @@ impl State {
                 }
                 None if adoptable => {
                     held += 1;
+                    held_voter += 1;
                     job.schedule.hold(
                         r.task,
                         Lease {
                             lease_id: r.lease_id,
                             worker: worker.to_string(),
+                            voter: me.clone(),
                             deadline,
                         },
                     );
@@ -1044,6 +1059,12 @@ pub const LOOK_PER_LEASE: usize = 8192;
 /// (an honest worker holds no more, `worker/src/pace.rs`), so that an id
 /// cannot take a whole job of small tasks from the others.
 pub const MOST_HELD: usize = 4096;
+
+/// The most leases the workers of one issued credential hold at once, all
+/// their ids together: sixteen workers' worth, so that one credential's
+/// many made-up ids cannot take a job from the others (the shared worker
+/// token binds no id, and its ids are bounded one by one).
+pub const MOST_HELD_PER_VOTER: usize = 16 * MOST_HELD;
 
 /// The most any one count of a task may be, nodes included (2^90): the
 /// whole search of N=32 places about 10^23 queens (2^77), and a job of

@@ -39,6 +39,8 @@ mod words {
 pub struct Lease {
     pub lease_id: u64,
     pub worker: String,
+    /// Who vouches for the worker: its credential, else its id.
+    pub voter: String,
     pub deadline: u64,
 }
 
@@ -113,9 +115,11 @@ pub struct Schedule {
     backoff: HashMap<u64, u64>,
     #[serde(skip)]
     leases: BTreeMap<u64, Lease>,
-    /// Leases in `leases` per worker.
+    /// Leases in `leases` per worker, and per voter.
     #[serde(skip)]
     held: HashMap<String, usize>,
+    #[serde(skip)]
+    held_voter: HashMap<String, usize>,
     /// Expired leases per task.
     #[serde(skip)]
     attempts: HashMap<u64, u32>,
@@ -189,6 +193,11 @@ impl Schedule {
     /// The leases `worker` holds here.
     pub fn held_by(&self, worker: &str) -> usize {
         self.held.get(worker).copied().unwrap_or(0)
+    }
+
+    /// The leases the workers `voter` vouches for hold here.
+    pub fn held_by_voter(&self, voter: &str) -> usize {
+        self.held_voter.get(voter).copied().unwrap_or(0)
     }
 
     /// Tasks whose backoff is over become ready again.
@@ -272,6 +281,7 @@ impl Schedule {
         self.unwait(task);
         self.end_lease(task);
         *self.held.entry(lease.worker.clone()).or_default() += 1;
+        *self.held_voter.entry(lease.voter.clone()).or_default() += 1;
         self.leases.insert(task, lease);
     }
 
@@ -328,10 +338,15 @@ impl Schedule {
     /// Ends the lease on `task`, if any.
     fn end_lease(&mut self, task: u64) -> Option<Lease> {
         let lease = self.leases.remove(&task)?;
-        if let Some(n) = self.held.get_mut(&lease.worker) {
-            *n -= 1;
-            if *n == 0 {
-                self.held.remove(&lease.worker);
+        for (held, who) in [
+            (&mut self.held, &lease.worker),
+            (&mut self.held_voter, &lease.voter),
+        ] {
+            if let Some(n) = held.get_mut(who) {
+                *n -= 1;
+                if *n == 0 {
+                    held.remove(who);
+                }
             }
         }
         Some(lease)
@@ -352,6 +367,7 @@ mod tests {
         Lease {
             lease_id: 1,
             worker: w.into(),
+            voter: w.into(),
             deadline,
         }
     }

@@ -142,6 +142,37 @@ mod whole {
         );
     }
 
+    /// The ids of one issued credential hold `MOST_HELD_PER_VOTER` leases
+    /// at most, all together; another credential still gets tasks, and a
+    /// lease handed back makes room again.
+    #[test]
+    fn one_credentials_ids_together_hold_at_most_their_share() {
+        let (mut s, _, tasks) = running(spec(20, Strategy::Rings, 70_000), 1);
+        assert!(
+            tasks.len() > MOST_HELD_PER_VOTER + 10,
+            "{} tasks",
+            tasks.len()
+        );
+        let mut held = Vec::new();
+        for i in 0..=MOST_HELD_PER_VOTER / MOST_HELD {
+            let id = format!("m{i}");
+            s.bind(&id, "mallory").unwrap();
+            loop {
+                let g = s.lease(&id, 1024, 0);
+                if g.is_empty() {
+                    break;
+                }
+                held.extend(g.iter().map(|g| (id.clone(), lref(g))));
+            }
+        }
+        assert_eq!(held.len(), MOST_HELD_PER_VOTER);
+        s.bind("a", "alice").unwrap();
+        assert_eq!(s.lease("a", 10, 0).len(), 10);
+        let (id, r) = &held[0];
+        s.release(id, &[*r], 0);
+        assert_eq!(s.lease("m16", 10, 0).len(), 1);
+    }
+
     /// A credential that voted on more tasks of an older job than a lease
     /// call looks at (they wait for another credential) still gets a task
     /// handed back in a later job: each job has its own look.
