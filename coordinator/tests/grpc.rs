@@ -974,6 +974,59 @@ async fn a_quarantined_workers_result_is_journaled_once_however_often_sent() {
     r.shutdown().await.unwrap();
 }
 
+/// A quarantined worker reporting every lease it holds, in one
+/// `ReportMany` and then one by one: its first 16 results in the job are
+/// journaled for the audit, the rest answered alike and not written.
+#[tokio::test]
+async fn a_quarantined_workers_kept_results_stop_at_sixteen_a_job() {
+    let dir = kit::tempdir();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(8, Strategy::Synthetic, 64)).await;
+    let held = kit::lease(&mut w, "liar", 50).await;
+    assert_eq!(held.len(), 50);
+    assert_eq!(
+        kit::count_and_report(&mut w, "liar", &held[0]).await,
+        ReportOutcome::Accepted
+    );
+    let mut lie = kit::result_of(&held[0]);
+    lie.checksum ^= 1;
+    let sent = kit::report(&mut w, "liar", held[0].lease_ref(), lie).await;
+    assert_eq!(sent.unwrap(), ReportOutcome::Conflict);
+    let start = journal_bytes(dir.path());
+    let kept = kit::count_and_report(&mut w, "liar", &held[1]).await;
+    assert_eq!(kept, ReportOutcome::NotCounted);
+    let one = journal_bytes(dir.path()) - start;
+    let req = v1::ReportManyRequest {
+        worker_id: "liar".into(),
+        reports: held[2..]
+            .iter()
+            .map(|l| v1::ReportItem {
+                lease: Some(l.lease_ref()),
+                result: Some(kit::result_of(l)),
+            })
+            .collect(),
+    };
+    let answers = w.raw().report_many(req).await.unwrap().into_inner().answers;
+    let not_counted = ReportOutcome::NotCounted as i32;
+    assert!(
+        answers.iter().all(|a| a.outcome == not_counted),
+        "{answers:?}"
+    );
+    let grown = journal_bytes(dir.path()) - start - one;
+    assert!(
+        (10 * one..=16 * one).contains(&grown),
+        "15 more records of about {one} bytes, not {grown} bytes"
+    );
+    let now = journal_bytes(dir.path());
+    for l in &held[2..] {
+        let again = kit::count_and_report(&mut w, "liar", l).await;
+        assert_eq!(again, ReportOutcome::NotCounted);
+    }
+    assert_eq!(journal_bytes(dir.path()), now);
+    r.shutdown().await.unwrap();
+}
+
 /// A count no task can have (here 2^128 - 1 nodes: it once wedged its job
 /// and stopped every later start) is refused before the journal; the job
 /// ends exact, the audit agrees, and a restart that replays the whole

@@ -239,6 +239,9 @@ impl Coordinator {
         let (mut events, mut written) = (Vec::new(), Vec::new());
         // Held until the events are applied, by the write (see `claims.rs`).
         let mut claims = Vec::new();
+        // Results kept for the audit this call writes, per job: with those
+        // kept already, no more than the ledger keeps of one worker.
+        let mut keeping: std::collections::HashMap<u64, u32> = Default::default();
         for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
             let verdict = match checked {
                 // Counted long ago: compared with the store's row.
@@ -258,6 +261,15 @@ impl Coordinator {
             };
             match verdict.map(|v| self.settle(v, done, &mut claims)) {
                 Ok((v, None)) => answers.push(Ok(v)),
+                Ok((Verdict::NotCounted, Some(event))) => {
+                    let queued = keeping.entry(r.job).or_default();
+                    if self.lock().room_to_keep(r.job, worker, *queued) {
+                        *queued += 1;
+                        events.push(event);
+                        written.push((i, Verdict::NotCounted));
+                    }
+                    answers.push(Ok(Verdict::NotCounted));
+                }
                 Ok((v, Some(event))) => {
                     events.push(event);
                     written.push((i, v));

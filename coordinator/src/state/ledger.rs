@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Results of one worker id kept for the audit but never counted, per job,
 /// beyond which its reports are answered as the kept ones were, without a
-/// record (those already in flight when it is reached are still written),
-/// so a quarantined id reporting every lease it held grows neither the
-/// journal nor this ledger.
+/// record (one call counts its own; concurrent calls in one disk write may
+/// each add theirs), so a quarantined id reporting every lease it held
+/// grows neither the journal nor this ledger.
 pub const MOST_KEPT_PER_WORKER: u32 = 16;
 
 /// A stored task result and who produced it.

@@ -415,6 +415,14 @@ impl State {
         }
     }
 
+    /// Whether `worker` may have `more` results kept for the audit in job
+    /// `job` besides those kept already (at most `MOST_KEPT_PER_WORKER`).
+    pub fn room_to_keep(&self, job: u64, worker: &str, more: u32) -> bool {
+        self.jobs.get(&job).is_some_and(|j| {
+            j.ledger.kept_of(worker).saturating_add(more) < ledger::MOST_KEPT_PER_WORKER
+        })
+    }
+
     /// Whether `worker` is quarantined.
     pub fn quarantined(&self, worker: &str) -> bool {
         self.workers.quarantined(worker)
