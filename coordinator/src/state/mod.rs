@@ -189,15 +189,31 @@ fn settle(
     credited.sort();
     credited.dedup();
     for o in odd {
-        workers.entry(&o.worker).conflicts += 1;
-        counters.conflicts += 1;
-        job.ledger.conflict(Conflict {
-            task,
-            worker: o.worker,
-            tally: o.tally,
-        });
+        contradicted(workers, counters, job, task, o.worker, o.tally);
     }
     credited
+}
+
+/// A result of `worker` on `task` that differs from the one counted or
+/// agreed: kept in the job's ledger for the audit, and its worker
+/// quarantined.
+fn contradicted(
+    workers: &mut Workers,
+    counters: &mut Counters,
+    job: &mut Job,
+    task: u64,
+    worker: String,
+    tally: Tally,
+) {
+    let w = workers.entry(&worker);
+    w.errors += 1;
+    w.conflicts += 1;
+    counters.conflicts += 1;
+    job.ledger.conflict(Conflict {
+        task,
+        worker,
+        tally,
+    });
 }
 
 /// A lease that ran out (see [`State::expire`]).
@@ -598,15 +614,10 @@ impl State {
                 worker,
                 ..
             } => {
-                self.job_mut(*job)?.ledger.conflict(Conflict {
-                    task: *task,
-                    worker: worker.clone(),
-                    tally: outcome.tally,
-                });
-                self.counters.conflicts += 1;
-                let w = self.workers.entry(worker);
-                w.errors += 1;
-                w.conflicts += 1;
+                // Deleted jobs' records were passed over above.
+                let j = self.jobs.get_mut(job).ok_or(StateError::UnknownJob(*job))?;
+                let (w, c) = (worker.clone(), outcome.tally);
+                contradicted(&mut self.workers, &mut self.counters, j, *task, w, c);
             }
             Event::TaskDead { job, task, reason } => {
                 let job = self.job_mut(*job)?;
@@ -697,12 +708,17 @@ impl State {
                 self.counters.duplicates += 1;
                 return Ok(Verdict::Duplicate);
             }
-            self.counters.conflicts += 1;
-            job.ledger.conflict(Conflict {
+            // Both passed `check_report` before either was applied: the
+            // later one is contradicted as if it had come after.
+            let worker = d.worker.clone();
+            contradicted(
+                &mut self.workers,
+                &mut self.counters,
+                job,
                 task,
-                worker: d.worker.clone(),
+                worker,
                 tally,
-            });
+            );
             return Ok(Verdict::Conflict);
         }
         if job.counted(task) {

@@ -560,6 +560,10 @@ mod whole {
         );
         assert_eq!(*s.job(1).unwrap().tally(), before);
         assert_eq!(s.job(1).unwrap().conflicts().len(), 1);
+        // A report that passed its check before the counted one was
+        // applied (two calls racing) is contradicted all the same.
+        assert!(s.quarantined("w2"));
+        assert!(!s.quarantined("w1"));
     }
 
     #[test]
