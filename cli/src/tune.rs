@@ -96,11 +96,7 @@ impl Settings for Tuning {
     }
 
     fn columns(&self) -> String {
-        let tables = if self.launch.rows_in_group {
-            "group"
-        } else {
-            "storage"
-        };
+        let tables = tables(self.launch.rows_in_group);
         let form = if self.launch.nested {
             "nested"
         } else {
@@ -141,6 +137,9 @@ struct Cuda {
     jobs: usize,
     /// Feeding threads (`NQUEENS_GPU_FEEDERS`, 1 to 256).
     feeders: usize,
+    /// Whether threads keep their jobs' pairs in their block's memory
+    /// (`NQUEENS_GPU_TABLES`).
+    tables: bool,
 }
 
 impl Settings for Cuda {
@@ -169,6 +168,10 @@ impl Settings for Cuda {
                 })
             },
         },
+        Knob {
+            name: "tables",
+            turns: |c| flipped(c, |u| &mut u.tables),
+        },
     ];
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -177,15 +180,25 @@ impl Settings for Cuda {
             ("NQUEENS_GPU_BLOCK", self.block.to_string()),
             ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
             ("NQUEENS_GPU_JOBS", self.jobs.to_string()),
+            ("NQUEENS_GPU_TABLES", tables(self.tables).into()),
         ]
     }
 
     fn header() -> String {
-        format!("{:>6} {:>7} {:>9}", "block", "feeders", "jobs")
+        format!(
+            "{:>6} {:>7} {:>9} {:>7}",
+            "block", "feeders", "jobs", "tables"
+        )
     }
 
     fn columns(&self) -> String {
-        format!("{:>6} {:>7} {:>9}", self.block, self.feeders, self.jobs)
+        format!(
+            "{:>6} {:>7} {:>9} {:>7}",
+            self.block,
+            self.feeders,
+            self.jobs,
+            tables(self.tables)
+        )
     }
 
     fn feeders(&self) -> usize {
@@ -204,6 +217,16 @@ impl Cuda {
         let (mut cards, _) = nqueens_gpu::cuda::cards(&Choice::Listed(vec![0]), &given)
             .map_err(|e| Failure::BadInput(format!("--core gpu: {e}")))?;
         Ok(Arc::new(cards.remove(0)))
+    }
+}
+
+/// `NQUEENS_GPU_TABLES`'s word for whether threads keep their jobs' table
+/// rows in their workgroup's (block's) memory.
+fn tables(kept: bool) -> &'static str {
+    if kept {
+        "group"
+    } else {
+        "storage"
     }
 }
 
@@ -328,6 +351,7 @@ pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
             block: given.block().unwrap_or(nqueens_gpu::cuda::driver::BLOCK),
             jobs: card.jobs_per_batch(),
             feeders: card.feeders(),
+            tables: given.cuda_keeps_rows(),
         };
         let name = card.name().to_string();
         // Each setting opens the card anew (its kernel built for the block).
@@ -413,6 +437,7 @@ mod tests {
             block: 1024,
             jobs: 1 << 20,
             feeders: 1,
+            tables: true,
         };
         let turned: Vec<Vec<Cuda>> = Cuda::KNOBS.iter().map(|k| (k.turns)(&c)).collect();
         assert_eq!(turned[0], [Cuda { block: 512, ..c }], "no block past 1,024");
@@ -421,6 +446,7 @@ mod tests {
             turned[2],
             [Cuda { jobs: 1 << 18, ..c }, Cuda { jobs: 1 << 22, ..c }]
         );
+        assert_eq!(turned[3], [Cuda { tables: false, ..c }]);
         for s in turned.iter().flatten() {
             let env = s.env();
             let given = Overrides::from_lookup(|name| {

@@ -88,6 +88,8 @@ pub struct Overrides {
     pub(crate) block: Option<u32>,
     steal: Option<bool>,
     checked: Option<bool>,
+    /// Whether threads keep their jobs' table rows in their workgroup's
+    /// (block's) memory, on wgpu and CUDA alike.
     rows_in_group: Option<bool>,
     nested: Option<bool>,
 }
@@ -107,6 +109,12 @@ impl Overrides {
         self.block
     }
 
+    /// Whether a CUDA card's threads keep their jobs' pairs in their
+    /// block's memory (`NQUEENS_GPU_TABLES`; by default they do).
+    pub fn cuda_keeps_rows(&self) -> bool {
+        self.rows_in_group.unwrap_or(crate::cuda::driver::KEEP)
+    }
+
     /// The settings in this process's environment.
     pub fn from_env() -> Result<Overrides, String> {
         Overrides::from_lookup(|name| std::env::var(name).ok())
@@ -118,7 +126,7 @@ impl Overrides {
     /// more) and the jobs a batch is cut into (0: as the card's width),
     /// `NQUEENS_GPU_CHECKS` (`on`, `off`) the checks,
     /// `NQUEENS_GPU_TABLES` (`group`, `storage`) where the threads read
-    /// their rows' tables,
+    /// their rows' tables (wgpu and CUDA),
     /// `NQUEENS_GPU_STEAL` (`on`, `off`) whether long searches are split,
     /// `NQUEENS_GPU_LOOP` (`nested`, `single`) the form of the shader's
     /// loop (see [`Launch::nested`]),

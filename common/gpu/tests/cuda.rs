@@ -19,29 +19,44 @@ use std::sync::Arc;
 use support::{pieces_and_cpu_counts, plans_up_to, random_pieces_up_to_32, same_as_cpu, spec};
 
 /// The kernel on the host: `threads` threads in blocks of `block`, batches
-/// of at least `jobs` jobs.
+/// of at least `jobs` jobs, its threads keeping their jobs' pairs in their
+/// blocks' memory (as `count_jobs_kept`).
 fn host(threads: u32, block: u32, jobs: u32, seed: u64) -> CudaCard<Host> {
+    host_keeping(threads, block, jobs, seed, true)
+}
+
+/// The same, keeping the pairs or reading them in place (`count_jobs`).
+fn host_keeping(threads: u32, block: u32, jobs: u32, seed: u64, keep: bool) -> CudaCard<Host> {
     let given = Overrides::from_lookup(|name| match name {
         "NQUEENS_GPU_JOBS" => Some(jobs.to_string()),
         _ => None,
     })
     .unwrap();
-    CudaCard::new("host".into(), Host::new(threads, block, seed), &given)
+    let mut runner = Host::new(threads, block, seed);
+    runner.keep = keep;
+    CudaCard::new("host".into(), runner, &given)
 }
 
+/// Both kernels: each thread keeping its job's pairs, and reading them in
+/// place.
 #[test]
 fn every_strategy_counts_every_n_up_to_12_as_the_cpu_does() {
-    let card: Arc<dyn Device> = Arc::new(host(96, 32, 1000, 1));
-    plans_up_to(&card, 12);
+    for keep in [true, false] {
+        let card: Arc<dyn Device> = Arc::new(host_keeping(96, 32, 1000, 1, keep));
+        plans_up_to(&card, 12);
+    }
 }
 
 /// One thread alone, blocks of one, two and eight threads (a thread's
-/// stack is its column of its block's), a block left part empty, and
-/// batches cut coarse and fine: the same counts.
+/// stack, and its copy of its job's pairs, are its columns of its
+/// block's), a block left part empty, and batches cut coarse and fine,
+/// keeping the pairs or not: the same counts.
 #[test]
 fn every_shape_of_blocks_counts_as_the_cpu_does() {
     for (threads, block, jobs) in [(1, 1, 1), (3, 2, 10), (37, 8, 5000), (64, 64, 100)] {
-        let card: Arc<dyn Device> = Arc::new(host(threads, block, jobs, u64::from(threads)));
+        let keep = threads % 2 == 1;
+        let seed = u64::from(threads);
+        let card: Arc<dyn Device> = Arc::new(host_keeping(threads, block, jobs, seed, keep));
         for n in [9, 11] {
             same_as_cpu(&card, spec(n, Strategy::Rings, 2, 2));
             same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
@@ -53,7 +68,8 @@ fn every_shape_of_blocks_counts_as_the_cpu_does() {
 /// kernel's counts are the CPU lanes', interior by interior.
 #[test]
 fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
-    random_pieces_up_to_32(&host(256, 64, 4096, 7));
+    random_pieces_up_to_32(&host_keeping(256, 64, 4096, 7, true));
+    random_pieces_up_to_32(&host_keeping(256, 64, 4096, 8, false));
 }
 
 /// Totals that start just below 2^32 are carried exactly (a card's are
@@ -86,11 +102,14 @@ fn a_stack_outgrowing_its_rows_fails_the_count() {
     let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
     let p = Prepared::new(&pieces, &froms, 1);
     assert!(p.levels > 2, "the jobs need a deep stack: {}", p.levels);
-    let runner = Host::new(16, 8, 1);
-    assert!(runner.run(&p.tables, &p.jobs, p.levels).is_ok());
-    match runner.run(&p.tables, &p.jobs, p.levels - 1) {
-        Err(DeviceError::Failed(why)) => assert!(why.contains("outgrew"), "{why}"),
-        other => panic!("{other:?}"),
+    for keep in [false, true] {
+        let mut runner = Host::new(16, 8, 1);
+        runner.keep = keep;
+        assert!(runner.run(&p.tables, &p.jobs, p.levels).is_ok());
+        match runner.run(&p.tables, &p.jobs, p.levels - 1) {
+            Err(DeviceError::Failed(why)) => assert!(why.contains("outgrew"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
 
@@ -261,18 +280,29 @@ fn nvrtc_compiles_the_kernel_for_every_card_without_spilling() {
     assert!(ptx.to_src().contains(".entry count_jobs"));
     for arch in archs {
         let log = compile::resources(nvrtc, arch / 10, arch % 10).unwrap();
-        let said = |what| figure(&log, what).unwrap_or_else(|| panic!("sm_{arch}: {log}"));
-        let frame = said("bytes stack frame");
-        let spills = said("bytes spill stores");
-        let registers = said("registers");
-        println!(
-            "sm_{arch}: {registers} registers, NVRTC {:?}",
-            nvrtc.version
-        );
-        assert_eq!((frame, spills), (0, 0), "sm_{arch}: {log}");
-        assert!(
-            registers <= full_occupancy_registers(arch),
-            "sm_{arch}: {registers} registers leave its multiprocessors part empty: {log}"
-        );
+        // The assembler's report of each entry, after its name.
+        let mut entries: Vec<(&str, &str)> = log
+            .split("Compiling entry function '")
+            .skip(1)
+            .filter_map(|e| e.split_once('\''))
+            .collect();
+        entries.sort_unstable();
+        let names: Vec<&str> = entries.iter().map(|e| e.0).collect();
+        assert_eq!(names, ["count_jobs", "count_jobs_kept"], "sm_{arch}: {log}");
+        for (name, said) in entries {
+            let figure = |what| figure(said, what).unwrap_or_else(|| panic!("sm_{arch}: {log}"));
+            let frame = figure("bytes stack frame");
+            let spills = figure("bytes spill stores");
+            let registers = figure("registers");
+            println!(
+                "sm_{arch} {name}: {registers} registers, NVRTC {:?}",
+                nvrtc.version
+            );
+            assert_eq!((frame, spills), (0, 0), "sm_{arch}: {log}");
+            assert!(
+                registers <= full_occupancy_registers(arch),
+                "sm_{arch}: {registers} registers leave its multiprocessors part empty: {log}"
+            );
+        }
     }
 }

@@ -24,7 +24,10 @@
 // open squares counted at once (each a completion and a queen placed), so
 // completions and queens placed are what plain recursion counts. A thread
 // whose search ends takes its next job in the same loop, so its warp's
-// other threads step on meanwhile.
+// other threads step on meanwhile. Each new row needs its pair: in
+// `count_jobs_kept` from the thread's copy of its job's pairs, level-major
+// in the block's shared memory after the stacks, made when it takes the
+// job; in `count_jobs` from the interior's tables in the card's memory.
 
 #define TABLE_WORDS 66u
 #define JOB_WORDS 8u
@@ -98,22 +101,48 @@ typedef struct {
     // queens' columns less this (one queen a row).
     u32 base;
     u32 cand, l, d, r;
-    // Row k's shift to the next free row, and that row's open columns.
+    // Row k's shift to the next free row, and that row's open columns;
+    // the pairs of the job's interior (free row k's at `2 * k`), and the
+    // job's start row.
     uint2 pair;
+    const u32 *rows;
+    u32 first;
     u64 sols;
     u64 steps;
     // Steps of the thread's jobs done so far in this launch.
     u64 done;
 } Search;
 
-// Free row `k`'s pair in the tables `t` of one interior.
-DEVICE uint2 row_pair(const u32 *t, u32 k) {
-    return PAIR(t + 2u * k + 2u);
+// A thread's columns of its block's shared memory (a level's records lie
+// `wg` apart, one for each of the block's threads): its stack below its
+// top record, and, where the block keeps them (`keep`), its copy of its
+// job's pairs, from the job's start row to its next-to-last. A copy
+// turns each new row's read of the card's memory, where a warp's threads
+// on as many interiors touch as many places, into a read of the block's.
+typedef struct {
+    Rec *stack;
+    uint2 *kept;
+    u32 wg;
+    int keep;
+} Column;
+
+// Free row `k`'s pair in an interior's `rows` (its tables from pair 1).
+DEVICE uint2 row_pair(const u32 *rows, u32 k) {
+    return PAIR(rows + 2u * k);
+}
+
+// Free row `k`'s pair, from the thread's copy if it keeps one.
+DEVICE uint2 pair_of(const Search *s, const Column *c, u32 k) {
+    if (c->keep) {
+        return c->kept[(k - s->first) * c->wg];
+    }
+    return row_pair(s->rows, k);
 }
 
 // Starts job `job` (JOB_WORDS words).
-DEVICE void start(Search *s, const u32 *tables, const u32 *job) {
+DEVICE void start(Search *s, const u32 *tables, const u32 *job, const Column *c) {
     u32 row = job[1];
+    u32 k;
     const u32 *t;
     s->interior = job[0];
     s->l = job[2];
@@ -125,14 +154,21 @@ DEVICE void start(Search *s, const u32 *tables, const u32 *job) {
     s->top = s->cand != 0u ? 1u : 0u;
     s->base = POPC(s->d) - row;
     s->k = row;
-    s->pair = row_pair(t, row);
+    s->first = row;
+    s->rows = t + 2u;
+    if (c->keep) {
+        for (k = row; k <= s->pen; k++) {
+            c->kept[(k - row) * c->wg] = row_pair(s->rows, k);
+        }
+    }
+    s->pair = pair_of(s, c, row);
     s->sols = 0u;
     s->steps = 0u;
 }
 
 // One step of a search with records left: places the top row's next
-// candidate. `stack` is the thread's column of the block's stack.
-DEVICE void step(Search *s, const u32 *tables, Rec *stack, u32 wg) {
+// candidate.
+DEVICE void step(Search *s, const Column *c) {
     u32 bit = s->cand & (0u - s->cand);
     u32 rest = s->cand ^ bit;
     u32 l = (s->l | bit) << s->pair.x;
@@ -148,7 +184,7 @@ DEVICE void step(Search *s, const u32 *tables, Rec *stack, u32 wg) {
         // Down a row: the row left keeps its place below if it has
         // candidates left; otherwise the new row takes it.
         if (rest != 0u) {
-            stack[(s->top - 1u) * wg] = REC(rest, s->l, s->d, s->r);
+            c->stack[(s->top - 1u) * c->wg] = REC(rest, s->l, s->d, s->r);
             s->top += 1u;
         }
         s->cand = open;
@@ -166,14 +202,14 @@ DEVICE void step(Search *s, const u32 *tables, Rec *stack, u32 wg) {
         if (s->top == 0u) {
             return;
         }
-        Rec below = stack[(s->top - 1u) * wg];
+        Rec below = c->stack[(s->top - 1u) * c->wg];
         s->cand = below.x;
         s->l = below.y;
         s->d = below.z;
         s->r = below.w;
         s->k = POPC(s->d) - s->base;
     }
-    s->pair = row_pair(tables + s->interior * TABLE_WORDS, s->k);
+    s->pair = pair_of(s, c, s->k);
 }
 
 // Adds `x` to a 64-bit total, flagging a total that wraps.
@@ -187,10 +223,10 @@ DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
 // its counts added to its interior's (completions, queens placed) and the
 // next job taken. Returns 0 once the jobs have run out.
 DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *control,
-                   u64 *results, Rec *stack, u32 wg) {
+                   u64 *results, const Column *c) {
     u32 j;
     if (s->top != 0u) {
-        step(s, tables, stack, wg);
+        step(s, c);
         return 1;
     }
     if (s->interior != NONE) {
@@ -203,7 +239,7 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
     if (j >= count) {
         return 0;
     }
-    start(s, tables, jobs + (u64)j * JOB_WORDS);
+    start(s, tables, jobs + (u64)j * JOB_WORDS, c);
     return 1;
 }
 
@@ -221,20 +257,40 @@ DEVICE void finish(const Search *s, u64 *busiest) {
 }
 
 #ifdef __CUDACC_RTC__
-// The block's stacks: (levels - 1) records per thread, sized at launch.
+// The block's shared memory, sized at launch: the stacks, `below` records
+// a thread (its stack's rows less one, at least one), then, where the
+// block keeps them, `levels` pairs a thread.
 extern __shared__ Rec block_stack[];
+
+// A thread's whole loop, its block keeping its jobs' pairs or not.
+DEVICE void run(const u32 *tables, const u32 *jobs, u32 count, u32 below, u32 *control,
+                u64 *results, u64 *busiest, int keep) {
+    Search s;
+    Column c;
+    c.wg = blockDim.x;
+    c.stack = block_stack + threadIdx.x;
+    c.kept = (uint2 *)(block_stack + below * c.wg) + threadIdx.x;
+    c.keep = keep;
+    idle(&s);
+    while (advance(&s, tables, jobs, count, control, results, &c)) {
+    }
+    finish(&s, busiest);
+}
 
 // `control[0]` counts the jobs taken and `control[1]` is set if a total
 // wraps (both start at 0); `results` holds two 64-bit totals per
 // interior, and `busiest` the most steps one thread took (all start at 0).
+// Each job's pairs are read from `tables` as its search needs them.
 extern "C" __global__ void count_jobs(const u32 *__restrict__ tables,
-                                      const u32 *__restrict__ jobs, u32 count, u32 *control,
-                                      u64 *results, u64 *busiest) {
-    Search s;
-    Rec *stack = block_stack + threadIdx.x;
-    idle(&s);
-    while (advance(&s, tables, jobs, count, control, results, stack, blockDim.x)) {
-    }
-    finish(&s, busiest);
+                                      const u32 *__restrict__ jobs, u32 count, u32 below,
+                                      u32 *control, u64 *results, u64 *busiest) {
+    run(tables, jobs, count, below, control, results, busiest, 0);
+}
+
+// The same, each thread copying its job's pairs to its block's memory.
+extern "C" __global__ void count_jobs_kept(const u32 *__restrict__ tables,
+                                           const u32 *__restrict__ jobs, u32 count, u32 below,
+                                           u32 *control, u64 *results, u64 *busiest) {
+    run(tables, jobs, count, below, control, results, busiest, 1);
 }
 #endif

@@ -17,9 +17,18 @@ use std::sync::{Arc, Mutex};
 /// Bytes of shared memory a thread's stack takes per row below its top.
 const RECORD_BYTES: u32 = 16;
 
+/// Bytes of shared memory a thread's copy of its job's pairs takes per row.
+const PAIR_BYTES: u32 = 8;
+
 /// Threads per block unless `NQUEENS_GPU_BLOCK` says otherwise (the
 /// peer's fastest configurations on an H100 run 128 to 192).
 pub const BLOCK: u32 = 128;
+
+/// Whether threads keep their jobs' pairs in their block's memory unless
+/// `NQUEENS_GPU_TABLES` says otherwise: a warp's threads on as many
+/// interiors would otherwise read as many places of the card's memory at
+/// each new row.
+pub const KEEP: bool = true;
 
 /// CUDA cards on this machine; an error naming what is missing where the
 /// driver or NVRTC cannot be opened.
@@ -71,6 +80,9 @@ pub struct Cuda {
     threads_per_sm: u32,
     block: u32,
     most_shared: u32,
+    /// Whether threads keep their jobs' pairs in their block's memory
+    /// (`count_jobs_kept`).
+    keep: bool,
 }
 
 fn failed(what: &str) -> impl Fn(DriverError) -> String + '_ {
@@ -82,7 +94,9 @@ impl Cuda {
     /// [`nqueens_common::engine::device::Device::name`] gives it) and the
     /// card. A card whose driver ends long launches (one that drives a
     /// display) is refused: a launch here lasts as long as its batch.
-    pub fn open(ordinal: usize, block: Option<u32>) -> Result<(String, Cuda), String> {
+    /// `keep`: whether its threads keep their jobs' pairs in their block's
+    /// memory.
+    pub fn open(ordinal: usize, block: Option<u32>, keep: bool) -> Result<(String, Cuda), String> {
         let ctx = CudaContext::new(ordinal).map_err(failed("opening the card"))?;
         let attr = |a| ctx.attribute(a).map_err(failed("its limits"));
         if attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0 {
@@ -115,8 +129,13 @@ impl Cuda {
         let module = ctx
             .load_module(compile::for_card(nvrtc, major, minor)?)
             .map_err(failed(&loading))?;
+        let entry = if keep {
+            "count_jobs_kept"
+        } else {
+            "count_jobs"
+        };
         let func = module
-            .load_function("count_jobs")
+            .load_function(entry)
             .map_err(failed("finding the kernel"))?;
         let most_shared =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
@@ -134,6 +153,7 @@ impl Cuda {
             threads_per_sm: threads_per_sm as u32,
             block: block.unwrap_or(BLOCK),
             most_shared: most_shared as u32,
+            keep,
             func,
             lanes: Mutex::new(Vec::new()),
             ctx,
@@ -160,7 +180,7 @@ impl Cuda {
     /// as [`shape`] makes them, as many as the card holds at once (each
     /// thread takes jobs until they run out), fewer for fewer jobs.
     fn config(&self, count: u32, levels: u32) -> Result<LaunchConfig, DeviceError> {
-        let (block, shared) = shape(self.block, self.most_shared, levels);
+        let (block, shared) = shape(self.block, self.most_shared, levels, self.keep);
         let per_sm = self
             .func
             .occupancy_max_active_blocks_per_multiprocessor(block, shared as usize, None)
@@ -188,6 +208,7 @@ impl Cuda {
         let totals = 2 * (tables.len() / TABLE_WORDS);
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let config = self.config(count, levels)?;
+        let below = below(levels);
         let s = Arc::clone(&lane.stream);
         put(&s, &mut lane.tables, tables).map_err(lost)?;
         put(&s, &mut lane.jobs, jobs.as_flattened()).map_err(lost)?;
@@ -201,13 +222,15 @@ impl Cuda {
             .arg(&lane.tables)
             .arg(&lane.jobs)
             .arg(&count)
+            .arg(&below)
             .arg(&mut lane.control)
             .arg(&mut lane.results)
             .arg(&mut lane.busiest);
         // SAFETY: the arguments are count.cu's `count_jobs`: every job
         // names an interior of the tables given, `results` holds two
-        // totals for each and `busiest` one, and each thread's stack has
-        // `levels - 1` records in the shared memory given.
+        // totals for each and `busiest` one, and each thread has `below`
+        // records of stack in the shared memory given, and after them, if
+        // it keeps them, `levels` pairs (a job's rows, at most).
         unsafe { launch.launch(config) }.map_err(lost)?;
         let counted = s.clone_dtoh(&lane.results.slice(0..totals)).map_err(lost)?;
         let control = s.clone_dtoh(&lane.control).map_err(lost)?;
@@ -247,12 +270,20 @@ fn put<T: DeviceRepr + ValidAsZeroBits>(
     s.memcpy_htod(src, buf)
 }
 
+/// Records of a thread's stack in shared memory for jobs of `levels` rows:
+/// all but its top, one at least.
+fn below(levels: u32) -> u32 {
+    levels.saturating_sub(1).max(1)
+}
+
 /// Threads per block and the shared memory a block takes, for stacks of
-/// `levels` rows: `block` threads, halved while their stacks would pass
-/// `most_shared` bytes (32 threads at least: 30 records of 16 bytes each
-/// fit any card's 48 KiB).
-fn shape(block: u32, most_shared: u32, levels: u32) -> (u32, u32) {
-    let per_thread = levels.saturating_sub(1).max(1) * RECORD_BYTES;
+/// `levels` rows, and as many pairs if threads `keep` their jobs' pairs:
+/// `block` threads, halved while their memory would pass `most_shared`
+/// bytes (32 threads at least: 31 records of 16 bytes and 32 pairs of 8
+/// each fit any card's 48 KiB).
+fn shape(block: u32, most_shared: u32, levels: u32, keep: bool) -> (u32, u32) {
+    let pairs = if keep { levels * PAIR_BYTES } else { 0 };
+    let per_thread = below(levels) * RECORD_BYTES + pairs;
     let mut block = block;
     while block > 32 && block * per_thread > most_shared {
         block /= 2;
@@ -286,12 +317,32 @@ mod tests {
 
     #[test]
     fn a_block_shrinks_until_its_stacks_fit() {
-        // 16 rows: 128 threads of 15 records each fit 48 KiB.
-        assert_eq!(shape(128, 48 << 10, 16), (128, 128 * 15 * 16));
-        // 31 rows at 48 KiB: 64 threads; with an H100's 227 KiB, 128.
-        assert_eq!(shape(128, 48 << 10, 31), (64, 64 * 30 * 16));
-        assert_eq!(shape(128, 227 << 10, 31), (128, 128 * 30 * 16));
+        // 16 rows: 128 threads of 15 records each fit 48 KiB, and with
+        // 16 pairs each too.
+        assert_eq!(shape(128, 48 << 10, 16, false), (128, 128 * 15 * 16));
+        assert_eq!(
+            shape(128, 48 << 10, 16, true),
+            (128, 128 * (15 * 16 + 16 * 8))
+        );
+        // 31 rows at 48 KiB: 64 threads; with an H100's 227 KiB, 128;
+        // keeping 31 pairs too, still 64 and 128; 32 rows and pairs of 32
+        // at 24 KiB.
+        assert_eq!(shape(128, 48 << 10, 31, false), (64, 64 * 30 * 16));
+        assert_eq!(shape(128, 227 << 10, 31, false), (128, 128 * 30 * 16));
+        assert_eq!(
+            shape(128, 48 << 10, 31, true),
+            (64, 64 * (30 * 16 + 31 * 8))
+        );
+        assert_eq!(
+            shape(128, 24 << 10, 32, true),
+            (32, 32 * (31 * 16 + 32 * 8))
+        );
+        assert_eq!(
+            shape(128, 227 << 10, 31, true),
+            (128, 128 * (30 * 16 + 31 * 8))
+        );
         // A stack of one row still has a record's room.
-        assert_eq!(shape(256, 48 << 10, 1), (256, 256 * 16));
+        assert_eq!(shape(256, 48 << 10, 1, false), (256, 256 * 16));
+        assert_eq!(shape(256, 48 << 10, 1, true), (256, 256 * 24));
     }
 }

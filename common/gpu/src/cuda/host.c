@@ -8,12 +8,13 @@
 #include "count.cu"
 
 /* Counts `count` jobs with `threads` threads in blocks of `wg`, a stack
- * of `levels` rows each, as the card would, adding to `results` (two
- * totals per interior) and raising `busiest` to the most steps one
- * thread took. Returns 0, 1 if a total wrapped, 2 if a thread's stack
- * outgrew its `levels` rows, 3 if memory ran out. */
+ * of `levels` rows each, as the card would, each thread keeping its job's
+ * pairs in its block's memory if `keep` (as `count_jobs_kept` does),
+ * adding to `results` (two totals per interior) and raising `busiest` to
+ * the most steps one thread took. Returns 0, 1 if a total wrapped, 2 if a
+ * thread's stack outgrew its `levels` rows, 3 if memory ran out. */
 u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 threads, u32 wg,
-                       u32 levels, u64 seed, u64 *results, u64 *busiest) {
+                       u32 levels, int keep, u64 seed, u64 *results, u64 *busiest) {
     u32 below = levels > 1u ? levels - 1u : 1u;
     u32 blocks = (threads + wg - 1u) / wg;
     /* A row more than the card's per block: a thread whose stack outgrows
@@ -21,11 +22,14 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
      * it, and that write stays in this block's memory. */
     size_t per_block = (size_t)wg * (below + 1u);
     Rec *stacks = calloc((size_t)blocks * per_block, sizeof(Rec));
+    /* Each block's copies of its threads' pairs, `levels` a thread (a
+     * job's rows from its start to its next-to-last, at most). */
+    uint2 *kept = calloc((size_t)blocks * wg * levels, sizeof(uint2));
     Search *s = malloc((size_t)threads * sizeof(Search));
     u32 *live = malloc((size_t)threads * sizeof(u32));
     u32 control[2] = {0u, 0u};
     u32 alive = threads, outcome = 0u, t;
-    if (stacks == NULL || s == NULL || live == NULL) {
+    if (stacks == NULL || kept == NULL || s == NULL || live == NULL) {
         outcome = 3u;
         alive = 0u;
     }
@@ -35,16 +39,19 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
     }
     while (alive > 0u && outcome == 0u) {
         u32 pick, passes, p;
-        Rec *stack;
+        Column c;
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         pick = (u32)(seed % alive);
         t = live[pick];
         passes = 1u + (u32)((seed >> 40) % 16u);
-        stack = stacks + (size_t)(t / wg) * per_block + t % wg;
+        c.stack = stacks + (size_t)(t / wg) * per_block + t % wg;
+        c.kept = kept + (size_t)(t / wg) * wg * levels + t % wg;
+        c.wg = wg;
+        c.keep = keep;
         for (p = 0u; p < passes; p++) {
-            if (!advance(&s[t], tables, jobs, count, control, results, stack, wg)) {
+            if (!advance(&s[t], tables, jobs, count, control, results, &c)) {
                 finish(&s[t], busiest);
                 live[pick] = live[--alive];
                 break;
@@ -56,6 +63,7 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
         }
     }
     free(stacks);
+    free(kept);
     free(s);
     free(live);
     return outcome != 0u ? outcome : control[1];

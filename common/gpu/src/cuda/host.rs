@@ -17,6 +17,7 @@ extern "C" {
         threads: u32,
         wg: u32,
         levels: u32,
+        keep: i32,
         seed: u64,
         results: *mut u64,
         busiest: *mut u64,
@@ -28,6 +29,9 @@ extern "C" {
 pub struct Host {
     pub threads: u32,
     pub block: u32,
+    /// Whether each thread keeps its job's pairs in its block's memory
+    /// (the card's `count_jobs_kept`), or reads them where they are.
+    pub keep: bool,
     /// What each total starts from (a card's start at zero): a total
     /// near 2^32 or 2^64 shows how the kernel carries and overflows.
     pub bias: u64,
@@ -41,6 +45,7 @@ impl Host {
         Host {
             threads,
             block,
+            keep: true,
             bias: 0,
             seed: AtomicU64::new(seed),
         }
@@ -56,6 +61,12 @@ impl Runner for Host {
                 .all(|j| (j[0] as usize) < interiors && j[1] <= j[5] && j[5] < 32),
             "every job names an interior of the batch, and rows on the board"
         );
+        // A card's copy would run past its rows into another thread's.
+        if self.keep && jobs.iter().any(|j| j[5] + 1 - j[1] > levels) {
+            return Err(DeviceError::Failed(format!(
+                "a job's rows outgrew the {levels} a thread keeps"
+            )));
+        }
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let mut results = vec![self.bias; 2 * interiors];
         let mut busiest = 0u64;
@@ -65,8 +76,10 @@ impl Runner for Host {
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
             | 1;
         // SAFETY: `tables` and `jobs` are read within their lengths (each
-        // job's interior is below `interiors`, its rows below 32), and
-        // `results` has two words per interior.
+        // job's interior is below `interiors`, its rows below 32), a
+        // thread's copy of its job's pairs within its `levels` (checked
+        // above where it keeps one), and `results` has two words per
+        // interior.
         let outcome = unsafe {
             nqueens_host_count(
                 tables.as_ptr(),
@@ -75,6 +88,7 @@ impl Runner for Host {
                 self.threads,
                 self.block,
                 levels,
+                i32::from(self.keep),
                 seed,
                 results.as_mut_ptr(),
                 &mut busiest,

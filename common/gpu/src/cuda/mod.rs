@@ -187,7 +187,7 @@ pub fn cards(
                 "there is no CUDA card number {i}: this machine has {count}"
             ));
         }
-        match driver::Cuda::open(i, given.block) {
+        match driver::Cuda::open(i, given.block, given.cuda_keeps_rows()) {
             Ok((name, cuda)) => opened.push(CudaCard::new(name, cuda, given)),
             Err(e) if *choice == Choice::Auto => skipped.push(format!("CUDA card {i}: {e}")),
             Err(e) => return Err(format!("CUDA card {i}: {e}")),
