@@ -140,6 +140,8 @@ struct Cuda {
     /// Whether threads keep their jobs' pairs in their block's memory
     /// (`NQUEENS_GPU_TABLES`).
     tables: bool,
+    /// Whether threads step without branches (`NQUEENS_GPU_STEP`).
+    flat: bool,
 }
 
 impl Settings for Cuda {
@@ -172,6 +174,10 @@ impl Settings for Cuda {
             name: "tables",
             turns: |c| flipped(c, |u| &mut u.tables),
         },
+        Knob {
+            name: "step",
+            turns: |c| flipped(c, |u| &mut u.flat),
+        },
     ];
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -181,23 +187,25 @@ impl Settings for Cuda {
             ("NQUEENS_GPU_FEEDERS", self.feeders.to_string()),
             ("NQUEENS_GPU_JOBS", self.jobs.to_string()),
             ("NQUEENS_GPU_TABLES", tables(self.tables).into()),
+            ("NQUEENS_GPU_STEP", step(self.flat).into()),
         ]
     }
 
     fn header() -> String {
         format!(
-            "{:>6} {:>7} {:>9} {:>7}",
-            "block", "feeders", "jobs", "tables"
+            "{:>6} {:>7} {:>9} {:>7} {:>9}",
+            "block", "feeders", "jobs", "tables", "step"
         )
     }
 
     fn columns(&self) -> String {
         format!(
-            "{:>6} {:>7} {:>9} {:>7}",
+            "{:>6} {:>7} {:>9} {:>7} {:>9}",
             self.block,
             self.feeders,
             self.jobs,
-            tables(self.tables)
+            tables(self.tables),
+            step(self.flat)
         )
     }
 
@@ -227,6 +235,16 @@ fn tables(kept: bool) -> &'static str {
         "group"
     } else {
         "storage"
+    }
+}
+
+/// `NQUEENS_GPU_STEP`'s word for whether a CUDA card's threads step
+/// without branches.
+fn step(flat: bool) -> &'static str {
+    if flat {
+        "flat"
+    } else {
+        "branching"
     }
 }
 
@@ -351,7 +369,8 @@ pub fn tune(n: Size, runs: u32, json: bool) -> Result<(), Failure> {
             block: given.block().unwrap_or(nqueens_gpu::cuda::driver::BLOCK),
             jobs: card.jobs_per_batch(),
             feeders: card.feeders(),
-            tables: given.cuda_keeps_rows(),
+            tables: given.cuda_kernel().keep,
+            flat: given.cuda_kernel().flat,
         };
         let name = card.name().to_string();
         // Each setting opens the card anew (its kernel built for the block).
@@ -438,6 +457,7 @@ mod tests {
             jobs: 1 << 20,
             feeders: 1,
             tables: true,
+            flat: true,
         };
         let turned: Vec<Vec<Cuda>> = Cuda::KNOBS.iter().map(|k| (k.turns)(&c)).collect();
         assert_eq!(turned[0], [Cuda { block: 512, ..c }], "no block past 1,024");
@@ -447,6 +467,7 @@ mod tests {
             [Cuda { jobs: 1 << 18, ..c }, Cuda { jobs: 1 << 22, ..c }]
         );
         assert_eq!(turned[3], [Cuda { tables: false, ..c }]);
+        assert_eq!(turned[4], [Cuda { flat: false, ..c }]);
         for s in turned.iter().flatten() {
             let env = s.env();
             let given = Overrides::from_lookup(|name| {

@@ -92,6 +92,9 @@ pub struct Overrides {
     /// (block's) memory, on wgpu and CUDA alike.
     rows_in_group: Option<bool>,
     nested: Option<bool>,
+    /// Whether a CUDA card's threads step without branches, every record
+    /// of their stacks in their block's memory.
+    flat: Option<bool>,
 }
 
 /// The most searches in flight a setting may ask for (a card's measured
@@ -109,10 +112,15 @@ impl Overrides {
         self.block
     }
 
-    /// Whether a CUDA card's threads keep their jobs' pairs in their
-    /// block's memory (`NQUEENS_GPU_TABLES`; by default they do).
-    pub fn cuda_keeps_rows(&self) -> bool {
-        self.rows_in_group.unwrap_or(crate::cuda::driver::KEEP)
+    /// The kernel a CUDA card runs: whether its threads keep their jobs'
+    /// pairs in their block's memory (`NQUEENS_GPU_TABLES`) and step
+    /// without branches (`NQUEENS_GPU_STEP`); by default, both.
+    pub fn cuda_kernel(&self) -> crate::cuda::driver::Kernel {
+        let default = crate::cuda::driver::Kernel::DEFAULT;
+        crate::cuda::driver::Kernel {
+            keep: self.rows_in_group.unwrap_or(default.keep),
+            flat: self.flat.unwrap_or(default.flat),
+        }
     }
 
     /// The settings in this process's environment.
@@ -132,8 +140,9 @@ impl Overrides {
     /// loop (see [`Launch::nested`]),
     /// `NQUEENS_GPU_LAUNCHES` sets the launches a round holds at most,
     /// `NQUEENS_GPU_FEEDERS` the threads feeding a card,
-    /// `NQUEENS_GPU_API` (`wgpu`, `cuda`) what cards count through, and
-    /// `NQUEENS_GPU_BLOCK` a CUDA card's threads per block.
+    /// `NQUEENS_GPU_API` (`wgpu`, `cuda`) what cards count through,
+    /// `NQUEENS_GPU_BLOCK` a CUDA card's threads per block, and
+    /// `NQUEENS_GPU_STEP` (`flat`, `branching`) how its threads step.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
         let given = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let number = |name: &str, least: u32, most: u32| -> Result<Option<u32>, String> {
@@ -167,6 +176,7 @@ impl Overrides {
             nested: word("NQUEENS_GPU_LOOP", "nested", "single")?,
             cuda: word("NQUEENS_GPU_API", "cuda", "wgpu")?,
             block: number("NQUEENS_GPU_BLOCK", 32, 1024)?,
+            flat: word("NQUEENS_GPU_STEP", "flat", "branching")?,
         })
     }
 }
@@ -573,6 +583,7 @@ mod tests {
             ("NQUEENS_GPU_FEEDERS", "257", "from 1 to 256"),
             ("NQUEENS_GPU_API", "vulkan", "give cuda or wgpu"),
             ("NQUEENS_GPU_BLOCK", "16", "from 32 to 1024"),
+            ("NQUEENS_GPU_STEP", "branchless", "give flat or branching"),
         ];
         for (name, value, advice) in refused {
             let e = with(name, value).expect_err(value);

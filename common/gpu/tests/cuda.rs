@@ -10,39 +10,60 @@ mod support;
 use nqueens_common::engine::counts::PieceCounts;
 use nqueens_common::engine::device::{Device, DeviceError};
 use nqueens_common::plan::Strategy;
+use nqueens_gpu::cuda::driver::{self, Kernel};
 use nqueens_gpu::cuda::host::Host;
-use nqueens_gpu::cuda::{driver, CudaCard, Runner};
+use nqueens_gpu::cuda::{CudaCard, Runner};
 use nqueens_gpu::jobs::Prepared;
 use nqueens_gpu::{Choice, Overrides};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use support::{pieces_and_cpu_counts, plans_up_to, random_pieces_up_to_32, same_as_cpu, spec};
 
-/// The kernel on the host: `threads` threads in blocks of `block`, batches
-/// of at least `jobs` jobs, its threads keeping their jobs' pairs in their
-/// blocks' memory (as `count_jobs_kept`).
+/// Each of the card's kernels: threads keeping their jobs' pairs in their
+/// blocks' memory or not, stepping flat or branching.
+const KERNELS: [Kernel; 4] = [
+    Kernel::DEFAULT,
+    Kernel {
+        keep: true,
+        flat: false,
+    },
+    Kernel {
+        keep: false,
+        flat: true,
+    },
+    Kernel {
+        keep: false,
+        flat: false,
+    },
+];
+
+/// The default kernel on the host: `threads` threads in blocks of
+/// `block`, batches of at least `jobs` jobs.
 fn host(threads: u32, block: u32, jobs: u32, seed: u64) -> CudaCard<Host> {
-    host_keeping(threads, block, jobs, seed, true)
+    host_running(Kernel::DEFAULT, threads, block, jobs, seed)
 }
 
-/// The same, keeping the pairs or reading them in place (`count_jobs`).
-fn host_keeping(threads: u32, block: u32, jobs: u32, seed: u64, keep: bool) -> CudaCard<Host> {
+/// The same, running `kernel`.
+fn host_running(kernel: Kernel, threads: u32, block: u32, jobs: u32, seed: u64) -> CudaCard<Host> {
     let given = Overrides::from_lookup(|name| match name {
         "NQUEENS_GPU_JOBS" => Some(jobs.to_string()),
         _ => None,
     })
     .unwrap();
-    let mut runner = Host::new(threads, block, seed);
-    runner.keep = keep;
-    CudaCard::new("host".into(), runner, &given)
+    CudaCard::new("host".into(), runner(kernel, threads, block, seed), &given)
 }
 
-/// Both kernels: each thread keeping its job's pairs, and reading them in
-/// place.
+fn runner(kernel: Kernel, threads: u32, block: u32, seed: u64) -> Host {
+    let mut runner = Host::new(threads, block, seed);
+    (runner.keep, runner.flat) = (kernel.keep, kernel.flat);
+    runner
+}
+
+/// Every kernel.
 #[test]
 fn every_strategy_counts_every_n_up_to_12_as_the_cpu_does() {
-    for keep in [true, false] {
-        let card: Arc<dyn Device> = Arc::new(host_keeping(96, 32, 1000, 1, keep));
+    for kernel in KERNELS {
+        let card: Arc<dyn Device> = Arc::new(host_running(kernel, 96, 32, 1000, 1));
         plans_up_to(&card, 12);
     }
 }
@@ -50,13 +71,13 @@ fn every_strategy_counts_every_n_up_to_12_as_the_cpu_does() {
 /// One thread alone, blocks of one, two and eight threads (a thread's
 /// stack, and its copy of its job's pairs, are its columns of its
 /// block's), a block left part empty, and batches cut coarse and fine,
-/// keeping the pairs or not: the same counts.
+/// on each kernel: the same counts.
 #[test]
 fn every_shape_of_blocks_counts_as_the_cpu_does() {
-    for (threads, block, jobs) in [(1, 1, 1), (3, 2, 10), (37, 8, 5000), (64, 64, 100)] {
-        let keep = threads % 2 == 1;
+    let shapes = [(1, 1, 1), (3, 2, 10), (37, 8, 5000), (64, 64, 100)];
+    for (kernel, (threads, block, jobs)) in KERNELS.into_iter().zip(shapes) {
         let seed = u64::from(threads);
-        let card: Arc<dyn Device> = Arc::new(host_keeping(threads, block, jobs, seed, keep));
+        let card: Arc<dyn Device> = Arc::new(host_running(kernel, threads, block, jobs, seed));
         for n in [9, 11] {
             same_as_cpu(&card, spec(n, Strategy::Rings, 2, 2));
             same_as_cpu(&card, spec(n, Strategy::Prefix, 3, 2));
@@ -68,8 +89,9 @@ fn every_shape_of_blocks_counts_as_the_cpu_does() {
 /// kernel's counts are the CPU lanes', interior by interior.
 #[test]
 fn random_pieces_of_real_plans_up_to_32_count_as_on_the_cpu() {
-    random_pieces_up_to_32(&host_keeping(256, 64, 4096, 7, true));
-    random_pieces_up_to_32(&host_keeping(256, 64, 4096, 8, false));
+    for (seed, kernel) in (7..).zip(KERNELS) {
+        random_pieces_up_to_32(&host_running(kernel, 256, 64, 4096, seed));
+    }
 }
 
 /// Totals that start just below 2^32 are carried exactly (a card's are
@@ -102,9 +124,8 @@ fn a_stack_outgrowing_its_rows_fails_the_count() {
     let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
     let p = Prepared::new(&pieces, &froms, 1);
     assert!(p.levels > 2, "the jobs need a deep stack: {}", p.levels);
-    for keep in [false, true] {
-        let mut runner = Host::new(16, 8, 1);
-        runner.keep = keep;
+    for kernel in KERNELS {
+        let runner = runner(kernel, 16, 8, 1);
         assert!(runner.run(&p.tables, &p.jobs, p.levels).is_ok());
         match runner.run(&p.tables, &p.jobs, p.levels - 1) {
             Err(DeviceError::Failed(why)) => assert!(why.contains("outgrew"), "{why}"),
@@ -250,6 +271,21 @@ fn figure(log: &str, what: &str) -> Option<u32> {
         .ok()
 }
 
+/// Writes the kernels' machine code for `NQUEENS_CUBIN_ARCH` (90 unless
+/// given) to the file `NQUEENS_CUBIN`, for `nvdisasm -c` to show what a
+/// card runs.
+#[test]
+#[ignore = "writes a file for reading: NQUEENS_CUBIN=PATH"]
+fn write_the_cubin() {
+    use nqueens_gpu::cuda::{compile, nvrtc};
+    let path = std::env::var("NQUEENS_CUBIN").expect("NQUEENS_CUBIN names the file to write");
+    let arch: i32 = std::env::var("NQUEENS_CUBIN_ARCH").map_or(90, |a| a.parse().unwrap());
+    let nvrtc = nvrtc::nvrtc().unwrap();
+    let cubin = compile::cubin(nvrtc, arch / 10, arch % 10).unwrap();
+    std::fs::write(&path, cubin).unwrap();
+    println!("sm_{arch} by NVRTC {:?}: {path}", nvrtc.version);
+}
+
 /// With NVRTC, CUDA's own compiler (CI installs it from NVIDIA's package;
 /// `NQUEENS_REQUIRE_NVRTC` makes a missing one a failure): the kernel
 /// compiles for every architecture it knows from Turing on, as a card
@@ -288,7 +324,9 @@ fn nvrtc_compiles_the_kernel_for_every_card_without_spilling() {
             .collect();
         entries.sort_unstable();
         let names: Vec<&str> = entries.iter().map(|e| e.0).collect();
-        assert_eq!(names, ["count_jobs", "count_jobs_kept"], "sm_{arch}: {log}");
+        let mut entries_wanted: Vec<&str> = KERNELS.iter().map(|k| k.entry()).collect();
+        entries_wanted.sort_unstable();
+        assert_eq!(names, entries_wanted, "sm_{arch}: {log}");
         for (name, said) in entries {
             let figure = |what| figure(said, what).unwrap_or_else(|| panic!("sm_{arch}: {log}"));
             let frame = figure("bytes stack frame");

@@ -15,7 +15,8 @@
 // k's shift to the next free row and that row's open columns.
 //
 // A thread's stack holds only rows with candidates left, the row it
-// stands on at the top, in registers; the rows below it lie in the
+// stands on at the top, in registers (`step`), or with the others
+// (`step_flat`, which has no branch); the rows below it lie in the
 // block's shared memory, level-major (`stack[level * wg]`, the thread's
 // column), so a warp's threads touch consecutive words. Every step places
 // the top row's next candidate: it goes down a row if the row below has
@@ -24,10 +25,11 @@
 // open squares counted at once (each a completion and a queen placed), so
 // completions and queens placed are what plain recursion counts. A thread
 // whose search ends takes its next job in the same loop, so its warp's
-// other threads step on meanwhile. Each new row needs its pair: in
-// `count_jobs_kept` from the thread's copy of its job's pairs, level-major
-// in the block's shared memory after the stacks, made when it takes the
-// job; in `count_jobs` from the interior's tables in the card's memory.
+// other threads step on meanwhile. Each new row needs its pair: where the
+// thread keeps them (`count_jobs_kept`, `count_jobs_kept_flat`) from its
+// copy of its job's pairs, level-major in the block's shared memory after
+// the stacks, made when it takes the job; else (`count_jobs`,
+// `count_jobs_flat`) from the interior's tables in the card's memory.
 
 #define TABLE_WORDS 66u
 #define JOB_WORDS 8u
@@ -46,7 +48,9 @@ typedef uint4 Rec;
 #define ADD64(at, x) atomicAdd(at, x)
 #define FLAG(at) atomicOr(at, 1u)
 #define MAX64(at, x) atomicMax(at, x)
+#define ON_CARD 1
 #else
+#define ON_CARD 0
 typedef struct {
     u32 x, y, z, w;
 } Rec;
@@ -107,6 +111,11 @@ typedef struct {
     uint2 pair;
     const u32 *rows;
     u32 first;
+    // For `step_flat`, which numbers rows by their queens' columns: the
+    // job's start row's number so, times `wg` (where its pair is kept),
+    // and its next-to-last row's.
+    u32 from;
+    u32 last;
     u64 sols;
     u64 steps;
     // Steps of the thread's jobs done so far in this launch.
@@ -114,16 +123,19 @@ typedef struct {
 } Search;
 
 // A thread's columns of its block's shared memory (a level's records lie
-// `wg` apart, one for each of the block's threads): its stack below its
-// top record, and, where the block keeps them (`keep`), its copy of its
-// job's pairs, from the job's start row to its next-to-last. A copy
-// turns each new row's read of the card's memory, where a warp's threads
-// on as many interiors touch as many places, into a read of the block's.
+// `wg` apart, one for each of the block's threads): its stack, and, where
+// the block keeps them (`keep`), its copy of its job's pairs, from the
+// job's start row to its next-to-last. A copy turns each new row's read
+// of the card's memory, where a warp's threads on as many interiors touch
+// as many places, into a read of the block's. Its stack holds the records
+// below its top one, which it keeps in registers (see `step`), or, `flat`,
+// every record, the top one too (see `step_flat`).
 typedef struct {
     Rec *stack;
     uint2 *kept;
     u32 wg;
     int keep;
+    int flat;
 } Column;
 
 // Free row `k`'s pair in an interior's `rows` (its tables from pair 1).
@@ -155,6 +167,8 @@ DEVICE void start(Search *s, const u32 *tables, const u32 *job, const Column *c)
     s->base = POPC(s->d) - row;
     s->k = row;
     s->first = row;
+    s->from = POPC(s->d) * c->wg;
+    s->last = s->pen + s->base;
     s->rows = t + 2u;
     if (c->keep) {
         for (k = row; k <= s->pen; k++) {
@@ -164,6 +178,43 @@ DEVICE void start(Search *s, const u32 *tables, const u32 *job, const Column *c)
     s->pair = pair_of(s, c, row);
     s->sols = 0u;
     s->steps = 0u;
+    if (c->flat && s->top != 0u) {
+        c->stack[0] = REC(s->cand, s->l, s->d, s->r);
+        s->top = c->wg;
+    }
+}
+
+// One step of a search with records left, every record in the block's
+// memory (`flat`): the same step as `step`, with no branch. The top
+// record is read, its next candidate placed, and its candidates left
+// written back; a row left with none is taken off the stack, and the new
+// row goes on it if it has open squares and is not the last (whose
+// squares the next-to-last row counts). So a warp runs each instruction
+// once a step whichever way its threads go, where `step`'s branches run
+// each way in turn, at the cost of a read of the block's memory a step.
+// Here `top` counts the stack's records times `wg`: where the next one
+// goes in the thread's column.
+DEVICE void step_flat(Search *s, const Column *c) {
+    u32 at = s->top - c->wg;
+    Rec top = c->stack[at];
+    u32 queens = POPC(top.z);
+    uint2 pair = c->keep ? c->kept[queens * c->wg - s->from] : row_pair(s->rows, queens - s->base);
+    u32 bit = top.x & (0u - top.x);
+    u32 rest = top.x ^ bit;
+    u32 l = (top.y | bit) << pair.x;
+    u32 d = top.z | bit;
+    u32 r = (top.w | bit) >> pair.x;
+    u32 open = pair.y & ~(l | d | r);
+    int down = queens != s->last && open != 0u;
+    c->stack[at].x = rest;
+    s->steps += 1u;
+    s->sols += queens == s->last ? POPC(open) : 0u;
+    // The new row goes above the one left, or in its place if it is done.
+    at = rest != 0u ? s->top : at;
+    if (down) {
+        c->stack[at] = REC(open, l, d, r);
+    }
+    s->top = down ? at + c->wg : at;
 }
 
 // One step of a search with records left: places the top row's next
@@ -226,7 +277,16 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
                    u64 *results, const Column *c) {
     u32 j;
     if (s->top != 0u) {
-        step(s, c);
+        if (c->flat) {
+            // On the card, a loop of its own that tests for the search's
+            // end once a step (the host steps once a pass, to interleave
+            // its threads finely).
+            do {
+                step_flat(s, c);
+            } while (ON_CARD && s->top != 0u);
+        } else {
+            step(s, c);
+        }
         return 1;
     }
     if (s->interior != NONE) {
@@ -241,6 +301,19 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
     }
     start(s, tables, jobs + (u64)j * JOB_WORDS, c);
     return 1;
+}
+
+// Thread `lane`'s columns of its block's memory `block`, laid out as the
+// launch sizes it: `below` stack records a thread, then, if it keeps
+// them, its pairs.
+DEVICE Column column(Rec *block, u32 below, u32 wg, u32 lane, int keep, int flat) {
+    Column c;
+    c.wg = wg;
+    c.stack = block + lane;
+    c.kept = (uint2 *)(block + below * wg) + lane;
+    c.keep = keep;
+    c.flat = flat;
+    return c;
 }
 
 DEVICE void idle(Search *s) {
@@ -258,39 +331,36 @@ DEVICE void finish(const Search *s, u64 *busiest) {
 
 #ifdef __CUDACC_RTC__
 // The block's shared memory, sized at launch: the stacks, `below` records
-// a thread (its stack's rows less one, at least one), then, where the
-// block keeps them, `levels` pairs a thread.
+// a thread (all its stack's rows, `flat`; else all but one, at least one),
+// then, where the block keeps them, `levels` pairs a thread.
 extern __shared__ Rec block_stack[];
 
-// A thread's whole loop, its block keeping its jobs' pairs or not.
+// A thread's whole loop, its block keeping its jobs' pairs or not, its
+// stack flat or not.
 DEVICE void run(const u32 *tables, const u32 *jobs, u32 count, u32 below, u32 *control,
-                u64 *results, u64 *busiest, int keep) {
+                u64 *results, u64 *busiest, int keep, int flat) {
     Search s;
-    Column c;
-    c.wg = blockDim.x;
-    c.stack = block_stack + threadIdx.x;
-    c.kept = (uint2 *)(block_stack + below * c.wg) + threadIdx.x;
-    c.keep = keep;
+    Column c = column(block_stack, below, blockDim.x, threadIdx.x, keep, flat);
     idle(&s);
     while (advance(&s, tables, jobs, count, control, results, &c)) {
     }
     finish(&s, busiest);
 }
 
+// The kernels, one for each way of keeping a thread's stack and its jobs'
+// pairs (`NAME` keeping them if `KEEP`, its stack flat if `FLAT`).
 // `control[0]` counts the jobs taken and `control[1]` is set if a total
 // wraps (both start at 0); `results` holds two 64-bit totals per
 // interior, and `busiest` the most steps one thread took (all start at 0).
-// Each job's pairs are read from `tables` as its search needs them.
-extern "C" __global__ void count_jobs(const u32 *__restrict__ tables,
-                                      const u32 *__restrict__ jobs, u32 count, u32 below,
-                                      u32 *control, u64 *results, u64 *busiest) {
-    run(tables, jobs, count, below, control, results, busiest, 0);
-}
+#define KERNEL(NAME, KEEP, FLAT)                                                                  \
+    extern "C" __global__ void NAME(const u32 *__restrict__ tables,                              \
+                                    const u32 *__restrict__ jobs, u32 count, u32 below,           \
+                                    u32 *control, u64 *results, u64 *busiest) {                   \
+        run(tables, jobs, count, below, control, results, busiest, KEEP, FLAT);                   \
+    }
 
-// The same, each thread copying its job's pairs to its block's memory.
-extern "C" __global__ void count_jobs_kept(const u32 *__restrict__ tables,
-                                           const u32 *__restrict__ jobs, u32 count, u32 below,
-                                           u32 *control, u64 *results, u64 *busiest) {
-    run(tables, jobs, count, below, control, results, busiest, 1);
-}
+KERNEL(count_jobs, 0, 0)
+KERNEL(count_jobs_kept, 1, 0)
+KERNEL(count_jobs_flat, 0, 1)
+KERNEL(count_jobs_kept_flat, 1, 1)
 #endif

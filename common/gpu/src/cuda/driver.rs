@@ -14,7 +14,7 @@ use cudarc::driver::{
 use nqueens_common::engine::device::DeviceError;
 use std::sync::{Arc, Mutex};
 
-/// Bytes of shared memory a thread's stack takes per row below its top.
+/// Bytes of shared memory a record of a thread's stack takes.
 const RECORD_BYTES: u32 = 16;
 
 /// Bytes of shared memory a thread's copy of its job's pairs takes per row.
@@ -23,12 +23,6 @@ const PAIR_BYTES: u32 = 8;
 /// Threads per block unless `NQUEENS_GPU_BLOCK` says otherwise (the
 /// peer's fastest configurations on an H100 run 128 to 192).
 pub const BLOCK: u32 = 128;
-
-/// Whether threads keep their jobs' pairs in their block's memory unless
-/// `NQUEENS_GPU_TABLES` says otherwise: a warp's threads on as many
-/// interiors would otherwise read as many places of the card's memory at
-/// each new row.
-pub const KEEP: bool = true;
 
 /// CUDA cards on this machine; an error naming what is missing where the
 /// driver or NVRTC cannot be opened.
@@ -80,9 +74,7 @@ pub struct Cuda {
     threads_per_sm: u32,
     block: u32,
     most_shared: u32,
-    /// Whether threads keep their jobs' pairs in their block's memory
-    /// (`count_jobs_kept`).
-    keep: bool,
+    kernel: Kernel,
 }
 
 fn failed(what: &str) -> impl Fn(DriverError) -> String + '_ {
@@ -94,9 +86,12 @@ impl Cuda {
     /// [`nqueens_common::engine::device::Device::name`] gives it) and the
     /// card. A card whose driver ends long launches (one that drives a
     /// display) is refused: a launch here lasts as long as its batch.
-    /// `keep`: whether its threads keep their jobs' pairs in their block's
-    /// memory.
-    pub fn open(ordinal: usize, block: Option<u32>, keep: bool) -> Result<(String, Cuda), String> {
+    /// It runs `kernel`.
+    pub fn open(
+        ordinal: usize,
+        block: Option<u32>,
+        kernel: Kernel,
+    ) -> Result<(String, Cuda), String> {
         let ctx = CudaContext::new(ordinal).map_err(failed("opening the card"))?;
         let attr = |a| ctx.attribute(a).map_err(failed("its limits"));
         if attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0 {
@@ -129,11 +124,7 @@ impl Cuda {
         let module = ctx
             .load_module(compile::for_card(nvrtc, major, minor)?)
             .map_err(failed(&loading))?;
-        let entry = if keep {
-            "count_jobs_kept"
-        } else {
-            "count_jobs"
-        };
+        let entry = kernel.entry();
         let func = module
             .load_function(entry)
             .map_err(failed("finding the kernel"))?;
@@ -153,7 +144,7 @@ impl Cuda {
             threads_per_sm: threads_per_sm as u32,
             block: block.unwrap_or(BLOCK),
             most_shared: most_shared as u32,
-            keep,
+            kernel,
             func,
             lanes: Mutex::new(Vec::new()),
             ctx,
@@ -180,15 +171,15 @@ impl Cuda {
     /// as [`shape`] makes them, as many as the card holds at once (each
     /// thread takes jobs until they run out), fewer for fewer jobs.
     fn config(&self, count: u32, levels: u32) -> Result<LaunchConfig, DeviceError> {
-        let (block, shared) = shape(self.block, self.most_shared, levels, self.keep);
+        let (block, shared) = shape(self.kernel, self.block, self.most_shared, levels);
         let per_sm = self
             .func
             .occupancy_max_active_blocks_per_multiprocessor(block, shared as usize, None)
             .map_err(lost)?;
         if per_sm == 0 {
             return Err(DeviceError::Failed(format!(
-                "the card runs no block of {block} threads with {shared} bytes of stacks: \
-                 give NQUEENS_GPU_BLOCK fewer"
+                "the card runs no block of {block} threads with {shared} bytes of stacks \
+                 and pairs: give NQUEENS_GPU_BLOCK fewer"
             )));
         }
         Ok(LaunchConfig {
@@ -208,7 +199,7 @@ impl Cuda {
         let totals = 2 * (tables.len() / TABLE_WORDS);
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let config = self.config(count, levels)?;
-        let below = below(levels);
+        let below = self.kernel.below(levels);
         let s = Arc::clone(&lane.stream);
         put(&s, &mut lane.tables, tables).map_err(lost)?;
         put(&s, &mut lane.jobs, jobs.as_flattened()).map_err(lost)?;
@@ -226,11 +217,12 @@ impl Cuda {
             .arg(&mut lane.control)
             .arg(&mut lane.results)
             .arg(&mut lane.busiest);
-        // SAFETY: the arguments are count.cu's `count_jobs`: every job
-        // names an interior of the tables given, `results` holds two
-        // totals for each and `busiest` one, and each thread has `below`
-        // records of stack in the shared memory given, and after them, if
-        // it keeps them, `levels` pairs (a job's rows, at most).
+        // SAFETY: the arguments are those of every kernel of count.cu:
+        // every job names an interior of the tables given, `results` holds
+        // two totals for each and `busiest` one, and each thread has
+        // `below` records of stack in the shared memory given (as many as
+        // its kernel needs for jobs of `levels` rows, which `run` checked
+        // they are), and after them, if it keeps them, `levels` pairs.
         unsafe { launch.launch(config) }.map_err(lost)?;
         let counted = s.clone_dtoh(&lane.results.slice(0..totals)).map_err(lost)?;
         let control = s.clone_dtoh(&lane.control).map_err(lost)?;
@@ -270,20 +262,60 @@ fn put<T: DeviceRepr + ValidAsZeroBits>(
     s.memcpy_htod(src, buf)
 }
 
-/// Records of a thread's stack in shared memory for jobs of `levels` rows:
-/// all but its top, one at least.
-fn below(levels: u32) -> u32 {
-    levels.saturating_sub(1).max(1)
+/// Which of `count.cu`'s kernels a card runs: whether its threads keep
+/// their jobs' pairs in their block's memory (`NQUEENS_GPU_TABLES`), and
+/// their top records too, stepping without branches (`NQUEENS_GPU_STEP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    pub keep: bool,
+    pub flat: bool,
 }
 
-/// Threads per block and the shared memory a block takes, for stacks of
-/// `levels` rows, and as many pairs if threads `keep` their jobs' pairs:
-/// `block` threads, halved while their memory would pass `most_shared`
-/// bytes (32 threads at least: 31 records of 16 bytes and 32 pairs of 8
-/// each fit any card's 48 KiB).
-fn shape(block: u32, most_shared: u32, levels: u32, keep: bool) -> (u32, u32) {
-    let pairs = if keep { levels * PAIR_BYTES } else { 0 };
-    let per_thread = below(levels) * RECORD_BYTES + pairs;
+impl Kernel {
+    /// Unless the settings say otherwise: both. Each new row's pair is
+    /// then a read of the block's memory (a warp's threads on as many
+    /// interiors would read as many places of the card's), and a warp
+    /// runs each instruction once a step whichever way its threads go.
+    pub const DEFAULT: Kernel = Kernel {
+        keep: true,
+        flat: true,
+    };
+
+    /// Its entry in `count.cu`.
+    pub fn entry(self) -> &'static str {
+        match (self.keep, self.flat) {
+            (false, false) => "count_jobs",
+            (true, false) => "count_jobs_kept",
+            (false, true) => "count_jobs_flat",
+            (true, true) => "count_jobs_kept_flat",
+        }
+    }
+
+    /// Records of a thread's stack in its block's memory for jobs of
+    /// `levels` rows: all of them if flat, else all but the top, one at
+    /// least.
+    fn below(self, levels: u32) -> u32 {
+        if self.flat {
+            levels.max(1)
+        } else {
+            levels.saturating_sub(1).max(1)
+        }
+    }
+
+    /// Bytes of its block's memory a thread takes for jobs of `levels`
+    /// rows: its stack, and its pairs if it keeps them.
+    fn bytes(self, levels: u32) -> u32 {
+        let pairs = if self.keep { levels * PAIR_BYTES } else { 0 };
+        self.below(levels) * RECORD_BYTES + pairs
+    }
+}
+
+/// Threads per block and the shared memory a block takes for jobs of
+/// `levels` rows: `block` threads, halved while their memory would pass
+/// `most_shared` bytes (32 threads at least: 32 records of 16 bytes and
+/// 32 pairs of 8 each fit any card's 48 KiB).
+fn shape(kernel: Kernel, block: u32, most_shared: u32, levels: u32) -> (u32, u32) {
+    let per_thread = kernel.bytes(levels);
     let mut block = block;
     while block > 32 && block * per_thread > most_shared {
         block /= 2;
@@ -297,6 +329,7 @@ fn lost(e: DriverError) -> DeviceError {
 
 impl Runner for Cuda {
     fn run(&self, tables: &[u32], jobs: &[[u32; 8]], levels: u32) -> Result<Ran, DeviceError> {
+        super::rows_fit(jobs, levels)?;
         let mut lane = self.lane().map_err(lost)?;
         let counted = self.run_on(&mut lane, tables, jobs, levels);
         // A lane whose batch failed is dropped, not used again.
@@ -313,36 +346,60 @@ impl Runner for Cuda {
 
 #[cfg(test)]
 mod tests {
-    use super::shape;
+    use super::{shape, Kernel};
+
+    const fn kernel(keep: bool, flat: bool) -> Kernel {
+        Kernel { keep, flat }
+    }
 
     #[test]
     fn a_block_shrinks_until_its_stacks_fit() {
-        // 16 rows: 128 threads of 15 records each fit 48 KiB, and with
-        // 16 pairs each too.
-        assert_eq!(shape(128, 48 << 10, 16, false), (128, 128 * 15 * 16));
+        let (plain, kept) = (kernel(false, false), kernel(true, false));
+        let (flat, both) = (kernel(false, true), kernel(true, true));
+        // 16 rows: 128 threads of 15 records each fit 48 KiB, and with 16
+        // pairs each too; flat, 16 records.
+        assert_eq!(shape(plain, 128, 48 << 10, 16), (128, 128 * 15 * 16));
         assert_eq!(
-            shape(128, 48 << 10, 16, true),
+            shape(kept, 128, 48 << 10, 16),
             (128, 128 * (15 * 16 + 16 * 8))
         );
-        // 31 rows at 48 KiB: 64 threads; with an H100's 227 KiB, 128;
-        // keeping 31 pairs too, still 64 and 128; 32 rows and pairs of 32
-        // at 24 KiB.
-        assert_eq!(shape(128, 48 << 10, 31, false), (64, 64 * 30 * 16));
-        assert_eq!(shape(128, 227 << 10, 31, false), (128, 128 * 30 * 16));
+        assert_eq!(shape(flat, 128, 48 << 10, 16), (128, 128 * 16 * 16));
+        // 31 rows at 48 KiB: 64 threads, with their pairs or flat too;
+        // with an H100's 227 KiB, 128.
+        assert_eq!(shape(plain, 128, 48 << 10, 31), (64, 64 * 30 * 16));
+        assert_eq!(shape(plain, 128, 227 << 10, 31), (128, 128 * 30 * 16));
         assert_eq!(
-            shape(128, 48 << 10, 31, true),
+            shape(kept, 128, 48 << 10, 31),
             (64, 64 * (30 * 16 + 31 * 8))
         );
         assert_eq!(
-            shape(128, 24 << 10, 32, true),
-            (32, 32 * (31 * 16 + 32 * 8))
+            shape(both, 128, 48 << 10, 31),
+            (64, 64 * (31 * 16 + 31 * 8))
         );
         assert_eq!(
-            shape(128, 227 << 10, 31, true),
-            (128, 128 * (30 * 16 + 31 * 8))
+            shape(both, 128, 227 << 10, 31),
+            (128, 128 * (31 * 16 + 31 * 8))
+        );
+        // 32 rows, flat, and 32 pairs: 32 threads in 24 KiB.
+        assert_eq!(
+            shape(both, 128, 24 << 10, 32),
+            (32, 32 * (32 * 16 + 32 * 8))
         );
         // A stack of one row still has a record's room.
-        assert_eq!(shape(256, 48 << 10, 1, false), (256, 256 * 16));
-        assert_eq!(shape(256, 48 << 10, 1, true), (256, 256 * 24));
+        assert_eq!(shape(plain, 256, 48 << 10, 1), (256, 256 * 16));
+        assert_eq!(shape(kept, 256, 48 << 10, 1), (256, 256 * 24));
+        assert_eq!(shape(both, 256, 48 << 10, 1), (256, 256 * 24));
+    }
+
+    #[test]
+    fn each_kernel_has_its_own_entry() {
+        let mut entries: Vec<&str> = [false, true]
+            .into_iter()
+            .flat_map(|keep| [false, true].map(|flat| kernel(keep, flat).entry()))
+            .collect();
+        entries.sort_unstable();
+        entries.dedup();
+        assert_eq!(entries.len(), 4);
+        assert_eq!(Kernel::DEFAULT.entry(), "count_jobs_kept_flat");
     }
 }

@@ -9,27 +9,32 @@
 
 /* Counts `count` jobs with `threads` threads in blocks of `wg`, a stack
  * of `levels` rows each, as the card would, each thread keeping its job's
- * pairs in its block's memory if `keep` (as `count_jobs_kept` does),
- * adding to `results` (two totals per interior) and raising `busiest` to
- * the most steps one thread took. Returns 0, 1 if a total wrapped, 2 if a
- * thread's stack outgrew its `levels` rows, 3 if memory ran out. */
+ * pairs in its block's memory if `keep` and its top record there too if
+ * `flat` (as the card's `count_jobs_kept`, `count_jobs_flat` and
+ * `count_jobs_kept_flat` do), adding to `results` (two totals per
+ * interior) and raising `busiest` to the most steps one thread took.
+ * Returns 0, 1 if a total wrapped, 2 if a thread's stack outgrew its
+ * `levels` rows, 3 if memory ran out. */
 u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 threads, u32 wg,
-                       u32 levels, int keep, u64 seed, u64 *results, u64 *busiest) {
-    u32 below = levels > 1u ? levels - 1u : 1u;
+                       u32 levels, int keep, int flat, u64 seed, u64 *results,
+                       u64 *busiest) {
+    u32 below = flat ? levels : levels > 1u ? levels - 1u : 1u;
+    /* The most a thread's `top` may be: its records (times `wg`, flat). */
+    u64 most = flat ? (u64)levels * wg : levels;
     u32 blocks = (threads + wg - 1u) / wg;
-    /* A row more than the card's per block: a thread whose stack outgrows
-     * its rows writes one record past them before the check below sees
-     * it, and that write stays in this block's memory. */
-    size_t per_block = (size_t)wg * (below + 1u);
-    Rec *stacks = calloc((size_t)blocks * per_block, sizeof(Rec));
-    /* Each block's copies of its threads' pairs, `levels` a thread (a
-     * job's rows from its start to its next-to-last, at most). */
-    uint2 *kept = calloc((size_t)blocks * wg * levels, sizeof(uint2));
+    /* Each block's memory as the card's launch sizes it (`below` records
+     * a thread, then `levels` pairs if kept), and a row more after the
+     * last: a thread whose stack outgrows its rows writes one record past
+     * them before the check below sees it, and that write stays in the
+     * memory given. */
+    size_t pairs = keep ? ((size_t)wg * levels + 1u) / 2u : 0u;
+    size_t per_block = (size_t)wg * below + pairs;
+    Rec *memory = calloc((size_t)blocks * per_block + wg, sizeof(Rec));
     Search *s = malloc((size_t)threads * sizeof(Search));
     u32 *live = malloc((size_t)threads * sizeof(u32));
     u32 control[2] = {0u, 0u};
     u32 alive = threads, outcome = 0u, t;
-    if (stacks == NULL || kept == NULL || s == NULL || live == NULL) {
+    if (memory == NULL || s == NULL || live == NULL) {
         outcome = 3u;
         alive = 0u;
     }
@@ -46,24 +51,20 @@ u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 thread
         pick = (u32)(seed % alive);
         t = live[pick];
         passes = 1u + (u32)((seed >> 40) % 16u);
-        c.stack = stacks + (size_t)(t / wg) * per_block + t % wg;
-        c.kept = kept + (size_t)(t / wg) * wg * levels + t % wg;
-        c.wg = wg;
-        c.keep = keep;
+        c = column(memory + (size_t)(t / wg) * per_block, below, wg, t % wg, keep, flat);
         for (p = 0u; p < passes; p++) {
             if (!advance(&s[t], tables, jobs, count, control, results, &c)) {
                 finish(&s[t], busiest);
                 live[pick] = live[--alive];
                 break;
             }
-            if (s[t].top > levels) {
+            if (s[t].top > most) {
                 outcome = 2u;
                 break;
             }
         }
     }
-    free(stacks);
-    free(kept);
+    free(memory);
     free(s);
     free(live);
     return outcome != 0u ? outcome : control[1];

@@ -18,6 +18,7 @@ extern "C" {
         wg: u32,
         levels: u32,
         keep: i32,
+        flat: i32,
         seed: u64,
         results: *mut u64,
         busiest: *mut u64,
@@ -32,6 +33,9 @@ pub struct Host {
     /// Whether each thread keeps its job's pairs in its block's memory
     /// (the card's `count_jobs_kept`), or reads them where they are.
     pub keep: bool,
+    /// Whether each thread keeps its top record there too, stepping
+    /// without branches (the card's `count_jobs_flat`), or in registers.
+    pub flat: bool,
     /// What each total starts from (a card's start at zero): a total
     /// near 2^32 or 2^64 shows how the kernel carries and overflows.
     pub bias: u64,
@@ -46,6 +50,7 @@ impl Host {
             threads,
             block,
             keep: true,
+            flat: true,
             bias: 0,
             seed: AtomicU64::new(seed),
         }
@@ -61,12 +66,7 @@ impl Runner for Host {
                 .all(|j| (j[0] as usize) < interiors && j[1] <= j[5] && j[5] < 32),
             "every job names an interior of the batch, and rows on the board"
         );
-        // A card's copy would run past its rows into another thread's.
-        if self.keep && jobs.iter().any(|j| j[5] + 1 - j[1] > levels) {
-            return Err(DeviceError::Failed(format!(
-                "a job's rows outgrew the {levels} a thread keeps"
-            )));
-        }
+        super::rows_fit(jobs, levels)?;
         let count = u32::try_from(jobs.len()).expect("a batch's jobs fit a word");
         let mut results = vec![self.bias; 2 * interiors];
         let mut busiest = 0u64;
@@ -89,6 +89,7 @@ impl Runner for Host {
                 self.block,
                 levels,
                 i32::from(self.keep),
+                i32::from(self.flat),
                 seed,
                 results.as_mut_ptr(),
                 &mut busiest,

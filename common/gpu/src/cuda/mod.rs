@@ -42,6 +42,20 @@ pub struct Ran {
     pub busiest: u64,
 }
 
+/// Refuses jobs whose rows, from the start row to the next-to-last
+/// (`job[1]..=job[5]`), are more than the `levels` a thread's stack and
+/// its copy of its job's pairs hold: on a card they would run into
+/// another thread's.
+pub(crate) fn rows_fit(jobs: &[[u32; 8]], levels: u32) -> Result<(), DeviceError> {
+    match jobs.iter().find(|j| j[5] < j[1] || j[5] - j[1] >= levels) {
+        Some(j) => Err(DeviceError::Failed(format!(
+            "a job's rows {}..={} outgrew the {levels} a thread was given",
+            j[1], j[5]
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What counts a batch's jobs: a card ([`driver::Cuda`]) or the host
 /// ([`host::Host`]).
 pub trait Runner: Send + Sync {
@@ -187,7 +201,7 @@ pub fn cards(
                 "there is no CUDA card number {i}: this machine has {count}"
             ));
         }
-        match driver::Cuda::open(i, given.block, given.cuda_keeps_rows()) {
+        match driver::Cuda::open(i, given.block, given.cuda_kernel()) {
             Ok((name, cuda)) => opened.push(CudaCard::new(name, cuda, given)),
             Err(e) if *choice == Choice::Auto => skipped.push(format!("CUDA card {i}: {e}")),
             Err(e) => return Err(format!("CUDA card {i}: {e}")),
