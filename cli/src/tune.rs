@@ -55,6 +55,10 @@ impl Settings for Tuning {
             turns: |t| flipped(t, |u| &mut u.launch.rows_in_group),
         },
         Knob {
+            name: "step",
+            turns: |t| flipped(t, |u| &mut u.launch.flat),
+        },
+        Knob {
             name: "steps",
             turns: |t| {
                 let s = t.launch.steps;
@@ -90,8 +94,8 @@ impl Settings for Tuning {
 
     fn header() -> String {
         format!(
-            "{:>6} {:>6} {:>8} {:>7} {:>8} {:>8}",
-            "loop", "steps", "tables", "feeders", "jobs", "launches"
+            "{:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>8}",
+            "loop", "step", "steps", "tables", "feeders", "jobs", "launches"
         )
     }
 
@@ -103,8 +107,9 @@ impl Settings for Tuning {
             "single"
         };
         format!(
-            "{:>6} {:>6} {:>8} {:>7} {:>8} {:>8}",
+            "{:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>8}",
             form,
+            step(self.launch.flat),
             self.launch.steps,
             tables,
             self.feeders,

@@ -92,8 +92,8 @@ pub struct Overrides {
     /// (block's) memory, on wgpu and CUDA alike.
     rows_in_group: Option<bool>,
     nested: Option<bool>,
-    /// Whether a CUDA card's threads step without branches, every record
-    /// of their stacks in their block's memory.
+    /// Whether a card's threads step without branches, every record of
+    /// their stacks in their workgroup's (block's) memory.
     flat: Option<bool>,
 }
 
@@ -142,7 +142,7 @@ impl Overrides {
     /// `NQUEENS_GPU_FEEDERS` the threads feeding a card,
     /// `NQUEENS_GPU_API` (`wgpu`, `cuda`) what cards count through,
     /// `NQUEENS_GPU_BLOCK` a CUDA card's threads per block, and
-    /// `NQUEENS_GPU_STEP` (`flat`, `branching`) how its threads step.
+    /// `NQUEENS_GPU_STEP` (`flat`, `branching`) how a card's threads step.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
         let given = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let number = |name: &str, least: u32, most: u32| -> Result<Option<u32>, String> {
@@ -219,6 +219,10 @@ impl Tuning {
                 // A card's idle lanes cost it issue slots, where a thread
                 // taking its next job alone only waits on memory.
                 nested: given.nested.unwrap_or(software),
+                // Measured on lavapipe (whose 8 lanes run every way a
+                // branch takes, as a warp does): N=16 and N=17 at 0.80 of
+                // the branching step's time.
+                flat: given.flat.unwrap_or(true),
             },
             // A quarter of a job per search and feeding thread: the queue
             // holds the batches of every feeding thread, and every job
@@ -265,6 +269,7 @@ impl Tuning {
             ("NQUEENS_GPU_LAUNCHES", l.max_launches.to_string()),
             ("NQUEENS_GPU_CHECKS", word(l.checked, "on", "off")),
             ("NQUEENS_GPU_LOOP", word(l.nested, "nested", "single")),
+            ("NQUEENS_GPU_STEP", word(l.flat, "flat", "branching")),
             ("NQUEENS_GPU_STEAL", word(l.steal, "on", "off")),
         ];
         if self.jobs > 0 {
@@ -527,7 +532,7 @@ mod tests {
             l.steps /= 2;
             l.max_launches *= 2;
             (l.rows_in_group, l.checked, l.steal) = (!l.rows_in_group, !l.checked, false);
-            l.nested = !l.nested;
+            (l.nested, l.flat) = (!l.nested, !l.flat);
             (t.feeders, t.jobs) = (t.feeders + 3, t.jobs * 4 + 100);
             let env = t.env();
             let lookup = |name: &str| env.iter().find(|e| e.0 == name).map(|e| e.1.clone());

@@ -7,8 +7,11 @@
 // records it keeps in workgroup memory), `ROWS_IN_GROUP` (whether a
 // thread copies its job's tables to workgroup memory), `ROWS` (`LEVELS`
 // pairs a thread's copy holds, or 1 where none is kept), `JOB_MASK`
-// (the job ring's size less one: a power of two less one) and `NESTED`
-// (whether a thread steps its search in a loop of its own) as constants.
+// (the job ring's size less one: a power of two less one), `NESTED`
+// (whether a thread steps its search in a loop of its own) and `FLAT`
+// (whether a thread keeps its top record in workgroup memory with the
+// others, stepping without branches; `BELOW` is then `LEVELS`) as
+// constants.
 // Each thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
 // needs: a launch's loops run about as many times as its steps, each job
@@ -35,7 +38,11 @@
 // its row touches no memory, and only a step down a row or back to the
 // row below moves a record between registers and workgroup memory (once
 // each way at most per row entered). A row's number is its queens'
-// columns less the job's (`base`: one queen a row). A queen on the
+// columns less the job's (`base`: one queen a row). `FLAT`, every record
+// lies in workgroup memory and a step has no branch: it reads the top
+// record, writes back its candidates left, takes it off the stack if none
+// are, and puts the new row on if it goes down, so a warp runs each
+// instruction once a step whichever way its threads go. A queen on the
 // next-to-last row has its last row's open squares counted at once (each
 // a completion and a queen placed), so completions and queens placed are
 // what plain recursion counts. Counts go to the job's interior (64 bits,
@@ -115,7 +122,8 @@ const PAIRS: u32 = 33u;
 var<workgroup> busiest: atomic<u32>;
 var<workgroup> used: atomic<u32>;
 // Each thread's stack below its top record (which it keeps in registers),
-// level-major: a warp's threads touch consecutive words.
+// or, `FLAT`, all of it, level-major: a warp's threads touch consecutive
+// words.
 var<workgroup> stack: array<vec4<u32>, WG * BELOW>;
 // Each thread's copy of its job's pairs from the start row down, level-major.
 var<workgroup> rows: array<vec2<u32>, WG * ROWS>;
@@ -205,7 +213,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     if s.owner != NONE {
         keep_rows(pairs, start, pen, lid);
         if s.top != 0u {
-            for (var i = 0u; i + 1u < s.top; i++) {
+            for (var i = 0u; i + select(1u, 0u, FLAT) < s.top; i++) {
                 stack[i * WG + lid] = stacks[me * LEVELS + i];
             }
             cur = stacks[me * LEVELS + s.top - 1u];
@@ -252,6 +260,39 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             k = job.row;
             pair = row_pair(pairs, k, start, lid);
             s = Slot(top, base, 0u, 0u, 0u, job.interior | (job.tag << 16u), start | (pen << 8u), 0u);
+            if FLAT && top != 0u {
+                stack[lid] = cur;
+            }
+            continue;
+        }
+        if FLAT {
+            loop {
+                step += 1u;
+                let at = (s.top - 1u) * WG + lid;
+                let top = stack[at];
+                let kk = countOneBits(top.z) - s.base;
+                let p = row_pair(pairs, kk, start, lid);
+                let bit = top.x & (0u - top.x);
+                let rest = top.x ^ bit;
+                let l = (top.y | bit) << p.x;
+                let d = top.z | bit;
+                let r = (top.w | bit) >> p.x;
+                let open = p.y & ~(l | d | r);
+                let last = kk == pen;
+                let down = !last && open != 0u;
+                sols += select(0u, countOneBits(open), last);
+                stack[at].x = rest;
+                // The new row goes above the one left, or in its place if
+                // it is done.
+                let next = select(at, at + WG, rest != 0u);
+                if down {
+                    stack[next] = vec4<u32>(open, l, d, r);
+                }
+                s.top = s.top + select(0u, 1u, down) - select(0u, 1u, rest == 0u);
+                if s.top == 0u || !NESTED || step >= params.steps {
+                    break;
+                }
+            }
             continue;
         }
         loop {
@@ -300,10 +341,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         atomicMax(&busiest, me + 1u);
         flush(s.owner & 0xffffu, sols, sols + step - mark);
         if s.top != 0u {
-            for (var i = 0u; i + 1u < s.top; i++) {
+            for (var i = 0u; i + select(1u, 0u, FLAT) < s.top; i++) {
                 stacks[me * LEVELS + i] = stack[i * WG + lid];
             }
-            stacks[me * LEVELS + s.top - 1u] = cur;
+            if !FLAT {
+                stacks[me * LEVELS + s.top - 1u] = cur;
+            }
         }
     }
     slots[me] = s;

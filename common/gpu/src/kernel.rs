@@ -71,6 +71,11 @@ pub struct Launch {
     /// loop's body for all its lanes at every iteration, counts twice as
     /// fast with it.
     pub nested: bool,
+    /// Whether a thread keeps its stack's top record in workgroup memory
+    /// with the others, and steps without branches (`FLAT` in
+    /// count.wgsl): a warp then runs each instruction of a step once,
+    /// where the branching step runs each way its threads go in turn.
+    pub flat: bool,
 }
 
 /// What a pipeline is built for.
@@ -86,6 +91,8 @@ pub struct Shape {
     pub rows_in_group: bool,
     /// As in [`Launch`].
     pub nested: bool,
+    /// As in [`Launch`].
+    pub flat: bool,
     /// The job ring's size less one.
     pub mask: u32,
 }
@@ -100,6 +107,7 @@ impl Shape {
             checked: launch.checked,
             rows_in_group: launch.rows_in_group,
             nested: launch.nested,
+            flat: launch.flat,
             mask,
         }
     }
@@ -109,14 +117,16 @@ impl Shape {
         format!(
             "const WG: u32 = {}u;\nconst LEVELS: u32 = {}u;\nconst BELOW: u32 = {}u;\n\
              const ROWS_IN_GROUP: bool = {};\nconst ROWS: u32 = {}u;\n\
-             const JOB_MASK: u32 = {}u;\nconst NESTED: bool = {};\n{SOURCE}",
+             const JOB_MASK: u32 = {}u;\nconst NESTED: bool = {};\nconst FLAT: bool = {};\n\
+             {SOURCE}",
             self.wg,
             self.levels,
-            below_top(self.levels),
+            in_group(self.levels, self.flat),
             self.rows_in_group,
             kept_rows(self.levels, self.rows_in_group),
             self.mask,
             self.nested,
+            self.flat,
         )
     }
 }
@@ -259,7 +269,7 @@ impl Kernel {
         ring: u32,
         launch: &Launch,
     ) -> Result<(u32, wgpu::ComputePipeline), DeviceError> {
-        let wg = threads_per_group(&self.limits, levels, launch.rows_in_group)?;
+        let wg = threads_per_group(&self.limits, levels, launch.rows_in_group, launch.flat)?;
         let shape = Shape::new(wg, levels, ring - 1, launch);
         let mut kept = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = kept.get(&shape) {
@@ -426,19 +436,20 @@ impl Readback {
 }
 
 /// Threads per workgroup for stacks of `levels` rows (and copies of as
-/// many rows' tables, if kept): the most (a power of two, 256 at
-/// most) whose workgroup memory fits the card's. Its drivers, not wgpu,
-/// refuse a shader past that (lavapipe takes any).
+/// many rows' tables, if kept; the top records too, if flat): the most (a
+/// power of two, 256 at most) whose workgroup memory fits the card's.
+/// Its drivers, not wgpu, refuse a shader past that (lavapipe takes any).
 pub fn threads_per_group(
     limits: &wgpu::Limits,
     levels: u32,
     rows_in_group: bool,
+    flat: bool,
 ) -> Result<u32, DeviceError> {
     let rows = PAIR * kept_rows(levels, rows_in_group);
     let room = limits
         .max_compute_workgroup_storage_size
         .saturating_sub(GROUP_SHARED);
-    let fit = room / (RECORD * below_top(levels) + rows);
+    let fit = room / (RECORD * in_group(levels, flat) + rows);
     let most = fit
         .min(256)
         .min(limits.max_compute_invocations_per_workgroup)
@@ -452,10 +463,15 @@ pub fn threads_per_group(
 }
 
 /// Records each thread keeps in workgroup memory for stacks of `levels`
-/// rows: all but the top one, which it keeps in registers (one, unused,
-/// for stacks of one row: WGSL has no empty arrays).
-fn below_top(levels: u32) -> u32 {
-    levels.saturating_sub(1).max(1)
+/// rows: all of them if flat, else all but the top one, which it keeps in
+/// registers (one, unused, for stacks of one row: WGSL has no empty
+/// arrays).
+fn in_group(levels: u32, flat: bool) -> u32 {
+    if flat {
+        levels.max(1)
+    } else {
+        levels.saturating_sub(1).max(1)
+    }
 }
 
 /// Pairs of table words each thread keeps in workgroup memory: a row's
@@ -505,8 +521,8 @@ mod tests {
     /// For cards with 16 to 64 KB of workgroup memory and every stack a
     /// count may need, the shader at the workgroup size chosen declares
     /// no more workgroup memory than the card has (a driver refuses, or
-    /// fails, one that does), with the rows' tables in either place and
-    /// either form of loop.
+    /// fails, one that does), with the rows' tables in either place,
+    /// either form of loop and either form of step.
     #[test]
     fn the_workgroup_chosen_fits_what_the_shader_declares() {
         for kb in [16, 32, 48, 64] {
@@ -515,14 +531,20 @@ mod tests {
                 ..wgpu::Limits::default()
             };
             for levels in 1..=30 {
-                for (rows_in_group, nested) in [(false, true), (true, false)] {
-                    let wg = threads_per_group(&limits, levels, rows_in_group).unwrap();
+                let forms = [
+                    (false, true, false),
+                    (true, false, false),
+                    (true, false, true),
+                ];
+                for (rows_in_group, nested, flat) in forms {
+                    let wg = threads_per_group(&limits, levels, rows_in_group, flat).unwrap();
                     let shape = |wg| Shape {
                         wg,
                         levels,
                         checked: true,
                         rows_in_group,
                         nested,
+                        flat,
                         mask: 1023,
                     };
                     let bytes = declared(&shape(wg).source());

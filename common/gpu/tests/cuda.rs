@@ -55,7 +55,7 @@ fn host_running(kernel: Kernel, threads: u32, block: u32, jobs: u32, seed: u64) 
 
 fn runner(kernel: Kernel, threads: u32, block: u32, seed: u64) -> Host {
     let mut runner = Host::new(threads, block, seed);
-    (runner.keep, runner.flat) = (kernel.keep, kernel.flat);
+    runner.kernel = kernel;
     runner
 }
 
@@ -115,12 +115,13 @@ fn totals_carry_past_32_bits_and_an_overflow_is_an_error() {
     );
 }
 
-/// The host's run checks what a card cannot: a thread whose stack would
-/// outgrow the rows its batch was given fails the count, so every count
-/// above ran within the rows `Prepared` gave (as a card's shared memory
-/// holds them).
+/// A batch whose jobs' rows outgrow the rows its threads are given fails
+/// before it runs, on every kernel (a card's and the host's runs check
+/// alike: a card's threads would run into each other's memory). The
+/// host's run also checks, at every pass, that no thread's stack outgrew
+/// its rows: a kernel's fault, which no count above met.
 #[test]
-fn a_stack_outgrowing_its_rows_fails_the_count() {
+fn jobs_outgrowing_their_threads_rows_are_refused() {
     let (pieces, froms, _) = pieces_and_cpu_counts(spec(12, Strategy::Rings, 2, 1), 9, 4, 8);
     let p = Prepared::new(&pieces, &froms, 1);
     assert!(p.levels > 2, "the jobs need a deep stack: {}", p.levels);

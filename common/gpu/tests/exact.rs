@@ -137,19 +137,29 @@ fn both_forms_of_loop_count_as_the_cpu_does() {
     turned_counts_as_the_cpu_does(|l| l.nested = !l.nested);
 }
 
+/// The other form of step than the card's default (see `Launch::flat`),
+/// in either form of loop.
+#[test]
+fn both_forms_of_step_count_as_the_cpu_does() {
+    turned_counts_as_the_cpu_does(|l| l.flat = !l.flat);
+    turned_counts_as_the_cpu_does(|l| (l.flat, l.nested) = (!l.flat, !l.nested));
+}
+
 /// A hardware card's switches (bounds checks, the rows' tables' place,
-/// the loop's form), all at once, as no software device runs them.
+/// the loop's and the step's forms), all at once, as no software device
+/// runs them.
 #[test]
 fn a_hardware_cards_switches_count_as_the_cpu_does() {
     turned_counts_as_the_cpu_does(|l| {
         let card = Tuning::new(wgpu::DeviceType::DiscreteGpu, &Default::default()).launch;
         (l.checked, l.rows_in_group, l.nested) = (card.checked, card.rows_in_group, card.nested);
+        l.flat = card.flat;
     });
 }
 
 /// Every shader a count may ask for (stacks of 1 to 30 rows, the rows'
 /// tables in either place, with and without bounds checks, either form
-/// of loop) is valid WGSL that this device builds, at the workgroup size
+/// of loop and of step) is valid WGSL that this device builds, at the workgroup size
 /// the kernel picks.
 #[test]
 fn every_depth_of_stack_makes_a_shader_the_device_takes() {
@@ -174,11 +184,13 @@ fn every_depth_of_stack_makes_a_shader_the_device_takes() {
         checked: true,
         rows_in_group: false,
         nested: true,
+        flat: false,
     };
     for levels in 1..=30 {
         for (checked, in_group) in [(true, false), (true, true), (false, false), (false, true)] {
             (launch.checked, launch.rows_in_group) = (checked, in_group);
             launch.nested = !launch.nested;
+            launch.flat = levels % 2 == 1;
             if let Err(e) = kernel.prepare(levels, 1 << 22, &launch) {
                 panic!("{levels} rows, {launch:?}: {e}");
             }

@@ -53,9 +53,9 @@ pub fn resources(nvrtc: &Nvrtc, major: i32, minor: i32) -> Result<String, String
 /// At most 32 registers a thread, so that a card's multiprocessors hold
 /// as many threads as their shared memory allows on every architecture,
 /// even those that run 2,048 threads (65,536 registers over 2,048): left
-/// to itself, the assembler takes up to 40 for some kernels on some
-/// architectures (sm_86 to sm_89 and sm_110 to sm_121), and the tests
-/// check that none spills under the cap. PTX built for an architecture
+/// to itself, the assembler takes up to 41 for some kernels on some
+/// architectures (sm_75, sm_86 to sm_89 and sm_110 to sm_121), and the
+/// tests check that none spills under the cap. PTX built for an architecture
 /// NVRTC does not know carries no cap: the driver's assembler chooses.
 const REGISTERS: &str = "--maxrregcount=32";
 

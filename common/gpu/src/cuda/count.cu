@@ -48,9 +48,7 @@ typedef uint4 Rec;
 #define ADD64(at, x) atomicAdd(at, x)
 #define FLAG(at) atomicOr(at, 1u)
 #define MAX64(at, x) atomicMax(at, x)
-#define ON_CARD 1
 #else
-#define ON_CARD 0
 typedef struct {
     u32 x, y, z, w;
 } Rec;
@@ -96,7 +94,8 @@ DEVICE void MAX64(u64 *at, u64 x) {
 // stands on, and the masks there), that row's number and table pair, and
 // its job's counts so far.
 typedef struct {
-    // Records on the stack, the top one included (0: the job is done).
+    // Records on the stack, the top one included (0: the job is done);
+    // in `step_flat`'s kernels, records times `wg`.
     u32 top;
     u32 interior;
     u32 k;
@@ -270,36 +269,36 @@ DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
     }
 }
 
-// One pass of a thread's loop: a step of its search, or, its search done,
-// its counts added to its interior's (completions, queens placed) and the
-// next job taken. Returns 0 once the jobs have run out.
+// One pass of a thread's loop: its search done, its counts added to its
+// interior's (completions, queens placed) and the next job taken; then a
+// step of its search, if it has one. Returns 0 once the jobs have run
+// out. A thread whose search ends takes its next job in the same pass
+// as it steps it, so the rest of its warp waits only for the take, never
+// for the warp's longest search (a loop of steps of its own would hold
+// each thread at its end until every thread's search in the warp ended).
 DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *control,
                    u64 *results, const Column *c) {
     u32 j;
+    if (s->top == 0u) {
+        if (s->interior != NONE) {
+            add64(results + 2u * s->interior, s->sols, control + 1u);
+            add64(results + 2u * s->interior + 1u, s->steps + s->sols, control + 1u);
+            s->done += s->steps;
+            s->interior = NONE;
+        }
+        j = TAKE(control);
+        if (j >= count) {
+            return 0;
+        }
+        start(s, tables, jobs + (u64)j * JOB_WORDS, c);
+    }
     if (s->top != 0u) {
         if (c->flat) {
-            // On the card, a loop of its own that tests for the search's
-            // end once a step (the host steps once a pass, to interleave
-            // its threads finely).
-            do {
-                step_flat(s, c);
-            } while (ON_CARD && s->top != 0u);
+            step_flat(s, c);
         } else {
             step(s, c);
         }
-        return 1;
     }
-    if (s->interior != NONE) {
-        add64(results + 2u * s->interior, s->sols, control + 1u);
-        add64(results + 2u * s->interior + 1u, s->steps + s->sols, control + 1u);
-        s->done += s->steps;
-        s->interior = NONE;
-    }
-    j = TAKE(control);
-    if (j >= count) {
-        return 0;
-    }
-    start(s, tables, jobs + (u64)j * JOB_WORDS, c);
     return 1;
 }
 

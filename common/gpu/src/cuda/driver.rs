@@ -294,7 +294,7 @@ impl Kernel {
     /// Records of a thread's stack in its block's memory for jobs of
     /// `levels` rows: all of them if flat, else all but the top, one at
     /// least.
-    fn below(self, levels: u32) -> u32 {
+    pub(crate) fn below(self, levels: u32) -> u32 {
         if self.flat {
             levels.max(1)
         } else {

@@ -8,17 +8,18 @@
 #include "count.cu"
 
 /* Counts `count` jobs with `threads` threads in blocks of `wg`, a stack
- * of `levels` rows each, as the card would, each thread keeping its job's
- * pairs in its block's memory if `keep` and its top record there too if
- * `flat` (as the card's `count_jobs_kept`, `count_jobs_flat` and
- * `count_jobs_kept_flat` do), adding to `results` (two totals per
+ * of `levels` rows each (`below` records of it in the block's memory, as
+ * the card's launch gives them), as the card would, each thread keeping
+ * its job's pairs in its block's memory if `keep` and its top record
+ * there too if `flat` (as the card's `count_jobs_kept`, `count_jobs_flat`
+ * and `count_jobs_kept_flat` do), adding to `results` (two totals per
  * interior) and raising `busiest` to the most steps one thread took.
  * Returns 0, 1 if a total wrapped, 2 if a thread's stack outgrew its
- * `levels` rows, 3 if memory ran out. */
+ * `levels` rows (a fault of the kernel's: jobs whose rows fit never
+ * do), 3 if memory ran out. */
 u32 nqueens_host_count(const u32 *tables, const u32 *jobs, u32 count, u32 threads, u32 wg,
-                       u32 levels, int keep, int flat, u64 seed, u64 *results,
+                       u32 levels, u32 below, int keep, int flat, u64 seed, u64 *results,
                        u64 *busiest) {
-    u32 below = flat ? levels : levels > 1u ? levels - 1u : 1u;
     /* The most a thread's `top` may be: its records (times `wg`, flat). */
     u64 most = flat ? (u64)levels * wg : levels;
     u32 blocks = (threads + wg - 1u) / wg;

@@ -4,6 +4,7 @@
 //! chooses. The tests count with it as with a card; it is far slower than
 //! the CPU's lanes, and nothing else uses it.
 
+use super::driver::Kernel;
 use super::{Ran, Runner};
 use crate::jobs::TABLE_WORDS;
 use nqueens_common::engine::device::DeviceError;
@@ -17,6 +18,7 @@ extern "C" {
         threads: u32,
         wg: u32,
         levels: u32,
+        below: u32,
         keep: i32,
         flat: i32,
         seed: u64,
@@ -30,12 +32,8 @@ extern "C" {
 pub struct Host {
     pub threads: u32,
     pub block: u32,
-    /// Whether each thread keeps its job's pairs in its block's memory
-    /// (the card's `count_jobs_kept`), or reads them where they are.
-    pub keep: bool,
-    /// Whether each thread keeps its top record there too, stepping
-    /// without branches (the card's `count_jobs_flat`), or in registers.
-    pub flat: bool,
+    /// The card's kernel it runs.
+    pub kernel: Kernel,
     /// What each total starts from (a card's start at zero): a total
     /// near 2^32 or 2^64 shows how the kernel carries and overflows.
     pub bias: u64,
@@ -49,8 +47,7 @@ impl Host {
         Host {
             threads,
             block,
-            keep: true,
-            flat: true,
+            kernel: Kernel::DEFAULT,
             bias: 0,
             seed: AtomicU64::new(seed),
         }
@@ -77,9 +74,8 @@ impl Runner for Host {
             | 1;
         // SAFETY: `tables` and `jobs` are read within their lengths (each
         // job's interior is below `interiors`, its rows below 32), a
-        // thread's copy of its job's pairs within its `levels` (checked
-        // above where it keeps one), and `results` has two words per
-        // interior.
+        // thread's stack and copy of its job's pairs within its `levels`
+        // (checked above), and `results` has two words per interior.
         let outcome = unsafe {
             nqueens_host_count(
                 tables.as_ptr(),
@@ -88,8 +84,9 @@ impl Runner for Host {
                 self.threads,
                 self.block,
                 levels,
-                i32::from(self.keep),
-                i32::from(self.flat),
+                self.kernel.below(levels),
+                i32::from(self.kernel.keep),
+                i32::from(self.kernel.flat),
                 seed,
                 results.as_mut_ptr(),
                 &mut busiest,
