@@ -5,7 +5,8 @@
 //! `NQUEENS_BENCH_N=17 cargo test --release -p nqueens-gpu --test occupancy -- --ignored --nocapture`
 //!
 //! The jobs are one N's rings cut as a card cuts them (16,384 a batch at
-//! least), in the queue's order, each as long as the steps its search
+//! least, or `NQUEENS_BENCH_JOBS`: a CUDA card cuts four a thread it
+//! holds), in the queue's order, each as long as the steps its search
 //! takes (counted on the CPU). A warp of W lanes takes them in turn:
 //!
 //! - nested: a lane steps its search until it ends or the launch's steps
@@ -103,7 +104,8 @@ fn single(jobs: &[u64], lanes: usize) -> f64 {
 #[ignore]
 fn lane_occupancy() {
     let n = std::env::var("NQUEENS_BENCH_N").map_or(16, |v| v.parse().unwrap());
-    let jobs = job_steps(n, 16_384);
+    let target = std::env::var("NQUEENS_BENCH_JOBS").map_or(16_384, |v| v.parse().unwrap());
+    let jobs = job_steps(n, target);
     let mean = jobs.iter().sum::<u64>() as f64 / jobs.len() as f64;
     let most = jobs.iter().max().unwrap();
     println!(
@@ -111,7 +113,7 @@ fn lane_occupancy() {
         jobs.len()
     );
     for lanes in [8, 32] {
-        let occupied: Vec<String> = [2048, 16_384]
+        let mut occupied: Vec<String> = [2048, 16_384]
             .iter()
             .map(|&s| {
                 format!(
@@ -120,10 +122,104 @@ fn lane_occupancy() {
                 )
             })
             .collect();
+        occupied.push(format!(
+            "{:.0}% running each search to its end (as a CUDA launch does)",
+            100.0 * nested(&jobs, lanes, u64::MAX)
+        ));
         println!(
             "{lanes} lanes: nested, lanes busy {}; single, some lane takes in {:.2}% of iterations",
             occupied.join(", "),
             100.0 * single(&jobs, lanes)
         );
     }
+}
+
+/// The GPU peer's subproblems (ygch/n_queens' scheme as its paper and
+/// README describe it): its host places the first `rows` rows, the first
+/// row's queen in the left half (for odd N also in the middle column, the
+/// second row's queen then in the left half), in depth-first order; a
+/// thread searches one to its end, the last row counted at the
+/// next-to-last. Each one's steps: the queens its thread places.
+fn peer_steps(n: u32, rows: u32) -> Vec<u64> {
+    let all = (1u32 << n) - 1;
+    let mut starts = Vec::new();
+    peer_prefixes(n, (0, 0, 0), rows, false, &mut starts);
+    if n % 2 == 1 {
+        peer_prefixes(n, (0, 0, 0), rows, true, &mut starts);
+    }
+    starts
+        .into_iter()
+        .map(|(cols, l, r)| {
+            let mut stack = vec![(cols, l, r, all & !(cols | l | r))];
+            let mut steps = 0;
+            while let Some(&mut (c, l, r, ref mut open)) = stack.last_mut() {
+                if *open == 0 {
+                    stack.pop();
+                    continue;
+                }
+                let bit = *open & open.wrapping_neg();
+                *open ^= bit;
+                steps += 1;
+                let (c, l, r) = (c | bit, (l | bit) << 1 & all, (r | bit) >> 1);
+                let next = all & !(c | l | r);
+                if c.count_ones() + 1 < n && next != 0 {
+                    stack.push((c, l, r, next));
+                }
+            }
+            steps
+        })
+        .collect()
+}
+
+/// The peer's host's prefixes of `rows` rows from `at` (columns, left and
+/// right diagonals), the middle column's if `odd`.
+fn peer_prefixes(
+    n: u32,
+    at: (u32, u32, u32),
+    rows: u32,
+    odd: bool,
+    out: &mut Vec<(u32, u32, u32)>,
+) {
+    let (c, l, r) = at;
+    let half = (1u32 << (n / 2)) - 1;
+    let allowed = match (c, odd) {
+        (0, false) => half,
+        (0, true) => 1 << (n / 2),
+        (c, true) if c.is_power_of_two() => (1 << ((n - 2) / 2)) - 1,
+        _ => (1u32 << n) - 1,
+    };
+    let mut open = allowed & !(c | l | r);
+    while open != 0 {
+        let bit = open & open.wrapping_neg();
+        open ^= bit;
+        let next = (
+            c | bit,
+            ((l | bit) << 1) & ((1u32 << n) - 1),
+            (r | bit) >> 1,
+        );
+        if rows == 1 {
+            out.push(next);
+        } else {
+            peer_prefixes(n, next, rows - 1, odd, out);
+        }
+    }
+}
+
+/// The peer's warps run nested (a warp's threads take their next
+/// subproblems together once its longest search has ended): the share of
+/// its lanes' steps that work. With it, how many of its instructions a
+/// step does a useful step cost (its loop is 30 instructions on sm_90).
+#[test]
+#[ignore]
+fn the_peers_lane_occupancy() {
+    let n = std::env::var("NQUEENS_BENCH_N").map_or(16, |v| v.parse().unwrap());
+    let jobs = peer_steps(n, 5);
+    let total: u64 = jobs.iter().sum();
+    let busy = nested(&jobs, 32, u64::MAX);
+    println!(
+        "N={n}: {} subproblems, {total} steps, {} at most; 32 lanes: {:.1}% busy",
+        jobs.len(),
+        jobs.iter().max().unwrap(),
+        100.0 * busy
+    );
 }

@@ -270,16 +270,16 @@ DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
 }
 
 // One pass of a thread's loop: its search done, its counts added to its
-// interior's (completions, queens placed) and the next job taken; then a
-// step of its search, if it has one. Returns 0 once the jobs have run
-// out. A thread whose search ends takes its next job in the same pass
+// interior's (completions, queens placed) and the next job taken (and
+// the next, while a job has no candidates at all); then a step of its
+// search. Returns 0 once the jobs have run out. A thread whose search ends takes its next job in the same pass
 // as it steps it, so the rest of its warp waits only for the take, never
 // for the warp's longest search (a loop of steps of its own would hold
 // each thread at its end until every thread's search in the warp ended).
 DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *control,
                    u64 *results, const Column *c) {
     u32 j;
-    if (s->top == 0u) {
+    while (s->top == 0u) {
         if (s->interior != NONE) {
             add64(results + 2u * s->interior, s->sols, control + 1u);
             add64(results + 2u * s->interior + 1u, s->steps + s->sols, control + 1u);
@@ -292,12 +292,10 @@ DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32
         }
         start(s, tables, jobs + (u64)j * JOB_WORDS, c);
     }
-    if (s->top != 0u) {
-        if (c->flat) {
-            step_flat(s, c);
-        } else {
-            step(s, c);
-        }
+    if (c->flat) {
+        step_flat(s, c);
+    } else {
+        step(s, c);
     }
     return 1;
 }
