@@ -148,6 +148,22 @@ fn row_pair(pairs: u32, k: u32, start: u32, lid: u32) -> vec2<u32> {
     return tables[pairs + k + 1u];
 }
 
+// A step's queen: the first candidate of the row `top` (candidates left,
+// masks l, d, r) whose pair is `p`, its candidates left after it, and the
+// row below it: its open squares and masks.
+struct Placed {
+    rest: u32,
+    below: vec4<u32>,
+}
+
+fn place(top: vec4<u32>, p: vec2<u32>) -> Placed {
+    let bit = top.x & (0u - top.x);
+    let l = (top.y | bit) << p.x;
+    let d = top.z | bit;
+    let r = (top.w | bit) >> p.x;
+    return Placed(top.x ^ bit, vec4<u32>(p.y & ~(l | d | r), l, d, r));
+}
+
 // Adds `x` to the 64-bit counter whose low word is `results[at]`: a carry
 // is seen by the one add that made it, so adds at once stay exact.
 fn add64(at: u32, x: u32) {
@@ -271,24 +287,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                 let at = (s.top - 1u) * WG + lid;
                 let top = stack[at];
                 let kk = countOneBits(top.z) - s.base;
-                let p = row_pair(pairs, kk, start, lid);
-                let bit = top.x & (0u - top.x);
-                let rest = top.x ^ bit;
-                let l = (top.y | bit) << p.x;
-                let d = top.z | bit;
-                let r = (top.w | bit) >> p.x;
-                let open = p.y & ~(l | d | r);
+                let q = place(top, row_pair(pairs, kk, start, lid));
                 let last = kk == pen;
-                let down = !last && open != 0u;
-                sols += select(0u, countOneBits(open), last);
-                stack[at].x = rest;
+                let down = !last && q.below.x != 0u;
+                sols += select(0u, countOneBits(q.below.x), last);
+                stack[at].x = q.rest;
                 // The new row goes above the one left, or in its place if
                 // it is done.
-                let next = select(at, at + WG, rest != 0u);
+                let next = select(at, at + WG, q.rest != 0u);
                 if down {
-                    stack[next] = vec4<u32>(open, l, d, r);
+                    stack[next] = q.below;
                 }
-                s.top = s.top + select(0u, 1u, down) - select(0u, 1u, rest == 0u);
+                s.top = s.top + select(0u, 1u, down) - select(0u, 1u, q.rest == 0u);
                 if s.top == 0u || !NESTED || step >= params.steps {
                     break;
                 }
@@ -297,12 +307,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
         loop {
             step += 1u;
-            let bit = cur.x & (0u - cur.x);
-            let rest = cur.x ^ bit;
-            let l = (cur.y | bit) << pair.x;
-            let d = cur.z | bit;
-            let r = (cur.w | bit) >> pair.x;
-            let open = pair.y & ~(l | d | r);
+            let q = place(cur, pair);
+            let rest = q.rest;
+            let open = q.below.x;
             let down = k != pen && open != 0u;
             if down {
                 // Down a row: the row left keeps its place below if it has
@@ -311,7 +318,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
                     stack[(s.top - 1u) * WG + lid] = vec4<u32>(rest, cur.y, cur.z, cur.w);
                     s.top += 1u;
                 }
-                cur = vec4<u32>(open, l, d, r);
+                cur = q.below;
                 k += 1u;
             } else {
                 if k == pen {
