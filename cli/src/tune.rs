@@ -145,7 +145,7 @@ struct Cuda {
     /// Whether threads keep their jobs' pairs in their block's memory
     /// (`NQUEENS_GPU_TABLES`).
     tables: bool,
-    /// Whether threads step without branches (`NQUEENS_GPU_STEP`).
+    /// Whether threads step on one path (`NQUEENS_GPU_STEP`).
     flat: bool,
 }
 
@@ -243,8 +243,8 @@ fn tables(kept: bool) -> &'static str {
     }
 }
 
-/// `NQUEENS_GPU_STEP`'s word for whether a CUDA card's threads step
-/// without branches.
+/// `NQUEENS_GPU_STEP`'s word for whether a card's threads step on one
+/// path.
 fn step(flat: bool) -> &'static str {
     if flat {
         "flat"

@@ -92,7 +92,7 @@ pub struct Overrides {
     /// (block's) memory, on wgpu and CUDA alike.
     rows_in_group: Option<bool>,
     nested: Option<bool>,
-    /// Whether a card's threads step without branches, every record of
+    /// Whether a card's threads step on one path, every record of
     /// their stacks in their workgroup's (block's) memory.
     flat: Option<bool>,
 }
@@ -114,7 +114,7 @@ impl Overrides {
 
     /// The kernel a CUDA card runs: whether its threads keep their jobs'
     /// pairs in their block's memory (`NQUEENS_GPU_TABLES`) and step
-    /// without branches (`NQUEENS_GPU_STEP`); by default, both.
+    /// on one path (`NQUEENS_GPU_STEP`); by default, both.
     pub fn cuda_kernel(&self) -> crate::cuda::driver::Kernel {
         let default = crate::cuda::driver::Kernel::DEFAULT;
         crate::cuda::driver::Kernel {

@@ -10,7 +10,7 @@
 // (the job ring's size less one: a power of two less one), `NESTED`
 // (whether a thread steps its search in a loop of its own) and `FLAT`
 // (whether a thread keeps its top record in workgroup memory with the
-// others, stepping without branches; `BELOW` is then `LEVELS`) as
+// others, stepping on one path; `BELOW` is then `LEVELS`) as
 // constants.
 // Each thread (a *slot*) keeps its search in `slots` and `stacks` between
 // launches, so a search of any length runs across as many launches as it
@@ -39,10 +39,11 @@
 // row below moves a record between registers and workgroup memory (once
 // each way at most per row entered). A row's number is its queens'
 // columns less the job's (`base`: one queen a row). `FLAT`, every record
-// lies in workgroup memory and a step has no branch: it reads the top
-// record, writes back its candidates left, takes it off the stack if none
-// are, and puts the new row on if it goes down, so a warp runs each
-// instruction once a step whichever way its threads go. A queen on the
+// lies in workgroup memory and a step takes one path whichever way the
+// search goes: it reads the top record, writes back its candidates left,
+// takes it off the stack if none are, and writes the new row on if it
+// goes down (its one condition), so a warp runs each instruction once a
+// step whichever way its threads go. A queen on the
 // next-to-last row has its last row's open squares counted at once (each
 // a completion and a queen placed), so completions and queens placed are
 // what plain recursion counts. Counts go to the job's interior (64 bits,
@@ -222,7 +223,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     var pen = s.info >> 8u;
     // The top record (the row the thread stands on) in registers: its
     // candidates left and masks, its row's number and pair. The records
-    // below it are in workgroup memory.
+    // below it are in workgroup memory (all of them, and the top one's
+    // copy, `FLAT`, whose steps use neither these registers nor `k`).
     var cur = vec4<u32>(0u);
     var k = 0u;
     var pair = vec2<u32>(0u);

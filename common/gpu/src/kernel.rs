@@ -72,7 +72,7 @@ pub struct Launch {
     /// fast with it.
     pub nested: bool,
     /// Whether a thread keeps its stack's top record in workgroup memory
-    /// with the others, and steps without branches (`FLAT` in
+    /// with the others, and steps on one path (`FLAT` in
     /// count.wgsl): a warp then runs each instruction of a step once,
     /// where the branching step runs each way its threads go in turn.
     pub flat: bool,

@@ -138,11 +138,14 @@ fn both_forms_of_loop_count_as_the_cpu_does() {
 }
 
 /// The other form of step than the card's default (see `Launch::flat`),
-/// in either form of loop.
+/// in either form of loop, with the rows' tables in either place.
 #[test]
 fn both_forms_of_step_count_as_the_cpu_does() {
     turned_counts_as_the_cpu_does(|l| l.flat = !l.flat);
     turned_counts_as_the_cpu_does(|l| (l.flat, l.nested) = (!l.flat, !l.nested));
+    turned_counts_as_the_cpu_does(|l| {
+        (l.nested, l.rows_in_group) = (!l.nested, !l.rows_in_group);
+    });
 }
 
 /// A hardware card's switches (bounds checks, the rows' tables' place,

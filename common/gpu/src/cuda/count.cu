@@ -16,7 +16,7 @@
 //
 // A thread's stack holds only rows with candidates left, the row it
 // stands on at the top, in registers (`step`), or with the others
-// (`step_flat`, which has no branch); the rows below it lie in the
+// (`step_flat`, one path whichever way); the rows below it lie in the
 // block's shared memory, level-major (`stack[level * wg]`, the thread's
 // column), so a warp's threads touch consecutive words. Every step places
 // the top row's next candidate: it goes down a row if the row below has
@@ -184,7 +184,7 @@ DEVICE void start(Search *s, const u32 *tables, const u32 *job, const Column *c)
 }
 
 // One step of a search with records left, every record in the block's
-// memory (`flat`): the same step as `step`, with no branch. The top
+// memory (`flat`): the same step as `step`, on one path. The top
 // record is read, its next candidate placed, and its candidates left
 // written back; a row left with none is taken off the stack, and the new
 // row goes on it if it has open squares and is not the last (whose
@@ -272,10 +272,11 @@ DEVICE void add64(u64 *at, u64 x, u32 *overflow) {
 // One pass of a thread's loop: its search done, its counts added to its
 // interior's (completions, queens placed) and the next job taken (and
 // the next, while a job has no candidates at all); then a step of its
-// search. Returns 0 once the jobs have run out. A thread whose search ends takes its next job in the same pass
-// as it steps it, so the rest of its warp waits only for the take, never
-// for the warp's longest search (a loop of steps of its own would hold
-// each thread at its end until every thread's search in the warp ended).
+// search. Returns 0 once the jobs have run out. A thread whose search
+// ends takes its next job in the same pass as it steps it, so the rest of
+// its warp waits only for the take, never for the warp's longest search
+// (a loop of steps of its own would hold each thread at its end until
+// every thread's search in the warp ended).
 DEVICE int advance(Search *s, const u32 *tables, const u32 *jobs, u32 count, u32 *control,
                    u64 *results, const Column *c) {
     u32 j;

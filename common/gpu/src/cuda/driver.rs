@@ -264,7 +264,7 @@ fn put<T: DeviceRepr + ValidAsZeroBits>(
 
 /// Which of `count.cu`'s kernels a card runs: whether its threads keep
 /// their jobs' pairs in their block's memory (`NQUEENS_GPU_TABLES`), and
-/// their top records too, stepping without branches (`NQUEENS_GPU_STEP`).
+/// their top records too, stepping on one path (`NQUEENS_GPU_STEP`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernel {
     pub keep: bool,
