@@ -197,7 +197,8 @@ DEVICE void step_flat(Search *s, const Column *c) {
     u32 at = s->top - c->wg;
     Rec top = c->stack[at];
     u32 queens = POPC(top.z);
-    uint2 pair = c->keep ? c->kept[queens * c->wg - s->from] : row_pair(s->rows, queens - s->base);
+    uint2 pair = c->keep ? c->kept[queens * c->wg - s->from]
+                         : row_pair(s->rows, queens - s->base);
     u32 bit = top.x & (0u - top.x);
     u32 rest = top.x ^ bit;
     u32 l = (top.y | bit) << pair.x;
