@@ -59,6 +59,57 @@ impl<K: Clone + Eq + Hash, V: Clone> Claims<K, V> {
     }
 }
 
+/// How many records of each key calls are writing now, each reserved
+/// until applied: so that calls at once, none applied yet, cannot together
+/// pass a limit that each checks alone (a quarantined worker's results
+/// kept for the audit, [`crate::state::State::room_to_keep`]).
+#[derive(Debug)]
+pub(super) struct Counts<K>(Arc<Mutex<HashMap<K, u32>>>);
+
+impl<K> Default for Counts<K> {
+    fn default() -> Self {
+        Counts(Arc::new(Mutex::new(HashMap::new())))
+    }
+}
+
+impl<K: Clone + Eq + Hash> Counts<K> {
+    /// Reserves one more record of `key` if `room` allows one more beside
+    /// those being written now (the count it is given); the reservation
+    /// ends when dropped.
+    pub fn reserve(&self, key: K, room: impl FnOnce(u32) -> bool) -> Option<Reserved<K>> {
+        let mut held = lock(&self.0);
+        let writing = held.get(&key).copied().unwrap_or(0);
+        if !room(writing) {
+            return None;
+        }
+        *held.entry(key.clone()).or_default() += 1;
+        Some(Reserved {
+            of: Arc::clone(&self.0),
+            key,
+        })
+    }
+}
+
+/// One record of a key a call writes: held by the write until it is
+/// applied (or failed).
+#[derive(Debug)]
+pub(super) struct Reserved<K: Eq + Hash> {
+    of: Arc<Mutex<HashMap<K, u32>>>,
+    key: K,
+}
+
+impl<K: Eq + Hash> Drop for Reserved<K> {
+    fn drop(&mut self) {
+        let mut held = lock(&self.of);
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
 fn lock<K, V>(m: &Mutex<HashMap<K, V>>) -> MutexGuard<'_, HashMap<K, V>> {
     m.lock().expect("claims lock poisoned")
 }
@@ -74,5 +125,28 @@ pub(super) struct Claim<K: Eq + Hash, V> {
 impl<K: Eq + Hash, V> Drop for Claim<K, V> {
     fn drop(&mut self) {
         lock(&self.of).remove(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+
+    /// Reservations of a key stop where `room` says, counting every one
+    /// not yet dropped (two calls' alike); a dropped one makes room again,
+    /// and each key counts its own.
+    #[test]
+    fn reservations_count_until_dropped() {
+        let counts = Counts::default();
+        let room = |writing: u32| writing < 3;
+        let mut first: Vec<_> = (0..2).filter_map(|_| counts.reserve("a", room)).collect();
+        let second: Vec<_> = (0..2).filter_map(|_| counts.reserve("a", room)).collect();
+        assert_eq!((first.len(), second.len()), (2, 1));
+        assert!(counts.reserve("b", room).is_some());
+        first.pop();
+        assert!(counts.reserve("a", room).is_some());
+        drop((first, second));
+        let all: Vec<_> = (0..5).filter_map(|_| counts.reserve("a", room)).collect();
+        assert_eq!(all.len(), 3, "every reservation dropped is given back");
     }
 }

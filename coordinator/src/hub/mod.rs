@@ -182,6 +182,9 @@ pub struct Coordinator {
     io: IoMode,
     /// Records for the audit alone that calls are writing now.
     recording: claims::Claims<claims::Record, ()>,
+    /// Results kept for the audit alone that calls are writing now, by
+    /// job and worker id.
+    keeping: claims::Counts<(u64, String)>,
     /// Worker ids being bound now, each to the credential it is bound to.
     binding: claims::Claims<String, String>,
     /// Held open for the lifetime of the process: the data directory's lock.

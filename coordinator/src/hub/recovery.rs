@@ -328,6 +328,7 @@ impl Coordinator {
             audit_when_done: AtomicBool::new(true),
             io,
             recording: Default::default(),
+            keeping: Default::default(),
             binding: Default::default(),
             _lock: lock,
         });

@@ -238,10 +238,7 @@ impl Coordinator {
         let mut answers = Vec::with_capacity(reports.len());
         let (mut events, mut written) = (Vec::new(), Vec::new());
         // Held until the events are applied, by the write (see `claims.rs`).
-        let mut claims = Vec::new();
-        // Results kept for the audit this call writes, per job: with those
-        // kept already, no more than the ledger keeps of one worker.
-        let mut keeping: std::collections::HashMap<u64, u32> = Default::default();
+        let (mut claims, mut keeping) = (Vec::new(), Vec::new());
         for (i, (checked, (r, result))) in checked.into_iter().zip(reports).enumerate() {
             let verdict = match checked {
                 // Counted long ago: compared with the store's row.
@@ -262,9 +259,13 @@ impl Coordinator {
             match verdict.map(|v| self.settle(v, done, &mut claims)) {
                 Ok((v, None)) => answers.push(Ok(v)),
                 Ok((Verdict::NotCounted, Some(event))) => {
-                    let queued = keeping.entry(r.job).or_default();
-                    if self.lock().room_to_keep(r.job, worker, *queued) {
-                        *queued += 1;
+                    // With those kept already and those this and other
+                    // calls are writing, no more than the ledger keeps of
+                    // one worker.
+                    let s = self.lock();
+                    let room = |writing| s.room_to_keep(r.job, worker, writing);
+                    if let Some(kept) = self.keeping.reserve((r.job, worker.to_string()), room) {
+                        keeping.push(kept);
                         events.push(event);
                         written.push((i, Verdict::NotCounted));
                     }
@@ -279,7 +280,7 @@ impl Coordinator {
             }
         }
         if !events.is_empty() {
-            let applied = self.write_all(events, claims).await?;
+            let applied = self.write_all(events, (claims, keeping)).await?;
             for ((i, v), applied) in written.into_iter().zip(applied) {
                 // A concurrent report may have won meanwhile: `apply` then
                 // answers Duplicate or Conflict, and never adds twice.
