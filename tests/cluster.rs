@@ -8,6 +8,20 @@ use nqueens_testkit as kit;
 use std::io::Read;
 use std::process::Stdio;
 
+/// SIGTERM to a worker as it starts (once it listens for the signal, in
+/// its self-test or as it registers): it stops at once, exit 0, having
+/// taken nothing.
+#[test]
+fn a_worker_stopped_as_it_starts_exits_cleanly() {
+    let _watchdog = kit::watchdog("a_worker_stopped_as_it_starts_exits_cleanly");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    for k in 0..3 {
+        let w = kit::worker(&c.url, &format!("brief-{k}"), 1);
+        kit::stop_workers([w]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     let _watchdog = kit::watchdog("a_worker_process_counts_a_job_and_drains_on_sigterm");

@@ -154,6 +154,27 @@ pub fn free_addr() -> String {
     l.local_addr().unwrap().to_string()
 }
 
+/// Waits until `child` has a handler for SIGTERM (Linux's
+/// `/proc/PID/status`, `SigCgt`), or has exited.
+pub fn wait_until_it_catches_sigterm(child: &mut Child) {
+    const SIGTERM_BIT: u64 = 1 << (15 - 1);
+    let pid = child.id();
+    wait_until(&format!("process {pid} to listen for SIGTERM"), || {
+        if child.try_wait().unwrap().is_some() {
+            return Ok(());
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok());
+        match caught {
+            Some(mask) if mask & SIGTERM_BIT != 0 => Ok(()),
+            _ => Err(format!("its status:\n{status}")),
+        }
+    })
+}
+
 /// Sends SIGTERM (with the system's `kill`, present on every Linux).
 pub fn terminate(child: &Child) {
     let ok = Command::new("kill")
@@ -245,9 +266,12 @@ impl Drop for Worker {
     }
 }
 
-/// SIGTERM to each worker: each must drain and exit 0.
+/// SIGTERM to each worker: each must drain and exit 0. A worker started
+/// a moment ago is first waited for until it listens for the signal (one
+/// sent before would end it as the signal's default does, with no drain).
 pub fn stop_workers(workers: impl IntoIterator<Item = Worker>) {
     for mut w in workers {
+        wait_until_it_catches_sigterm(&mut w);
         terminate(&w);
         let status = w.wait().unwrap();
         assert!(status.success(), "a worker exited with {status}");
@@ -346,4 +370,26 @@ pub fn passes_in_namespace(flags: &str, inside: &str, name: &str) -> bool {
     assert!(out.status.success(), "inside the namespace:\n{said}\n{err}");
     assert!(said.contains("1 passed"), "{said}");
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process is waited for until it traps SIGTERM, then stopped by it
+    /// as its trap says (a shell's trap: exit 0); one that has exited is
+    /// not waited for.
+    #[test]
+    fn a_process_is_stopped_once_it_listens_for_sigterm() {
+        let mut trapping = Command::new("sh")
+            .args(["-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"])
+            .spawn()
+            .unwrap();
+        wait_until_it_catches_sigterm(&mut trapping);
+        terminate(&trapping);
+        assert!(trapping.wait().unwrap().success());
+        let mut ended = Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        wait_until_it_catches_sigterm(&mut ended);
+    }
 }
