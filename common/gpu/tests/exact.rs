@@ -392,6 +392,8 @@ fn launches_with_and_without_splitting() {
 /// nothing on a card: the jobs and interiors it was handed.
 #[derive(Debug, Default)]
 struct CutOnly {
+    /// Jobs each batch is cut into, at least.
+    target: usize,
     jobs: std::sync::atomic::AtomicU64,
     interiors: std::sync::atomic::AtomicU64,
 }
@@ -408,7 +410,7 @@ impl Device for CutOnly {
         _stop: &AtomicBool,
     ) -> Result<Option<Vec<PieceCounts>>, nqueens_common::engine::device::DeviceError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let p = Prepared::new(interiors, froms, 16_384);
+        let p = Prepared::new(interiors, froms, self.target);
         self.jobs.fetch_add(p.jobs.len() as u64, Relaxed);
         self.interiors.fetch_add(interiors.len() as u64, Relaxed);
         // Completions enough that the plan's checks of its symmetric
@@ -423,7 +425,8 @@ impl Device for CutOnly {
 }
 
 /// The host's share of a whole count on a card: the plan walked and every
-/// batch cut into jobs as a card's are (16,384 a batch at least), with
+/// batch cut into jobs as a card's are (16,384 a batch at least, or
+/// `NQUEENS_BENCH_JOBS`: a CUDA card cuts one a thread it holds), with
 /// nothing counted on a device. N from `NQUEENS_BENCH_N` (20), feeding
 /// threads from `NQUEENS_BENCH_THREADS` (2).
 /// `cargo test --release -p nqueens-gpu --test exact -- --ignored --nocapture hosts_share`
@@ -438,7 +441,10 @@ fn the_hosts_share_of_a_whole_count() {
             .unwrap_or(default)
     };
     let (n, threads) = (env("NQUEENS_BENCH_N", 20), env("NQUEENS_BENCH_THREADS", 2));
-    let cut = Arc::new(CutOnly::default());
+    let cut = Arc::new(CutOnly {
+        target: env("NQUEENS_BENCH_JOBS", 16_384),
+        ..CutOnly::default()
+    });
     let device: Arc<dyn Device> = Arc::clone(&cut) as _;
     let t = Instant::now();
     let size = Size::new(n as u32).unwrap();

@@ -5,7 +5,7 @@
 //! `NQUEENS_BENCH_N=17 cargo test --release -p nqueens-gpu --test occupancy -- --ignored --nocapture`
 //!
 //! The jobs are one N's rings cut as a card cuts them (16,384 a batch at
-//! least, or `NQUEENS_BENCH_JOBS`: a CUDA card cuts four a thread it
+//! least, or `NQUEENS_BENCH_JOBS`: a CUDA card cuts one a thread it
 //! holds), in the queue's order, each as long as the steps its search
 //! takes (counted on the CPU). A warp of W lanes takes them in turn:
 //!

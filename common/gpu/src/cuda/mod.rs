@@ -93,14 +93,20 @@ impl<R> std::fmt::Debug for CudaCard<R> {
 }
 
 impl<R: Runner> CudaCard<R> {
-    /// A card named `name` (as [`Device::name`] gives it): batches of four
-    /// jobs for each search it runs at once, and 16 feeding threads,
+    /// A card named `name` (as [`Device::name`] gives it): batches of a
+    /// job for each search it runs at once, and 16 feeding threads,
     /// unless `given` says otherwise (`NQUEENS_GPU_JOBS`,
-    /// `NQUEENS_GPU_FEEDERS`).
+    /// `NQUEENS_GPU_FEEDERS`). The feeding threads' launches overlap, so
+    /// one batch need not fill the card alone; and a job taken costs a
+    /// thread's warp a wait on the card's memory, so jobs are better long:
+    /// N=20 cut four a search on an H100 (1,081,344 a batch) makes
+    /// 353 million jobs of about 1,900 steps each, one a search 73 million
+    /// of about 9,000 (MEASUREMENTS.md). The tuner tries four times fewer
+    /// and four times more.
     pub fn new(name: String, runner: R, given: &Overrides) -> CudaCard<R> {
         let jobs = match given.jobs {
             Some(j) if j > 0 => j as usize,
-            _ => runner.width().saturating_mul(4).max(1),
+            _ => runner.width().max(1),
         };
         CudaCard {
             name,
