@@ -884,6 +884,8 @@ fn commands_whose_reader_has_gone_end_quietly() {
     let _watchdog = kit::watchdog("commands_whose_reader_has_gone_end_quietly");
     let dir = kit::tempdir();
     let c = kit::start(&dir.path().join("data"));
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
     let tokens = dir.path().join("tokens");
     let tokens = tokens.to_str().unwrap();
     // The pipe's reading end is closed before the command starts, so its
@@ -910,7 +912,7 @@ fn commands_whose_reader_has_gone_end_quietly() {
             &c.url,
         ],
         &["health", "--coordinator", &c.url],
-        &["token", "list", "--data-dir", tokens],
+        &["token", "list", "--data-dir", data],
         &["solve", "8"],
         &["plan", "10", "--strategy", "frame", "--list"],
     ];
@@ -920,7 +922,7 @@ fn commands_whose_reader_has_gone_end_quietly() {
     }
     // A new token is printed once and only kept if it was: one that could
     // not be shown is revoked, and the command fails saying so.
-    let (status, err) = unread(&["token", "issue", "alpha", "--data-dir", tokens]);
+    let (status, err) = unread(&["token", "issue", "alpha", "--data-dir", tokens, "--new"]);
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("revoked"), "{err}");
     let listed = nqueens(&["token", "list", "--data-dir", tokens])

@@ -500,11 +500,126 @@ async fn until_refused(url: &str, token: &str, worker: &str) {
         .await;
 }
 
-/// `nqueens token issue NAME --data-dir DIR`: the new token.
+/// `nqueens token issue NAME --data-dir DIR --new`: the new token (the
+/// directory made if its coordinator has not started yet).
 fn issue(dir: &str, name: &str) -> String {
-    kit::stdout_of(&mut nqueens(&["token", "issue", name, "--data-dir", dir]))
-        .trim()
-        .to_string()
+    kit::stdout_of(&mut nqueens(&[
+        "token",
+        "issue",
+        name,
+        "--data-dir",
+        dir,
+        "--new",
+    ]))
+    .trim()
+    .to_string()
+}
+
+/// A mistyped data directory is refused by every token command, saying
+/// what to give instead, and is not made; `--new` issues into a directory
+/// whose coordinator has not started yet.
+#[test]
+fn token_commands_refuse_a_directory_no_coordinator_made() {
+    let dir = kit::tempdir();
+    let typo = dir.path().join("typo");
+    let t = typo.to_str().unwrap();
+    for args in [
+        &["token", "issue", "alice", "--data-dir", t][..],
+        &["token", "list", "--data-dir", t],
+        &["token", "revoke", "alice", "--data-dir", t],
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("is not a coordinator's data directory")
+                && err.contains("the --data-dir the coordinator runs with"),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} made the directory");
+    }
+    let (_, err) = run(&["token", "issue", "alice", "--data-dir", t]);
+    assert!(err.contains("--new"), "issue names --new: {err}");
+    let token = issue(t, "alice");
+    assert!(token.starts_with("nqw-"), "{token}");
+    let listed = kit::stdout_of(&mut nqueens(&["token", "list", "--data-dir", t]));
+    assert_eq!(listed.trim(), "alice");
+}
+
+/// A coordinator that started with its workers open requires worker
+/// tokens within seconds of the first `token issue` for its directory
+/// (an operator locking the door must not need a restart), says so to
+/// `doctor`, and marks the directory so a restart keeps it so.
+#[test]
+fn a_token_issued_while_running_protects_the_workers_at_once() {
+    let _watchdog = kit::watchdog("a_token_issued_while_running_protects_the_workers_at_once");
+    let dir = kit::tempdir();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let op_token = dir.path().join("op.token");
+    std::fs::write(&op_token, "operator-token-0123456789").unwrap();
+    let op = ["--operator-token-file", op_token.to_str().unwrap()];
+    let c = kit::start_with(&data, &op);
+    let doctor_access = || {
+        let out = nqueens(&[
+            "doctor",
+            "--coordinator",
+            &c.url,
+            "--token-file",
+            op_token.to_str().unwrap(),
+            "--seconds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.contains("access"))
+            .map(str::to_string);
+        line.unwrap_or_else(|| panic!("no access line: {text}"))
+    };
+    assert!(doctor_access().contains("workers need no token"));
+    runtime().block_on(async {
+        let mut none = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+        let register = v1::RegisterRequest {
+            worker_id: "anon".into(),
+            name: "anon".into(),
+            ..Default::default()
+        };
+        none.register(register)
+            .await
+            .expect("open workers need no token");
+    });
+    let (code, err) = run(&["token", "issue", "alice", "--data-dir", d]);
+    assert_eq!(code, 0, "{err}");
+    runtime().block_on(async {
+        let mut none = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+        kit::Wait::within(Duration::from_secs(10))
+            .every(Duration::from_millis(50))
+            .until_async("a worker without a token refused", async || {
+                let r = none
+                    .lease(v1::LeaseRequest {
+                        worker_id: "anon".into(),
+                        max_tasks: 1,
+                    })
+                    .await;
+                match r {
+                    Err(e) if e.code() == Code::Unauthenticated => Ok(()),
+                    r => Err(format!("still open: {r:?}")),
+                }
+            })
+            .await;
+        anonymous_refused(&c.url, "a token issued while running").await;
+    });
+    assert!(doctor_access().contains("workers need a token"));
+    assert!(data.join("worker-auth").exists(), "the directory is marked");
+    // Every token revoked: still protected, in this run and the next.
+    let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
+    assert_eq!(code, 0, "{err}");
+    runtime().block_on(anonymous_refused(&c.url, "its only token revoked"));
+    drop(c);
+    let c = kit::start_with(&data, &op);
+    runtime().block_on(anonymous_refused(&c.url, "restarted"));
 }
 
 // Over 80 lines: one scenario whose steps each build on the state the

@@ -269,10 +269,14 @@ pub enum Command {
         \n  nqueens token issue rack1-node07 --data-dir /var/lib/nqueens > node07.token\
         \n  nqueens token revoke rack1-node07 --data-dir /var/lib/nqueens\
         \n  nqueens token list --data-dir /var/lib/nqueens\
+        \n  nqueens token issue node01 --data-dir /var/lib/nqueens --new > node01.token\
         \n\
         \nAn issued token is printed once; the data directory keeps only its SHA-256. A \
         running coordinator accepts it (as a worker token) and forgets a revoked one within \
-        seconds. Redundancy counts votes by credential: two worker ids under one token are \
+        seconds. The first token issued for a coordinator whose workers were open makes it \
+        refuse workers without a token from then on (within seconds, and after restarts). \
+        DIR must be a coordinator's data directory (exit code 2 if it holds no journal and no \
+        tokens); --new issues into one whose coordinator has not started yet. Redundancy counts votes by credential: two worker ids under one token are \
         one vote.")]
     Token {
         #[command(subcommand)]

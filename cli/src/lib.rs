@@ -374,15 +374,33 @@ fn backup(data_dir: &std::path::Path, dest: &std::path::Path) -> Result<(), Fail
 }
 
 fn token(action: opts::TokenAction) -> Result<(), Failure> {
-    use nqueens_coordinator::credentials::{issue, list, revoke, CredentialError};
+    use nqueens_coordinator::credentials::{is_data_dir, issue, list, revoke, CredentialError};
     let fail = |e: CredentialError| match e {
         CredentialError::Io { .. } | CredentialError::Damaged { .. } => {
             Failure::Failed(e.to_string())
         }
         _ => Failure::BadInput(e.to_string()),
     };
+    let (data_dir, new) = match &action {
+        opts::TokenAction::Issue { data_dir, new, .. } => (data_dir, *new),
+        opts::TokenAction::Revoke { data_dir, .. } | opts::TokenAction::List { data_dir } => {
+            (data_dir, false)
+        }
+    };
+    if !new && !is_data_dir(data_dir) {
+        return Err(Failure::BadInput(format!(
+            "{} is not a coordinator's data directory (it holds no journal and no worker \
+             tokens): give the --data-dir the coordinator runs with{}",
+            data_dir.display(),
+            match action {
+                opts::TokenAction::Issue { .. } =>
+                    ", or add --new to issue tokens before its first start",
+                _ => "",
+            }
+        )));
+    }
     match action {
-        opts::TokenAction::Issue { name, data_dir } => {
+        opts::TokenAction::Issue { name, data_dir, .. } => {
             let token = issue(&data_dir, &name).map_err(fail)?;
             if let Err(e) = writeln!(std::io::stdout(), "{token}") {
                 // It is shown only here: a token nobody saw must not stay valid.

@@ -362,6 +362,10 @@ pub enum TokenAction {
         /// The coordinator's data directory.
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
+        /// DIR is for a coordinator not started yet: make it (its workers
+        /// will need tokens from the first start).
+        #[arg(long)]
+        new: bool,
     },
     /// Revoke the worker token named NAME.
     Revoke {

@@ -1,19 +1,23 @@
-//! Who may call: decided once, when the coordinator starts, and never
-//! inferred from the token set while it runs.
+//! Who may call: decided when the coordinator starts, and only ever
+//! tightened while it runs.
 //!
 //! Workers are *protected* when a shared worker token is configured, or
 //! the data directory has issued worker tokens or the [`MARK`] file. The
 //! mark is written the first time either holds and stays, so revoking
 //! every issued token, editing the token file or restarting never lets an
 //! unauthenticated worker in: a protected directory with no usable token
-//! refuses every worker until one is issued. Operators are protected by
+//! refuses every worker until one is issued. A coordinator that started
+//! with its workers open protects them within a second or two of the
+//! first `nqueens token issue` for its directory ([`Gate::check`]), and
+//! nothing opens them again while it runs. Operators are protected by
 //! their token. Client certificates (mutual TLS) protect both roles at the
 //! connection.
 
 use crate::credentials::Credentials;
 use crate::service::Credential;
 use nqueens_proto::refusal::Refusal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
@@ -77,6 +81,53 @@ impl Access {
     /// One line for a person: the start line and `nqueens doctor`.
     pub fn describe(&self) -> String {
         describe_header(&self.header())
+    }
+}
+
+/// Whether workers must authenticate, as it stands now: as decided at
+/// start, then protected for good once the data directory is marked or
+/// holds issued tokens ([`Gate::check`], which the coordinator runs every
+/// second). Never opened again while the coordinator runs.
+pub struct Gate {
+    at_start: Access,
+    workers: AtomicBool,
+    dir: PathBuf,
+}
+
+impl Gate {
+    pub fn new(at_start: Access, dir: &Path) -> Gate {
+        Gate {
+            at_start,
+            workers: AtomicBool::new(at_start.workers),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Whether a worker's call needs a token.
+    pub fn workers_protected(&self) -> bool {
+        self.workers.load(Ordering::Acquire)
+    }
+
+    /// The roles' protection now.
+    pub fn access(&self) -> Access {
+        Access {
+            workers: self.workers_protected(),
+            ..self.at_start
+        }
+    }
+
+    /// Protects the workers from now on if a token was issued for the
+    /// directory since the start (or it was marked): `Ok(true)` the first
+    /// time. The workers are protected before the mark is written, so a
+    /// mark that cannot be written (the error) leaves them protected
+    /// still, until the coordinator stops.
+    pub fn check(&self, issued: &Credentials) -> std::io::Result<bool> {
+        if self.workers_protected() || !(issued.any() || marked(&self.dir)) {
+            return Ok(false);
+        }
+        self.workers.store(true, Ordering::Release);
+        mark(&self.dir)?;
+        Ok(true)
     }
 }
 
@@ -145,16 +196,16 @@ pub fn bearer(
 
 /// The worker check: the shared worker token, or a token the operator
 /// issued (`nqueens token issue`), whose name then rides along with the
-/// call as its [`Credential`]. When workers are not `protected` (decided
-/// at start), no check; otherwise a call without a valid token is refused
+/// call as its [`Credential`]. While the `gate` leaves workers open, no
+/// check; once it protects them, a call without a valid token is refused
 /// even when no token is left to accept.
 pub fn worker_auth(
-    protected: bool,
+    gate: Arc<Gate>,
     shared: Option<Arc<str>>,
     issued: Arc<Credentials>,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |mut req: Request<()>| {
-        if !protected {
+        if !gate.workers_protected() {
             return Ok(req);
         }
         let Some(t) = bearer_of(&req).map(str::to_string) else {
@@ -206,7 +257,12 @@ mod tests {
         assert!(marked(dir.path()), "issuing a token protects the directory");
         mark(dir.path()).unwrap();
         let issued = Arc::new(Credentials::open(dir.path()).unwrap());
-        let mut check = worker_auth(true, None, Arc::clone(&issued));
+        let gate = Arc::new(Gate::new(open_workers(), dir.path()));
+        assert!(
+            gate.check(&issued).unwrap(),
+            "a token issued protects the workers"
+        );
+        let mut check = worker_auth(gate, None, Arc::clone(&issued));
         assert!(check(call(Some(&token))).is_ok());
         crate::credentials::revoke(dir.path(), "alice").unwrap();
         issued.force_refresh().unwrap();
@@ -218,6 +274,47 @@ mod tests {
         // The file of tokens deleted too: the mark alone keeps it protected.
         std::fs::remove_file(dir.path().join(crate::credentials::FILE)).unwrap();
         assert!(marked(dir.path()));
+    }
+
+    fn open_workers() -> Access {
+        Access {
+            workers: false,
+            shared_worker_token: false,
+            operators: true,
+            client_certs: false,
+        }
+    }
+
+    #[test]
+    fn a_token_issued_while_running_protects_the_workers_for_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let issued = Arc::new(Credentials::open(dir.path()).unwrap());
+        let gate = Arc::new(Gate::new(open_workers(), dir.path()));
+        let mut check = worker_auth(Arc::clone(&gate), None, Arc::clone(&issued));
+        assert!(!gate.check(&issued).unwrap(), "nothing issued: still open");
+        assert!(check(call(None)).is_ok(), "open workers need no token");
+        let token = crate::credentials::issue(dir.path(), "alice").unwrap();
+        assert!(
+            gate.check(&issued).unwrap(),
+            "the first check after the issue"
+        );
+        assert!(!gate.check(&issued).unwrap(), "once only");
+        assert!(dir.path().join(MARK).exists(), "marked durably");
+        assert_eq!(
+            gate.access().header(),
+            "workers=token operators=token client-certs=no"
+        );
+        let e = check(call(None)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(check(call(Some(&token))).is_ok());
+        // Every token revoked and the files deleted: still protected.
+        crate::credentials::revoke(dir.path(), "alice").unwrap();
+        issued.force_refresh().unwrap();
+        std::fs::remove_file(dir.path().join(MARK)).unwrap();
+        std::fs::remove_file(dir.path().join(crate::credentials::FILE)).unwrap();
+        assert!(!gate.check(&issued).unwrap());
+        assert!(gate.workers_protected());
+        assert!(check(call(None)).is_err());
     }
 
     #[test]

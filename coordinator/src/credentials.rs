@@ -99,6 +99,20 @@ fn write(dir: &Path, entries: &[(String, String)]) -> Result<(), CredentialError
         .map_err(io)
 }
 
+/// Whether `dir` is a coordinator's data directory: it holds a journal
+/// (a coordinator started there) or issued tokens.
+pub fn is_data_dir(dir: &Path) -> bool {
+    let journal = dir.join("journal");
+    [
+        crate::journal::segments::dir_of(&journal),
+        journal,
+        dir.join(FILE),
+        dir.join(crate::access::MARK),
+    ]
+    .iter()
+    .any(|p| p.exists())
+}
+
 /// Issues a new token named `name`; returns it (only its hash is kept).
 pub fn issue(dir: &Path, name: &str) -> Result<String, CredentialError> {
     if !valid_name(name) {

@@ -1,7 +1,7 @@
 //! Running the coordinator: the gRPC server with health and reflection,
 //! bearer tokens per role, and the sweeper that expires leases.
 
-use crate::access::{bearer, worker_auth, Access};
+use crate::access::{bearer, worker_auth, Access, Gate};
 use crate::credentials::Credentials;
 use crate::hub::{Clock, CoordError, Coordinator, IoMode, SystemClock};
 use crate::service::{Operators, Ready, Workers};
@@ -353,7 +353,8 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
 ) -> Result<Running, StartError> {
     let metrics_listener = bind_metrics(&config).await?;
     let metrics_addr = metrics_listener.as_ref().map(|(_, at)| *at);
-    let front = serve_front(builder, incoming, &config, access, &issued).await?;
+    let gate = Arc::new(Gate::new(access, &config.data_dir));
+    let front = serve_front(builder, incoming, &config, &gate, &issued).await?;
     let metrics = metrics_listener.map(|(l, _)| serve_metrics(l, &front));
     announce(Listening {
         addr,
@@ -382,7 +383,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
     core.set_audit_when_done(config.audit_when_done);
     front.ready.set(Arc::clone(&core));
     let health_watch = watch_journal_health(&core, front.health).await;
-    let refresher = spawn_refresher(issued, Arc::clone(&core));
+    let refresher = spawn_refresher(issued, gate, Arc::clone(&core));
     let sweeper = spawn_sweeper(Arc::clone(&core), config.limits.lease_ttl_ms);
     let checkpointer = spawn_checkpointer(Arc::clone(&core), config.checkpoints);
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
@@ -529,7 +530,7 @@ async fn serve_front<IO: crate::conns::Accepted>(
     builder: tonic::transport::Server,
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
     config: &Config,
-    access: Access,
+    gate: &Arc<Gate>,
     issued: &Arc<Credentials>,
 ) -> Result<Front, StartError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -544,7 +545,7 @@ async fn serve_front<IO: crate::conns::Accepted>(
     let workers = WorkerServiceServer::with_interceptor(
         Workers(ready.clone()),
         worker_auth(
-            access.workers,
+            Arc::clone(gate),
             config.worker_token.as_deref().map(Arc::from),
             Arc::clone(issued),
         ),
@@ -558,7 +559,7 @@ async fn serve_front<IO: crate::conns::Accepted>(
     let router = builder
         .layer(grpc.layer())
         .layer(tower::layer::layer_fn({
-            let (table, stamp) = (Arc::clone(&table), stamp(access));
+            let (table, stamp) = (Arc::clone(&table), stamp(gate));
             move |inner| Answers {
                 inner,
                 table: Arc::clone(&table),
@@ -642,10 +643,12 @@ async fn watch_journal_health(
 }
 
 /// Re-reads the issued worker tokens every second, so revoked tokens stop
-/// working within a second or two, and gives memory a flood left behind
-/// back to the system.
+/// working within a second or two and the first token issued for open
+/// workers protects them as soon ([`Gate::check`]), and gives memory a
+/// flood left behind back to the system.
 fn spawn_refresher(
     issued: Arc<Credentials>,
+    gate: Arc<Gate>,
     core: Arc<Coordinator>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -656,6 +659,7 @@ fn spawn_refresher(
                 if let Err(e) = issued.refresh() {
                     tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
                 }
+                protect_workers_once_issued(&gate, &issued);
                 // A revoked credential's workers can report nothing more:
                 // their tasks go to others now, not a lease's life later.
                 for name in issued.take_revoked() {
@@ -666,6 +670,26 @@ fn spawn_refresher(
         };
         tokio::join!(tokens, crate::conns::give_back_memory());
     })
+}
+
+/// Protects open workers once a token is issued for the data directory,
+/// and says so.
+fn protect_workers_once_issued(gate: &Gate, issued: &Credentials) {
+    match gate.check(issued) {
+        Ok(false) => {}
+        Ok(true) => tracing::warn!(
+            access = %gate.access().header(),
+            "a worker token was issued for this data directory: workers must authenticate from \
+             now on (access: {}); workers without a token are refused",
+            gate.access().describe()
+        ),
+        Err(e) => tracing::error!(
+            error = %e,
+            "workers must authenticate from now on (a worker token was issued), but the data \
+             directory could not be marked: restart this coordinator once it can be written, or \
+             it will start with its workers open again"
+        ),
+    }
 }
 
 /// Expires leases, four times in a lease's life (at most every 10 ms, at
@@ -876,12 +900,24 @@ pub const TIME_HEADER: &str = "nqueens-time-ms";
 /// The headers' values, made once.
 #[derive(Clone)]
 struct Stamp {
-    access: http::HeaderValue,
+    gate: Arc<Gate>,
+    /// The access header with workers open, and with them protected.
+    open: http::HeaderValue,
+    protected: http::HeaderValue,
 }
 
-fn stamp(access: Access) -> Stamp {
+fn stamp(gate: &Arc<Gate>) -> Stamp {
+    let header = |workers| {
+        let access = Access {
+            workers,
+            ..gate.access()
+        };
+        http::HeaderValue::from_str(&access.header()).expect("ASCII")
+    };
     Stamp {
-        access: http::HeaderValue::from_str(&access.header()).expect("ASCII"),
+        gate: Arc::clone(gate),
+        open: header(false),
+        protected: header(true),
     }
 }
 
@@ -893,7 +929,11 @@ impl Stamp {
             http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
         );
         headers.insert(TIME_HEADER, http::HeaderValue::from(SystemClock.now_ms()));
-        headers.insert(ACCESS_HEADER, self.access.clone());
+        let access = match self.gate.workers_protected() {
+            true => &self.protected,
+            false => &self.open,
+        };
+        headers.insert(ACCESS_HEADER, access.clone());
         answer
     }
 }
