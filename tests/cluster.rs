@@ -66,10 +66,13 @@ async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
         .unwrap();
     assert!(status.success(), "{status:?}\n{log}");
     // The coordinator heard of the drain: the worker shows as draining,
-    // and as left (not lost) once silent for a lease's lifetime.
+    // and, holding nothing, as left (not idle, nor lost later).
     let workers = kit::workers(&mut ops).await;
     let me = workers.iter().find(|w| w.name == "test-worker").unwrap();
-    assert!(me.draining, "{me:?}");
+    assert!(me.draining && me.leases == 0, "{me:?}");
+    let (_, rows, _) = kit::operator(&c.url, &["workers"]);
+    let row = rows.iter().find(|w| w["name"] == "test-worker").unwrap();
+    assert_eq!(row["state"], "left", "{row}");
     for line in [
         "self-test passed",
         "connected to",

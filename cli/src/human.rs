@@ -409,7 +409,7 @@ pub struct WorkerRow {
     pub draining: bool,
     /// Not heard from within a lease's lifetime.
     pub lost: bool,
-    /// working, idle, draining, lost or quarantined.
+    /// working, idle, draining, left, lost or quarantined.
     pub state: &'static str,
     /// One task it holds, `JOB:TASK`, if any.
     pub in_hand: Option<String>,
@@ -448,14 +448,14 @@ impl WorkerRow {
         row
     }
 
-    /// quarantined (no more leases), left (silent after saying it was
-    /// draining: it went away as asked), lost (not heard from within a
-    /// lease's lifetime), draining (going away), working (holding tasks),
-    /// or idle.
+    /// quarantined (no more leases), left (it said it was draining and
+    /// holds no task, or fell silent since: it went away as asked), lost
+    /// (not heard from within a lease's lifetime), draining (going away,
+    /// finishing its tasks), working (holding tasks), or idle.
     fn state(&self) -> &'static str {
         match () {
             () if self.quarantined => "quarantined",
-            () if self.lost && self.draining => "left",
+            () if self.draining && (self.lost || self.leases == 0) => "left",
             () if self.lost => "lost",
             () if self.draining => "draining",
             () if self.leases > 0 => "working",
@@ -766,18 +766,22 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_silent_after_draining_left_one_silent_otherwise_is_lost() {
-        let w = |draining, lost| {
+    fn a_worker_done_draining_left_one_silent_otherwise_is_lost() {
+        let w = |draining, lost, leases| {
             let w = v1::Worker {
                 draining,
                 lost,
+                leases,
                 ..v1::Worker::default()
             };
             WorkerRow::new(&w).state
         };
-        assert_eq!(w(true, true), "left");
-        assert_eq!(w(false, true), "lost");
-        assert_eq!(w(true, false), "draining");
+        assert_eq!(w(true, true, 0), "left");
+        assert_eq!(w(true, true, 2), "left");
+        assert_eq!(w(false, true, 0), "lost");
+        assert_eq!(w(true, false, 2), "draining", "finishing its tasks");
+        assert_eq!(w(true, false, 0), "left", "its drain is done");
+        assert_eq!(w(false, false, 0), "idle");
     }
 
     #[test]

@@ -487,8 +487,9 @@ impl State {
             JobState::Planning => return Some("planning: its tasks are being computed".into()),
             JobState::Running if voters == 0 => {
                 return Some(
-                    "workers: none has called within a lease's lifetime (start one with `nqueens worker --coordinator \
-                     URL`; `nqueens workers` lists those seen)"
+                    "workers: none that takes tasks has called within a lease's lifetime (draining and \
+                     quarantined ones take none; start one with `nqueens worker --coordinator URL`; \
+                     `nqueens workers` lists those seen)"
                         .into(),
                 )
             }

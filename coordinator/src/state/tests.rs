@@ -1039,11 +1039,17 @@ mod whole {
     fn a_running_job_says_when_no_worker_is_there() {
         let (mut s, _, _) = running(spec(8, Strategy::Frame, 3), 1);
         let why = s.waiting_for(1, 0).expect("no worker ever called");
-        assert!(why.contains("none has called"), "{why}");
+        assert!(why.contains("none that takes tasks has called"), "{why}");
         s.touch_worker("w", 0);
         assert_eq!(s.waiting_for(1, 0), None);
         // Silent for longer than a lease: none again.
         assert!(s.waiting_for(1, TTL + 1).is_some());
+        // Going away: it takes no new task, so none.
+        s.touch_worker("w", TTL + 1).draining = true;
+        let why = s
+            .waiting_for(1, TTL + 1)
+            .expect("the only worker is draining");
+        assert!(why.contains("draining"), "{why}");
     }
 
     #[test]

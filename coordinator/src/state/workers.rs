@@ -255,20 +255,25 @@ impl Workers {
             .map_or((false, true), WorkerInfo::devices)
     }
 
-    /// Whether any worker seen since `since_ms` (and not quarantined)
-    /// counts on a card, and any on a CPU.
-    pub fn devices_since(&self, since_ms: u64) -> (bool, bool) {
+    /// The workers that may take a task: seen since `since_ms`, neither
+    /// quarantined nor draining (one going away takes no new task).
+    fn taking_since(&self, since_ms: u64) -> impl Iterator<Item = &WorkerInfo> {
         self.known
             .values()
-            .filter(|w| w.last_seen_ms >= since_ms && !w.quarantined())
+            .filter(move |w| w.last_seen_ms >= since_ms && !w.quarantined() && !w.draining)
+    }
+
+    /// Whether any worker that may take a task ([`Workers::taking_since`])
+    /// counts on a card, and any on a CPU.
+    pub fn devices_since(&self, since_ms: u64) -> (bool, bool) {
+        self.taking_since(since_ms)
             .map(WorkerInfo::devices)
             .fold((false, false), |(a, b), (c, d)| (a || c, b || d))
     }
 
+    /// The credentials of the workers that may take a task.
     pub fn voters_since(&self, since_ms: u64) -> usize {
-        self.known
-            .values()
-            .filter(|w| w.last_seen_ms >= since_ms && !w.quarantined())
+        self.taking_since(since_ms)
             .map(|w| self.voter(&w.id))
             .collect::<HashSet<_>>()
             .len()
@@ -309,6 +314,11 @@ mod tests {
         w.entry("c").conflicts = 1;
         assert!(w.quarantined("c"));
         assert_eq!(w.voters_since(0), 1, "a quarantined worker has no vote");
+        w.entry("a").draining = true;
+        assert_eq!(w.voters_since(0), 1);
+        w.entry("b").draining = true;
+        assert_eq!(w.voters_since(0), 0, "nor one going away");
+        assert_eq!(w.devices_since(0), (false, false));
     }
 
     #[test]
