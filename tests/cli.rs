@@ -82,7 +82,12 @@ fn solve_by_the_join_is_exact_and_refuses_what_it_cannot_take() {
     let o = nqueens(&["solve", "25", "--mode", "join"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("N=4 to N=24"), "{}", stderr(&o));
-    assert!(stderr(&o).contains("without --mode join"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--mode backtrack"), "{}", stderr(&o));
+    // Past the memory bound, where the join is the default: the advice
+    // names the flag that changes the mode.
+    let o = nqueens(&["solve", "19", "--memory", "1M"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(--mode backtrack)"), "{}", stderr(&o));
     for bad in [
         &["solve", "12", "--strategy", "halves", "--mode", "backtrack"][..],
         &["solve", "12", "--strategy", "halves", "--depth", "2"],
@@ -395,6 +400,39 @@ fn plan_makes_the_tasks_asked_for() {
         let v = json(stdout(&o).trim());
         let tasks: u64 = v["tasks"].as_str().unwrap().parse().unwrap();
         assert_eq!(tasks, 2000, "{args:?}");
+    }
+}
+
+/// `solve` through a plan says which plan and how many tasks, `--tasks`
+/// alone taking N's default plan; cut into pieces in memory, no plan.
+#[test]
+fn solve_names_the_plan_it_counted_through() {
+    for (args, want) in [
+        (
+            &["solve", "12", "--tasks", "5"][..],
+            Some("frame (depth 1) by backtrack, 5 tasks"),
+        ),
+        (
+            &["solve", "12", "--strategy", "prefix", "--depth", "3"],
+            Some("prefix (depth 3) by backtrack, "),
+        ),
+        (&["solve", "12"], None),
+    ] {
+        let o = nqueens(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("plan "))
+            .map(str::to_string);
+        match want {
+            Some(w) => assert!(
+                line.as_ref().is_some_and(|l| l.contains(w)),
+                "{args:?}: {line:?}"
+            ),
+            None => assert_eq!(line, None, "{args:?}"),
+        }
+        let v = json(stdout(&nqueens(&[args, &["--json"]].concat())).trim());
+        assert_eq!(v["plan"].is_string(), want.is_some(), "{args:?}: {v}");
     }
 }
 
@@ -1240,6 +1278,16 @@ fn a_negative_n_is_a_bad_size() {
         let err = stderr(&o);
         assert!(err.contains("between 1 and 32, got '-1'"), "{cmd}: {err}");
         assert!(!err.contains("-- -1"), "{cmd}: {err}");
+    }
+    // A range written some other way is shown how to write one.
+    for cmd in ["table", "bench"] {
+        let o = nqueens(&[cmd, "4-8"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("FROM..TO such as 4..16"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
     }
 }
 

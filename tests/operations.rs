@@ -1021,3 +1021,36 @@ fn an_export_killed_mid_stream_leaves_no_file_taken_for_complete() {
     let whole = std::fs::read_to_string(&file).unwrap();
     assert_eq!(whole.lines().count() - 1, tasks, "{err}");
 }
+
+/// The README's audit example is what `audit` prints for the same
+/// commands, digest included (a site compares digests against it): every
+/// line but the journal's size, which follows the engine path's name.
+#[test]
+fn the_readmes_audit_example_is_what_audit_prints() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let shown: Vec<&str> = readme
+        .split("$ nqueens audit 1 --data-dir ./s13\n")
+        .nth(1)
+        .expect("the README shows an audit")
+        .lines()
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    assert!(readme.contains("$ nqueens solve 13 --state ./s13 > /dev/null\n"));
+    let dir = kit::tempdir();
+    let s13 = dir.path().join("s13");
+    let s13 = s13.to_str().unwrap();
+    let (code, _, err) = run(&["solve", "13", "--state", s13]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["audit", "1", "--data-dir", s13]);
+    assert_eq!(code, 0, "{err}");
+    let printed: Vec<&str> = out.lines().collect();
+    assert_eq!(printed.len(), shown.len(), "{out}");
+    for (p, s) in printed.iter().zip(&shown) {
+        if s.starts_with("journal ") {
+            assert!(p.starts_with("journal  19 records, "), "{p}");
+        } else {
+            assert_eq!(p, s, "README.md's audit example is out of date");
+        }
+    }
+}

@@ -48,8 +48,8 @@ pub enum Command {
         \n\
         \nWith --state DIR the run is durable: a coordinator and a worker run inside this \
         process, every finished task is on disk in DIR, and the same command after Ctrl-C, \
-        kill -9 or a power cut continues where it stopped (strategy frame up to N=21, else \
-        rings, unless given).\
+        kill -9 or a power cut continues where it stopped (the plan `submit` would make: \
+        see `nqueens submit --help`).\
         \n\
         \nThe result is compared with the published counts (OEIS A000170, A002562) up to \
         N=27; a difference is reported as an error (exit code 1).")]
@@ -62,11 +62,14 @@ pub enum Command {
         \n  nqueens plan 27 --strategy frame --tasks 100000 --task 42\
         \n  nqueens plan 28 --strategy frame --estimate\
         \n\
-        \nprefix: the first K rows of the symmetry-pruned search; each subproblem's class \
-        counts add up directly. frame: one queen on each of the 8 border lines (rows and \
-        columns 0, 1, N-2, N-1), one frame per symmetry orbit with its weight (2, 4 or 8; 1 \
-        if fully symmetric); the unique count comes from the half- and quarter-turn \
-        symmetric searches (Burnside).\
+        \nframe: one queen on each border line, --depth 1 the 4 outer lines (rows and \
+        columns 0 and N-1: rings), --depth 2 the 8 lines 0, 1, N-2, N-1; one frame per \
+        symmetry orbit with its weight (2, 4 or 8; 1 if fully symmetric). rings: rings cut \
+        into parts by the queens of their first K free rows (--depth 1 to 3), for tasks of \
+        minutes at record sizes. prefix: the first K rows of the symmetry-pruned search \
+        (--depth 2 to 11); each subproblem's class counts add up directly. halves (join mode \
+        only, N=4 to 24): the whole board's choices of east rows. The unique count comes \
+        from the half- and quarter-turn symmetric searches (Burnside).\
         \n\
         \nSubproblem ids are stable: the same N and options always give the same ids and \
         tasks.")]
@@ -133,8 +136,8 @@ pub enum Command {
         \n  NQUEENS_COORDINATOR=http://coord:7700 nqueens submit 20 --json\
         \n\
         \nprints the job id; follow it with `nqueens watch JOB`. Submitting the same N \
-        twice makes two jobs. For large N, frame plans cut the work into more even tasks \
-        (see `nqueens plan`).")]
+        twice makes two jobs. Beyond N=21 the default rings plans cut the work into tasks \
+        of minutes however large N is (see `nqueens plan`).")]
     Submit(SubmitArgs),
     /// Show one job in detail, or the coordinator's jobs and workers in brief.
     #[command(
@@ -205,6 +208,7 @@ pub enum Command {
         correctly. Exit code 0 when nothing is wrong (a job still running is audited so \
         far), 1 otherwise.")]
     Audit {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// Read the journal in this coordinator data directory instead of
@@ -228,6 +232,7 @@ pub enum Command {
         standard error); exit code 1 if they differ. A running job exports the tasks \
         counted so far.")]
     Export {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// csv or jsonl (`--json` means jsonl).
@@ -283,21 +288,38 @@ pub enum Command {
         action: TokenAction,
     },
     /// Stop handing out a job's tasks (running ones finish); `resume` undoes it.
+    #[command(after_help = "Examples:\
+        \n  nqueens pause 3\
+        \n  nqueens resume 3\
+        \n\
+        \nDurable (journaled): a paused job stays paused across restarts. Workers finish \
+        and report the tasks they hold; `status` shows the job as paused.")]
     Pause {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,
     },
     /// Hand out a paused job's tasks again.
+    #[command(after_help = "Example:\
+        \n  nqueens resume 3")]
     Resume {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
         connect: Connect,
     },
     /// End a job for good: workers stop its tasks at their next heartbeat.
+    #[command(after_help = "Examples:\
+        \n  nqueens cancel 3\
+        \n  nqueens export 3 > job3.csv && nqueens delete 3 --yes\
+        \n\
+        \nDurable and final: a cancelled job is never resumed (submit it again to count it); \
+        its counted tasks stay for `export` and `audit` until `delete`.")]
     Cancel {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
@@ -312,6 +334,7 @@ pub enum Command {
         then say it was deleted. The journal's old segments still hold its records. A \
         running or paused job is refused: cancel it first.")]
     Delete {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// Confirm: without it nothing is deleted.
@@ -326,9 +349,13 @@ pub enum Command {
         its results) is marked dead after the retry budget and the job cannot finish. Once \
         the cause is fixed, `nqueens retry JOB` hands those tasks out again, first in line, \
         each with a fresh budget. Durable (journaled); refused for a cancelled job or one \
-        with no dead tasks."
+        with no dead tasks.\
+        \n\
+        \nExample:\
+        \n  nqueens retry 3"
     )]
     Retry {
+        /// The job id (`submit` prints it; `nqueens jobs` lists them).
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         #[command(flatten)]
@@ -472,8 +499,9 @@ pub struct PlanArgs {
     #[arg(allow_negative_numbers = true)]
     pub n: Size,
     /// How to split the search [default: as `solve --state` and
-    /// `submit` do: frame up to N=21, else rings; halves in join mode
-    /// up to N=21, else rings].
+    /// `submit` do: frame by backtracking up to N=21, halves by the join
+    /// up to N=21, else rings; with no --mode, N=18..21 are counted by
+    /// the join].
     #[arg(long, value_parser = strategies())]
     pub strategy: Option<Strategy>,
     #[command(flatten)]
@@ -706,7 +734,11 @@ pub struct SubmitArgs {
     /// Board size, 1 to 32.
     #[arg(allow_negative_numbers = true)]
     pub n: Size,
-    /// How to split the search [default: frame up to N=21, else rings].
+    /// How to split the search [default: frame up to N=17, halves (by
+    /// the join) for N=18..21, rings from N=22; with --mode, frame by
+    /// backtracking and halves by the join up to N=21].
+    ///
+    /// `nqueens plan N` shows the default plan for N.
     #[arg(long, value_parser = strategies())]
     pub strategy: Option<Strategy>,
     #[command(flatten)]

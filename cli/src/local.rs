@@ -67,9 +67,18 @@ pub fn solve(
         None => count(n, threads, core)?,
         Some(plan) => {
             let failed = |e: String| Failure::Failed(format!("N={n}: {e}"));
+            let schedule = plan.schedule();
             let solution =
-                solve_plan(&plan, &plan.schedule(), threads).map_err(|e| failed(e.to_string()))?;
-            Report::new(&solution).map_err(|e| failed(e.to_string()))?
+                solve_plan(&plan, &schedule, threads).map_err(|e| failed(e.to_string()))?;
+            let mut report = Report::new(&solution).map_err(|e| failed(e.to_string()))?;
+            report.plan = Some(format!(
+                "{} (depth {}) by {}, {} tasks",
+                plan.spec.strategy,
+                plan.spec.depth,
+                plan.spec.mode.name(),
+                thousands(schedule.tasks.len() as u128)
+            ));
+            report
         }
     };
     if let Some(card) = device.filter(|_| report.core == Path::Gpu.name()) {
@@ -516,7 +525,7 @@ pub fn solve_join(
     let report = solve_join_within(n, threads, budget, core)
         .map_err(|e| match e {
             SolveError::JoinSize(_) => Failure::BadInput(format!(
-                "{e}: count N={n} without --mode join (backtracking takes any N)"
+                "{e}: count N={n} by backtracking (--mode backtrack takes any N)"
             )),
             SolveError::Join(_) => Failure::BadInput(format!("N={n}: {e}")),
             e => Failure::Failed(format!("N={n}: {e}")),

@@ -343,7 +343,8 @@ impl std::str::FromStr for SizeRange {
             .split_once("..=")
             .or_else(|| s.split_once(".."))
             .unwrap_or((s, s));
-        let (from, to): (Size, Size) = (a.parse()?, b.parse()?);
+        let range = |e: String| format!("{e} (a size N, or a range FROM..TO such as 4..16)");
+        let (from, to): (Size, Size) = (a.parse().map_err(range)?, b.parse().map_err(range)?);
         if from > to {
             return Err(format!(
                 "the range {s} is empty: write FROM..TO with FROM <= TO"
@@ -358,6 +359,9 @@ impl std::str::FromStr for SizeRange {
 pub enum TokenAction {
     /// Make a new worker token named NAME and print it (once).
     Issue {
+        /// The credential's name: 1 to 64 letters, digits, '-', '_' or
+        /// '.' (a machine's, so that `nqueens workers` and the audit say
+        /// whose results are whose).
         name: String,
         /// The coordinator's data directory.
         #[arg(long, value_name = "DIR")]
@@ -369,6 +373,7 @@ pub enum TokenAction {
     },
     /// Revoke the worker token named NAME.
     Revoke {
+        /// The credential's name, as `token list` shows it.
         name: String,
         /// The coordinator's data directory.
         #[arg(long, value_name = "DIR")]

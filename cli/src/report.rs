@@ -44,6 +44,10 @@ pub struct Report {
     /// The searches the card ran in flight at once (its threads a launch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub card_searches: Option<u64>,
+    /// The plan whose tasks were counted (`frame (depth 1) by backtrack,
+    /// 5 tasks`); absent where the search was cut into pieces in memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
 }
 
 impl Report {
@@ -67,6 +71,7 @@ impl Report {
             matches_known: matches(s.n.get(), total, unique),
             card_busy: None,
             card_searches: None,
+            plan: None,
         })
     }
 
@@ -99,7 +104,11 @@ impl Report {
             thousands(self.nodes),
             si(self.nodes_per_second),
         );
-        text + &card
+        let plan = self
+            .plan
+            .as_ref()
+            .map_or(String::new(), |p| format!("plan     {p}\n"));
+        text + &plan + &card
     }
 
     /// The header of the classic table.

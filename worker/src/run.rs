@@ -623,7 +623,8 @@ impl Session {
         match tokio::time::timeout_at(deadline.max(Instant::now()), reporter).await {
             Ok(reported) => summary.reported = reported.expect("reporter panicked"),
             Err(_) => tracing::warn!(
-                "out of grace with results not yet stored; their tasks will run again elsewhere"
+                "out of grace with results not yet stored: their tasks will be counted again (by \
+                 another worker, or when the run resumes)"
             ),
         }
         tracing::info!(

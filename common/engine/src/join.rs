@@ -161,8 +161,8 @@ impl Default for Budget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "this board needs more than {limit} placements in one table of the join, past its memory \
-     bound: give the join more memory (--memory), count it by backtracking (without --mode \
-     join), or cut it into smaller subproblems"
+     bound: give the join more memory (--memory), count it by backtracking (--mode \
+     backtrack), or cut it into smaller subproblems (--strategy rings)"
 )]
 pub struct TooLarge {
     pub limit: usize,

@@ -104,7 +104,8 @@ pub enum CoordError {
     #[error(
         "the plan asks for {asked} tasks; this coordinator accepts at most {max} (--max-tasks): \
          ask for fewer with --tasks, or raise --max-tasks if the coordinator has the memory \
-         (a few KB per task)"
+         (a bit per task, and the plan's table, which grows with its groups: a 10^8-task job \
+         took under 200 MB in all)"
     )]
     TooManyTasks { asked: u64, max: u64 },
 }

@@ -120,7 +120,8 @@ pub(crate) fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
     lock.try_lock().map_err(|e| {
         dir_err(format!(
             "another process holds its lock (another coordinator, or `solve --state`, on the same \
-             directory): stop that one first, or give a different --data-dir ({e})"
+             directory): stop that one first, or use another directory (a coordinator's --data-dir, \
+             `solve`'s --state) ({e})"
         ))
     })?;
     Ok(lock)
