@@ -5,9 +5,9 @@
 //! those common conversions. `From` impls where the orphan rule allows
 //! (one side is a coordinator type).
 //!
-//! Two more mappings of [`JobState`] stay where they are, for now: the
+//! Two more mappings of [`JobState`] live elsewhere: the
 //! journal's record of a state change, written in `hub/jobs.rs`
-//! (`set_state`) and read back in `state.rs` (`apply`).
+//! (`set_state`) and read back in `state/mod.rs` (`apply`).
 
 use crate::audit::Audit;
 use crate::state::{CountOn, Granted, JobState, JobView, LeaseRef, Outcome, Verdict, WorkerInfo};
