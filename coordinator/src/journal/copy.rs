@@ -3,19 +3,15 @@
 //! and the live file's whole records, as a `kill -9` at one moment would
 //! leave them, each read back from the copy and its CRCs checked.
 //!
-//! The copy takes no lock. It lists the sealed segments, reads the live
-//! file, and lists them again: if a segment was sealed or compressed in
-//! between (the live file's first record is not the one after the last
-//! sealed, or the lists differ), it starts again. A half-written last
-//! record of the live file is left out, as a start-up cuts it off.
+//! The copy takes no lock. It takes a [`super::view::View`] of the
+//! journal, and starts again if a segment listed there is compressed
+//! before it is copied. A half-written last record of the live file is
+//! left out, as a start-up cuts it off.
 
-use super::{io_err, parse, segments, sync_dir, JournalError, MAGIC};
+use super::view::{try_view, TRIES};
+use super::{io_err, segments, sync_dir, JournalError, MAGIC};
 use std::io::{self, Write};
 use std::path::Path;
-
-/// Tries before a copy gives up on a journal that keeps changing under it
-/// (a seal happens at each checkpoint: minutes apart).
-const TRIES: usize = 20;
 
 /// What a copy holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,21 +59,11 @@ pub fn copy(from: &Path, to: &Path) -> Result<Copied, JournalError> {
 
 /// One try: `None` if a segment was sealed or compressed meanwhile.
 fn try_copy(from: &Path, to: &Path) -> Result<Option<Copied>, JournalError> {
-    let sealed = segments::list(from)?;
-    let live = match std::fs::read(from) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => MAGIC.to_vec(),
-        r => r.map_err(io_err(from))?,
-    };
-    let first = sealed.last().map_or(1, |s| s.last + 1);
-    if segments::list(from)? != sealed {
+    let Some(view) = try_view(from)? else {
         return Ok(None);
-    }
-    let (records, good) = match parse(&live, from, first) {
-        Ok((records, good, _)) => (records.len() as u64, good),
-        // Sealed between the listing and the read: a later record first.
-        Err(_) if super::first_seq(&live).is_some_and(|s| s > first) => return Ok(None),
-        Err(e) => return Err(e),
     };
+    let (sealed, live, good, first) = (view.sealed, view.live, view.good, view.first);
+    let records = view.records.len() as u64;
     let dir = segments::dir_of(to);
     if !sealed.is_empty() {
         crate::owner_only::create_dir_all(&dir).map_err(io_err(&dir))?;

@@ -33,6 +33,7 @@
 pub mod codec;
 pub mod copy;
 pub mod segments;
+pub mod view;
 
 use crate::state::Event;
 use prometheus_client::metrics::counter::Counter;
@@ -225,30 +226,25 @@ pub struct Scanned {
 /// Goes through a whole journal — every sealed segment, then the current
 /// file — record by record, one segment in memory at a time, without
 /// changing it (for audits, also of a journal a running coordinator is
-/// appending to: a half-written last record reads as torn). Every record's
-/// CRC is checked; damage before the end is an error, as at start-up.
+/// appending to, sealing and compressing: a consistent [`view::View`] of
+/// it, and a half-written last record reads as torn). Every record's CRC
+/// is checked; damage before the end is an error, as at start-up.
 pub fn scan(path: &Path, mut each: impl FnMut(Event)) -> Result<Scanned, JournalError> {
     let magic = MAGIC.len() as u64;
-    let sealed = segments::list(path)?;
+    let v = view::view(path)?;
     let (mut records, mut bytes_read) = (0, 0);
-    for s in &sealed {
-        let (sealed, len) = segments::read(s)?;
+    for s in &v.sealed {
+        let (sealed, len) = view::read_listed(s)?;
         bytes_read += len.saturating_sub(magic);
         records += sealed.len() as u64;
         sealed.into_iter().for_each(&mut each);
     }
-    let first = sealed.last().map_or(1, |s| s.last + 1);
-    let bytes = match std::fs::read(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => Vec::new(),
-        r => r.map_err(io_err(path))?,
-    };
-    let (active, good, _) = parse(&bytes, path, first)?;
-    records += active.len() as u64;
-    active.into_iter().for_each(each);
+    records += v.records.len() as u64;
+    v.records.into_iter().for_each(each);
     Ok(Scanned {
         records,
-        bytes: bytes_read + (bytes.len() as u64).saturating_sub(magic),
-        truncated: (bytes.len() - good) as u64,
+        bytes: bytes_read + (v.live.len() as u64).saturating_sub(magic),
+        truncated: (v.live.len() - v.good) as u64,
     })
 }
 

@@ -1,0 +1,165 @@
+//! A consistent view of a journal that a running coordinator may be
+//! appending to, sealing and compressing meanwhile, for the readers that
+//! take no lock (an audit, a backup).
+//!
+//! A view lists the sealed segments, reads the live file, and lists them
+//! again: if a segment was sealed or compressed in between (the live
+//! file's first record is not the one after the last sealed, it is gone,
+//! or the lists differ), it starts again. A segment sealed after the view
+//! was taken holds records the view has in its live bytes; one compressed
+//! after it is read from its compressed file ([`read_listed`]). So a race
+//! with a seal is never mistaken for damage, whose advice would cut
+//! acknowledged records off the journal.
+
+use super::{first_seq, io_err, parse, segments, JournalError};
+use crate::state::Event;
+use segments::Sealed;
+use std::io;
+use std::path::Path;
+
+/// Tries before a reader gives up on a journal that keeps changing under
+/// it (a seal happens at each checkpoint: seconds to minutes apart).
+pub const TRIES: usize = 20;
+
+/// The journal at one moment: its sealed segments and its live file's
+/// bytes and records, the first of them numbered `first`.
+pub struct View {
+    pub sealed: Vec<Sealed>,
+    /// The live file's bytes (empty where it was missing beside sealed
+    /// segments), its whole records, and the length of their part.
+    pub live: Vec<u8>,
+    pub records: Vec<Event>,
+    pub good: usize,
+    pub first: u64,
+}
+
+/// A [`View`] of the journal at `path`, trying again while it changes
+/// under the reader; an error for damage, or for a journal that changed
+/// under every one of [`TRIES`] tries.
+pub fn view(path: &Path) -> Result<View, JournalError> {
+    let mut changing = JournalError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::other(format!(
+            "it changed under {TRIES} tries to read it (sealed or compressed each time)"
+        )),
+    };
+    for _ in 0..TRIES {
+        match try_view(path) {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            // A listing taken while a segment was compressed may miss
+            // both its names: tried again, and said if it stays missing.
+            Err(e @ JournalError::MissingSegment { .. }) => changing = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(changing)
+}
+
+/// One try at a [`View`]: `None` if a segment was sealed or compressed
+/// while it was taken.
+pub fn try_view(path: &Path) -> Result<Option<View>, JournalError> {
+    let sealed = segments::list(path)?;
+    let live = match std::fs::read(path) {
+        // Moved into the segments while they were listed, or between.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && segments::list(path)? != sealed => {
+            return Ok(None)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => Vec::new(),
+        r => r.map_err(io_err(path))?,
+    };
+    if segments::list(path)? != sealed {
+        return Ok(None);
+    }
+    let first = sealed.last().map_or(1, |s| s.last + 1);
+    let (records, good) = match parse(&live, path, first) {
+        Ok((records, good, _)) => (records, good),
+        // Sealed between the listing and the read: a later record first.
+        Err(_) if first_seq(&live).is_some_and(|s| s > first) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(View {
+        sealed,
+        live,
+        records,
+        good,
+        first,
+    }))
+}
+
+/// Every record of a segment a view listed (see [`segments::read`]): from
+/// its compressed file where it was compressed since.
+pub fn read_listed(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
+    match segments::read(s) {
+        Err(JournalError::Io { source, .. })
+            if source.kind() == io::ErrorKind::NotFound && !s.compressed =>
+        {
+            let mut gz = s.path.clone().into_os_string();
+            gz.push(".gz");
+            segments::read(&Sealed {
+                path: gz.into(),
+                compressed: true,
+                ..s.clone()
+            })
+        }
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{scan, segments, Journal};
+    use crate::state::Event;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// Scans (as an audit takes them) while records are appended, sealed
+    /// and compressed: every one reads a whole prefix of the journal, in
+    /// order, holding every record acknowledged before it began, and none
+    /// takes a race for damage.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scans_taken_while_the_journal_is_sealed_read_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
+        let acked = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let scans = {
+            let path = path.clone();
+            let (acked, done) = (acked.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !done.load(Ordering::SeqCst) || n < 10 {
+                    let before = acked.load(Ordering::SeqCst);
+                    let mut epochs = Vec::new();
+                    let scanned = scan(&path, |r| match r {
+                        Event::Boot { epoch, .. } => epochs.push(epoch),
+                        _ => unreachable!("only boots here"),
+                    })
+                    .unwrap_or_else(|e| panic!("scan {n} after {before} records: {e}"));
+                    assert!(scanned.records >= before, "{scanned:?} lost records");
+                    assert_eq!(epochs, (1..=scanned.records).collect::<Vec<_>>());
+                    n += 1;
+                }
+                n
+            })
+        };
+        for e in 1..=3_000u64 {
+            j.append(&Event::Boot {
+                epoch: e,
+                unix_ms: 7,
+            })
+            .await
+            .unwrap();
+            acked.store(e, Ordering::SeqCst);
+            if e % 10 == 0 {
+                j.rotate().await.unwrap();
+            }
+            if e % 250 == 0 {
+                segments::compress(&path).unwrap();
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+        assert!(scans.join().unwrap() >= 10);
+    }
+}
