@@ -176,6 +176,7 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
             let total = rows.add(&row)?;
             write_row(&mut out, format, values(&row, total))?;
         }
+        whole(job, &rows, &info)?;
         if format == Format::Jsonl {
             let end = serde_json::json!({
                 "complete": true,
@@ -191,6 +192,21 @@ pub fn export(job: u64, format: Format, output: Option<&Path>, c: &Connect) -> R
         }
         check_sum(job, &rows, &info)
     })
+}
+
+/// A done job has a row for each task: fewer is a short export (from a
+/// coordinator that did not check its store), never a whole one.
+fn whole(job: u64, rows: &Rows, info: &crate::human::JobInfo) -> Result<(), Failure> {
+    if info.state != "done" || rows.n == info.tasks {
+        return Ok(());
+    }
+    Err(Failure::Failed(format!(
+        "job {job} is done with {} tasks, but the export holds {} rows: the coordinator's \
+         store is missing some (`nqueens audit {job}` checks the journal, which holds them \
+         all); nothing was written as complete",
+        thousands(info.tasks.into()),
+        thousands(rows.n.into())
+    )))
 }
 
 /// Says on standard error how many rows were exported and, once every
@@ -234,6 +250,27 @@ fn check_sum(job: u64, rows: &Rows, info: &crate::human::JobInfo) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_done_jobs_export_short_of_its_tasks_is_refused() {
+        let job = |state: v1::JobState, tasks| {
+            crate::human::JobInfo::new(&v1::Job {
+                state: state as i32,
+                tasks,
+                ..v1::Job::default()
+            })
+        };
+        let rows = Rows {
+            n: 18,
+            ..Rows::default()
+        };
+        let e = whole(1, &rows, &job(v1::JobState::Done, 20)).unwrap_err();
+        assert!(e
+            .message()
+            .contains("done with 20 tasks, but the export holds 18 rows"));
+        assert!(whole(1, &rows, &job(v1::JobState::Done, 18)).is_ok());
+        assert!(whole(1, &rows, &job(v1::JobState::Running, 20)).is_ok());
+    }
 
     #[test]
     fn csv_fields_with_commas_or_quotes_are_quoted() {

@@ -580,7 +580,9 @@ impl OperatorService for Operators {
     async fn export_job(&self, req: Request<v1::JobRef>) -> Result<Response<ExportStream>, Status> {
         let id = req.into_inner().job_id;
         let core = Arc::clone(self.0.core()?);
-        let spec = core.job(id)?.spec;
+        let view = core.job(id)?;
+        let spec = view.spec;
+        let mut whole = Whole::of(&view, core.data_dir());
         let (tx, rx) = tokio::sync::mpsc::channel(EXPORT_PAGE);
         tokio::spawn(async move {
             // Every result counted before the call is in the store, or the
@@ -599,7 +601,12 @@ impl OperatorService for Operators {
                         .map_err(|e| Refusal::Internal.status(format!("the export stopped: {e}")))
                         .and_then(|p| p.map_err(Status::from));
                 let page = match page {
-                    Ok(p) if p.is_empty() => return,
+                    Ok(p) if p.is_empty() => {
+                        if let Err(e) = whole.end() {
+                            let _ = tx.send(Err(e)).await;
+                        }
+                        return;
+                    }
                     Ok(p) => p,
                     Err(e) => {
                         let _ = tx.send(Err(e)).await;
@@ -607,6 +614,10 @@ impl OperatorService for Operators {
                     }
                 };
                 for (task, d) in page {
+                    if let Err(e) = whole.row(d.task) {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
                     from = d.task + 1;
                     let mut task = task.map(|t| task_to_wire(&spec, &t)).unwrap_or_default();
                     task.index = d.task;
@@ -640,5 +651,52 @@ impl OperatorService for Operators {
             .await
             .map_err(|e| Refusal::Internal.status(format!("the audit stopped: {e}")))??;
         Ok(Response::new(v1::AuditReport::from(&audit)))
+    }
+}
+
+/// What an export of a done job must hold: a row for each of its tasks,
+/// in order. The store's rows are copies of the journal's results, and a
+/// damaged store can lose some that its reads then skip; an export that
+/// would be short says so instead of looking whole.
+struct Whole {
+    /// The job's tasks, if it is done (every task counted).
+    tasks: Option<u64>,
+    next: u64,
+    store: std::path::PathBuf,
+}
+
+impl Whole {
+    fn of(view: &crate::state::JobView, data_dir: &std::path::Path) -> Whole {
+        Whole {
+            tasks: (view.state == JobState::Done).then_some(view.tasks),
+            next: 0,
+            store: data_dir.join("store"),
+        }
+    }
+
+    /// The next row's task.
+    fn row(&mut self, task: u64) -> Result<(), Status> {
+        if self.tasks.is_some() && task != self.next {
+            return Err(self.missing(self.next, task));
+        }
+        self.next = task + 1;
+        Ok(())
+    }
+
+    /// The rows ended.
+    fn end(&self) -> Result<(), Status> {
+        match self.tasks {
+            Some(tasks) if self.next != tasks => Err(self.missing(self.next, tasks)),
+            _ => Ok(()),
+        }
+    }
+
+    fn missing(&self, from: u64, to: u64) -> Status {
+        Refusal::DataLoss.status(format!(
+            "the store has no result row for tasks {from}..{to} of this done job, whose journal \
+             holds every result (`nqueens audit` reads it): the store is damaged. Stop the \
+             coordinator, move {} aside and start it again: the store is rebuilt from the journal",
+            self.store.display()
+        ))
     }
 }

@@ -2048,3 +2048,76 @@ async fn the_stamp_is_on_health_and_operator_answers_not_on_worker_calls() {
     assert_eq!(stamped(lease.metadata()), [false; 3]);
     r.shutdown().await.unwrap();
 }
+
+/// Every row of a stream of `export_job`, or the status that ended it.
+async fn exported(ops: &mut kit::Operators, job: u64) -> Result<Vec<v1::ExportRow>, tonic::Status> {
+    let mut stream = ops
+        .export_job(v1::JobRef { job_id: job })
+        .await?
+        .into_inner();
+    let mut rows = Vec::new();
+    while let Some(row) = stream.message().await? {
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// A done job's export whose store lost rows (damage that its reads skip)
+/// is refused, saying how to rebuild the store, never short and looking
+/// whole; following that advice gives every row back.
+#[tokio::test]
+async fn a_done_jobs_export_missing_store_rows_is_refused_and_the_advice_restores_them() {
+    let dir = kit::tempdir();
+    // One result in memory: the start's check of the rest is the audit's.
+    let cfg = || {
+        let mut c = config(dir.path());
+        c.limits.results_in_memory = Some(1);
+        c
+    };
+    let r = start(cfg(), Arc::<ManualClock>::default() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Synthetic, 20))
+        .await
+        .job_id;
+    kit::work(&mut w, "w1", usize::MAX).await;
+    assert_eq!(exported(&mut ops, job).await.unwrap().len(), 20);
+    r.shutdown().await.unwrap();
+    {
+        let (store, _) =
+            nqueens_coordinator::store::Store::open(&dir.path().join("store")).unwrap();
+        for task in [7, 19] {
+            store.remove_result(job, task).unwrap();
+        }
+    }
+    let r = start(cfg(), Arc::<ManualClock>::default() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (_, mut ops) = clients(&r).await;
+    let e = exported(&mut ops, job).await.unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss, "{e:?}");
+    let store = dir.path().join("store");
+    assert!(
+        e.message().contains("tasks 7..8")
+            && e.message()
+                .contains(&format!("move {} aside", store.display())),
+        "{e:?}"
+    );
+    r.shutdown().await.unwrap();
+    // The advice, followed.
+    std::fs::rename(&store, dir.path().join("store.damaged")).unwrap();
+    let r = start(cfg(), Arc::<ManualClock>::default() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (_, mut ops) = clients(&r).await;
+    let rows = exported(&mut ops, job).await.unwrap();
+    let tasks: Vec<u64> = rows.iter().map(|r| r.task.unwrap().index).collect();
+    assert_eq!(tasks, (0..20).collect::<Vec<_>>());
+    let sum: u128 = rows
+        .iter()
+        .map(|r| u128_from_wire(r.result.as_ref().unwrap().weighted.as_ref()))
+        .sum();
+    assert_eq!(sum, nqueens_common::plan::synthetic_sum(20));
+    r.shutdown().await.unwrap();
+}
