@@ -2121,3 +2121,78 @@ async fn a_done_jobs_export_missing_store_rows_is_refused_and_the_advice_restore
     assert_eq!(sum, nqueens_common::plan::synthetic_sum(20));
     r.shutdown().await.unwrap();
 }
+
+/// Cuts the last `k` whole records off the live journal at `path`, at a
+/// record boundary, as a disk that lost them would leave it: no torn
+/// record shows the cut.
+fn cut_whole_records(path: &Path, k: usize) {
+    let bytes = std::fs::read(path).unwrap();
+    let magic = nqueens_coordinator::journal::MAGIC.len();
+    let mut ends = vec![magic];
+    while *ends.last().unwrap() < bytes.len() {
+        let at = *ends.last().unwrap();
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        ends.push(at + 16 + len);
+    }
+    assert_eq!(*ends.last().unwrap(), bytes.len(), "whole records");
+    assert!(ends.len() > k, "fewer than {k} records");
+    let keep = ends[ends.len() - 1 - k] as u64;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(keep)
+        .unwrap();
+}
+
+/// Records cut off the journal's end at a record boundary, with the store
+/// and checkpoints that would have shown it gone too (moved aside, as a
+/// damaged store is): the journal's own commit mark still stops the
+/// start, counting exactly the records lost, and the advice it prints,
+/// followed, ends exact and starts again cleanly.
+#[tokio::test]
+async fn whole_records_cut_off_the_journal_are_missed_by_its_commit_mark() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let config = |dir: &Path| Config {
+        checkpoints: Checkpoints::never(),
+        ..config(dir)
+    };
+    let r = start(config(dir.path()), clock.clone() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
+    kit::work(&mut w, "w1", 15).await;
+    r.shutdown().await.unwrap();
+    std::fs::rename(dir.path().join("store"), dir.path().join("store.gone")).unwrap();
+    cut_whole_records(&dir.path().join("journal"), 3);
+    let err = match start(config(dir.path()), clock.clone() as Arc<dyn Clock>).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("started without 3 acknowledged records"),
+    };
+    assert!(
+        err.contains("the journal's commit mark holds")
+            && err.contains("3 acknowledged record(s) are missing")
+            && err.contains("--accept-lost-records 3"),
+        "{err}"
+    );
+    let accepting = Config {
+        accept_lost_records: Some(3),
+        ..config(dir.path())
+    };
+    let r = start(accepting, clock.clone() as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    kit::work(&mut w, "w2", usize::MAX).await;
+    assert_eq!(kit::counts(&kit::job(&mut ops, 1).await), (14_200, 1_787));
+    r.shutdown().await.unwrap();
+    // The old mark went aside with the store: the next start is clean.
+    let r = start(config(dir.path()), clock as Arc<dyn Clock>)
+        .await
+        .unwrap();
+    let (_, mut ops) = clients(&r).await;
+    assert_eq!(kit::counts(&kit::job(&mut ops, 1).await), (14_200, 1_787));
+    r.shutdown().await.unwrap();
+}

@@ -87,9 +87,9 @@ pub enum CoordError {
          older copy, or a sealed segment in journal.d/ deleted?). Nothing was changed. Restore the journal \
          (DIR/journal and DIR/journal.d/) from a backup; or, accepting that those \
          {missing} record(s) are lost (their tasks are counted again; every record still in the journal \
-         is kept), start once with --accept-lost-records {missing}: the checkpoints and the store are \
-         then moved aside (kept, named *.lost-*) and rebuilt from the journal, and the boot epoch still \
-         moves forward"
+         is kept), start once with --accept-lost-records {missing}: the checkpoints, the store and the journal's \
+         commit mark are then moved aside (kept, named *.lost-*) and rebuilt from the journal, and the \
+         boot epoch still moves forward"
     )]
     JournalBehind {
         path: PathBuf,

@@ -8,6 +8,9 @@ use std::collections::HashSet;
 
 /// How far records were acknowledged, by the marks a start finds.
 struct Marks {
+    /// The last record the journal's writer had fsynced (its commit mark,
+    /// `journal::mark`).
+    journal: u64,
     /// The last record whose row the store holds.
     store: u64,
     /// The last record the latest readable checkpoint holds.
@@ -18,16 +21,26 @@ struct Marks {
 
 impl Marks {
     fn acknowledged(&self) -> u64 {
-        self.store.max(self.checkpoint)
+        self.journal.max(self.store).max(self.checkpoint)
     }
 
     /// The refusal for a journal that ends at `last` (with `torn` bytes of
     /// a cut-short record after it).
     fn behind(&self, path: PathBuf, last: u64, torn: u64) -> CoordError {
-        let by = match (self.store > last, self.checkpoint > last) {
-            (true, true) => "the store and the checkpoint hold",
-            (true, false) => "the store holds",
-            _ => "the checkpoint holds",
+        let marks = [
+            (self.journal, "the journal's commit mark"),
+            (self.store, "the store"),
+            (self.checkpoint, "the checkpoint"),
+        ];
+        let by: Vec<&str> = marks
+            .iter()
+            .filter(|(m, _)| *m > last)
+            .map(|(_, name)| *name)
+            .collect();
+        let by = match by.as_slice() {
+            [one] => format!("{one} holds"),
+            [rest @ .., last] => format!("{} and {last} hold", rest.join(", ")),
+            [] => unreachable!("a journal behind no mark is not behind"),
         };
         CoordError::JournalBehind {
             path,
@@ -36,20 +49,21 @@ impl Marks {
                 0 => String::new(),
                 n => format!(" (then {n} bytes of a cut-short record)"),
             },
-            by: by.into(),
+            by,
             acknowledged: self.acknowledged(),
             missing: self.acknowledged() - last,
         }
     }
 }
 
-/// Moves the checkpoints and the store aside (renamed `*.lost-UNIXTIME`,
-/// nothing deleted) and opens a new, empty store.
+/// Moves the checkpoints, the store and the journal's commit mark aside
+/// (renamed `*.lost-UNIXTIME`, nothing deleted) and opens a new, empty
+/// store.
 fn set_aside(data_dir: &Path) -> Result<(Store, Opened), CoordError> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    for name in ["checkpoint", "checkpoint.prev", "store"] {
+    for name in ["checkpoint", "checkpoint.prev", "store", "journal.mark"] {
         let from = data_dir.join(name);
         let to = data_dir.join(format!("{name}.lost-{stamp}"));
         match std::fs::rename(&from, &to) {
@@ -149,6 +163,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
     // How far results were acknowledged, by the store's and the latest
     // readable checkpoint's own marks: the journal must reach it.
     let marks = Marks {
+        journal: crate::journal::mark::read(&data_dir.join("journal")),
         store: store.caught_up(),
         checkpoint: loaded.as_ref().map_or(0, |c| c.seen.last()),
         epoch: loaded.as_ref().map_or(0, |c| c.state.epoch()),

@@ -32,6 +32,7 @@
 
 pub mod codec;
 pub mod copy;
+pub mod mark;
 pub mod segments;
 pub mod view;
 
@@ -680,6 +681,9 @@ struct Writer {
     poisoned: Option<String>,
     failures: crate::throttle::Throttle,
     healthy: tokio::sync::watch::Sender<bool>,
+    /// The commit mark, set after each fsync ([`mark`]); none where it
+    /// cannot be opened (said once).
+    mark: Option<mark::Mark>,
 }
 
 impl Writer {
@@ -690,10 +694,14 @@ impl Writer {
         (file_first, next): (u64, u64),
         healthy: tokio::sync::watch::Sender<bool>,
     ) -> Writer {
+        let mark = mark::Mark::open(&path)
+            .inspect_err(|e| tracing::error!(path = %mark::path_of(&path).display(), error = %e, "cannot open the journal's commit mark; a start after a crash then knows acknowledged records from the store's and the checkpoint's marks only"))
+            .ok();
         Writer {
             good_len: file.metadata().map_or(0, |m| m.len()),
             file,
             path,
+            mark,
             file_first,
             next,
             poisoned: None,
@@ -760,6 +768,7 @@ impl Writer {
                 self.next += records as u64;
                 self.good_len += buf.len() as u64;
                 GROUP_RECORDS.observe(records as f64);
+                self.set_mark();
             }
             Err(e) => {
                 WRITE_ERRORS.inc();
@@ -768,6 +777,20 @@ impl Writer {
             }
         }
         None
+    }
+
+    /// Sets the commit mark to the last record fsynced, before any of the
+    /// group is answered; a failure is logged (once a minute), and the
+    /// mark then lags, as after a power cut.
+    fn set_mark(&mut self) {
+        let Some(m) = &self.mark else {
+            return;
+        };
+        if let Err(e) = m.set(self.next - 1) {
+            if let Some(held) = self.failures.allow() {
+                tracing::error!(path = %mark::path_of(&self.path).display(), error = %e, failures_not_logged = held, "cannot write the journal's commit mark (logged once a minute)");
+            }
+        }
     }
 
     /// Seals the current file if it holds records, and starts a new one.
