@@ -539,6 +539,12 @@ fn token_commands_refuse_a_directory_no_coordinator_made() {
     }
     let (_, err) = run(&["token", "issue", "alice", "--data-dir", t]);
     assert!(err.contains("--new"), "issue names --new: {err}");
+    // A folder that only holds something named `journal` (systemd's
+    // /var/log/journal) is no data directory either.
+    let logs = dir.path().join("log");
+    std::fs::create_dir_all(logs.join("journal")).unwrap();
+    let (code, err) = run(&["token", "list", "--data-dir", logs.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
     let token = issue(t, "alice");
     assert!(token.starts_with("nqw-"), "{token}");
     let listed = kit::stdout_of(&mut nqueens(&["token", "list", "--data-dir", t]));
@@ -557,8 +563,20 @@ fn a_token_issued_while_running_protects_the_workers_at_once() {
     let d = data.to_str().unwrap();
     let op_token = dir.path().join("op.token");
     std::fs::write(&op_token, "operator-token-0123456789").unwrap();
-    let op = ["--operator-token-file", op_token.to_str().unwrap()];
+    let op = [
+        "--operator-token-file",
+        op_token.to_str().unwrap(),
+        "--lease-ttl",
+        "600",
+    ];
     let c = kit::start_with(&data, &op);
+    let token = ["--token-file", op_token.to_str().unwrap()];
+    let (code, _, err) = operator(&c.url, &[&["submit", "8"][..], &token].concat());
+    assert_eq!(code, 0, "{err}");
+    let leased = || {
+        let (_, lines, _) = operator(&c.url, &[&["status", "1"][..], &token].concat());
+        lines[0]["leased"].as_str().unwrap().parse::<u64>().unwrap()
+    };
     let doctor_access = || {
         let out = nqueens(&[
             "doctor",
@@ -589,7 +607,14 @@ fn a_token_issued_while_running_protects_the_workers_at_once() {
         none.register(register)
             .await
             .expect("open workers need no token");
+        let lease = v1::LeaseRequest {
+            worker_id: "anon".into(),
+            max_tasks: 2,
+        };
+        let got = none.lease(lease).await.unwrap().into_inner().leases;
+        assert_eq!(got.len(), 2);
     });
+    assert_eq!(leased(), 2);
     let (code, err) = run(&["token", "issue", "alice", "--data-dir", d]);
     assert_eq!(code, 0, "{err}");
     runtime().block_on(async {
@@ -613,6 +638,10 @@ fn a_token_issued_while_running_protects_the_workers_at_once() {
     });
     assert!(doctor_access().contains("workers need a token"));
     assert!(data.join("worker-auth").exists(), "the directory is marked");
+    // The refused worker's leases went back at once, not 600 s later.
+    kit::wait_until("the anonymous worker's leases handed back", || {
+        leased() == 0
+    });
     // Every token revoked: still protected, in this run and the next.
     let (code, err) = run(&["token", "revoke", "alice", "--data-dir", d]);
     assert_eq!(code, 0, "{err}");
@@ -882,6 +911,96 @@ fn a_request_arriving_slowly_during_a_flood_is_answered() {
         "the flood opened {} connections",
         flood.len()
     );
+}
+
+/// Connections each holding a place with a request trickled a byte every
+/// 200 ms (its prefix claiming 100 kB) fill a table: a new client still
+/// gets a place within seconds, the trickles making way once they have
+/// had a second to come at a live client's pace. (Before, each byte kept
+/// its connection "arriving", and a new client waited for ever.)
+#[test]
+fn requests_trickled_a_byte_at_a_time_hold_no_place() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let _watchdog = kit::watchdog("requests_trickled_a_byte_at_a_time_hold_no_place");
+    let (_dir, c) = limited_coordinator(4);
+    let addr = c.url.trim_start_matches("http://").to_string();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (placed, placed_rx) = std::sync::mpsc::channel();
+    let tricklers: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, stop, placed) = (addr.clone(), stop.clone(), placed.clone());
+            std::thread::spawn(move || {
+                let mut io = std::net::TcpStream::connect(&addr).unwrap();
+                let mut out = h2_preface();
+                out.extend(h2_call(b"/grpc.health.v1.Health/Check", 1));
+                out.extend(h2_frame(0x0, 0, 1, &[0, 0, 1, 0x86, 0xa0]));
+                io.write_all(&out).unwrap();
+                // The server's first frame: the connection has its place.
+                std::io::Read::read_exact(&mut io, &mut [0u8; 9]).unwrap();
+                placed.send(()).unwrap();
+                while !stop.load(Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if io.write_all(&h2_frame(0x0, 0, 1, &[0])).is_err() {
+                        return; // made way
+                    }
+                }
+            })
+        })
+        .collect();
+    // Every place taken by a trickle before the honest client comes.
+    for _ in 0..4 {
+        placed_rx.recv().unwrap();
+    }
+    let answered = runtime().block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            let mut ops = OperatorServiceClient::connect(c.url.clone()).await?;
+            ops.list_jobs(v1::ListJobsRequest::default())
+                .await
+                .map_err(Box::<dyn std::error::Error>::from)
+        })
+        .await
+    });
+    stop.store(true, Relaxed);
+    for t in tricklers {
+        t.join().unwrap();
+    }
+    assert!(
+        matches!(answered, Ok(Ok(_))),
+        "a new client got no place among trickled requests: {answered:?}"
+    );
+}
+
+/// Bytes of requests still arriving are bounded in all
+/// (`NQUEENS_MAX_ARRIVING_BYTES`): a request past the bound is refused as
+/// it comes, before it is whole (a flood of partial messages, each
+/// buffered until whole, once grew the coordinator by tens of GB), and a
+/// small one is answered as ever.
+#[test]
+fn requests_past_the_bytes_arriving_at_once_are_refused_as_they_come() {
+    let _watchdog = kit::watchdog("requests_past_the_bytes_arriving_at_once");
+    let dir = kit::tempdir();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
+    cmd.env("NQUEENS_MAX_ARRIVING_BYTES", (1 << 20).to_string());
+    let c = kit::spawn_coordinator(cmd);
+    runtime().block_on(async {
+        let mut w = WorkerServiceClient::connect(c.url.clone()).await.unwrap();
+        let big = v1::RegisterRequest {
+            worker_id: "big".into(),
+            host: "h".repeat(2 << 20),
+            ..Default::default()
+        };
+        let e = w.register(big).await.unwrap_err();
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e:?}");
+        let small = v1::RegisterRequest {
+            worker_id: "small".into(),
+            name: "small".into(),
+            host: "h".into(),
+            ..Default::default()
+        };
+        w.register(small).await.unwrap();
+    });
 }
 
 /// The resident memory of process `pid` (Linux), in MB.

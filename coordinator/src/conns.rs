@@ -8,6 +8,13 @@
 //! then neither lock live clients out nor use up the process's file
 //! descriptors. A connection refused is told why (its calls answered
 //! RESOURCE_EXHAUSTED, "too many connections") before it is closed.
+//!
+//! A request on its way is protected only while it comes at a live
+//! client's pace ([`MIN_ARRIVAL_RATE`] after [`BUSY`]): a byte trickled
+//! now and then cannot hold a place. The bytes of requests still arriving,
+//! which the server buffers until each message is whole, are bounded per
+//! connection and in all ([`Call::take`]); past the bound in all, the
+//! stalled connection holding the most makes way.
 
 use futures_util::task::AtomicWaker;
 use nqueens_proto::refusal::Refusal;
@@ -43,11 +50,23 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const BUSY: Duration = Duration::from_secs(1);
 
 /// A connection whose latest call started, or sent bytes of its request,
-/// within this (its body maybe still on its way) is never evicted: long
-/// enough for a live client's request to go on arriving on a loaded
-/// machine or a slow link, short enough that a flood of half-open calls
-/// makes way at the limit's number of connections four times a second.
+/// within this (its body maybe still on its way) is never evicted, while
+/// that request comes at [`MIN_ARRIVAL_RATE`]: long enough for a live
+/// client's request to go on arriving on a loaded machine or a slow link,
+/// short enough that a flood of half-open calls makes way at the limit's
+/// number of connections four times a second.
 pub const ARRIVING: Duration = Duration::from_millis(250);
+
+/// A request still arriving [`BUSY`] after its call started protects its
+/// connection only if it came at this many bytes a second at least since
+/// then (a live client sends a request at once: most are under a
+/// kilobyte, and a megabyte takes a minute even at this rate).
+pub const MIN_ARRIVAL_RATE: u64 = 16 << 10;
+
+/// Bytes of requests still arriving on one connection at once, all its
+/// calls together: one message of the largest size the server decodes
+/// (4 MiB) and a little more.
+pub const ARRIVING_PER_CONNECTION: u64 = (4 << 20) + (64 << 10);
 
 /// Calls (HTTP/2 streams) open at once on one connection
 /// (`NQUEENS_STREAMS_PER_CONNECTION`, default 12): with the connection
@@ -85,11 +104,14 @@ pub async fn give_back_memory() {
 
 /// How many connections at once: `NQUEENS_MAX_CONNECTIONS` (default
 /// 1,000) in all, and `NQUEENS_MAX_CONNECTIONS_PER_IP` (default a quarter
-/// of that) from one address other than loopback.
+/// of that) from one address other than loopback; and the bytes of
+/// requests still arriving, all connections together
+/// (`NQUEENS_MAX_ARRIVING_BYTES`, default 256 MiB).
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
     pub total: usize,
     pub per_ip: usize,
+    pub arriving: u64,
 }
 
 impl Bounds {
@@ -104,6 +126,7 @@ impl Bounds {
         Bounds {
             total,
             per_ip: var("NQUEENS_MAX_CONNECTIONS_PER_IP").unwrap_or((total / 4).max(1)),
+            arriving: var("NQUEENS_MAX_ARRIVING_BYTES").map_or(256 << 20, |b| b as u64),
         }
     }
 }
@@ -122,6 +145,12 @@ struct Conn {
     /// Milliseconds after the table's start of its latest call's start, or
     /// of the latest bytes of that call's request.
     call_ms: AtomicU64,
+    /// Milliseconds after the table's start of its latest call's start,
+    /// and the bytes of requests it received since.
+    call_start_ms: AtomicU64,
+    call_bytes: AtomicU64,
+    /// Bytes of its requests still arriving (see [`Call::take`]).
+    arriving_bytes: AtomicU64,
     /// Calls whose request arrived in full and that are not answered yet:
     /// while any is, the connection is live and never makes way.
     in_flight: AtomicU32,
@@ -134,6 +163,8 @@ pub struct Table {
     bounds: Bounds,
     start: Instant,
     open: Mutex<Open>,
+    /// Bytes of requests still arriving, all connections together.
+    arriving_bytes: AtomicU64,
 }
 
 #[derive(Default)]
@@ -148,6 +179,7 @@ impl Table {
             bounds,
             start: Instant::now(),
             open: Mutex::default(),
+            arriving_bytes: AtomicU64::new(0),
         })
     }
 
@@ -166,6 +198,8 @@ impl Table {
         let open = self.open.lock().expect("connections lock");
         let conn = Arc::clone(open.by_peer.get(&peer)?);
         conn.call_ms.store(now, Ordering::Relaxed);
+        conn.call_start_ms.store(now, Ordering::Relaxed);
+        conn.call_bytes.store(0, Ordering::Relaxed);
         conn.started.store(true, Ordering::Relaxed);
         Some(Call {
             conn,
@@ -203,8 +237,8 @@ impl Table {
     }
 
     /// When a connection that never completed a call, opened within
-    /// [`BUSY`] or with a call started within [`ARRIVING`], becomes one
-    /// that can make way (none: every place is busy).
+    /// [`BUSY`] or with a call arriving, becomes one that can make way
+    /// (none: every place is busy).
     fn soonest(&self, open: &Open, now: u64) -> Option<Duration> {
         let after =
             |from: u64, wait: Duration| (from + wait.as_millis() as u64).saturating_sub(now);
@@ -213,11 +247,28 @@ impl Table {
             .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
             .filter(|c| !c.called.load(Ordering::Relaxed))
             .map(|c| match c.started.load(Ordering::Relaxed) {
-                true => after(c.call_ms.load(Ordering::Relaxed), ARRIVING),
+                true => arriving_until(c).saturating_sub(now),
                 false => after(c.active_ms.load(Ordering::Relaxed), BUSY),
             })
             .min()
             .map(Duration::from_millis)
+    }
+
+    /// The stalled connection holding the most bytes of requests still
+    /// arriving (none in flight, none arriving: see [`arriving`]) is
+    /// closed, so that the bytes it holds come back (its calls end).
+    fn make_room(&self, now: u64) {
+        let open = self.open.lock().expect("connections lock");
+        let stalled = open
+            .by_peer
+            .values()
+            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && !arriving(c, now))
+            .max_by_key(|c| c.arriving_bytes.load(Ordering::Relaxed))
+            .filter(|c| c.arriving_bytes.load(Ordering::Relaxed) > 0);
+        if let Some(c) = stalled {
+            c.closed.store(true, Ordering::Release);
+            c.waker.wake();
+        }
     }
 
     /// Takes a place for a new connection from `peer`, closing one that
@@ -257,6 +308,9 @@ impl Table {
             called: AtomicBool::new(false),
             started: AtomicBool::new(false),
             call_ms: AtomicU64::new(0),
+            call_start_ms: AtomicU64::new(0),
+            call_bytes: AtomicU64::new(0),
+            arriving_bytes: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -321,11 +375,46 @@ impl Call {
         }
     }
 
-    /// Bytes of its request came in: it is still arriving (see
-    /// [`ARRIVING`]), however slow its client's link.
-    pub fn progressed(&self) {
-        let now = self.table.now_ms();
-        self.conn.call_ms.store(now, Ordering::Relaxed);
+    /// `len` bytes of its request came in and are held until it arrives
+    /// (or ends): refused, the bytes not held, where its connection would
+    /// hold more than [`ARRIVING_PER_CONNECTION`] or all connections more
+    /// than their bound (then the stalled connection holding the most
+    /// makes way, for the next try). Give them back with
+    /// [`Call::give_back`].
+    pub fn take(&self, len: u64) -> Result<(), String> {
+        self.take_at(len, self.table.now_ms())
+    }
+
+    fn take_at(&self, len: u64, now: u64) -> Result<(), String> {
+        let conn = &self.conn;
+        conn.call_ms.store(now, Ordering::Relaxed);
+        conn.call_bytes.fetch_add(len, Ordering::Relaxed);
+        if conn.arriving_bytes.fetch_add(len, Ordering::Relaxed) + len > ARRIVING_PER_CONNECTION {
+            conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
+            return Err(format!(
+                "this connection's requests still arriving would pass {} bytes",
+                ARRIVING_PER_CONNECTION
+            ));
+        }
+        let all = &self.table.arriving_bytes;
+        if all.fetch_add(len, Ordering::Relaxed) + len > self.table.bounds.arriving {
+            all.fetch_sub(len, Ordering::Relaxed);
+            conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
+            self.table.make_room(now);
+            return Err(format!(
+                "the requests still arriving would pass {} bytes in all \
+                 (NQUEENS_MAX_ARRIVING_BYTES): try again",
+                self.table.bounds.arriving
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes [`Call::take`] held, given back once its request arrived or
+    /// ended.
+    pub fn give_back(&self, len: u64) {
+        self.conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
+        self.table.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
     }
 
     /// It completed without an error: the connection is busy.
@@ -347,11 +436,21 @@ impl Drop for InFlight {
     }
 }
 
-/// Whether `c`'s latest call started, or sent bytes, within [`ARRIVING`]
-/// of `now`.
+/// Whether `c`'s latest call is arriving at `now`: started, or sent
+/// bytes, within [`ARRIVING`], and, past [`BUSY`] from its start, at
+/// [`MIN_ARRIVAL_RATE`] since.
 fn arriving(c: &Conn, now: u64) -> bool {
-    c.started.load(Ordering::Relaxed)
-        && now.saturating_sub(c.call_ms.load(Ordering::Relaxed)) < ARRIVING.as_millis() as u64
+    c.started.load(Ordering::Relaxed) && now < arriving_until(c)
+}
+
+/// Until when `c`'s latest call counts as arriving (see [`arriving`]):
+/// [`ARRIVING`] after its latest bytes, and no later than its start plus
+/// [`BUSY`] or plus the time its bytes take at [`MIN_ARRIVAL_RATE`].
+fn arriving_until(c: &Conn) -> u64 {
+    let start = c.call_start_ms.load(Ordering::Relaxed);
+    let paced = (c.call_bytes.load(Ordering::Relaxed) * 1000 / MIN_ARRIVAL_RATE)
+        .max(BUSY.as_millis() as u64);
+    (c.call_ms.load(Ordering::Relaxed) + ARRIVING.as_millis() as u64).min(start + paced)
 }
 
 fn forget(open: &mut Open, conn: &Conn) {
@@ -591,6 +690,7 @@ mod tests {
         let table = Table::new(Bounds {
             total: 5,
             per_ip: 1,
+            arriving: 1 << 30,
         });
         let t = 10 * BUSY.as_millis() as u64;
         let ms = |d: Duration| d.as_millis() as u64;
@@ -657,12 +757,95 @@ mod tests {
         );
     }
 
+    /// A request trickled a byte at a time protects its connection for
+    /// [`BUSY`] only; one coming at a live client's pace, for as long as
+    /// it comes.
+    #[test]
+    fn a_trickled_request_holds_no_place_and_a_paced_one_does() {
+        let table = Table::new(Bounds {
+            total: 2,
+            per_ip: 2,
+            arriving: 1 << 30,
+        });
+        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
+        let busy = BUSY.as_millis() as u64;
+        let trickler = table.admit_at(at(1), 0).unwrap();
+        let paced = table.admit_at(at(2), 0).unwrap();
+        let (slow, fast) = (
+            table.call_at(at(1), 0).unwrap(),
+            table.call_at(at(2), 0).unwrap(),
+        );
+        // 5 bytes every 200 ms, against 8 KiB every 200 ms (40 KiB/s).
+        let mut now = 0;
+        while now < 3 * busy {
+            now += 200;
+            slow.take_at(5, now).unwrap();
+            fast.take_at(8 << 10, now).unwrap();
+            if now < busy {
+                assert!(
+                    matches!(table.admit_at(at(3), now), Err(NoPlace::Wait(_))),
+                    "both still arriving at {now} ms"
+                );
+            }
+        }
+        table.admit_at(at(3), now).unwrap();
+        assert!(closed(&trickler) && !closed(&paced));
+        // The paced one stops: it makes way ARRIVING after its last bytes.
+        let later = now + ARRIVING.as_millis() as u64;
+        match table.admit_at(at(4), later - 1) {
+            Err(NoPlace::Wait(w)) => assert_eq!(w, Duration::from_millis(1)),
+            other => panic!("{other:?}"),
+        }
+        table.admit_at(at(4), later).unwrap();
+        assert!(closed(&paced));
+    }
+
+    /// Bytes of requests still arriving are bounded per connection and in
+    /// all; past the bound in all, the stalled connection holding the most
+    /// makes way, and bytes given back can be taken again.
+    #[test]
+    fn bytes_still_arriving_are_bounded_and_the_biggest_stalled_holder_makes_way() {
+        let table = Table::new(Bounds {
+            total: 10,
+            per_ip: 10,
+            arriving: 6 << 20,
+        });
+        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
+        let (a, b, c) = (
+            table.admit_at(at(1), 0).unwrap(),
+            table.admit_at(at(2), 0).unwrap(),
+            table.admit_at(at(3), 0).unwrap(),
+        );
+        let (ca, cb, cc) = (
+            table.call_at(at(1), 0).unwrap(),
+            table.call_at(at(2), 0).unwrap(),
+            table.call_at(at(3), 0).unwrap(),
+        );
+        ca.take_at(4 << 20, 0).unwrap();
+        let e = ca.take_at(ARRIVING_PER_CONNECTION, 0).unwrap_err();
+        assert!(e.contains("this connection's"), "{e}");
+        cb.take_at(1 << 20, 0).unwrap();
+        // Both stalled (nothing more for a while): the one holding most
+        // makes way when the bound in all is reached.
+        let later = 10 * BUSY.as_millis() as u64;
+        let e = cc.take_at(2 << 20, later).unwrap_err();
+        assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
+        assert!(closed(&a) && !closed(&b) && !closed(&c));
+        // Its calls end and give their bytes back: the next try fits.
+        ca.give_back(4 << 20);
+        cc.take_at(2 << 20, later).unwrap();
+        assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 3 << 20);
+    }
+
     #[test]
     fn one_address_beyond_loopback_gets_at_most_its_share() {
         let at = |ip: [u8; 4], port| SocketAddr::from((ip, port));
         let t = Table::new(Bounds {
             total: 10,
             per_ip: 1,
+            arriving: 1 << 30,
         });
         t.admit(at([10, 0, 0, 1], 1)).unwrap();
         match t.admit(at([10, 0, 0, 1], 2)) {

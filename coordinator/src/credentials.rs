@@ -100,17 +100,14 @@ fn write(dir: &Path, entries: &[(String, String)]) -> Result<(), CredentialError
 }
 
 /// Whether `dir` is a coordinator's data directory: it holds a journal
-/// (a coordinator started there) or issued tokens.
+/// (a coordinator started there: the file, or its sealed segments'
+/// folder) or issued tokens.
 pub fn is_data_dir(dir: &Path) -> bool {
     let journal = dir.join("journal");
-    [
-        crate::journal::segments::dir_of(&journal),
-        journal,
-        dir.join(FILE),
-        dir.join(crate::access::MARK),
-    ]
-    .iter()
-    .any(|p| p.exists())
+    crate::journal::segments::dir_of(&journal).is_dir()
+        || [journal, dir.join(FILE), dir.join(crate::access::MARK)]
+            .iter()
+            .any(|p| p.is_file())
 }
 
 /// Issues a new token named `name`; returns it (only its hash is kept).

@@ -659,7 +659,7 @@ fn spawn_refresher(
                 if let Err(e) = issued.refresh() {
                     tracing::error!(error = %e, "cannot re-read the issued worker tokens; keeping the ones known");
                 }
-                protect_workers_once_issued(&gate, &issued);
+                protect_workers_once_issued(&gate, &issued, &core);
                 // A revoked credential's workers can report nothing more:
                 // their tasks go to others now, not a lease's life later.
                 for name in issued.take_revoked() {
@@ -673,15 +673,22 @@ fn spawn_refresher(
 }
 
 /// Protects open workers once a token is issued for the data directory,
-/// and says so.
-fn protect_workers_once_issued(gate: &Gate, issued: &Credentials) {
+/// hands back the leases of the workers now refused (their tasks go to
+/// others at once, not a lease's life later), and says so.
+fn protect_workers_once_issued(gate: &Gate, issued: &Credentials, core: &Coordinator) {
     match gate.check(issued) {
         Ok(false) => {}
         Ok(true) => tracing::warn!(
             access = %gate.access().header(),
+            released = core.release_unbound(),
             "a worker token was issued for this data directory: workers must authenticate from \
-             now on (access: {}); workers without a token are refused",
-            gate.access().describe()
+             now on (access: {}); workers without a token are refused{}, and their leases were \
+             handed back",
+            gate.access().describe(),
+            match gate.access().client_certs {
+                true => ", those with a client certificate alone too",
+                false => "",
+            }
         ),
         Err(e) => tracing::error!(
             error = %e,
@@ -782,19 +789,50 @@ enum Stage {
 
 type CallSlot = Arc<std::sync::Mutex<Stage>>;
 
-/// A request body that marks its call arrived once its last frame is in.
+/// A request body that marks its call arrived once its last frame is in,
+/// and holds the bytes of its frames in the connection table's bounds
+/// until then ([`crate::conns::Call::take`]).
 struct Arriving {
     inner: tonic::body::Body,
     slot: CallSlot,
     call: Arc<crate::conns::Call>,
+    /// Bytes taken and not given back yet.
+    held: u64,
 }
 
 impl Arriving {
-    fn arrived(&self) {
+    fn arrived(&mut self) {
+        self.give_back();
         let mut slot = self.slot.lock().expect("call lock");
         if matches!(*slot, Stage::Arriving) {
             *slot = Stage::Arrived(self.call.arrived());
         }
+    }
+
+    fn give_back(&mut self) {
+        self.call.give_back(std::mem::take(&mut self.held));
+    }
+
+    /// Holds a frame's bytes: a refusal ends the call, its bytes given
+    /// back.
+    fn take(&mut self, frame: &http_body::Frame<bytes::Bytes>) -> Result<(), tonic::Status> {
+        let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+        match self.call.take(len) {
+            Ok(()) => {
+                self.held += len;
+                Ok(())
+            }
+            Err(why) => {
+                self.give_back();
+                Err(nqueens_proto::refusal::Refusal::Full.status(why))
+            }
+        }
+    }
+}
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -810,7 +848,11 @@ impl http_body::Body for Arriving {
         match &frame {
             std::task::Poll::Ready(None) => self.arrived(),
             std::task::Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.arrived(),
-            std::task::Poll::Ready(Some(Ok(_))) => self.call.progressed(),
+            std::task::Poll::Ready(Some(Ok(f))) => {
+                if let Err(refused) = self.take(f) {
+                    return std::task::Poll::Ready(Some(Err(refused)));
+                }
+            }
             _ => {}
         }
         frame
@@ -859,10 +901,11 @@ where
         let slot: CallSlot = Arc::new(std::sync::Mutex::new(Stage::Arriving));
         let req = match &call {
             Some(call) => req.map(|inner| {
-                let arriving = Arriving {
+                let mut arriving = Arriving {
                     inner,
                     slot: Arc::clone(&slot),
                     call: Arc::clone(call),
+                    held: 0,
                 };
                 if arriving.is_end_stream() {
                     arriving.arrived();

@@ -182,6 +182,14 @@ impl Coordinator {
         released
     }
 
+    /// Hands back the leases of workers bound to no issued credential
+    /// (workers just protected refuse them); returns how many.
+    pub fn release_unbound(&self) -> usize {
+        let released = self.lock().release_unbound();
+        self.bump();
+        released
+    }
+
     pub async fn release(
         &self,
         worker: &str,

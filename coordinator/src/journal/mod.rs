@@ -682,8 +682,10 @@ struct Writer {
     failures: crate::throttle::Throttle,
     healthy: tokio::sync::watch::Sender<bool>,
     /// The commit mark, set after each fsync ([`mark`]); none where it
-    /// cannot be opened (said once).
+    /// cannot be opened (said once). Its failures are logged on their
+    /// own throttle, so that they never hide a write's.
     mark: Option<mark::Mark>,
+    mark_failures: crate::throttle::Throttle,
 }
 
 impl Writer {
@@ -702,6 +704,7 @@ impl Writer {
             file,
             path,
             mark,
+            mark_failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
             file_first,
             next,
             poisoned: None,
@@ -787,7 +790,7 @@ impl Writer {
             return;
         };
         if let Err(e) = m.set(self.next - 1) {
-            if let Some(held) = self.failures.allow() {
+            if let Some(held) = self.mark_failures.allow() {
                 tracing::error!(path = %mark::path_of(&self.path).display(), error = %e, failures_not_logged = held, "cannot write the journal's commit mark (logged once a minute)");
             }
         }

@@ -3,9 +3,10 @@
 //! take no lock (an audit, a backup).
 //!
 //! A view lists the sealed segments, reads the live file, and lists them
-//! again: if a segment was sealed or compressed in between (the live
-//! file's first record is not the one after the last sealed, it is gone,
-//! or the lists differ), it starts again. A segment sealed after the view
+//! again: if a segment was sealed in between (the live file is gone, or
+//! the two lists differ), it starts again. With both lists alike, a live
+//! file that does not start right after the last sealed segment lacks a
+//! segment: damage, said as the start says it. A segment sealed after the view
 //! was taken holds records the view has in its live bytes; one compressed
 //! after it is read from its compressed file ([`read_listed`]). So a race
 //! with a seal is never mistaken for damage, whose advice would cut
@@ -43,7 +44,11 @@ pub fn view(path: &Path) -> Result<View, JournalError> {
             "it changed under {TRIES} tries to read it (sealed or compressed each time)"
         )),
     };
-    for _ in 0..TRIES {
+    for i in 0..TRIES {
+        if i > 0 {
+            // Give a seal or a compression under way the time to end.
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         match try_view(path) {
             Ok(Some(v)) => return Ok(v),
             Ok(None) => {}
@@ -60,22 +65,37 @@ pub fn view(path: &Path) -> Result<View, JournalError> {
 /// while it was taken.
 pub fn try_view(path: &Path) -> Result<Option<View>, JournalError> {
     let sealed = segments::list(path)?;
+    // Alike where they hold the same records (a segment compressed since
+    // is read from its compressed file: see `read_listed`).
+    let same = |other: &[Sealed]| {
+        let range = |s: &Sealed| (s.first, s.last);
+        other.iter().map(range).eq(sealed.iter().map(range))
+    };
     let live = match std::fs::read(path) {
         // Moved into the segments while they were listed, or between.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && segments::list(path)? != sealed => {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !same(&segments::list(path)?) => {
             return Ok(None)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound && !sealed.is_empty() => Vec::new(),
         r => r.map_err(io_err(path))?,
     };
-    if segments::list(path)? != sealed {
+    if !same(&segments::list(path)?) {
         return Ok(None);
     }
     let first = sealed.last().map_or(1, |s| s.last + 1);
     let (records, good) = match parse(&live, path, first) {
         Ok((records, good, _)) => (records, good),
-        // Sealed between the listing and the read: a later record first.
-        Err(_) if first_seq(&live).is_some_and(|s| s > first) => return Ok(None),
+        // No seal came between the listings: a segment is missing.
+        Err(JournalError::Corrupt { .. }) if first_seq(&live).is_some_and(|s| s > first) => {
+            let next = first_seq(&live).expect("checked");
+            return Err(JournalError::MissingRecords {
+                dir: segments::dir_of(path),
+                path: path.to_path_buf(),
+                from: first,
+                to: next - 1,
+                next,
+            });
+        }
         Err(e) => return Err(e),
     };
     Ok(Some(View {
@@ -161,5 +181,35 @@ mod tests {
         }
         done.store(true, Ordering::SeqCst);
         assert!(scans.join().unwrap() >= 10);
+    }
+
+    /// The newest sealed segment deleted: the scan says which records are
+    /// missing and to put the segment back, as a start does, rather than
+    /// taking the gap for a seal under way.
+    #[tokio::test]
+    async fn a_deleted_segment_is_damage_not_a_race() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
+        for e in 1..=7u64 {
+            j.append(&Event::Boot {
+                epoch: e,
+                unix_ms: 7,
+            })
+            .await
+            .unwrap();
+            if e % 2 == 0 {
+                j.rotate().await.unwrap();
+            }
+        }
+        drop(j);
+        let newest = segments::list(&path).unwrap().pop().unwrap();
+        std::fs::remove_file(&newest.path).unwrap();
+        match scan(&path, |_| {}) {
+            Err(e @ super::super::JournalError::MissingRecords { from: 5, to: 6, .. }) => {
+                assert!(e.to_string().contains("put the segment back"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

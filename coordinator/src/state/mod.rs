@@ -483,9 +483,17 @@ impl State {
         let job = self.jobs.get(&id)?;
         let since = now_ms.saturating_sub(self.limits.lease_ttl_ms);
         let voters = self.workers.voters_since(since);
+        // Workers going away may still be finishing its leases.
+        let finishing = || {
+            (job.schedule.leases()).any(|(_, l)| {
+                self.workers
+                    .get(&l.worker)
+                    .is_some_and(|w| w.last_seen_ms >= since)
+            })
+        };
         match job.state() {
             JobState::Planning => return Some("planning: its tasks are being computed".into()),
-            JobState::Running if voters == 0 => {
+            JobState::Running if voters == 0 && !finishing() => {
                 return Some(
                     "workers: none that takes tasks has called within a lease's lifetime (draining and \
                      quarantined ones take none; start one with `nqueens worker --coordinator URL`; \
@@ -934,13 +942,25 @@ impl State {
     /// `credential` (revoked: its workers can report nothing more).
     /// Returns how many.
     pub fn release_credential(&mut self, credential: &str) -> usize {
+        self.release_held_by(|workers, w| workers.bound_to(w, credential))
+    }
+
+    /// Hands back every lease of the workers bound to no issued
+    /// credential (they called with the shared token, or none, whose
+    /// calls are refused once the workers are protected); returns how
+    /// many.
+    pub fn release_unbound(&mut self) -> usize {
+        self.release_held_by(|workers, w| workers.credential_of(w).is_empty())
+    }
+
+    fn release_held_by(&mut self, held: impl Fn(&Workers, &str) -> bool) -> usize {
         let workers = &self.workers;
         let mut released = 0;
         for job in self.jobs.values_mut() {
             let theirs: Vec<u64> = job
                 .schedule
                 .leases()
-                .filter(|(_, l)| workers.bound_to(&l.worker, credential))
+                .filter(|(_, l)| held(workers, &l.worker))
                 .map(|(&task, _)| task)
                 .collect();
             for task in theirs {

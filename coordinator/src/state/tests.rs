@@ -1044,8 +1044,18 @@ mod whole {
         assert_eq!(s.waiting_for(1, 0), None);
         // Silent for longer than a lease: none again.
         assert!(s.waiting_for(1, TTL + 1).is_some());
-        // Going away: it takes no new task, so none.
+        // Going away while it finishes a lease: the job goes on.
+        let held = s.lease("w", 1, TTL + 1);
+        assert_eq!(held.len(), 1);
         s.touch_worker("w", TTL + 1).draining = true;
+        assert_eq!(s.waiting_for(1, TTL + 1), None);
+        // Its lease handed back: it takes no new task, so none.
+        let refs = [LeaseRef {
+            job: 1,
+            task: held[0].task.index,
+            lease_id: held[0].lease_id,
+        }];
+        assert_eq!(s.release("w", &refs, TTL + 1), 1);
         let why = s
             .waiting_for(1, TTL + 1)
             .expect("the only worker is draining");
