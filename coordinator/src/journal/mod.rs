@@ -323,15 +323,8 @@ fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live),
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(path))?;
     let (records, good, v1) = match parse(&bytes, path, first) {
-        Err(JournalError::Corrupt { .. }) if first_seq(&bytes).is_some_and(|s| s > first) => {
-            let next = first_seq(&bytes).expect("checked");
-            return Err(JournalError::MissingRecords {
-                dir: segments::dir_of(path),
-                path: path.to_path_buf(),
-                from: first,
-                to: next - 1,
-                next,
-            });
+        Err(e @ JournalError::Corrupt { .. }) => {
+            return Err(missing_before(&bytes, path, first).unwrap_or(e))
         }
         other => other?,
     };
@@ -550,6 +543,19 @@ fn whole_under_bad_length(rest: &[u8], v1: bool) -> bool {
 
 /// The sequence number of a live journal file's first record, if it
 /// reads.
+/// The error for a live file at `path` whose first record comes after
+/// `first`, the one after the last sealed: a sealed segment is missing.
+fn missing_before(bytes: &[u8], path: &Path, first: u64) -> Option<JournalError> {
+    let next = first_seq(bytes).filter(|&s| s > first)?;
+    Some(JournalError::MissingRecords {
+        dir: segments::dir_of(path),
+        path: path.to_path_buf(),
+        from: first,
+        to: next - 1,
+        next,
+    })
+}
+
 fn first_seq(bytes: &[u8]) -> Option<u64> {
     let rest = bytes.strip_prefix(MAGIC)?;
     record_at(rest, false).ok().map(|(_, seq, _)| seq)

@@ -12,7 +12,7 @@
 //! with a seal is never mistaken for damage, whose advice would cut
 //! acknowledged records off the journal.
 
-use super::{first_seq, io_err, parse, segments, JournalError};
+use super::{io_err, missing_before, parse, segments, JournalError};
 use crate::state::Event;
 use segments::Sealed;
 use std::io;
@@ -85,16 +85,10 @@ pub fn try_view(path: &Path) -> Result<Option<View>, JournalError> {
     let first = sealed.last().map_or(1, |s| s.last + 1);
     let (records, good) = match parse(&live, path, first) {
         Ok((records, good, _)) => (records, good),
-        // No seal came between the listings: a segment is missing.
-        Err(JournalError::Corrupt { .. }) if first_seq(&live).is_some_and(|s| s > first) => {
-            let next = first_seq(&live).expect("checked");
-            return Err(JournalError::MissingRecords {
-                dir: segments::dir_of(path),
-                path: path.to_path_buf(),
-                from: first,
-                to: next - 1,
-                next,
-            });
+        // No seal came between the listings: a later first record means
+        // a segment is missing.
+        Err(e @ JournalError::Corrupt { .. }) => {
+            return Err(missing_before(&live, path, first).unwrap_or(e))
         }
         Err(e) => return Err(e),
     };
