@@ -1003,6 +1003,45 @@ fn requests_past_the_bytes_arriving_at_once_are_refused_as_they_come() {
     });
 }
 
+/// A call's message prefix holds the length it claims (the server makes
+/// room for the whole message then): of two calls on one connection each
+/// claiming the largest message, only their 5-byte prefixes sent, one is
+/// refused at once, where both would have held 4 MiB for a minute.
+#[test]
+fn a_prefix_claiming_more_than_a_connection_may_hold_is_refused_at_once() {
+    use std::io::{Read, Write};
+    let _watchdog = kit::watchdog("a_prefix_claiming_more_than_a_connection_may_hold");
+    let (_dir, c) = limited_coordinator(8);
+    let addr = c.url.trim_start_matches("http://").to_string();
+    let mut io = std::net::TcpStream::connect(&addr).unwrap();
+    io.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let claim = [0u8, 0x00, 0x40, 0x00, 0x00]; // 4 MiB
+    let mut out = h2_preface();
+    for stream in [1, 3] {
+        out.extend(h2_call(b"/grpc.health.v1.Health/Check", stream));
+        out.extend(h2_frame(0x0, 0, stream, &claim));
+    }
+    io.write_all(&out).unwrap();
+    // Frames until the server answers either call (its headers, or a
+    // reset): whichever it took second is refused.
+    let answered = loop {
+        let mut head = [0u8; 9];
+        if io.read_exact(&mut head).is_err() {
+            break false;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        if io.read_exact(&mut payload).is_err() {
+            break false;
+        }
+        if matches!(stream, 1 | 3) && matches!(head[3], 0x1 | 0x3) {
+            break true;
+        }
+    };
+    assert!(answered, "both claims were held, neither refused");
+}
+
 /// The resident memory of process `pid` (Linux), in MB.
 fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -63,10 +63,39 @@ pub const ARRIVING: Duration = Duration::from_millis(250);
 /// kilobyte, and a megabyte takes a minute even at this rate).
 pub const MIN_ARRIVAL_RATE: u64 = 16 << 10;
 
+/// The largest message the server decodes (tonic's default bound).
+pub const LARGEST_MESSAGE: u64 = 4 << 20;
+
 /// Bytes of requests still arriving on one connection at once, all its
-/// calls together: one message of the largest size the server decodes
-/// (4 MiB) and a little more.
-pub const ARRIVING_PER_CONNECTION: u64 = (4 << 20) + (64 << 10);
+/// calls together: one message of the largest size and a little more.
+pub const ARRIVING_PER_CONNECTION: u64 = LARGEST_MESSAGE + (64 << 10);
+
+/// What a request still arriving holds of the server's memory: the bytes
+/// received, or, once its first message's 5-byte prefix is in, the length
+/// that prefix claims (the server makes room for the whole message then),
+/// up to [`LARGEST_MESSAGE`] (a longer claim is refused at once). Every
+/// request here is one message.
+#[derive(Debug, Default)]
+pub struct Claim {
+    seen: u64,
+    prefix: [u8; 5],
+}
+
+impl Claim {
+    /// Takes in `data`, the next bytes of the request; returns what it
+    /// holds now.
+    pub fn see(&mut self, data: &[u8]) -> u64 {
+        let at = self.seen.min(5) as usize;
+        let n = (5 - at).min(data.len());
+        self.prefix[at..at + n].copy_from_slice(&data[..n]);
+        self.seen += data.len() as u64;
+        let claimed = match self.seen >= 5 {
+            true => 5 + u64::from(u32::from_be_bytes(self.prefix[1..].try_into().expect("4"))),
+            false => 0,
+        };
+        self.seen.max(claimed.min(5 + LARGEST_MESSAGE))
+    }
+}
 
 /// Calls (HTTP/2 streams) open at once on one connection
 /// (`NQUEENS_STREAMS_PER_CONNECTION`, default 12): with the connection
@@ -145,10 +174,14 @@ struct Conn {
     /// Milliseconds after the table's start of its latest call's start, or
     /// of the latest bytes of that call's request.
     call_ms: AtomicU64,
-    /// Milliseconds after the table's start of its latest call's start,
-    /// and the bytes of requests it received since.
+    /// Milliseconds after the table's start of the first call it started
+    /// since it last completed one (or opened), and the bytes of requests
+    /// it received since: a connection that starts call after call and
+    /// completes none is paced from its first (see [`arriving`]).
     call_start_ms: AtomicU64,
     call_bytes: AtomicU64,
+    /// A call started since it last completed one (or opened).
+    pending: AtomicBool,
     /// Bytes of its requests still arriving (see [`Call::take`]).
     arriving_bytes: AtomicU64,
     /// Calls whose request arrived in full and that are not answered yet:
@@ -198,8 +231,10 @@ impl Table {
         let open = self.open.lock().expect("connections lock");
         let conn = Arc::clone(open.by_peer.get(&peer)?);
         conn.call_ms.store(now, Ordering::Relaxed);
-        conn.call_start_ms.store(now, Ordering::Relaxed);
-        conn.call_bytes.store(0, Ordering::Relaxed);
+        if !conn.pending.swap(true, Ordering::Relaxed) {
+            conn.call_start_ms.store(now, Ordering::Relaxed);
+            conn.call_bytes.store(0, Ordering::Relaxed);
+        }
         conn.started.store(true, Ordering::Relaxed);
         Some(Call {
             conn,
@@ -310,6 +345,7 @@ impl Table {
             call_ms: AtomicU64::new(0),
             call_start_ms: AtomicU64::new(0),
             call_bytes: AtomicU64::new(0),
+            pending: AtomicBool::new(false),
             arriving_bytes: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
@@ -422,6 +458,7 @@ impl Call {
         let now = self.table.now_ms();
         self.conn.active_ms.store(now, Ordering::Relaxed);
         self.conn.called.store(true, Ordering::Relaxed);
+        self.conn.pending.store(false, Ordering::Relaxed);
     }
 }
 
@@ -799,6 +836,21 @@ mod tests {
         }
         table.admit_at(at(4), later).unwrap();
         assert!(closed(&paced));
+        // Call after call started and none completed, each with a byte:
+        // paced from the first, so it makes way once its second is over.
+        let one = Table::new(Bounds {
+            total: 1,
+            per_ip: 1,
+            arriving: 1 << 30,
+        });
+        let restarter = one.admit_at(at(5), 0).unwrap();
+        let mut now = 0;
+        while now < 3 * busy {
+            now += 200;
+            one.call_at(at(5), now).unwrap().take_at(5, now).unwrap();
+        }
+        one.admit_at(at(6), now).unwrap();
+        assert!(closed(&restarter));
     }
 
     /// Bytes of requests still arriving are bounded per connection and in
@@ -837,6 +889,27 @@ mod tests {
         ca.give_back(4 << 20);
         cc.take_at(2 << 20, later).unwrap();
         assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 3 << 20);
+    }
+
+    /// A request holds the length its prefix claims as soon as the prefix
+    /// is in, whichever frames carry it, up to the largest message.
+    #[test]
+    fn a_request_holds_what_its_prefix_claims() {
+        let mut c = Claim::default();
+        assert_eq!(c.see(&[0, 0, 1]), 3, "the prefix not whole yet");
+        assert_eq!(c.see(&[0, 0]), 5 + (1 << 16), "1 << 16 claimed");
+        assert_eq!(c.see(&[7; 100]), 5 + (1 << 16));
+        let mut big = Claim::default();
+        assert_eq!(
+            big.see(&[0, 0xff, 0xff, 0xff, 0xff, 1]),
+            5 + LARGEST_MESSAGE
+        );
+        let mut short = Claim::default();
+        assert_eq!(
+            short.see(&[0, 0, 0, 0, 2, 9, 9]),
+            7,
+            "a whole small message"
+        );
     }
 
     #[test]

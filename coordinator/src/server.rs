@@ -796,8 +796,10 @@ struct Arriving {
     inner: tonic::body::Body,
     slot: CallSlot,
     call: Arc<crate::conns::Call>,
-    /// Bytes taken and not given back yet.
+    /// Bytes taken and not given back yet, and what the request holds
+    /// of the server's memory as it comes.
     held: u64,
+    claim: crate::conns::Claim,
 }
 
 impl Arriving {
@@ -813,13 +815,17 @@ impl Arriving {
         self.call.give_back(std::mem::take(&mut self.held));
     }
 
-    /// Holds a frame's bytes: a refusal ends the call, its bytes given
+    /// Holds what a frame makes the request hold (see
+    /// [`crate::conns::Claim`]): a refusal ends the call, its bytes given
     /// back.
     fn take(&mut self, frame: &http_body::Frame<bytes::Bytes>) -> Result<(), tonic::Status> {
-        let len = frame.data_ref().map_or(0, |d| d.len() as u64);
-        match self.call.take(len) {
+        let Some(data) = frame.data_ref() else {
+            return Ok(());
+        };
+        let more = self.claim.see(data).saturating_sub(self.held);
+        match self.call.take(more) {
             Ok(()) => {
-                self.held += len;
+                self.held += more;
                 Ok(())
             }
             Err(why) => {
@@ -906,6 +912,7 @@ where
                     slot: Arc::clone(&slot),
                     call: Arc::clone(call),
                     held: 0,
+                    claim: crate::conns::Claim::default(),
                 };
                 if arriving.is_end_stream() {
                     arriving.arrived();
