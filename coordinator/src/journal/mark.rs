@@ -10,7 +10,7 @@
 //! reads as a journal that simply ended there).
 //!
 //! 16 bytes at offset 0: the sequence number (little-endian), its CRC32,
-//! and [`TAG`]. A mark that does not read back whole says nothing (a
+//! and the tag `NQJM`. A mark that does not read back whole says nothing (a
 //! warning, and the other marks decide).
 
 use std::fs::File;
