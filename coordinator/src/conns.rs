@@ -411,20 +411,22 @@ impl Call {
         }
     }
 
-    /// `len` bytes of its request came in and are held until it arrives
-    /// (or ends): refused, the bytes not held, where its connection would
-    /// hold more than [`ARRIVING_PER_CONNECTION`] or all connections more
-    /// than their bound (then the stalled connection holding the most
-    /// makes way, for the next try). Give them back with
+    /// `received` bytes of its request came in, and it holds `len` more
+    /// until it arrives or ends (see [`Claim`]): refused, nothing more
+    /// held, where its connection would hold more than
+    /// [`ARRIVING_PER_CONNECTION`] or all connections more than their
+    /// bound (then the stalled connection holding the most makes way, for
+    /// the next try). Only bytes received pace it (see [`MIN_ARRIVAL_RATE`]): a
+    /// claim costs its sender nothing. Give what it holds back with
     /// [`Call::give_back`].
-    pub fn take(&self, len: u64) -> Result<(), String> {
-        self.take_at(len, self.table.now_ms())
+    pub fn take(&self, received: u64, len: u64) -> Result<(), String> {
+        self.take_at(received, len, self.table.now_ms())
     }
 
-    fn take_at(&self, len: u64, now: u64) -> Result<(), String> {
+    fn take_at(&self, received: u64, len: u64, now: u64) -> Result<(), String> {
         let conn = &self.conn;
         conn.call_ms.store(now, Ordering::Relaxed);
-        conn.call_bytes.fetch_add(len, Ordering::Relaxed);
+        conn.call_bytes.fetch_add(received, Ordering::Relaxed);
         if conn.arriving_bytes.fetch_add(len, Ordering::Relaxed) + len > ARRIVING_PER_CONNECTION {
             conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
             return Err(format!(
@@ -817,8 +819,8 @@ mod tests {
         let mut now = 0;
         while now < 3 * busy {
             now += 200;
-            slow.take_at(5, now).unwrap();
-            fast.take_at(8 << 10, now).unwrap();
+            slow.take_at(5, 5, now).unwrap();
+            fast.take_at(8 << 10, 8 << 10, now).unwrap();
             if now < busy {
                 assert!(
                     matches!(table.admit_at(at(3), now), Err(NoPlace::Wait(_))),
@@ -836,8 +838,10 @@ mod tests {
         }
         table.admit_at(at(4), later).unwrap();
         assert!(closed(&paced));
-        // Call after call started and none completed, each with a byte:
-        // paced from the first, so it makes way once its second is over.
+        // Call after call started and none completed, each with 5 bytes
+        // that claim 64 KiB: paced from the first by the bytes received
+        // (a claim costs nothing to send), so it makes way once its
+        // second is over.
         let one = Table::new(Bounds {
             total: 1,
             per_ip: 1,
@@ -847,7 +851,8 @@ mod tests {
         let mut now = 0;
         while now < 3 * busy {
             now += 200;
-            one.call_at(at(5), now).unwrap().take_at(5, now).unwrap();
+            let call = one.call_at(at(5), now).unwrap();
+            call.take_at(5, 64 << 10, now).unwrap();
         }
         one.admit_at(at(6), now).unwrap();
         assert!(closed(&restarter));
@@ -875,19 +880,21 @@ mod tests {
             table.call_at(at(2), 0).unwrap(),
             table.call_at(at(3), 0).unwrap(),
         );
-        ca.take_at(4 << 20, 0).unwrap();
-        let e = ca.take_at(ARRIVING_PER_CONNECTION, 0).unwrap_err();
+        ca.take_at(4 << 20, 4 << 20, 0).unwrap();
+        let e = ca
+            .take_at(ARRIVING_PER_CONNECTION, ARRIVING_PER_CONNECTION, 0)
+            .unwrap_err();
         assert!(e.contains("this connection's"), "{e}");
-        cb.take_at(1 << 20, 0).unwrap();
+        cb.take_at(1 << 20, 1 << 20, 0).unwrap();
         // Both stalled (nothing more for a while): the one holding most
         // makes way when the bound in all is reached.
         let later = 10 * BUSY.as_millis() as u64;
-        let e = cc.take_at(2 << 20, later).unwrap_err();
+        let e = cc.take_at(2 << 20, 2 << 20, later).unwrap_err();
         assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
         assert!(closed(&a) && !closed(&b) && !closed(&c));
         // Its calls end and give their bytes back: the next try fits.
         ca.give_back(4 << 20);
-        cc.take_at(2 << 20, later).unwrap();
+        cc.take_at(2 << 20, 2 << 20, later).unwrap();
         assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 3 << 20);
     }
 

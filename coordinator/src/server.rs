@@ -823,7 +823,7 @@ impl Arriving {
             return Ok(());
         };
         let more = self.claim.see(data).saturating_sub(self.held);
-        match self.call.take(more) {
+        match self.call.take(data.len() as u64, more) {
             Ok(()) => {
                 self.held += more;
                 Ok(())
