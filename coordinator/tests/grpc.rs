@@ -1193,10 +1193,7 @@ async fn store_rows_the_journal_lacks_stop_the_start_and_nothing_is_deleted() {
     let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     // The whole journal is replayed at each start (no checkpoint).
-    let config = |dir: &Path| Config {
-        checkpoints: Checkpoints::never(),
-        ..config(dir)
-    };
+    let config = config_unprompted;
     let r = start(config(dir.path()), clock.clone() as Arc<dyn Clock>)
         .await
         .unwrap();
@@ -1490,12 +1487,19 @@ fn copy_dir(from: &Path, to: &Path, skip: impl Fn(&Path) -> bool + Copy) {
 }
 
 /// A coordinator that checkpoints only when told to.
-async fn serve_unprompted(dir: &Path, clock: Arc<ManualClock>) -> Running {
-    let config = Config {
+/// The test configuration with no checkpoint ever: each start replays the
+/// whole journal.
+fn config_unprompted(dir: &Path) -> Config {
+    Config {
         checkpoints: Checkpoints::never(),
         ..config(dir)
-    };
-    start(config, clock as Arc<dyn Clock>).await.unwrap()
+    }
+}
+
+async fn serve_unprompted(dir: &Path, clock: Arc<ManualClock>) -> Running {
+    start(config_unprompted(dir), clock as Arc<dyn Clock>)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -2154,10 +2158,7 @@ fn cut_whole_records(path: &Path, k: usize) {
 async fn whole_records_cut_off_the_journal_are_missed_by_its_commit_mark() {
     let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
-    let config = |dir: &Path| Config {
-        checkpoints: Checkpoints::never(),
-        ..config(dir)
-    };
+    let config = config_unprompted;
     let r = start(config(dir.path()), clock.clone() as Arc<dyn Clock>)
         .await
         .unwrap();

@@ -113,15 +113,12 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{boot, churn};
     use super::super::{read, Journal};
     use super::*;
     use crate::state::Event;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
-
-    fn boot(epoch: u64) -> Event {
-        Event::Boot { epoch, unix_ms: 7 }
-    }
 
     fn epochs(path: &Path) -> Vec<u64> {
         let (all, _) = read(path).unwrap();
@@ -204,16 +201,7 @@ mod tests {
                 taken
             })
         };
-        for e in 1..=3_000u64 {
-            j.append(&boot(e)).await.unwrap();
-            acked.store(e, Ordering::SeqCst);
-            if e % 10 == 0 {
-                j.rotate().await.unwrap();
-            }
-            if e % 250 == 0 {
-                segments::compress(&path).unwrap();
-            }
-        }
+        churn(&j, &path, &acked).await;
         done.store(true, Ordering::SeqCst);
         let taken = copies.join().unwrap();
         for (copy, records) in taken {

@@ -859,14 +859,41 @@ pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// What the journal's readers' tests share.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::JobState;
+pub(crate) mod testing {
+    use super::{segments, Journal};
+    use crate::state::Event;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-    fn boot(epoch: u64) -> Event {
+    /// A boot record numbered `epoch`.
+    pub fn boot(epoch: u64) -> Event {
         Event::Boot { epoch, unix_ms: 7 }
     }
+
+    /// Appends boots 1 to 3,000 to `j` (at `path`), each stored in `acked`
+    /// once acknowledged, sealing every 10 and compressing every 250: what
+    /// a reader that takes no lock must see through.
+    pub async fn churn(j: &Journal, path: &Path, acked: &AtomicU64) {
+        for e in 1..=3_000u64 {
+            j.append(&boot(e)).await.unwrap();
+            acked.store(e, Ordering::SeqCst);
+            if e % 10 == 0 {
+                j.rotate().await.unwrap();
+            }
+            if e % 250 == 0 {
+                segments::compress(path).unwrap();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::boot;
+    use super::*;
+    use crate::state::JobState;
 
     fn reopen(path: &Path) -> Result<Replay, JournalError> {
         Journal::open(path, 0, 0).map(|(_, r)| r)

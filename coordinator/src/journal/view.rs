@@ -122,6 +122,7 @@ pub fn read_listed(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{boot, churn};
     use super::super::{scan, segments, Journal};
     use crate::state::Event;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -158,21 +159,7 @@ mod tests {
                 n
             })
         };
-        for e in 1..=3_000u64 {
-            j.append(&Event::Boot {
-                epoch: e,
-                unix_ms: 7,
-            })
-            .await
-            .unwrap();
-            acked.store(e, Ordering::SeqCst);
-            if e % 10 == 0 {
-                j.rotate().await.unwrap();
-            }
-            if e % 250 == 0 {
-                segments::compress(&path).unwrap();
-            }
-        }
+        churn(&j, &path, &acked).await;
         done.store(true, Ordering::SeqCst);
         assert!(scans.join().unwrap() >= 10);
     }
@@ -186,12 +173,7 @@ mod tests {
         let path = dir.path().join("journal");
         let (j, _) = Journal::open(&path, 0, 0).unwrap();
         for e in 1..=7u64 {
-            j.append(&Event::Boot {
-                epoch: e,
-                unix_ms: 7,
-            })
-            .await
-            .unwrap();
+            j.append(&boot(e)).await.unwrap();
             if e % 2 == 0 {
                 j.rotate().await.unwrap();
             }
