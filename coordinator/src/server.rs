@@ -540,6 +540,12 @@ async fn serve_front<IO: crate::conns::Accepted>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| StartError::Reflection(e.to_string()))?;
+    // The schema is the operators' to read: reflection asks what the
+    // operator service asks (its answers are far larger than its requests).
+    let reflection = tonic::service::interceptor::InterceptedService::new(
+        reflection,
+        bearer(config.operator_token.as_deref().map(Arc::from), "operator"),
+    );
     let ready = Ready::default();
     let table = crate::conns::Table::new(crate::conns::Bounds::from_env());
     let workers = WorkerServiceServer::with_interceptor(

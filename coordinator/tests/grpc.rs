@@ -426,7 +426,8 @@ async fn tokens_are_checked_per_role() {
     let mut right =
         OperatorServiceClient::with_interceptor(channel.clone(), with("o-secret-0123456789"));
     right.list_jobs(list).await.unwrap();
-    let mut worker = WorkerServiceClient::with_interceptor(channel, with("w-secret-0123456789"));
+    let mut worker =
+        WorkerServiceClient::with_interceptor(channel.clone(), with("w-secret-0123456789"));
     worker
         .lease(v1::LeaseRequest {
             worker_id: "w".into(),
@@ -434,7 +435,53 @@ async fn tokens_are_checked_per_role() {
         })
         .await
         .unwrap();
+    // Reflection, whose answers are far larger than its requests, asks
+    // for the operator token too.
+    let services = |token: Option<&'static str>| {
+        let channel = channel.clone();
+        async move {
+            let tokens = token.map(with);
+            list_services(channel, move |req| match &tokens {
+                Some(t) => t.clone()(req),
+                None => Ok(req),
+            })
+            .await
+        }
+    };
+    let e = services(None).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    let e = services(Some("w-secret-0123456789")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    let names = services(Some("o-secret-0123456789")).await.unwrap();
+    assert!(names.iter().any(|n| n == "nqueens.v1.OperatorService"));
     r.shutdown().await.unwrap();
+}
+
+/// The services the reflection service on `channel` lists, each call
+/// passed through `auth`.
+async fn list_services(
+    channel: Channel,
+    auth: impl tonic::service::Interceptor,
+) -> Result<Vec<String>, tonic::Status> {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::{
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::with_interceptor(channel, auth)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await?
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        stream.message().await?.expect("an answer").message_response
+    else {
+        panic!("not a service list");
+    };
+    Ok(list.service.into_iter().map(|s| s.name).collect())
 }
 
 /// Health of `service` at `url` (one new connection).
@@ -1134,11 +1181,6 @@ async fn made_up_ids_kept_alive_leave_room_for_a_newcomer() {
 
 #[tokio::test]
 async fn reflection_lists_the_services() {
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
-    use tonic_reflection::pb::v1::{
-        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-    };
     let dir = kit::tempdir();
     let r = serve(dir.path(), Arc::default()).await;
     let channel = Channel::from_shared(kit::url(&r))
@@ -1146,21 +1188,7 @@ async fn reflection_lists_the_services() {
         .connect()
         .await
         .unwrap();
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = ServerReflectionClient::new(channel)
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .unwrap()
-        .into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) =
-        stream.message().await.unwrap().unwrap().message_response
-    else {
-        panic!("not a service list");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    let names = list_services(channel, Ok).await.unwrap();
     for want in [
         "nqueens.v1.WorkerService",
         "nqueens.v1.OperatorService",
