@@ -1319,3 +1319,50 @@ fn an_estimate_samples_a_subproblem_too_long_for_its_budget() {
         );
     }
 }
+
+/// A resumable run whose journal lost a record to damage: `solve --state`
+/// refuses, counting the loss and saying how to accept it through a
+/// coordinator; followed, the run resumes and ends exact.
+#[test]
+fn a_damaged_state_directory_says_how_to_accept_the_loss() {
+    let dir = kit::tempdir();
+    let state = dir.path().join("state");
+    let s = state.to_str().unwrap();
+    let args = ["solve", "10", "--tasks", "30", "--state", s, "--json"];
+    let o = nqueens(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A byte flipped in the middle of the biggest file of the journal.
+    let mut files = vec![state.join("journal")];
+    for e in std::fs::read_dir(state.join("journal.d"))
+        .into_iter()
+        .flatten()
+    {
+        files.push(e.unwrap().path());
+    }
+    let biggest = files
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .unwrap();
+    let mut bytes = std::fs::read(biggest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(biggest, &bytes).unwrap();
+    let o = nqueens(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("nqueens coordinator --data-dir"), "{err}");
+    let n: String = err
+        .split("--accept-lost-records ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no count: {err}"))
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let mut c = kit::start_with(&state, &["--accept-lost-records", &n]);
+    kit::terminate(&c.child);
+    assert!(c.child.wait().unwrap().success());
+    let o = nqueens(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(stdout(&o).trim().lines().last().unwrap());
+    assert_eq!((kit::dec(&v["total"]), kit::dec(&v["unique"])), (724, 92));
+}

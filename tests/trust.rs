@@ -395,7 +395,7 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     let (code, err) = start();
     assert_eq!(code, 1, "{err}");
     assert!(err.contains(&format!("damaged at byte {at}")), "{err}");
-    assert!(err.contains(&format!("truncate -s {at}")), "{err}");
+    assert!(err.contains("--accept-lost-records 1:"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), cut, "left as it was");
     let (code, err) = audit();
     assert_eq!(code, 1, "{err}");
@@ -403,8 +403,9 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
         err.contains("the audit of job 1 cannot vouch for it"),
         "{err}"
     );
-    assert!(err.contains(&format!("truncate -s {at}")), "{err}");
-    follow_the_truncate_advice(&data, at, f.iter().filter(|(o, _)| *o < at).count());
+    assert!(err.contains("--accept-lost-records 1 "), "{err}");
+    // A boot, the submission and the plan, then one result a record.
+    follow_the_advice(&data, f.len() - 3 - 1);
 
     // The last record (an acknowledged result, with its store row) gone at
     // a record boundary: the store row without its record is damage.
@@ -431,11 +432,11 @@ fn a_damaged_journal_is_refused_at_start_and_fails_the_audit() {
     assert_eq!(lines[0]["total"], "92");
 }
 
-/// On a copy of `data`, whose journal is damaged at byte `at` (after
-/// `intact` whole records), follows the refusals' advice: the `truncate`,
-/// then `--accept-lost-records` with the count the next refusal names.
-/// Every intact result is kept and the count ends exact.
-fn follow_the_truncate_advice(data: &std::path::Path, at: usize, intact: usize) {
+/// On a copy of `data`, whose journal lost one record to damage, follows
+/// the refusal's advice: `--accept-lost-records` with the count it names.
+/// The `kept` results outside the damage are kept, and the count ends
+/// exact.
+fn follow_the_advice(data: &std::path::Path, kept: usize) {
     let copy = data.with_file_name("followed");
     let cp = std::process::Command::new("cp")
         .arg("-r")
@@ -443,13 +444,6 @@ fn follow_the_truncate_advice(data: &std::path::Path, at: usize, intact: usize) 
         .status()
         .unwrap();
     assert!(cp.success());
-    let journal = copy.join("journal");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&journal)
-        .unwrap()
-        .set_len(at as u64)
-        .unwrap();
     let err = refused(&copy, &[]);
     let n: String = err
         .split("--accept-lost-records ")
@@ -461,8 +455,7 @@ fn follow_the_truncate_advice(data: &std::path::Path, at: usize, intact: usize) 
     let c = kit::start_with(&copy, &["--accept-lost-records", &n]);
     runtime().block_on(async {
         let (mut w, mut ops) = kit::clients(&c.url).await;
-        // Boot, submitted and planned come first; then one result each.
-        assert_eq!(kit::job(&mut ops, 1).await.done as usize, intact - 3);
+        assert_eq!(kit::job(&mut ops, 1).await.done as usize, kept);
         kit::register(&mut w, "w2").await;
         kit::work(&mut w, "w2", usize::MAX).await;
         assert_eq!(total(&mut ops, 1).await.1, 92);
@@ -1708,7 +1701,8 @@ fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_eve
     stop(c);
 
     // A sealed segment damaged, with no checkpoint to start from: named,
-    // with no advice that loses records; put back, everything is there.
+    // to be put back, and the advice that loses records says how many;
+    // put back, everything is there.
     let oldest = sealed().remove(0);
     let kept = std::fs::read(&oldest).unwrap();
     let mut bad = kept.clone();
@@ -1723,7 +1717,11 @@ fn a_missing_or_damaged_sealed_segment_is_named_and_putting_it_back_recovers_eve
         err.contains("sealed journal segment") && err.contains("put the segment back"),
         "{err}"
     );
-    assert!(!err.contains("truncate") && !err.contains("aside"), "{err}");
+    assert!(!err.contains("truncate"), "{err}");
+    assert!(
+        err.contains("acknowledged record(s) lost") && err.contains("--accept-lost-records "),
+        "{err}"
+    );
     std::fs::write(&oldest, &kept).unwrap();
     let c = kit::start(&data);
     done_exactly(&c.url, job);

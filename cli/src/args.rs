@@ -638,9 +638,13 @@ pub struct CoordinatorArgs {
         env = "NQUEENS_TLS_CLIENT_CA"
     )]
     pub tls_client_ca: Option<PathBuf>,
-    /// Start although the journal lacks exactly N acknowledged records
-    /// (the refusal names N): the checkpoints and the store are moved
-    /// aside and rebuilt from the journal; those tasks are counted again.
+    /// Start although exactly N acknowledged records are lost (the
+    /// refusal names N): cut off the journal's end, or inside it (damage,
+    /// a sealed segment deleted). Every record that still reads is kept at
+    /// its number and the lost ones rebuilt (a job one defined is restated
+    /// from the checkpoint); each file rewritten is kept as *.damaged-*,
+    /// the checkpoints and the store are moved aside (*.lost-*) and rebuilt
+    /// from the journal, and the lost results' tasks are counted again.
     #[arg(long, value_name = "N")]
     pub accept_lost_records: Option<u64>,
     #[command(flatten)]

@@ -88,6 +88,20 @@ pub fn solve(
     check_known(job.n, job.total, job.unique)
 }
 
+/// A state directory the coordinator would not start on; where it names
+/// the flag that accepts lost records, how to give it.
+fn refused(dir: &std::path::Path, why: &str) -> Failure {
+    let how = match why.contains("--accept-lost-records") {
+        true => format!(
+            ". `solve` takes no such flag: start `nqueens coordinator --data-dir {}` once with \
+             it, stop it (Ctrl-C) once it says it is serving, and run this `solve` again",
+            dir.display()
+        ),
+        false => String::new(),
+    };
+    Failure::Failed(format!("state directory {}: {why}{how}", dir.display()))
+}
+
 /// Counts the plan's job in `dir` (submitting it unless the directory
 /// holds it already) with an in-process coordinator and worker, following
 /// it until it ends or a signal stops the run.
@@ -97,7 +111,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let self_test = start_self_test(&run, mode);
     let running = server::start(Config::local(&dir), Arc::new(SystemClock))
         .await
-        .map_err(|e| Failure::Failed(format!("state directory {}: {e}", dir.display())))?;
+        .map_err(|e| refused(&dir, &e.to_string()))?;
     let job = open_job(&running, plan, &dir).await?;
     let tasks_before = job.done;
     if tasks_before > 0 && !run.json {

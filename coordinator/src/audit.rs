@@ -24,6 +24,16 @@ use std::sync::atomic::AtomicBool;
 pub enum AuditError {
     #[error(transparent)]
     Journal(#[from] JournalError),
+    #[error(
+        "{cause}. With no backup: {lost} record(s) of the journal are lost ({ranges}); stop the \
+         coordinator and start it once with --accept-lost-records {lost} (every record that reads is kept, and the lost records' \
+         tasks are counted again; the start names the number again if it differs)"
+    )]
+    Lost {
+        cause: JournalError,
+        lost: u64,
+        ranges: String,
+    },
     #[error("replaying the journal failed: {0}")]
     Replay(StateError),
     #[error("job {0} is not in this journal")]
@@ -81,7 +91,22 @@ impl Audit {
 
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
-    let replayed = replay(path, job)?;
+    let replayed = replay(path, job).map_err(|e| match e {
+        AuditError::Journal(
+            cause @ (JournalError::Corrupt { .. }
+            | JournalError::MissingSegment { .. }
+            | JournalError::MissingRecords { .. }
+            | JournalError::DamagedSegment { .. }),
+        ) => match journal::repair::survey(path) {
+            Ok(s) if s.damaged() => AuditError::Lost {
+                cause,
+                lost: s.lost_records(),
+                ranges: s.ranges(),
+            },
+            _ => AuditError::Journal(cause),
+        },
+        e => e,
+    })?;
     let mut state = replayed.state;
     if state.deleted(job) {
         return Err(AuditError::Deleted(job));

@@ -97,7 +97,8 @@ fn refusal(e: &CoordError) -> Refusal {
         CoordError::DataDir { .. }
         | CoordError::Verify { .. }
         | CoordError::Store(_)
-        | CoordError::JournalBehind { .. } => Refusal::Internal,
+        | CoordError::JournalBehind { .. }
+        | CoordError::JournalLost { .. } => Refusal::Internal,
     }
 }
 
@@ -107,8 +108,12 @@ impl From<AuditError> for Status {
             AuditError::UnknownJob(_) | AuditError::Deleted(_) => Refusal::Unknown,
             AuditError::NotPlanned(_) => Refusal::WrongState,
             AuditError::Journal(
-                JournalError::Corrupt { .. } | JournalError::MissingSegment { .. },
-            ) => Refusal::DataLoss,
+                JournalError::Corrupt { .. }
+                | JournalError::MissingSegment { .. }
+                | JournalError::MissingRecords { .. }
+                | JournalError::DamagedSegment { .. },
+            )
+            | AuditError::Lost { .. } => Refusal::DataLoss,
             AuditError::Journal(_) | AuditError::Replay(_) | AuditError::Plan(_) => {
                 Refusal::Internal
             }

@@ -717,7 +717,7 @@ async fn a_journal_damaged_in_the_middle_is_refused_with_a_way_out() {
         .expect("must refuse");
     let msg = e.to_string();
     assert!(
-        msg.contains("damaged at byte") && msg.contains("truncate -s"),
+        msg.contains("damaged at byte") && msg.contains("1 acknowledged record(s) lost"),
         "{msg}"
     );
     assert_eq!(
@@ -725,6 +725,20 @@ async fn a_journal_damaged_in_the_middle_is_refused_with_a_way_out() {
         bytes,
         "left untouched for the operator"
     );
+    // Accepted, only the record hit is lost: the other results are kept.
+    let accepted = Config {
+        accept_lost_records: Some(1),
+        ..config(dir.path())
+    };
+    let r = start(accepted, Arc::new(ManualClock::default()))
+        .await
+        .unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let j = kit::job(&mut ops, 1).await;
+    assert!(j.done >= 4, "{} of 5 results kept", j.done);
+    kit::work(&mut w, "w2", usize::MAX).await;
+    assert_eq!(kit::counts(&kit::job(&mut ops, 1).await), (724, 92));
+    r.shutdown().await.unwrap();
 }
 
 /// GET over plain HTTP/1.1; returns (status line, body).
@@ -1366,7 +1380,11 @@ async fn an_audit_catches_a_doctored_count_and_a_damaged_journal() {
     bytes[mid] ^= 0x40;
     std::fs::write(&path, &bytes).unwrap();
     match audit(&path, 1) {
-        Err(AuditError::Journal(JournalError::Corrupt { offset, .. })) => {
+        Err(AuditError::Lost {
+            cause: JournalError::Corrupt { offset, .. },
+            lost: 1,
+            ..
+        }) => {
             assert!(offset as usize <= mid)
         }
         other => panic!("{other:?}"),
@@ -1603,31 +1621,76 @@ async fn a_restart_reads_the_checkpoint_and_only_the_journal_after_it() {
     assert_eq!(audits[0], audits[1]);
 }
 
+/// The sealed segment that held a job's submission, its plan and its
+/// first results is deleted, with no backup: the start refuses, naming how
+/// many records are lost and the flag that accepts that; followed, the
+/// job is restated from the checkpoint, every result outside the segment
+/// is kept, the lost ones are counted again, and the audit passes.
 #[tokio::test]
 async fn a_lost_journal_segment_stops_the_start_with_a_way_out() {
     let dir = kit::tempdir();
     let clock = Arc::new(ManualClock::default());
     let r = serve_unprompted(dir.path(), clock.clone()).await;
     let (mut w, mut ops) = clients(&r).await;
-    submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
+    let job = submit(&mut ops, spec(12, Strategy::Frame, 40)).await;
     kit::work(&mut w, "w1", 10).await;
-    r.core.checkpoint(true).await.unwrap().unwrap();
+    let first = r.core.checkpoint(true).await.unwrap().unwrap();
     kit::work(&mut w, "w1", 10).await;
     r.core.checkpoint(true).await.unwrap().unwrap();
     r.shutdown().await.unwrap();
+    drop((w, ops));
     // The first sealed segment goes missing: records 1.. are gone.
-    let first = files_under(&dir.path().join("journal.d"))
+    let segment = files_under(&dir.path().join("journal.d"))
         .into_iter()
         .min()
         .unwrap();
-    std::fs::remove_file(&first).unwrap();
+    std::fs::remove_file(&segment).unwrap();
     let err = match start(config(dir.path()), clock.clone()).await {
         Err(e) => e.to_string(),
         Ok(_) => panic!("started with a segment missing"),
     };
     assert!(err.contains("a segment is missing"), "{err}");
-    // The audit refuses too: the evidence is incomplete.
-    assert!(nqueens_coordinator::audit::audit(&dir.path().join("journal"), 1).is_err());
+    let lost = first.upto;
+    let flag = format!("--accept-lost-records {lost}:");
+    assert!(err.contains(&flag), "{err}");
+    // The audit refuses too, the evidence incomplete, and says the same.
+    let audit = nqueens_coordinator::audit::audit(&dir.path().join("journal"), 1);
+    let audit = audit.unwrap_err().to_string();
+    assert!(
+        audit.contains(&format!("--accept-lost-records {lost} ")),
+        "{audit}"
+    );
+    // A wrong count is refused, and changes nothing.
+    let wrong = Config {
+        accept_lost_records: Some(lost + 1),
+        ..config(dir.path())
+    };
+    let err = start(wrong, clock.clone()).await.err().unwrap().to_string();
+    assert!(err.contains(&flag), "{err}");
+    assert!(!segment.exists());
+    let accepted = Config {
+        accept_lost_records: Some(lost),
+        ..config(dir.path())
+    };
+    let r = start(accepted, clock.clone()).await.unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(j.tasks, job.tasks, "restated from the checkpoint");
+    assert_eq!(j.done, 10, "the results after the lost segment are kept");
+    kit::work(&mut w, "w2", usize::MAX).await;
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(kit::counts(&j), (14_200, 1_787));
+    let audit = ops
+        .audit_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(audit.problems, Vec::<String>::new());
+    drop((w, ops));
+    r.shutdown().await.unwrap();
+    // The next start is a plain one.
+    let r = start(config(dir.path()), clock).await.unwrap();
+    r.shutdown().await.unwrap();
 }
 
 #[tokio::test]
@@ -1836,10 +1899,10 @@ fn next(state: &mut u64) -> u64 {
     *state
 }
 
-/// Follows a refusal's advice until the coordinator starts: the
-/// `truncate` it names, then `--accept-lost-records` with the count it
-/// names (each losing only what it says), or else the damaged file put
-/// back from a copy (losing nothing). Then the job must finish exact.
+/// Follows a refusal's advice until the coordinator starts:
+/// `--accept-lost-records` with the count it names (losing only what it
+/// says), or else the damaged file put back from a copy (losing nothing).
+/// Then the job must finish exact.
 async fn follow_advice(
     dir: &Path,
     damaged: &Path,
@@ -1848,21 +1911,10 @@ async fn follow_advice(
     job: u64,
     what: &str,
 ) {
-    let mut accept = None;
+    let mut accept: Option<u64> = None;
     let mut lossless = true;
     for _ in 0..4 {
-        if let Some(rest) = advice.split("truncate -s ").nth(1) {
-            let mut words = rest.split_whitespace();
-            let len: u64 = words.next().unwrap().parse().unwrap();
-            let file = words.next().unwrap();
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(file)
-                .unwrap()
-                .set_len(len)
-                .unwrap();
-            lossless = false;
-        } else if let Some(rest) = advice.split("--accept-lost-records ").nth(1) {
+        if let Some(rest) = advice.split("--accept-lost-records ").nth(1) {
             let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
             accept = Some(n.parse().unwrap());
             lossless = false;
@@ -1883,6 +1935,12 @@ async fn follow_advice(
                 let (mut w, mut ops) = clients(&r).await;
                 let before = kit::job(&mut ops, job).await.done;
                 assert!(!lossless || before == 20, "{what}: the advice lost results");
+                // Each record accepted as lost holds one result at most:
+                // every other one is kept.
+                assert!(
+                    before + accept.unwrap_or(0) >= 20,
+                    "{what}: {before} results kept after accepting {accept:?} lost records"
+                );
                 kit::work(&mut w, "w2", usize::MAX).await;
                 let j = kit::job(&mut ops, job).await;
                 assert_eq!(
@@ -1890,6 +1948,10 @@ async fn follow_advice(
                     (724, 92),
                     "{what}: followed, then recounted"
                 );
+                let audit = ops.audit_job(v1::JobRef { job_id: job }).await;
+                let audit = audit.unwrap().into_inner();
+                assert_eq!(audit.problems, Vec::<String>::new(), "{what}");
+                assert_eq!(audit.counted, j.tasks, "{what}");
                 drop((w, ops));
                 r.shutdown().await.unwrap();
                 return;

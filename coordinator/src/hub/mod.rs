@@ -102,6 +102,21 @@ pub enum CoordError {
         missing: u64,
     },
     #[error(
+        "{cause}. With no backup: the journal {path} has {lost} acknowledged record(s) lost (what no \
+         longer reads or is missing: {ranges}){behind}; accepting that those records are lost (their \
+         tasks are counted again), start once with --accept-lost-records {lost}: every record that reads is kept at its number, the lost ones \
+         are rebuilt (a job one of them defined is restated from the checkpoint), each file rewritten \
+         is kept beside it as *.damaged-*, and the checkpoints and the store are moved aside \
+         (*.lost-*) and rebuilt from the journal"
+    )]
+    JournalLost {
+        cause: String,
+        path: PathBuf,
+        lost: u64,
+        ranges: String,
+        behind: String,
+    },
+    #[error(
         "the plan asks for {asked} tasks; this coordinator accepts at most {max} (--max-tasks): \
          ask for fewer with --tasks, or raise --max-tasks if the coordinator has the memory \
          (a bit per task, and the plan's table, which grows with its groups: a 10^8-task job \
@@ -194,6 +209,7 @@ pub struct Coordinator {
 
 mod claims;
 mod jobs;
+mod lost;
 mod recovery;
 pub(crate) use recovery::lock_dir;
 mod workers;

@@ -2,25 +2,26 @@
 //! acknowledged, the journal replayed after the latest checkpoint, every
 //! plan checked against its digest, the totals verified.
 
+use super::lost;
 use super::*;
-use crate::journal::Replay;
+use crate::journal::{repair, Replay};
 use std::collections::HashSet;
 
 /// How far records were acknowledged, by the marks a start finds.
-struct Marks {
+pub(super) struct Marks {
     /// The last record the journal's writer had fsynced (its commit mark,
     /// `journal::mark`).
-    journal: u64,
+    pub(super) journal: u64,
     /// The last record whose row the store holds.
     store: u64,
     /// The last record the latest readable checkpoint holds.
     checkpoint: u64,
     /// That checkpoint's boot epoch.
-    epoch: u64,
+    pub(super) epoch: u64,
 }
 
 impl Marks {
-    fn acknowledged(&self) -> u64 {
+    pub(super) fn acknowledged(&self) -> u64 {
         self.journal.max(self.store).max(self.checkpoint)
     }
 
@@ -54,34 +55,6 @@ impl Marks {
             missing: self.acknowledged() - last,
         }
     }
-}
-
-/// Moves the checkpoints, the store and the journal's commit mark aside
-/// (renamed `*.lost-UNIXTIME`, nothing deleted) and opens a new, empty
-/// store.
-fn set_aside(data_dir: &Path) -> Result<(Store, Opened), CoordError> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    for name in ["checkpoint", "checkpoint.prev", "store", "journal.mark"] {
-        let from = data_dir.join(name);
-        let to = data_dir.join(format!("{name}.lost-{stamp}"));
-        match std::fs::rename(&from, &to) {
-            Ok(()) => tracing::warn!(from = %from.display(), to = %to.display(), "moved aside"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(CoordError::DataDir {
-                    path: from,
-                    why: format!("cannot move it aside to {}: {e}", to.display()),
-                })
-            }
-        }
-    }
-    crate::journal::sync_dir(&data_dir.join("store")).map_err(|e| CoordError::DataDir {
-        path: data_dir.to_path_buf(),
-        why: format!("cannot sync it: {e}"),
-    })?;
-    Ok(Store::open(&data_dir.join("store"))?)
 }
 
 /// The data directory's secret for lease ids (`DIR/lease.key`, 32 random
@@ -171,6 +144,25 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
     // A checkpoint is used only if the store holds the rows of every
     // record it covers (it was written after they were synced; a store
     // rebuilt since is not): the records before it are not read.
+    let journal_path = data_dir.join("journal");
+    // With the flag, the whole journal is read first: records lost inside
+    // it, not only off its end, are what it may accept.
+    if let Some(accept) = accept_lost {
+        let survey = repair::survey(&journal_path)?;
+        if survey.damaged() {
+            let (store, store_opened, acknowledged) =
+                lost::rebuild(data_dir, survey, &marks, loaded, accept, store)?;
+            let (journal, replay) = Journal::open_with(&journal_path, 0, acknowledged, io)?;
+            return Ok(Found {
+                store,
+                store_opened,
+                checkpoint: None,
+                epoch: marks.epoch,
+                journal,
+                replay,
+            });
+        }
+    }
     let mut checkpoint = loaded.filter(|c| {
         let covered = c.seen.last();
         if marks.store < covered {
@@ -178,7 +170,6 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
         }
         marks.store >= covered
     });
-    let journal_path = data_dir.join("journal");
     let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
     let (journal, replay) = match Journal::open_with(&journal_path, after, marks.acknowledged(), io)
     {
@@ -190,8 +181,25 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
             tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
             drop(store);
             checkpoint = None;
-            (store, store_opened) = set_aside(data_dir)?;
+            lost::set_aside(
+                data_dir,
+                &["checkpoint", "checkpoint.prev", "store", "journal.mark"],
+            )?;
+            (store, store_opened) = Store::open(&data_dir.join("store"))?;
             Journal::open_with(&journal_path, 0, 0, io)?
+        }
+        Err(
+            e @ (JournalError::Corrupt { .. }
+            | JournalError::MissingSegment { .. }
+            | JournalError::MissingRecords { .. }
+            | JournalError::DamagedSegment { .. }),
+        ) => {
+            let survey = match repair::survey(&journal_path) {
+                Ok(s) if s.damaged() => s,
+                _ => return Err(e.into()),
+            };
+            let behind = marks.acknowledged().saturating_sub(survey.last());
+            return Err(lost::refusal(e.to_string(), &journal_path, &survey, behind));
         }
         other => other?,
     };

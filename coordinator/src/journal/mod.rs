@@ -33,6 +33,7 @@
 pub mod codec;
 pub mod copy;
 pub mod mark;
+pub mod repair;
 pub mod segments;
 pub mod view;
 
@@ -74,11 +75,8 @@ pub enum JournalError {
     Io { path: PathBuf, source: io::Error },
     #[error(
         "journal {path} is damaged at byte {offset} of {len}, record #{record}: {what}. This is not a torn \
-         last write, so the coordinator will not start and nothing was changed. Restore the journal from \
-         a backup; or, accepting the loss of record #{record} and every record after it (their tasks are \
-         counted again), keep the first {offset} bytes with: truncate -s {offset} {path} and start \
-         again: the next start says how many acknowledged records that loses and the flag that \
-         accepts it"
+         last write, so the coordinator will not start and nothing was changed: restore the journal from \
+         a backup"
     )]
     Corrupt {
         path: PathBuf,
@@ -1053,11 +1051,21 @@ mod tests {
                 matches!(err, JournalError::Corrupt { offset, .. } if offset == want),
                 "bit {bit}: {err}"
             );
-            assert!(err.to_string().contains("truncate -s"), "{err}");
+            assert!(err.to_string().contains("from a backup"), "{err}");
             assert_eq!(
                 std::fs::read(&path).unwrap(),
                 damaged,
                 "a refused journal is left as it was"
+            );
+            // The survey loses only the record hit (the last one, hit,
+            // is cut off the end: the commit mark counts that one).
+            let s = repair::survey(&path).unwrap();
+            let lost = if bit < 8 * one { vec![(2, 2)] } else { vec![] };
+            assert!(s.damaged(), "bit {bit}");
+            assert_eq!(
+                (s.lost(), s.last()),
+                (lost, 3 - u64::from(bit >= 8 * one)),
+                "bit {bit}"
             );
         }
     }

@@ -30,7 +30,7 @@ pub fn dir_of(journal: &Path) -> PathBuf {
     journal.with_extension("d")
 }
 
-fn name(first: u64, last: u64) -> String {
+pub(super) fn name(first: u64, last: u64) -> String {
     format!("{first:020}-{last:020}.seg")
 }
 
@@ -47,6 +47,25 @@ fn parse_name(name: &str) -> Option<(u64, u64, bool)> {
 /// The sealed segments of the journal at `journal`, in order; a gap, an
 /// overlap or a segment that does not start at record 1 is damage.
 pub fn list(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
+    let found = list_all(journal)?;
+    let mut next = 1;
+    for s in &found {
+        if s.first != next || s.last < s.first {
+            return Err(JournalError::MissingSegment {
+                path: s.path.clone(),
+                first: s.first,
+                last: s.last,
+                due: next,
+            });
+        }
+        next = s.last + 1;
+    }
+    Ok(found)
+}
+
+/// The sealed segments of the journal at `journal`, in order, gaps and
+/// all.
+pub(super) fn list_all(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
     let dir = dir_of(journal);
     let entries = match std::fs::read_dir(&dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -69,18 +88,6 @@ pub fn list(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
     // The plain file first where both exist; then drop the other.
     found.sort_by_key(|s| (s.first, s.last, s.compressed));
     found.dedup_by_key(|s| (s.first, s.last));
-    let mut next = 1;
-    for s in &found {
-        if s.first != next || s.last < s.first {
-            return Err(JournalError::MissingSegment {
-                path: s.path.clone(),
-                first: s.first,
-                last: s.last,
-                due: next,
-            });
-        }
-        next = s.last + 1;
-    }
     Ok(found)
 }
 

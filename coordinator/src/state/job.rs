@@ -223,6 +223,30 @@ impl Job {
         self.planned
     }
 
+    /// The records that defined this job in its journal: its submission
+    /// and, once planned, its plan.
+    pub fn restated(&self) -> (super::Event, Option<super::Event>) {
+        let checking = Checking {
+            redundancy: self.votes.redundancy,
+            fraction: self.votes.fraction,
+            cross_device: self.votes.cross_device,
+        };
+        let submitted = super::Event::JobSubmitted {
+            job: self.id,
+            spec: self.spec,
+            unix_ms: self.submitted_ms,
+            checking,
+        };
+        let planned = self
+            .planned
+            .map(|(tasks, digest)| super::Event::JobPlanned {
+                job: self.id,
+                tasks,
+                digest,
+            });
+        (submitted, planned)
+    }
+
     pub fn redundancy(&self) -> u32 {
         self.votes.redundancy
     }

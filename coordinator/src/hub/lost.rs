@@ -1,0 +1,126 @@
+//! A start that finds acknowledged records lost from inside the journal
+//! (a sealed segment deleted or damaged, damage inside the live file):
+//! the refusal that counts them, and `--accept-lost-records` rebuilding
+//! the journal around every record that still reads
+//! ([`crate::journal::repair`]).
+
+use super::recovery::Marks;
+use super::CoordError;
+use crate::checkpoint;
+use crate::journal::repair::{Known, Survey};
+use crate::store::{Opened, Store};
+use std::path::Path;
+
+/// The refusal of a journal whose `survey` found records lost, `behind`
+/// more cut off its end; `cause` says what was found first.
+pub(super) fn refusal(cause: String, path: &Path, survey: &Survey, behind: u64) -> CoordError {
+    CoordError::JournalLost {
+        cause,
+        path: path.to_path_buf(),
+        lost: survey.lost_records() + behind,
+        ranges: survey.ranges(),
+        behind: match behind {
+            0 => String::new(),
+            n => format!(", and {n} acknowledged record(s) are cut off its end"),
+        },
+    }
+}
+
+/// What the latest readable checkpoint says of the jobs, to restate
+/// those whose records were lost.
+fn known(loaded: Option<&checkpoint::Loaded>, epoch: u64) -> Known {
+    let mut known = Known {
+        epoch,
+        ..Known::default()
+    };
+    if let Some(c) = loaded {
+        known.jobs = c.state.jobs().map(|j| (j.id, j.restated())).collect();
+        known.deleted = c.state.deleted_jobs().collect();
+    }
+    known
+}
+
+/// `--accept-lost-records accept` where `survey` found records lost:
+/// unless `accept` is their number, refused; else the journal is rebuilt
+/// (planned in memory first, nothing changed if that fails), the
+/// checkpoints and the store are moved aside, and the journal's commit
+/// mark too where records were cut off its end. Returns the new, empty
+/// store and the last acknowledged record the journal must reach.
+pub(super) fn rebuild(
+    data_dir: &Path,
+    survey: Survey,
+    marks: &Marks,
+    loaded: Option<checkpoint::Loaded>,
+    accept: u64,
+    store: Store,
+) -> Result<(Store, Opened, u64), CoordError> {
+    let path = data_dir.join("journal");
+    let behind = marks.acknowledged().saturating_sub(survey.last());
+    let lost = survey.lost_records() + behind;
+    if accept != lost {
+        let cause = format!(
+            "--accept-lost-records {accept} was given, but the number lost is {lost}: nothing \
+             was changed"
+        );
+        return Err(refusal(cause, &path, &survey, behind));
+    }
+    let failed = |why: String| CoordError::DataDir {
+        path: path.clone(),
+        why,
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let plan = survey
+        .rebuild(&known(loaded.as_ref(), marks.epoch), now_ms)
+        .map_err(failed)?;
+    drop((store, loaded));
+    set_aside(data_dir, &["checkpoint", "checkpoint.prev", "store"])?;
+    let rebuilt = plan
+        .write()
+        .map_err(|e| failed(format!("cannot write the rebuilt journal: {e}")))?;
+    if behind > 0 {
+        set_aside(data_dir, &["journal.mark"])?;
+    }
+    for (file, aside) in &rebuilt.files {
+        tracing::warn!(file = %file.display(), kept = %aside.display(), "journal file rewritten");
+    }
+    tracing::warn!(
+        lost,
+        ranges = ?rebuilt.lost,
+        restated = ?rebuilt.restated,
+        "--accept-lost-records: the journal was rebuilt around every record that reads; the lost \
+         records' tasks are counted again"
+    );
+    if !rebuilt.gone.is_empty() {
+        tracing::error!(jobs = ?rebuilt.gone, "these jobs were defined only in the lost records and no checkpoint holds them: their records are passed over; submit them again");
+    }
+    let (store, opened) = Store::open(&data_dir.join("store"))?;
+    Ok((store, opened, if behind > 0 { 0 } else { marks.journal }))
+}
+
+/// Moves `names` in the data directory aside (renamed `*.lost-UNIXTIME`,
+/// nothing deleted).
+pub(super) fn set_aside(data_dir: &Path, names: &[&str]) -> Result<(), CoordError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for name in names {
+        let from = data_dir.join(name);
+        let to = data_dir.join(format!("{name}.lost-{stamp}"));
+        match std::fs::rename(&from, &to) {
+            Ok(()) => tracing::warn!(from = %from.display(), to = %to.display(), "moved aside"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(CoordError::DataDir {
+                    path: from,
+                    why: format!("cannot move it aside to {}: {e}", to.display()),
+                })
+            }
+        }
+    }
+    crate::journal::sync_dir(&data_dir.join("store")).map_err(|e| CoordError::DataDir {
+        path: data_dir.to_path_buf(),
+        why: format!("cannot sync it: {e}"),
+    })
+}

@@ -1,0 +1,719 @@
+//! Rebuilding the records of a journal that no longer read, when no
+//! backup holds them: a sealed segment deleted or damaged, or damage
+//! inside the live file.
+//!
+//! A [`survey`] reads every file of the journal, keeping every record
+//! that reads (its CRC and its sequence number both check, found again
+//! past damage by scanning for the next one), and finds which numbers are
+//! lost. [`Survey::rebuild`] then writes the journal back whole, each
+//! record at its number: the records that read as they were, and in the
+//! slots of the lost ones records that stand for them:
+//!
+//! - the submission (and plan) of every job the latest checkpoint holds
+//!   whose own record was lost, placed before its first surviving record,
+//!   so no later record names a job the journal does not define;
+//! - a deletion for a job whose submission was lost and that no
+//!   checkpoint holds (its later records are then passed over: it is
+//!   submitted again), and for a job the checkpoint says was deleted;
+//! - boots, raising the epoch past any a lost record could have held,
+//!   in every other slot.
+//!
+//! A lost result stands for nothing: its task has no result, and is
+//! counted again. The rebuilt sequence is replayed in memory before
+//! anything is written, and every file rewritten is first linked aside
+//! (`*.damaged-UNIXTIME`), so nothing that was on disk is deleted.
+
+use super::{codec, frame, record_at, segments, sync_dir, JournalError, MAGIC};
+use crate::state::{Event, Limits, State};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// One file of the journal as the survey found it.
+#[derive(Debug)]
+struct Piece {
+    path: PathBuf,
+    /// The numbers it should hold: its name says (sealed), or from after
+    /// the last sealed one (the live file, `last` unknown).
+    first: u64,
+    last: Option<u64>,
+    /// The records that read, by number.
+    records: Vec<(u64, Event)>,
+    /// It does not read as it is: it is rewritten.
+    damaged: bool,
+}
+
+/// What a journal holds and what it lost.
+#[derive(Debug)]
+pub struct Survey {
+    journal: PathBuf,
+    sealed: Vec<Piece>,
+    live: Piece,
+    /// Number ranges no file holds at all (a segment deleted).
+    missing: Vec<(u64, u64)>,
+}
+
+/// What a checkpoint says of the jobs, to restate those whose records
+/// were lost.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// Each job's submission and, once planned, its plan.
+    pub jobs: BTreeMap<u64, (Event, Option<Event>)>,
+    pub deleted: BTreeSet<u64>,
+    pub epoch: u64,
+}
+
+/// What a rebuild did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The ranges of lost records rebuilt.
+    pub lost: Vec<(u64, u64)>,
+    /// Jobs restated from the checkpoint.
+    pub restated: Vec<u64>,
+    /// Jobs whose submission was lost and that no checkpoint holds: their
+    /// surviving records are passed over; they must be submitted again.
+    pub gone: Vec<u64>,
+    /// Files rewritten, and where the old ones were linked aside.
+    pub files: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Reads every file of the journal at `path`, keeping every record that
+/// reads. Changes nothing.
+pub fn survey(path: &Path) -> Result<Survey, JournalError> {
+    let (mut sealed, mut missing, mut due) = (Vec::new(), Vec::new(), 1);
+    for s in segments::list_all(path)? {
+        if s.first < due || s.last < s.first {
+            return Err(JournalError::MissingSegment {
+                path: s.path,
+                first: s.first,
+                last: s.last,
+                due,
+            });
+        }
+        if s.first > due {
+            missing.push((due, s.first - 1));
+        }
+        due = s.last + 1;
+        let bytes = unpacked(&s.path, s.compressed);
+        let (Ok(b) | Err(b)) = &bytes;
+        let records = salvage(b, s.first, s.last);
+        let whole = bytes.is_ok_and(|b| {
+            super::parse(&b, &s.path, s.first)
+                .is_ok_and(|(r, good, _)| r.len() as u64 == s.last - s.first + 1 && good == b.len())
+        });
+        sealed.push(Piece {
+            path: s.path,
+            first: s.first,
+            last: Some(s.last),
+            records,
+            damaged: !whole,
+        });
+    }
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        r => r.map_err(super::io_err(path))?,
+    };
+    let (records, damaged) = match super::parse(&bytes, path, due) {
+        // The first format, whole: its records carry no numbers.
+        Ok((r, _, true)) => ((due..).zip(r).collect(), false),
+        parsed => (salvage(&bytes, due, u64::MAX), parsed.is_err()),
+    };
+    let live = Piece {
+        path: path.to_path_buf(),
+        first: due,
+        last: None,
+        records,
+        damaged,
+    };
+    Ok(Survey {
+        journal: path.to_path_buf(),
+        sealed,
+        live,
+        missing,
+    })
+}
+
+/// A file's bytes, uncompressed; as much as decompresses of a damaged
+/// compressed one (the error, if it is all unreadable).
+fn unpacked(path: &Path, compressed: bool) -> Result<Vec<u8>, Vec<u8>> {
+    let Ok(raw) = std::fs::read(path) else {
+        return Err(Vec::new());
+    };
+    if !compressed {
+        return Ok(raw);
+    }
+    let mut bytes = Vec::new();
+    match flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut bytes) {
+        Ok(_) => Ok(bytes),
+        Err(_) => Err(bytes),
+    }
+}
+
+/// Every record in `bytes` numbered `lo..=hi`, in increasing order: after
+/// bytes that do not read, the next offset where a whole record does
+/// (its CRC covers its number, so a record found is the one written).
+fn salvage(bytes: &[u8], lo: u64, hi: u64) -> Vec<(u64, Event)> {
+    let mut at = if bytes.starts_with(MAGIC) {
+        MAGIC.len()
+    } else {
+        0
+    };
+    let (mut next, mut out) = (lo, Vec::new());
+    while at < bytes.len() {
+        match record_at(&bytes[at..], false) {
+            Ok((r, seq, size)) if (next..=hi).contains(&seq) => {
+                out.push((seq, r));
+                next = seq + 1;
+                at += size;
+            }
+            _ => at += 1,
+        }
+    }
+    out
+}
+
+impl Survey {
+    /// The ranges of numbers lost: no file holds them, or they do not read.
+    pub fn lost(&self) -> Vec<(u64, u64)> {
+        let mut lost = self.missing.clone();
+        for p in self.sealed.iter().chain([&self.live]) {
+            let mut due = p.first;
+            for &(seq, _) in &p.records {
+                if seq > due {
+                    lost.push((due, seq - 1));
+                }
+                due = seq + 1;
+            }
+            if let Some(last) = p.last.filter(|&l| l >= due) {
+                lost.push((due, last));
+            }
+        }
+        lost.sort_unstable();
+        lost
+    }
+
+    /// The lost ranges in words: `#5..#9, #12`, the first five.
+    pub fn ranges(&self) -> String {
+        let lost = self.lost();
+        let mut ranges: Vec<String> = lost
+            .iter()
+            .take(5)
+            .map(|&(a, b)| match a == b {
+                true => format!("#{a}"),
+                false => format!("#{a}..#{b}"),
+            })
+            .collect();
+        if lost.len() > 5 {
+            ranges.push(format!("and {} more ranges", lost.len() - 5));
+        }
+        match ranges.is_empty() {
+            true => "no record; only bytes after the last whole one".into(),
+            false => ranges.join(", "),
+        }
+    }
+
+    /// Whether a file does not read as it is (records lost, or bytes
+    /// that are not records before the end).
+    pub fn damaged(&self) -> bool {
+        !self.missing.is_empty() || self.sealed.iter().chain([&self.live]).any(|p| p.damaged)
+    }
+
+    /// How many records are lost.
+    pub fn lost_records(&self) -> u64 {
+        self.lost().iter().map(|(a, b)| b - a + 1).sum()
+    }
+
+    /// The number of the journal's last record that reads (0: none).
+    pub fn last(&self) -> u64 {
+        let sealed = self.sealed.last().and_then(|p| p.last).unwrap_or(0);
+        self.live.records.last().map_or(sealed, |r| r.0)
+    }
+
+    /// Every record from 1 to [`Survey::last`]: read, or lost.
+    fn slots(&self) -> Vec<Option<Event>> {
+        let mut slots = vec![None; self.last() as usize];
+        for p in self.sealed.iter().chain([&self.live]) {
+            for (seq, r) in &p.records {
+                slots[*seq as usize - 1] = Some(r.clone());
+            }
+        }
+        slots
+    }
+
+    /// The journal whole again, the lost records' slots filled from
+    /// `known` (see the module doc), once the whole sequence replays in
+    /// memory; `now_ms` dates the records it makes. Changes nothing:
+    /// [`Rebuild::write`] does.
+    pub fn rebuild(self, known: &Known, now_ms: u64) -> Result<Rebuild, String> {
+        let mut slots = self.slots();
+        let mut rebuilt = fill(&mut slots, known, now_ms)?;
+        let records: Vec<Event> = slots.into_iter().map(|s| s.expect("filled")).collect();
+        let mut state = State::new(Limits::default());
+        for (i, r) in records.iter().enumerate() {
+            state.apply(r).map_err(|e| {
+                format!(
+                    "the rebuilt journal does not replay at record {}: {e}; nothing was changed",
+                    i + 1
+                )
+            })?;
+        }
+        rebuilt.lost = self.lost();
+        Ok(Rebuild {
+            survey: self,
+            records,
+            rebuilt,
+            stamp: now_ms / 1000,
+        })
+    }
+}
+
+/// A journal rebuilt in memory, to write.
+#[derive(Debug)]
+pub struct Rebuild {
+    survey: Survey,
+    /// Every record from 1.
+    records: Vec<Event>,
+    rebuilt: Rebuilt,
+    stamp: u64,
+}
+
+impl Rebuild {
+    /// What the rebuild does.
+    pub fn rebuilt(&self) -> &Rebuilt {
+        &self.rebuilt
+    }
+
+    /// Writes every file that lacks records or does not read, each linked
+    /// aside first.
+    pub fn write(mut self) -> io::Result<Rebuilt> {
+        let s = &self.survey;
+        let dir = segments::dir_of(&s.journal);
+        let mut files = Vec::new();
+        for p in s.sealed.iter().filter(|p| p.damaged) {
+            let last = p.last.expect("sealed");
+            let plain = dir.join(segments::name(p.first, last));
+            if plain != p.path {
+                // Compressed: written plain beside it (read first where
+                // both are), then it goes, linked aside.
+                let aside = aside(&p.path, self.stamp);
+                std::fs::hard_link(&p.path, &aside)?;
+                files.push((p.path.clone(), aside));
+                self.put(&plain, (p.first, last), &mut files)?;
+                std::fs::remove_file(&p.path)?;
+                sync_dir(&plain)?;
+            } else {
+                self.put(&p.path, (p.first, last), &mut files)?;
+            }
+        }
+        for &(a, b) in &s.missing {
+            crate::owner_only::create_dir_all(&dir)?;
+            self.put(&dir.join(segments::name(a, b)), (a, b), &mut files)?;
+        }
+        if s.live.damaged {
+            self.put(&s.journal, (s.live.first, s.last()), &mut files)?;
+        }
+        self.rebuilt.files = files;
+        Ok(self.rebuilt)
+    }
+
+    /// Writes records `range` to `path` (through a synced temporary file
+    /// renamed over it), an existing file linked aside first.
+    fn put(
+        &self,
+        path: &Path,
+        range: (u64, u64),
+        files: &mut Vec<(PathBuf, PathBuf)>,
+    ) -> io::Result<()> {
+        if path.exists() {
+            let aside = aside(path, self.stamp);
+            std::fs::hard_link(path, &aside)?;
+            files.push((path.to_path_buf(), aside));
+        }
+        let mut bytes = MAGIC.to_vec();
+        for seq in range.0..=range.1 {
+            let payload = codec::encode(&self.records[seq as usize - 1]);
+            bytes.extend_from_slice(&frame(seq, &payload));
+        }
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".rebuilt.tmp");
+        let tmp = path.with_file_name(name);
+        let mut f = crate::owner_only::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(path)
+    }
+}
+
+/// `path.damaged-STAMP`.
+fn aside(path: &Path, stamp: u64) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".damaged-{stamp}"));
+    path.with_file_name(name)
+}
+
+/// A record to place in a lost slot: after slot `release`, before slot
+/// `deadline`, and after need `after` where set.
+#[derive(Debug)]
+struct Need {
+    event: Event,
+    release: u64,
+    deadline: u64,
+    after: Option<usize>,
+    placed: Option<u64>,
+}
+
+/// Fills every lost slot (see the module doc); earliest deadline first,
+/// which places every need whose lost record it stands for was somewhere
+/// before that deadline.
+fn fill(slots: &mut [Option<Event>], known: &Known, now_ms: u64) -> Result<Rebuilt, String> {
+    let mut needs = needs(slots, known, now_ms);
+    let lost = slots.iter().filter(|s| s.is_none()).count() as u64;
+    let epoch = slots
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Event::Boot { epoch, .. } => Some(*epoch),
+            _ => None,
+        })
+        .chain([known.epoch])
+        .max()
+        .unwrap_or(0)
+        + lost;
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.is_some() {
+            continue;
+        }
+        let seq = i as u64 + 1;
+        let pick = (0..needs.len())
+            .filter(|&n| {
+                let need = &needs[n];
+                need.placed.is_none()
+                    && need.release < seq
+                    && seq < need.deadline
+                    && need
+                        .after
+                        .is_none_or(|a| needs[a].placed.is_some_and(|p| p < seq))
+            })
+            .min_by_key(|&n| needs[n].deadline);
+        *slot = Some(match pick {
+            Some(n) => {
+                needs[n].placed = Some(seq);
+                needs[n].event.clone()
+            }
+            None => Event::Boot {
+                epoch,
+                unix_ms: now_ms,
+            },
+        });
+    }
+    if let Some(n) = needs
+        .iter()
+        .find(|n| n.placed.is_none() && n.deadline < u64::MAX)
+    {
+        return Err(format!(
+            "no lost record comes before record {} to stand for {:?}; nothing was changed",
+            n.deadline, n.event
+        ));
+    }
+    let mut rebuilt = Rebuilt::default();
+    for n in needs.iter().filter(|n| n.placed.is_some()) {
+        match &n.event {
+            Event::JobSubmitted { job, .. } => rebuilt.restated.push(*job),
+            Event::JobDeleted { job, .. } if !known.deleted.contains(job) => {
+                rebuilt.gone.push(*job)
+            }
+            _ => {}
+        }
+    }
+    Ok(rebuilt)
+}
+
+/// How the surviving records refer to each job.
+#[derive(Default)]
+struct Refs {
+    first: Option<u64>,
+    last: u64,
+    submitted: Option<u64>,
+    planned: bool,
+    deleted: bool,
+}
+
+/// The records that must stand in lost slots, for `known`'s jobs and
+/// those the surviving records name.
+fn needs(slots: &[Option<Event>], known: &Known, now_ms: u64) -> Vec<Need> {
+    let mut refs: BTreeMap<u64, Refs> = BTreeMap::new();
+    for (i, r) in slots.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let job = match r {
+            Some(Event::JobDeleted { job, .. }) => *job,
+            Some(r) => match r.job() {
+                Some(job) => job,
+                None => continue,
+            },
+            None => continue,
+        };
+        let e = refs.entry(job).or_default();
+        e.first.get_or_insert(seq);
+        e.last = seq;
+        match r {
+            Some(Event::JobSubmitted { .. }) => e.submitted = Some(seq),
+            Some(Event::JobPlanned { .. }) => e.planned = true,
+            Some(Event::JobDeleted { .. }) => e.deleted = true,
+            _ => {}
+        }
+    }
+    for &job in known.jobs.keys().chain(&known.deleted) {
+        refs.entry(job).or_default();
+    }
+    let mut needs = Vec::new();
+    let need = |event, release, deadline, after| Need {
+        event,
+        release,
+        deadline,
+        after,
+        placed: None,
+    };
+    for (&job, r) in &refs {
+        let deadline = r.first.unwrap_or(u64::MAX);
+        let deleted = Event::JobDeleted {
+            job,
+            unix_ms: now_ms,
+        };
+        match (r.submitted, known.jobs.get(&job)) {
+            (Some(_), _) if r.deleted => {}
+            (Some(at), _) if known.deleted.contains(&job) => {
+                needs.push(need(deleted, r.last.max(at), u64::MAX, None))
+            }
+            (Some(at), Some((_, Some(plan)))) if !r.planned => {
+                needs.push(need(plan.clone(), at, u64::MAX, None))
+            }
+            (Some(_), _) => {}
+            (None, Some((submitted, plan))) => {
+                needs.push(need(submitted.clone(), 0, deadline, None));
+                if let Some(plan) = plan.as_ref().filter(|_| !r.planned) {
+                    let after = Some(needs.len() - 1);
+                    needs.push(need(plan.clone(), 0, u64::MAX, after));
+                }
+            }
+            (None, None) if !r.deleted => needs.push(need(deleted, 0, deadline, None)),
+            (None, None) => {}
+        }
+    }
+    needs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Checking, Done, Outcome};
+    use nqueens_common::plan::{Mode, PlanSpec, Strategy, Tally};
+    use nqueens_common::Size;
+
+    fn submitted() -> Event {
+        Event::JobSubmitted {
+            job: 1,
+            spec: PlanSpec {
+                n: Size::new(8).unwrap(),
+                strategy: Strategy::Prefix,
+                depth: 2,
+                tasks: 8,
+                mode: Mode::Backtrack,
+                cut: nqueens_common::plan::CUT,
+            },
+            unix_ms: 5,
+            checking: Checking {
+                redundancy: 1,
+                fraction: 0.0,
+                cross_device: false,
+            },
+        }
+    }
+
+    fn planned() -> Event {
+        Event::JobPlanned {
+            job: 1,
+            tasks: 40,
+            digest: 9,
+        }
+    }
+
+    fn done(task: u64) -> Event {
+        Event::TaskDone(Done {
+            job: 1,
+            task,
+            outcome: Outcome {
+                tally: Tally {
+                    weighted: u128::from(task) + 1,
+                    ..Tally::default()
+                },
+                ..Outcome::default()
+            },
+            worker: "w".into(),
+            lease_id: task,
+            unix_ms: 1,
+            credential: String::new(),
+        })
+    }
+
+    /// Records 1..=12: a boot, job 1 submitted and planned, then results
+    /// for tasks 0..=8.
+    fn records() -> Vec<Event> {
+        let mut r = vec![Event::Boot {
+            epoch: 1,
+            unix_ms: 1,
+        }];
+        r.extend([submitted(), planned()]);
+        r.extend((0..9).map(done));
+        r
+    }
+
+    fn bytes(records: &[Event], first: u64) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        for (seq, r) in (first..).zip(records) {
+            b.extend_from_slice(&frame(seq, &codec::encode(r)));
+        }
+        b
+    }
+
+    /// The journal at `dir/journal` of [`records`]: sealed segments 1-3
+    /// and 4-8, live file 9-12.
+    fn journal(dir: &Path) -> PathBuf {
+        let path = dir.join("journal");
+        let sealed = segments::dir_of(&path);
+        std::fs::create_dir_all(&sealed).unwrap();
+        let r = records();
+        std::fs::write(sealed.join(segments::name(1, 3)), bytes(&r[..3], 1)).unwrap();
+        std::fs::write(sealed.join(segments::name(4, 8)), bytes(&r[3..8], 4)).unwrap();
+        std::fs::write(&path, bytes(&r[8..], 9)).unwrap();
+        path
+    }
+
+    /// What the journal at `path` reads now, whole.
+    fn read_back(path: &Path) -> Vec<Event> {
+        let mut out = Vec::new();
+        super::super::scan(path, |r| out.push(r)).unwrap();
+        out
+    }
+
+    fn known() -> Known {
+        Known {
+            jobs: [(1, (submitted(), Some(planned())))].into(),
+            ..Known::default()
+        }
+    }
+
+    /// Every record of [`records`] outside `lost` reads back unchanged.
+    fn intact_but(got: &[Event], lost: &[u64]) {
+        assert_eq!(got.len(), 12);
+        for (seq, (got, was)) in (1..).zip(got.iter().zip(records())) {
+            if !lost.contains(&seq) {
+                assert_eq!(*got, was, "record {seq}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_deleted_segment_that_defined_a_job_is_rebuilt_from_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
+        assert!(segments::list(&path).is_err());
+        let s = survey(&path).unwrap();
+        assert!(s.damaged());
+        assert_eq!(
+            (s.lost(), s.lost_records(), s.last()),
+            (vec![(1, 3)], 3, 12)
+        );
+        let done = s.rebuild(&known(), 77_000).unwrap().write().unwrap();
+        assert_eq!(done.restated, vec![1]);
+        assert!(done.gone.is_empty());
+        let got = read_back(&path);
+        intact_but(&got, &[1, 2, 3]);
+        assert_eq!(got[0], submitted());
+        assert_eq!(got[1], planned());
+        // The boot standing for the third raises the epoch past any a lost
+        // record could hold (each boot raises it by one; here none is
+        // known, and 3 records were lost).
+        assert!(
+            matches!(got[2], Event::Boot { epoch: 3, .. }),
+            "{:?}",
+            got[2]
+        );
+    }
+
+    #[test]
+    fn a_job_no_checkpoint_holds_is_deleted_where_its_submission_was_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
+        let done = survey(&path)
+            .unwrap()
+            .rebuild(&Known::default(), 1)
+            .unwrap()
+            .write()
+            .unwrap();
+        assert_eq!(done.gone, vec![1]);
+        let got = read_back(&path);
+        intact_but(&got, &[1, 2, 3]);
+        let mut state = State::new(Limits::default());
+        for r in &got {
+            state.apply(r).unwrap();
+        }
+        assert!(state.deleted(1));
+    }
+
+    #[test]
+    fn records_past_damage_in_a_compressed_segment_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let seg = segments::dir_of(&path).join(segments::name(4, 8));
+        let mut b = std::fs::read(&seg).unwrap();
+        // One byte of record 6's payload flipped.
+        let at = b.len() - 2 * (b.len() - MAGIC.len()) / 5 - 3;
+        b[at] ^= 0x40;
+        std::fs::write(&seg, &b).unwrap();
+        assert_eq!(segments::compress(&path).unwrap(), 2);
+        let s = survey(&path).unwrap();
+        assert_eq!(s.lost(), vec![(6, 6)]);
+        let done = s.rebuild(&known(), 1).unwrap().write().unwrap();
+        assert!(done.restated.is_empty(), "{done:?}");
+        assert_eq!(done.files.len(), 1);
+        let aside = std::fs::read(&done.files[0].1).unwrap();
+        assert_eq!(unpacked(&done.files[0].1, true), Ok(b), "kept aside");
+        assert!(!aside.is_empty());
+        let got = read_back(&path);
+        intact_but(&got, &[6]);
+        assert!(matches!(got[5], Event::Boot { .. }));
+    }
+
+    #[test]
+    fn damage_inside_the_live_file_loses_only_the_records_it_hit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let mut b = std::fs::read(&path).unwrap();
+        // Record 10's header (the second record of the live file).
+        let first = frame(9, &codec::encode(&records()[8])).len();
+        b[MAGIC.len() + first + 1] ^= 0xff;
+        std::fs::write(&path, &b).unwrap();
+        let s = survey(&path).unwrap();
+        assert_eq!((s.lost(), s.last()), (vec![(10, 10)], 12));
+        let done = s.rebuild(&known(), 1).unwrap().write().unwrap();
+        assert_eq!(done.files.len(), 1);
+        intact_but(&read_back(&path), &[10]);
+        let again = survey(&path).unwrap();
+        assert!(!again.damaged(), "{again:?}");
+    }
+
+    #[test]
+    fn an_intact_journal_has_nothing_to_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let mut b = std::fs::read(&path).unwrap();
+        b.extend_from_slice(&[40, 0, 0, 0, 1, 2]);
+        std::fs::write(&path, &b).unwrap();
+        let s = survey(&path).unwrap();
+        assert!(!s.damaged(), "a torn tail is not damage");
+        assert_eq!((s.lost_records(), s.last()), (0, 12));
+    }
+}
