@@ -345,11 +345,17 @@ impl Rebuild {
     }
 }
 
-/// `path.damaged-STAMP`.
+/// `path.damaged-STAMP`, or `path.damaged-STAMP.K` with the first K
+/// free (a rebuild may run again within the second).
 fn aside(path: &Path, stamp: u64) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".damaged-{stamp}"));
-    path.with_file_name(name)
+    let name = format!(
+        "{}.damaged-{stamp}",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    );
+    std::iter::once(path.with_file_name(&name))
+        .chain((1..).map(|k| path.with_file_name(format!("{name}.{k}"))))
+        .find(|p| !p.exists())
+        .expect("a free name")
 }
 
 /// A record to place in a lost slot: after slot `release`, before slot
@@ -703,6 +709,17 @@ mod tests {
         intact_but(&read_back(&path), &[10]);
         let again = survey(&path).unwrap();
         assert!(!again.damaged(), "{again:?}");
+    }
+
+    #[test]
+    fn files_set_aside_within_one_second_keep_their_own_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let first = aside(&path, 9);
+        assert_eq!(first, dir.path().join("journal.damaged-9"));
+        std::fs::write(&first, b"1").unwrap();
+        let second = aside(&path, 9);
+        assert_eq!(second, dir.path().join("journal.damaged-9.1"));
     }
 
     #[test]
