@@ -22,6 +22,48 @@ fn a_worker_stopped_as_it_starts_exits_cleanly() {
     }
 }
 
+/// SIGTERM to a worker whose coordinator has stopped answering (here,
+/// SIGSTOP): it goes within about its grace, the leases it could not hand
+/// back left to expire, not after its calls' 40 s timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_drains_within_its_grace_when_the_coordinator_hangs() {
+    let _watchdog = kit::watchdog("a_worker_drains_within_its_grace_when_the_coordinator_hangs");
+    let dir = kit::tempdir();
+    let c = kit::start(&dir.path().join("data"));
+    let mut cmd = kit::worker_cmd(&c.url, "stuck", 1);
+    let mut worker = kit::Worker(cmd.args(["--grace", "1"]).spawn().unwrap());
+    let mut ops = kit::operators(&c.url).await;
+    let plan = kit::plan_spec(17, Strategy::Frame, 0, 4);
+    kit::submit(&mut ops, kit::job_request(plan)).await;
+    kit::eventually("the worker to hold a lease", async || {
+        let workers = kit::workers(&mut ops).await;
+        workers.iter().any(|w| w.name == "stuck" && w.leases > 0)
+    })
+    .await;
+    let signal = |sig: &str| {
+        let pid = c.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status();
+        assert!(sent.unwrap().success(), "kill {sig}");
+    };
+    signal("-STOP");
+    kit::terminate(&worker);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = worker.wait();
+        let _ = tx.send(());
+        status
+    });
+    let gone = rx.recv_timeout(std::time::Duration::from_secs(20));
+    signal("-CONT");
+    assert!(
+        gone.is_ok(),
+        "still draining 20 s after SIGTERM, with a grace of 1 s"
+    );
+    assert!(waiter.join().unwrap().unwrap().success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_counts_a_job_and_drains_on_sigterm() {
     let _watchdog = kit::watchdog("a_worker_process_counts_a_job_and_drains_on_sigterm");
@@ -284,6 +326,8 @@ async fn a_card_and_a_cpu_agree_on_every_task() {
         assert_eq!(kit::dec(&w["tasks_done"]), kit::dec(&job["tasks"]), "{w}");
         let version = w["solver_version"].as_str().unwrap();
         assert_eq!(version.contains("gpu:"), gpu, "{w}");
+        // The card worker's CPU thread is named by the path it counts on.
+        assert!(!version.contains(" gpu+"), "{w}");
     }
     let (_, page) = kit::get_metrics(&metrics).unwrap();
     let steps = |kind: &str| -> f64 {

@@ -495,9 +495,16 @@ impl WorkerRow {
     /// Its row; `shared_name`: another worker listed has its name, so
     /// the row adds the end of its id (`rescuer#9b1c`) to tell them apart.
     pub fn table_row(&self, shared_name: bool) -> String {
-        let seen = SystemTime::now()
-            .duration_since(UNIX_EPOCH + Duration::from_millis(self.last_seen_unix_ms))
-            .unwrap_or_default();
+        // 0: not seen since the coordinator started (known from its
+        // journal only).
+        let seen = match self.last_seen_unix_ms {
+            0 => "-".to_string(),
+            ms => human_duration(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH + Duration::from_millis(ms))
+                    .unwrap_or_default(),
+            ),
+        };
         let name = match (self.name.is_empty(), shared_name) {
             (true, _) => cut(&self.worker, 12),
             (false, false) => cut(&self.name, 12),
@@ -514,7 +521,7 @@ impl WorkerRow {
             thousands(self.tasks_done.into()),
             thousands(self.subproblems_per_second.round() as u128),
             cut(self.in_hand.as_deref().unwrap_or("-"), 11),
-            human_duration(seen),
+            seen,
             self.state,
         )
     }
@@ -560,6 +567,8 @@ pub struct AuditView {
     /// SHA-256 of the plan and every counted result.
     pub digest: String,
     pub problems: Vec<String>,
+    /// What redundancy caught (results outvoted, tasks still disputed).
+    pub disagreements: Vec<String>,
     pub passed: bool,
 }
 
@@ -585,6 +594,7 @@ impl AuditView {
             matches_known,
             digest: a.digest.clone(),
             problems: a.problems.clone(),
+            disagreements: a.disagreements.clone(),
             passed: a.problems.is_empty() && matches_known != Some(false),
         }
     }
@@ -632,6 +642,16 @@ impl AuditView {
         } else {
             "passed so far (the job is not finished)".to_string()
         };
+        let checked = match self.disagreements.is_empty() {
+            true => String::new(),
+            false => format!(
+                "checking caught, and agreeing results settle (not a problem of the count):{}\n",
+                self.disagreements
+                    .iter()
+                    .map(|d| format!("\n  - {d}"))
+                    .collect::<String>()
+            ),
+        };
         format!(
             "audit of job {} ({}, {})\n\
              journal  {} records, {} bytes, every CRC checked{torn}\n\
@@ -640,6 +660,7 @@ impl AuditView {
              counts   {counts}\n\
              known    {known}\n\
              digest   sha256:{}\n\
+             {checked}\
              verdict  {outcome}\n",
             self.job,
             plan_text(self.n, self.strategy, self.depth, self.mode),
@@ -732,6 +753,14 @@ mod tests {
         let (header, row) = (WorkerRow::table_header(), w.table_row(false));
         assert!(row.contains("59m 59s"), "{row}");
         assert_eq!(row.find(w.state), header.find("STATE"), "\n{header}\n{row}");
+        // Known from the journal only, never seen since the start.
+        let unseen = WorkerRow::new(&v1::Worker {
+            name: "w".into(),
+            ..v1::Worker::default()
+        });
+        let row = unseen.table_row(false);
+        let state = header.find("STATE").unwrap();
+        assert_eq!(&row[state - 3..state], "-  ", "\n{header}\n{row}");
     }
 
     /// Two workers of one name are told apart by the end of their ids.

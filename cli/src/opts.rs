@@ -294,9 +294,10 @@ pub enum Core {
     /// The AVX2 lanes built for AVX-512 (F, VL, BW, DQ: 32 registers, rotates, masks), any N.
     Avx512,
     /// The best graphics card here (Vulkan, Metal or DX12; a software device such as lavapipe
-    /// if it is all there is), one search per GPU thread, by backtracking, fed by the threads
-    /// the card asks for (16 for a hardware GPU) unless --threads says. A worker then counts
-    /// on its cards alone.
+    /// if it is all there is), one search per GPU thread, by backtracking. `solve` and `bench`
+    /// feed it with the threads the card asks for (16 for a hardware GPU) unless --threads
+    /// says. A worker counts on its cards alone, each fed by the threads it asks for; its
+    /// --threads adds that many CPU threads beside them (counting on the fastest CPU path).
     Gpu,
 }
 

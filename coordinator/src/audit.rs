@@ -75,6 +75,11 @@ pub struct Audit {
     pub digest: String,
     /// Everything that is wrong; empty for a clean audit.
     pub problems: Vec<String>,
+    /// Results that disagreed with the one counted (redundancy settled
+    /// them: the odd one out is not counted, its worker quarantined), and
+    /// tasks whose results disagree, waiting for another vote: what the
+    /// checking caught, not a problem of the count.
+    pub disagreements: Vec<String>,
 }
 
 impl Audit {
@@ -123,6 +128,7 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         ));
     }
     let j = state.job(job).map_err(|_| AuditError::UnknownJob(job))?;
+    let disagreements = disagreements(&state, j);
     let (sum, digest) = re_add(j, &tasks, &replayed.counted, &mut problems);
     let counted = replayed.counted.len() as u64;
     let (total, unique) = if counted == tasks.count() {
@@ -151,7 +157,35 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
         matches_known: matches_known(&j.spec, total, unique),
         digest,
         problems: problems.into_list(),
+        disagreements,
     })
+}
+
+/// What redundancy caught in job `j`: each result outvoted, whose worker
+/// the audit's replay quarantined, and the tasks still disputed.
+fn disagreements(state: &State, j: &Job) -> Vec<String> {
+    let mut listed = Problems {
+        noun: Some("disagreements"),
+        ..Problems::default()
+    };
+    for c in j.conflicts() {
+        listed.note(format!(
+            "task {}: {} reported other counts than the result counted{}",
+            c.task,
+            c.worker,
+            match state.quarantined(&c.worker) {
+                true => "; it is quarantined",
+                false => "",
+            }
+        ));
+    }
+    let disputed = j.disputed();
+    if disputed > 0 {
+        listed.note(format!(
+            "{disputed} task(s) whose results disagree wait for another to decide"
+        ));
+    }
+    listed.into_list()
 }
 
 /// A whole journal replayed by the coordinator's own rules.
@@ -268,6 +302,8 @@ fn matches_known(spec: &PlanSpec, total: Option<u128>, unique: Option<u128>) -> 
 struct Problems {
     listed: Vec<String>,
     more: u64,
+    /// What is listed, where not problems.
+    noun: Option<&'static str>,
 }
 
 /// Problems an audit lists; the rest are counted.
@@ -284,8 +320,9 @@ impl Problems {
     fn into_list(mut self) -> Vec<String> {
         if self.more > 0 {
             self.listed.push(format!(
-                "... and {} more problems (the first {MAX_PROBLEMS} are listed)",
-                self.more
+                "... and {} more {} (the first {MAX_PROBLEMS} are listed)",
+                self.more,
+                self.noun.unwrap_or("problems")
             ));
         }
         self.listed

@@ -174,6 +174,7 @@ impl From<&Audit> for v1::AuditReport {
             known: known_to_wire(a.matches_known) as i32,
             digest: a.digest.clone(),
             problems: a.problems.clone(),
+            disagreements: a.disagreements.clone(),
         }
     }
 }
@@ -424,6 +425,7 @@ mod tests {
                     matches_known: known,
                     digest: "ab".repeat(32),
                     problems: vec!["one".into()],
+                    disagreements: vec!["task 4: w reported other counts".into()],
                 };
                 let w = through_bytes(&v1::AuditReport::from(&a));
                 assert_eq!(
@@ -440,8 +442,12 @@ mod tests {
                 );
                 assert_eq!((w.tasks, w.result_records, w.counted), (20, 22, 20));
                 assert_eq!(
-                    (w.digest, w.problems),
-                    (a.digest.clone(), a.problems.clone())
+                    (w.digest, w.problems, w.disagreements),
+                    (
+                        a.digest.clone(),
+                        a.problems.clone(),
+                        a.disagreements.clone()
+                    )
                 );
             }
         }

@@ -2287,3 +2287,71 @@ async fn whole_records_cut_off_the_journal_are_missed_by_its_commit_mark() {
     assert_eq!(kit::counts(&kit::job(&mut ops, 1).await), (14_200, 1_787));
     r.shutdown().await.unwrap();
 }
+
+/// With redundancy 2, a worker's wrong result is outvoted by two that
+/// agree: the count is exact, and the audit, which finds no problem in
+/// it, lists what the checking caught: the disputed task while it waits,
+/// then the outvoted result and its quarantined worker.
+#[tokio::test]
+async fn the_audit_lists_what_redundancy_caught() {
+    let dir = kit::tempdir();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let request = v1::SubmitJobRequest {
+        redundancy: 2,
+        ..kit::job_request(spec(12, Strategy::Frame, 4))
+    };
+    let job = kit::submit_planned(&mut ops, request).await;
+    assert!(job.tasks > 1);
+    for id in ["liar", "honest-1", "honest-2"] {
+        kit::register(&mut w, id).await;
+    }
+    let audit = |ops: &mut kit::Operators| {
+        let mut ops = ops.clone();
+        async move {
+            let a = ops.audit_job(v1::JobRef { job_id: job.job_id }).await;
+            a.unwrap().into_inner()
+        }
+    };
+    let l = kit::lease(&mut w, "liar", 1).await.remove(0);
+    kit::report(&mut w, "liar", l.lease_ref(), kit::inflated(&l, 4))
+        .await
+        .unwrap();
+    let lied = l.lease_ref().task_index;
+    vote_on_everything(&mut w, "honest-1").await;
+    let a = audit(&mut ops).await;
+    assert_eq!(a.problems, Vec::<String>::new());
+    assert_eq!(
+        a.disagreements,
+        vec!["1 task(s) whose results disagree wait for another to decide".to_string()]
+    );
+    vote_on_everything(&mut w, "honest-2").await;
+    assert_eq!(
+        kit::counts(&kit::job(&mut ops, job.job_id).await),
+        (14_200, 1_787)
+    );
+    let a = audit(&mut ops).await;
+    assert_eq!(a.problems, Vec::<String>::new());
+    assert_eq!(
+        a.disagreements,
+        vec![format!(
+            "task {lied}: liar reported other counts than the result counted; it is quarantined"
+        )]
+    );
+    r.shutdown().await.unwrap();
+}
+
+/// Counts and reports every task `worker` is offered, whatever each
+/// report's outcome (a vote that waits for another is not an error).
+async fn vote_on_everything(w: &mut kit::Workers, worker: &str) {
+    loop {
+        let leases = kit::lease(w, worker, 8).await;
+        if leases.is_empty() {
+            return;
+        }
+        for l in leases {
+            let result = kit::result_of(&l);
+            kit::report(w, worker, l.lease_ref(), result).await.unwrap();
+        }
+    }
+}

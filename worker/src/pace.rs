@@ -79,6 +79,11 @@ impl<T: Copy> Latest<T> {
     pub fn is_empty(&self) -> bool {
         self.kept.is_empty()
     }
+
+    /// Forgets everything kept.
+    pub fn clear(&mut self) {
+        self.kept.clear();
+    }
 }
 
 impl Latest<Instant> {
@@ -101,6 +106,8 @@ pub struct Pace {
     trips: Latest<Duration>,
     /// Tasks to keep queued at least, within [`MAX_AHEAD`].
     cover: usize,
+    /// The job whose tasks the rate is measured on.
+    job: Option<u64>,
 }
 
 impl Pace {
@@ -110,6 +117,19 @@ impl Pace {
             finished: Latest::new(WINDOW),
             trips: Latest::new(TRIPS),
             cover: 0,
+            job: None,
+        }
+    }
+
+    /// A task of `job` was leased at `now`. Tasks of another job than the
+    /// one measured may differ in size by orders of magnitude: the rate is
+    /// measured again, from `now` (so until tasks finish, the first ones
+    /// count as taking all the time since).
+    pub fn leased(&mut self, job: u64, now: Instant) {
+        if self.job != Some(job) {
+            self.job = Some(job);
+            self.finished.clear();
+            self.finished.push(now);
         }
     }
 
@@ -217,6 +237,31 @@ mod tests {
         wide.finished(t0);
         wide.finished(t0 + Duration::from_millis(1));
         assert_eq!(wide.target(t0 + Duration::from_millis(1)), MAX_HELD);
+    }
+
+    /// A worker that counted a job of tiny tasks does not take the next
+    /// job's tasks at that rate: the rate is measured again, from when the
+    /// new job's first task was leased, so tasks finished together at the
+    /// start do not look instant.
+    #[test]
+    fn a_new_job_is_measured_from_its_first_lease() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(2);
+        p.leased(1, t0);
+        for i in 1..=200 {
+            p.finished(t0 + Duration::from_millis(i));
+        }
+        let then = t0 + Duration::from_millis(200);
+        assert_eq!(p.ahead(then), 2 * MAX_AHEAD_PER_SLOT);
+        p.leased(1, then);
+        assert_eq!(p.ahead(then), 2 * MAX_AHEAD_PER_SLOT, "the same job");
+        p.leased(2, then);
+        assert_eq!(p.ahead(then), 4, "two a slot until one finishes");
+        // Two of its tasks finish at once, 10 s after they were leased.
+        let later = then + Duration::from_secs(10);
+        p.finished(later);
+        p.finished(later);
+        assert_eq!(p.ahead(later), 1, "0.2 tasks/s: one queued");
     }
 
     /// A worker whose CPU threads need 900 card tasks queued keeps them

@@ -94,8 +94,15 @@ type Client = WorkerClient;
 /// list and the metrics show it: `avx512`, or `avx512+gpu:NVIDIA H100
 /// (vulkan)` (a worker counting on cards alone still has the CPU path
 /// for the tasks a card does not take, such as the join's).
-fn core_name(path: Path, devices: &[Arc<dyn Device>]) -> String {
-    std::iter::once(path.name())
+fn core_name(path: Option<Path>, threads: usize, devices: &[Arc<dyn Device>]) -> String {
+    // Under --core gpu, CPU threads (where there are any) count on the
+    // fastest path this CPU has, as without it.
+    let cpu = match path {
+        Some(Path::Gpu) => (threads > 0).then(Path::fastest),
+        path => Some(path.unwrap_or_else(Path::fastest)),
+    };
+    cpu.map(Path::name)
+        .into_iter()
         .chain(devices.iter().map(|d| d.name()))
         .collect::<Vec<_>>()
         .join("+")
@@ -180,7 +187,7 @@ impl Link {
         // The version names the engine path and the cards too, so operators
         // see in the worker list what each machine counts with (the self-test
         // has settled the path: no second race).
-        let core = core_name(config.core.unwrap_or_else(Path::fastest), &config.devices);
+        let core = core_name(config.core, threads, &config.devices);
         let url = config.coordinator.clone();
         let channel = connect_tls(
             &url,
@@ -483,7 +490,9 @@ impl Session {
         } else {
             tracing::debug!("leased {} tasks", leases.len());
         }
+        let now = std::time::Instant::now();
         for lease in leases {
+            self.pace.leased(lease.job_id, now);
             let stop = Arc::new(AtomicBool::new(false));
             self.held.insert(lease.lease_id, (lease, Arc::clone(&stop)));
             self.pool.push(lease, stop);
@@ -502,12 +511,14 @@ impl Session {
         if Instant::now() < deadline {
             return false;
         }
-        // Out of grace: hand the running tasks back and go.
+        // Out of grace: hand the running tasks back (if the coordinator
+        // answers at once: they expire otherwise) and go.
         let refs = self.held_refs();
         for (_, stop) in self.held.values() {
             stop.store(true, Ordering::Relaxed);
         }
-        self.summary.released += self.link.release(refs).await;
+        let release = tokio::time::timeout(LAST_CALL, self.link.release(refs));
+        self.summary.released += release.await.unwrap_or(0);
         true
     }
 
@@ -587,17 +598,24 @@ impl Session {
     /// Starts a drain: hands back the tasks not started and gives the
     /// running ones until the grace runs out.
     async fn start_drain(&mut self) {
-        self.drain_deadline = Some(Instant::now() + self.grace);
+        let deadline = Instant::now() + self.grace;
+        self.drain_deadline = Some(deadline);
         let unstarted = self.pool.take_queued();
         for l in &unstarted {
             self.held.remove(&l.lease_id);
         }
         let refs: Vec<v1::LeaseRef> = unstarted.iter().map(v1::Lease::lease_ref).collect();
-        self.summary.released += self.link.release(refs).await;
+        // A coordinator that does not answer holds the drain no longer
+        // than its grace: the leases it does not hear of expire.
+        let release = tokio::time::timeout_at(deadline, self.link.release(refs));
+        self.summary.released += release.await.unwrap_or_else(|_| {
+            tracing::warn!("the coordinator did not answer the release within the grace");
+            0
+        });
         // The coordinator hears of the drain now, not at the next beat
         // (which a short drain never reaches): it shows the worker as
         // draining, then as left once it falls silent, not as lost.
-        self.send_heartbeat().await;
+        let _ = tokio::time::timeout_at(deadline, self.send_heartbeat()).await;
         tracing::info!(
             "draining: released {} unstarted tasks; finishing {} running (up to {:?})",
             self.summary.released,
@@ -680,6 +698,10 @@ impl Progress {
 /// The longest heartbeat interval taken from a coordinator (5 minutes: a
 /// lease's life of 15 at the usual third), whatever it asks.
 const MOST_HEARTBEAT_MS: u64 = 300_000;
+
+/// How long a worker out of its drain's grace waits to hand its running
+/// tasks back before it goes (their leases expire if no answer comes).
+const LAST_CALL: Duration = Duration::from_secs(2);
 
 /// Report calls in flight at once: the coordinator stores concurrent
 /// reports with one fsync, so short tasks are not held to one fsync each.

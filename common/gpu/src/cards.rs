@@ -37,7 +37,13 @@ impl std::str::FromStr for Choice {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
-                .map(Choice::Listed),
+                .and_then(|listed| {
+                    let mut seen = std::collections::BTreeSet::new();
+                    match listed.iter().find(|&&i| !seen.insert(i)) {
+                        Some(i) => Err(format!("'{s}': card {i} is named twice")),
+                        None => Ok(Choice::Listed(listed)),
+                    }
+                }),
         }
     }
 }
@@ -521,6 +527,16 @@ pub fn first_card() -> Result<Card, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A card is opened once: one named twice is refused, not opened twice.
+    #[test]
+    fn cards_are_chosen_by_number_each_once() {
+        assert_eq!("0,2".parse::<Choice>(), Ok(Choice::Listed(vec![0, 2])));
+        assert_eq!("auto".parse::<Choice>(), Ok(Choice::Auto));
+        let twice = "0, 1,0".parse::<Choice>().unwrap_err();
+        assert!(twice.contains("card 0 is named twice"), "{twice}");
+        assert!("0,x".parse::<Choice>().is_err());
+    }
 
     /// The environment a tuning names gives that tuning back, for a card
     /// and a software device, every knob turned from its default.

@@ -219,6 +219,12 @@ impl Job {
         self.ledger.conflicts()
     }
 
+    /// Tasks whose results from different credentials disagree, waiting
+    /// for another result to decide.
+    pub fn disputed(&self) -> usize {
+        self.votes.disputed()
+    }
+
     pub fn planned(&self) -> Option<(u64, u64)> {
         self.planned
     }

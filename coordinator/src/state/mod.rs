@@ -515,11 +515,19 @@ impl State {
         }
         let disputed = job.votes.disputed();
         if disputed > 0 {
+            let kinds = match job.votes.cross_device {
+                true => {
+                    " (with --cross-device they must include a card's result and a CPU's: a \
+                     card against a CPU waits for a third result, from a card or a CPU)"
+                }
+                false => "",
+            };
             return Some(format!(
                 "workers: results from different credentials disagree on {disputed} task(s); each \
                  waits for {needed} credentials that agree, from credentials that have not counted it \
-                 yet ({voters} connected: give another machine its own token with `nqueens token \
-                 issue NAME`; `nqueens workers` shows who conflicts)"
+                 yet{kinds} ({voters} connected: give another machine its own token with `nqueens \
+                 token issue NAME`; once results agree, `nqueens workers` shows who conflicted and \
+                 `nqueens audit` lists it)"
             ));
         }
         let (card, cpu) = self.workers.devices_since(since);
