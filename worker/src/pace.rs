@@ -125,12 +125,15 @@ impl Pace {
     /// one measured may differ in size by orders of magnitude: the rate is
     /// measured again, from `now` (so until tasks finish, the first ones
     /// count as taking all the time since).
-    pub fn leased(&mut self, job: u64, now: Instant) {
-        if self.job != Some(job) {
+    /// Returns whether the rate is measured again.
+    pub fn leased(&mut self, job: u64, now: Instant) -> bool {
+        let new = self.job != Some(job);
+        if new {
             self.job = Some(job);
             self.finished.clear();
             self.finished.push(now);
         }
+        new
     }
 
     /// Keeps at least `tasks` queued (within [`MAX_AHEAD`]) from now on.

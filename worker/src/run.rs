@@ -453,7 +453,10 @@ impl Session {
                 if r.register_again {
                     self.link.register_again().await;
                 }
-                self.hold(want, r.leases);
+                let back = self.hold(want, r.leases);
+                if !back.is_empty() {
+                    self.summary.released += self.link.release(back).await;
+                }
             }
             Err(s) if worth_retrying(&s) => {
                 self.link.stats.failed(Call::Lease);
@@ -477,12 +480,25 @@ impl Session {
     }
 
     /// Queues leased tasks on the pool (none leased: asks again in a second):
-    /// at most `want`, each lease id once.
-    fn hold(&mut self, want: usize, mut leases: Vec<v1::Lease>) {
+    /// at most `want`, each lease id once. Returns the leases to hand back:
+    /// a lease asked for at one job's rate that brings another job's tasks,
+    /// which may be far bigger, keeps only what the new job's fresh pace
+    /// holds.
+    fn hold(&mut self, want: usize, mut leases: Vec<v1::Lease>) -> Vec<v1::LeaseRef> {
         // No more than asked for, and each lease once, whatever the answer.
         let mut ids = std::collections::HashSet::new();
         leases.retain(|l| !self.held.contains_key(&l.lease_id) && ids.insert(l.lease_id));
         leases.truncate(want);
+        let now = std::time::Instant::now();
+        let mut new_job = false;
+        for l in &leases {
+            new_job |= self.pace.leased(l.job_id, now);
+        }
+        let room = self.pace.target(now).saturating_sub(self.held.len()).max(1);
+        let back = match new_job && leases.len() > room {
+            true => leases.split_off(room),
+            false => Vec::new(),
+        };
         if leases.is_empty() {
             self.next_lease_at = Instant::now() + Duration::from_secs(1);
         } else if self.progress.first_lease() {
@@ -490,13 +506,12 @@ impl Session {
         } else {
             tracing::debug!("leased {} tasks", leases.len());
         }
-        let now = std::time::Instant::now();
         for lease in leases {
-            self.pace.leased(lease.job_id, now);
             let stop = Arc::new(AtomicBool::new(false));
             self.held.insert(lease.lease_id, (lease, Arc::clone(&stop)));
             self.pool.push(lease, stop);
         }
+        back.iter().map(v1::Lease::lease_ref).collect()
     }
 
     /// Whether a drain is over: every task held has ended, or the grace has

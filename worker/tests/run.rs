@@ -299,3 +299,30 @@ async fn a_card_that_fails_its_self_test_stops_the_worker() {
     assert!(matches!(e, WorkerError::SelfTest(_)), "{e}");
     assert!(e.to_string().contains("on gpu:broken (test)"), "{e}");
 }
+
+/// A worker fresh from a job of tiny tasks keeps the next job's tasks at
+/// the pace of a worker that has measured nothing yet (one running, two
+/// queued), not at the old job's rate (which took all 40 at once and left
+/// other workers idle): its rate is measured again for each job, and what
+/// a lease asked for at the old rate brings beyond that goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_job_is_leased_at_its_own_pace_not_the_last_ones() {
+    let dir = kit::tempdir();
+    let r = on_any_port(dir.path()).await;
+    let tiny = submit(&r, 10, 40).await;
+    let config = Config {
+        grace: Duration::ZERO,
+        ..worker_config(&r, 1)
+    };
+    let (stop, worker) = spawn_worker(config);
+    watch_until(&r, tiny, kit::done).await;
+    // Tasks of minutes each: none finishes while the test looks.
+    let long = submit(&r, 20, 40).await;
+    // Leased at the old rate, the answer's tasks beyond the fresh pace go
+    // back at once.
+    let j = kit::poll_until(&r, long, |j| (1..=3).contains(&j.leased)).await;
+    assert_eq!((j.leased, j.pending), (3, 37), "{j:?}");
+    stop.send(()).unwrap();
+    worker.await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+}
