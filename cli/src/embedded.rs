@@ -134,12 +134,26 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     ));
     let ended = follow_job(url, job.id, &run).await?;
     let _ = stop_worker.send(());
-    let worker = worker.await.expect("the worker task panicked");
-    let last = running
-        .core
-        .job(job.id)
-        .map_err(|e| Failure::Failed(e.to_string()))?;
-    shut_down(running).await?;
+    // A signal while the run closes (its worker drains, its store syncs for
+    // the last checkpoint) stops it there: every stored task is in the
+    // journal already.
+    let closing = async {
+        let worker = worker.await.expect("the worker task panicked");
+        let last = running
+            .core
+            .job(job.id)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        shut_down(running).await?;
+        Ok::<_, Failure>((worker, last))
+    };
+    let (worker, last) = tokio::select! {
+        closed = closing => closed?,
+        () = signal() => return Err(Failure::Interrupted(format!(
+            "stopped while closing {}: every task stored is in its journal; run the same \
+             command again to continue",
+            dir.display()
+        ))),
+    };
     let Some(ended) = ended else {
         return Err(interrupted(&last, &dir));
     };

@@ -67,6 +67,10 @@ pub enum IoMode {
 }
 
 /// Why a call failed.
+/// How long a checkpoint waits for the store to sync before it is given
+/// up (the journal holds everything; the next start replays more).
+pub const STORE_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug, thiserror::Error)]
 pub enum CoordError {
     #[error(transparent)]
@@ -412,8 +416,12 @@ impl Coordinator {
         };
         let encode_ms = started.elapsed().as_millis() as u64;
         // Every record the state holds was sent to the store's thread
-        // before the lock was released: a sync now covers them all.
-        let synced = self.store_writer().sync().await;
+        // before the lock was released: a sync now covers them all. A
+        // store that cannot finish one (sled never completes a flush after
+        // a write error, such as a full disk) holds no checkpoint, nor a
+        // shutdown, longer than STORE_SYNC_WAIT.
+        let sync = tokio::time::timeout(STORE_SYNC_WAIT, self.store_writer().sync());
+        let synced = sync.await.unwrap_or(0);
         if synced < seen.last() {
             return Err(CoordError::Store(crate::store::StoreError::Behind {
                 synced,
