@@ -500,17 +500,6 @@ impl Store {
     /// written before is on disk, so a checkpoint may rely on it.
     pub fn sync(&self) -> Result<(), StoreError> {
         self.db.flush().map_err(|e| self.err(e))?;
-        fn fsync_tree(dir: &Path) -> std::io::Result<()> {
-            for entry in std::fs::read_dir(dir)? {
-                let entry = entry?;
-                if entry.file_type()?.is_dir() {
-                    fsync_tree(&entry.path())?;
-                } else {
-                    File::open(entry.path())?.sync_all()?;
-                }
-            }
-            File::open(dir)?.sync_all()
-        }
         fsync_tree(&self.path).map_err(|source| StoreError::Sync {
             path: self.path.clone(),
             source,
@@ -527,6 +516,29 @@ impl Store {
     fn try_flush(&self) -> Result<(), StoreError> {
         self.db.flush().map(drop).map_err(|e| self.err(e))
     }
+}
+
+/// An fsync's result where the file may be gone: sled removes files of
+/// its own meanwhile (blobs, old segments), and one gone between the
+/// listing and its fsync needs none.
+fn gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// fsyncs every file under `dir`, and the directories.
+fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        gone_is_fine(match entry.file_type()?.is_dir() {
+            true => fsync_tree(&path),
+            false => File::open(&path).and_then(|f| f.sync_all()),
+        })?;
+    }
+    File::open(dir)?.sync_all()
 }
 
 /// A write for the store's thread (or a read that must see every write
@@ -811,6 +823,17 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file sled removes while a sync lists its directory needs no
+    /// fsync: the sync goes on (a dangling link opens as a file gone).
+    #[cfg(unix)]
+    #[test]
+    fn a_file_gone_during_a_sync_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kept"), b"1").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("removed"), dir.path().join("blob")).unwrap();
+        fsync_tree(dir.path()).unwrap();
+    }
 
     #[test]
     fn rows_and_the_records_caught_up_are_written_together() {
