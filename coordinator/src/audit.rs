@@ -96,6 +96,8 @@ impl Audit {
 
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
+    // Read before the journal: records appended meanwhile cannot pass it.
+    let acknowledged = journal::mark::read(path);
     let replayed = replay(path, job).map_err(|e| match e {
         AuditError::Journal(
             cause @ (JournalError::Corrupt { .. }
@@ -103,11 +105,14 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
             | JournalError::MissingRecords { .. }
             | JournalError::DamagedSegment { .. }),
         ) => match journal::repair::survey(path) {
+            // As a start counts them: those cut off the end too, by the
+            // journal's commit mark.
             Ok(s) if s.damaged() => AuditError::Lost {
                 cause,
-                lost: s.lost_records(),
+                lost: s.lost_records() + acknowledged.saturating_sub(s.last()),
                 ranges: s.ranges(),
             },
+            Err(c @ JournalError::Conflicting { .. }) => AuditError::Journal(c),
             _ => AuditError::Journal(cause),
         },
         e => e,

@@ -150,38 +150,65 @@ pub fn load(dir: &Path) -> Option<Loaded> {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    for file in [path(dir), prev_path(dir)] {
-        let bytes = match std::fs::read(&file) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
+    [path(dir), prev_path(dir)]
+        .into_iter()
+        .find_map(|file| read(file, true))
+}
+
+/// The checkpoint in `file`, if it reads (why not logged where `noisy`).
+fn read(file: PathBuf, noisy: bool) -> Option<Loaded> {
+    let bytes = match std::fs::read(&file) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            if noisy {
                 tracing::warn!(path = %file.display(), error = %e, "cannot read the checkpoint; trying an older one or the whole journal");
-                continue;
             }
-        };
-        match decode(&bytes) {
-            Ok(b) => {
-                let mut seen = Seen {
-                    upto: b.upto,
-                    beyond: BTreeSet::new(),
-                };
-                for seq in b.also {
-                    seen.add(seq);
-                }
-                return Some(Loaded {
-                    seen,
-                    state: b.state,
-                    unix_ms: b.unix_ms,
-                    path: file,
-                    bytes: bytes.len() as u64,
-                });
+            return None;
+        }
+    };
+    match decode(&bytes) {
+        Ok(b) => {
+            let mut seen = Seen {
+                upto: b.upto,
+                beyond: BTreeSet::new(),
+            };
+            for seq in b.also {
+                seen.add(seq);
             }
-            Err(why) => {
-                tracing::warn!(path = %file.display(), %why, "checkpoint not used; trying an older one or the whole journal")
+            Some(Loaded {
+                seen,
+                state: b.state,
+                unix_ms: b.unix_ms,
+                path: file,
+                bytes: bytes.len() as u64,
+            })
+        }
+        Err(why) => {
+            if noisy {
+                tracing::warn!(path = %file.display(), %why, "checkpoint not used; trying an older one or the whole journal");
             }
+            None
         }
     }
-    None
+}
+
+/// Every checkpoint of data directory `dir` that reads, those moved aside
+/// (`checkpoint*.lost-*`) included, newest first: what they say of the
+/// jobs outlives the records they covered.
+pub fn every(dir: &Path) -> Vec<Loaded> {
+    let mut found: Vec<Loaded> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("checkpoint") && !name.starts_with("checkpoint.tmp")
+        })
+        .filter_map(|e| read(e.path(), false))
+        .collect();
+    found.sort_by_key(|c| std::cmp::Reverse(c.unix_ms));
+    found
 }
 
 #[cfg(test)]

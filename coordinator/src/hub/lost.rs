@@ -26,16 +26,25 @@ pub(super) fn refusal(cause: String, path: &Path, survey: &Survey, behind: u64) 
     }
 }
 
-/// What the latest readable checkpoint says of the jobs, to restate
-/// those whose records were lost.
-fn known(loaded: Option<&checkpoint::Loaded>, epoch: u64) -> Known {
+/// What every readable checkpoint of `data_dir` says of the jobs (those
+/// moved aside by an earlier start included, so that a rebuild killed
+/// after it moved them finds them again), the newest first for each job,
+/// to restate those whose records were lost; `epoch`, the latest boot
+/// epoch known otherwise.
+fn known(data_dir: &Path, epoch: u64) -> Known {
     let mut known = Known {
         epoch,
         ..Known::default()
     };
-    if let Some(c) = loaded {
-        known.jobs = c.state.jobs().map(|j| (j.id, j.restated())).collect();
-        known.deleted = c.state.deleted_jobs().collect();
+    for c in checkpoint::every(data_dir) {
+        for j in c.state.jobs() {
+            known.jobs.entry(j.id).or_insert_with(|| j.restated());
+        }
+        known.deleted.extend(c.state.deleted_jobs());
+        known.epoch = known.epoch.max(c.state.epoch());
+    }
+    for id in &known.deleted {
+        known.jobs.remove(id);
     }
     known
 }
@@ -50,7 +59,6 @@ pub(super) fn rebuild(
     data_dir: &Path,
     survey: Survey,
     marks: &Marks,
-    loaded: Option<checkpoint::Loaded>,
     accept: u64,
     store: Store,
 ) -> Result<(Store, Opened, u64), CoordError> {
@@ -72,9 +80,9 @@ pub(super) fn rebuild(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let plan = survey
-        .rebuild(&known(loaded.as_ref(), marks.epoch), now_ms)
+        .rebuild(&known(data_dir, marks.epoch), now_ms)
         .map_err(failed)?;
-    drop((store, loaded));
+    drop(store);
     set_aside(data_dir, &["checkpoint", "checkpoint.prev", "store"])?;
     let rebuilt = plan
         .write()
@@ -107,7 +115,9 @@ pub(super) fn set_aside(data_dir: &Path, names: &[&str]) -> Result<(), CoordErro
         .map_or(0, |d| d.as_secs());
     for name in names {
         let from = data_dir.join(name);
-        let to = data_dir.join(format!("{name}.lost-{stamp}"));
+        // Unique: a start moving things aside again within the second
+        // must not replace what the last one moved.
+        let to = crate::journal::repair::free_name(&data_dir.join(format!("{name}.lost-{stamp}")));
         match std::fs::rename(&from, &to) {
             Ok(()) => tracing::warn!(from = %from.display(), to = %to.display(), "moved aside"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

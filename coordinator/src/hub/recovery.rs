@@ -151,7 +151,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
         let survey = repair::survey(&journal_path)?;
         if survey.damaged() {
             let (store, store_opened, acknowledged) =
-                lost::rebuild(data_dir, survey, &marks, loaded, accept, store)?;
+                lost::rebuild(data_dir, survey, &marks, accept, store)?;
             let (journal, replay) = Journal::open_with(&journal_path, 0, acknowledged, io)?;
             return Ok(Found {
                 store,
@@ -196,6 +196,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
         ) => {
             let survey = match repair::survey(&journal_path) {
                 Ok(s) if s.damaged() => s,
+                Err(c @ JournalError::Conflicting { .. }) => return Err(c.into()),
                 _ => return Err(e.into()),
             };
             let behind = marks.acknowledged().saturating_sub(survey.last());

@@ -124,6 +124,16 @@ pub enum JournalError {
         what: String,
     },
     #[error(
+        "{first} and {second} both hold a record numbered {seq}, and the two differ: one of them is \
+         not this journal's (a copy from another data directory?). Nothing was changed: move the \
+         one that does not belong out of the data directory, and start again"
+    )]
+    Conflicting {
+        seq: u64,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error(
         "the journal {path} ends at record {last} ({torn} bytes of a cut-short record after it), but \
          acknowledged records go up to {acknowledged}"
     )]

@@ -29,28 +29,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// One file of the journal as the survey found it.
-#[derive(Debug)]
-struct Piece {
-    path: PathBuf,
-    /// The numbers it should hold: its name says (sealed), or from after
-    /// the last sealed one (the live file, `last` unknown).
-    first: u64,
-    last: Option<u64>,
-    /// The records that read, by number.
-    records: Vec<(u64, Event)>,
-    /// It does not read as it is: it is rewritten.
-    damaged: bool,
-}
-
 /// What a journal holds and what it lost.
 #[derive(Debug)]
 pub struct Survey {
     journal: PathBuf,
-    sealed: Vec<Piece>,
-    live: Piece,
-    /// Number ranges no file holds at all (a segment deleted).
-    missing: Vec<(u64, u64)>,
+    /// Every record that reads, by its own number, whatever file holds it.
+    records: BTreeMap<u64, Event>,
+    /// The sealed segments kept as they are (their records are those their
+    /// names say, whole), in order, none overlapping another.
+    kept: Vec<(u64, u64)>,
+    /// Sealed files that do not read as their names say: damaged, cut,
+    /// renamed, or a copy under another name.
+    misfits: Vec<PathBuf>,
+    /// The live file reads as it is, from the record after the last kept.
+    live_whole: bool,
 }
 
 /// What a checkpoint says of the jobs, to restate those whose records
@@ -78,59 +70,82 @@ pub struct Rebuilt {
 }
 
 /// Reads every file of the journal at `path`, keeping every record that
-/// reads. Changes nothing.
+/// reads at its own number. Changes nothing. Two files that hold
+/// different records under one number are refused: one of them is not
+/// this journal's.
 pub fn survey(path: &Path) -> Result<Survey, JournalError> {
-    let (mut sealed, mut missing, mut due) = (Vec::new(), Vec::new(), 1);
+    let mut found = Found::default();
+    let (mut kept, mut misfits) = (Vec::<(u64, u64)>::new(), Vec::new());
     for s in segments::list_all(path)? {
-        if s.first < due || s.last < s.first {
-            return Err(JournalError::MissingSegment {
-                path: s.path,
-                first: s.first,
-                last: s.last,
-                due,
-            });
-        }
-        if s.first > due {
-            missing.push((due, s.first - 1));
-        }
-        due = s.last + 1;
         let bytes = unpacked(&s.path, s.compressed);
         let (Ok(b) | Err(b)) = &bytes;
-        let records = salvage(b, s.first, s.last);
-        let whole = bytes.is_ok_and(|b| {
-            super::parse(&b, &s.path, s.first)
-                .is_ok_and(|(r, good, _)| r.len() as u64 == s.last - s.first + 1 && good == b.len())
-        });
-        sealed.push(Piece {
-            path: s.path,
-            first: s.first,
-            last: Some(s.last),
-            records,
-            damaged: !whole,
-        });
+        found.take(&s.path, salvage(b, 1, u64::MAX))?;
+        let whole = s.last >= s.first
+            && bytes.is_ok_and(|b| {
+                super::parse(&b, &s.path, s.first).is_ok_and(|(r, good, _)| {
+                    r.len() as u64 == s.last - s.first + 1 && good == b.len()
+                })
+            });
+        match whole && kept.last().is_none_or(|&(_, last)| s.first > last) {
+            true => kept.push((s.first, s.last)),
+            false => misfits.push(s.path),
+        }
     }
+    let due = kept.last().map_or(1, |&(_, last)| last + 1);
     let bytes = match std::fs::read(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         r => r.map_err(super::io_err(path))?,
     };
-    let (records, damaged) = match super::parse(&bytes, path, due) {
+    let live_whole = match super::parse(&bytes, path, due) {
         // The first format, whole: its records carry no numbers.
-        Ok((r, _, true)) => ((due..).zip(r).collect(), false),
-        parsed => (salvage(&bytes, due, u64::MAX), parsed.is_err()),
-    };
-    let live = Piece {
-        path: path.to_path_buf(),
-        first: due,
-        last: None,
-        records,
-        damaged,
+        Ok((r, _, true)) => {
+            found.take(path, (due..).zip(r).collect())?;
+            true
+        }
+        parsed => {
+            found.take(path, salvage(&bytes, 1, u64::MAX))?;
+            parsed.is_ok()
+        }
     };
     Ok(Survey {
         journal: path.to_path_buf(),
-        sealed,
-        live,
-        missing,
+        records: found.records,
+        kept,
+        misfits,
+        live_whole,
     })
+}
+
+/// Records gathered from every file, each number once.
+#[derive(Default)]
+struct Found {
+    records: BTreeMap<u64, Event>,
+    /// Where each number was read first.
+    from: BTreeMap<u64, PathBuf>,
+}
+
+impl Found {
+    /// Takes the records read in `file`; the same number read before must
+    /// be the same record.
+    fn take(&mut self, file: &Path, records: Vec<(u64, Event)>) -> Result<(), JournalError> {
+        for (seq, r) in records {
+            match self.records.get(&seq) {
+                Some(before) if *before != r => {
+                    return Err(JournalError::Conflicting {
+                        seq,
+                        first: self.from[&seq].clone(),
+                        second: file.to_path_buf(),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    self.records.insert(seq, r);
+                    self.from.insert(seq, file.to_path_buf());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A file's bytes, uncompressed; as much as decompresses of a damaged
@@ -173,23 +188,30 @@ fn salvage(bytes: &[u8], lo: u64, hi: u64) -> Vec<(u64, Event)> {
 }
 
 impl Survey {
-    /// The ranges of numbers lost: no file holds them, or they do not read.
+    /// The ranges of numbers lost: no file holds a record of that number
+    /// that reads.
     pub fn lost(&self) -> Vec<(u64, u64)> {
-        let mut lost = self.missing.clone();
-        for p in self.sealed.iter().chain([&self.live]) {
-            let mut due = p.first;
-            for &(seq, _) in &p.records {
-                if seq > due {
-                    lost.push((due, seq - 1));
-                }
-                due = seq + 1;
+        let (mut lost, mut due) = (Vec::new(), 1);
+        for &seq in self.records.keys() {
+            if seq > due {
+                lost.push((due, seq - 1));
             }
-            if let Some(last) = p.last.filter(|&l| l >= due) {
-                lost.push((due, last));
-            }
+            due = seq + 1;
         }
-        lost.sort_unstable();
         lost
+    }
+
+    /// The ranges below the last kept segment that no kept segment holds:
+    /// each is written as a new segment.
+    fn gaps(&self) -> Vec<(u64, u64)> {
+        let (mut gaps, mut due) = (Vec::new(), 1);
+        for &(first, last) in &self.kept {
+            if first > due {
+                gaps.push((due, first - 1));
+            }
+            due = last + 1;
+        }
+        gaps
     }
 
     /// The lost ranges in words: `#5..#9, #12`, the first five.
@@ -207,15 +229,21 @@ impl Survey {
             ranges.push(format!("and {} more ranges", lost.len() - 5));
         }
         match ranges.is_empty() {
-            true => "no record; only bytes after the last whole one".into(),
+            true => {
+                "no record: only files out of place, or bytes after the last whole record".into()
+            }
             false => ranges.join(", "),
         }
     }
 
-    /// Whether a file does not read as it is (records lost, or bytes
-    /// that are not records before the end).
+    /// Whether the journal does not read as it is: records lost, files
+    /// that are not what their names say, bytes that are not records
+    /// before the end.
     pub fn damaged(&self) -> bool {
-        !self.missing.is_empty() || self.sealed.iter().chain([&self.live]).any(|p| p.damaged)
+        !self.misfits.is_empty()
+            || !self.live_whole
+            || !self.gaps().is_empty()
+            || !self.lost().is_empty()
     }
 
     /// How many records are lost.
@@ -225,17 +253,14 @@ impl Survey {
 
     /// The number of the journal's last record that reads (0: none).
     pub fn last(&self) -> u64 {
-        let sealed = self.sealed.last().and_then(|p| p.last).unwrap_or(0);
-        self.live.records.last().map_or(sealed, |r| r.0)
+        self.records.keys().next_back().copied().unwrap_or(0)
     }
 
     /// Every record from 1 to [`Survey::last`]: read, or lost.
     fn slots(&self) -> Vec<Option<Event>> {
         let mut slots = vec![None; self.last() as usize];
-        for p in self.sealed.iter().chain([&self.live]) {
-            for (seq, r) in &p.records {
-                slots[*seq as usize - 1] = Some(r.clone());
-            }
+        for (seq, r) in &self.records {
+            slots[*seq as usize - 1] = Some(r.clone());
         }
         slots
     }
@@ -283,34 +308,33 @@ impl Rebuild {
         &self.rebuilt
     }
 
-    /// Writes every file that lacks records or does not read, each linked
-    /// aside first.
+    /// Writes the journal whole: a new segment for each range the kept
+    /// segments do not hold, the live file from the record after the last
+    /// kept one (where it does not read as it is), and only then moves the
+    /// files that are not what their names say out of the way; every file
+    /// replaced or removed is linked aside first. Killed at any point, it
+    /// leaves every record that read readable.
     pub fn write(mut self) -> io::Result<Rebuilt> {
         let s = &self.survey;
         let dir = segments::dir_of(&s.journal);
         let mut files = Vec::new();
-        for p in s.sealed.iter().filter(|p| p.damaged) {
-            let last = p.last.expect("sealed");
-            let plain = dir.join(segments::name(p.first, last));
-            if plain != p.path {
-                // Compressed: written plain beside it (read first where
-                // both are), then it goes, linked aside.
-                let aside = aside(&p.path, self.stamp);
-                std::fs::hard_link(&p.path, &aside)?;
-                files.push((p.path.clone(), aside));
-                self.put(&plain, (p.first, last), &mut files)?;
-                std::fs::remove_file(&p.path)?;
-                sync_dir(&plain)?;
-            } else {
-                self.put(&p.path, (p.first, last), &mut files)?;
-            }
-        }
-        for &(a, b) in &s.missing {
+        let mut written = Vec::new();
+        for (a, b) in s.gaps() {
             crate::owner_only::create_dir_all(&dir)?;
-            self.put(&dir.join(segments::name(a, b)), (a, b), &mut files)?;
+            let path = dir.join(segments::name(a, b));
+            self.put(&path, (a, b), &mut files)?;
+            written.push(path);
         }
-        if s.live.damaged {
-            self.put(&s.journal, (s.live.first, s.last()), &mut files)?;
+        if !s.live_whole {
+            let first = s.kept.last().map_or(1, |&(_, last)| last + 1);
+            self.put(&s.journal, (first, s.last()), &mut files)?;
+        }
+        for m in s.misfits.iter().filter(|m| !written.contains(m)) {
+            let aside = aside(m, self.stamp);
+            std::fs::hard_link(m, &aside)?;
+            std::fs::remove_file(m)?;
+            sync_dir(m)?;
+            files.push((m.clone(), aside));
         }
         self.rebuilt.files = files;
         Ok(self.rebuilt)
@@ -352,9 +376,15 @@ fn aside(path: &Path, stamp: u64) -> PathBuf {
         "{}.damaged-{stamp}",
         path.file_name().unwrap_or_default().to_string_lossy()
     );
-    std::iter::once(path.with_file_name(&name))
+    free_name(&path.with_file_name(name))
+}
+
+/// `path` if nothing is there, else `path.K` with the first K free.
+pub fn free_name(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    std::iter::once(path.to_path_buf())
         .chain((1..).map(|k| path.with_file_name(format!("{name}.{k}"))))
-        .find(|p| !p.exists())
+        .find(|p| std::fs::symlink_metadata(p).is_err())
         .expect("a free name")
 }
 
@@ -684,10 +714,16 @@ mod tests {
         assert_eq!(s.lost(), vec![(6, 6)]);
         let done = s.rebuild(&known(), 1).unwrap().write().unwrap();
         assert!(done.restated.is_empty(), "{done:?}");
-        assert_eq!(done.files.len(), 1);
-        let aside = std::fs::read(&done.files[0].1).unwrap();
-        assert_eq!(unpacked(&done.files[0].1, true), Ok(b), "kept aside");
-        assert!(!aside.is_empty());
+        // Its records now follow the last whole segment in the live file;
+        // the damaged one, and the live file as it was, are kept aside.
+        assert_eq!(done.files.len(), 2, "{done:?}");
+        let (_, kept) = done
+            .files
+            .iter()
+            .find(|(was, _)| was.to_string_lossy().ends_with(".seg.gz"))
+            .unwrap();
+        assert_eq!(unpacked(kept, true), Ok(b), "kept aside");
+        assert!(segments::list(&path).unwrap().iter().all(|s| s.last <= 3));
         let got = read_back(&path);
         intact_but(&got, &[6]);
         assert!(matches!(got[5], Event::Boot { .. }));
@@ -709,6 +745,63 @@ mod tests {
         intact_but(&read_back(&path), &[10]);
         let again = survey(&path).unwrap();
         assert!(!again.damaged(), "{again:?}");
+    }
+
+    /// A copy of a segment under a later name, and two segments' names
+    /// swapped: every record reads at its own number, so none is lost; the
+    /// files out of place are set aside and the journal reads whole.
+    #[test]
+    fn records_are_placed_by_their_own_numbers_not_their_files_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let sealed = segments::dir_of(&path);
+        std::fs::copy(
+            sealed.join(segments::name(4, 8)),
+            sealed.join(segments::name(13, 17)),
+        )
+        .unwrap();
+        let s = survey(&path).unwrap();
+        assert!(s.damaged());
+        assert_eq!((s.lost_records(), s.last()), (0, 12));
+        s.rebuild(&Known::default(), 1).unwrap().write().unwrap();
+        intact_but(&read_back(&path), &[]);
+        assert!(!survey(&path).unwrap().damaged());
+
+        let (a, b) = (
+            sealed.join(segments::name(1, 3)),
+            sealed.join(segments::name(4, 8)),
+        );
+        let t = sealed.join("t");
+        for (from, to) in [(&a, &t), (&b, &a), (&t, &b)] {
+            std::fs::rename(from, to).unwrap();
+        }
+        let s = survey(&path).unwrap();
+        assert!(s.damaged());
+        assert_eq!((s.lost_records(), s.last()), (0, 12));
+        let done = s.rebuild(&Known::default(), 1).unwrap().write().unwrap();
+        assert!(done.restated.is_empty() && done.gone.is_empty(), "{done:?}");
+        intact_but(&read_back(&path), &[]);
+        assert!(!survey(&path).unwrap().damaged());
+    }
+
+    /// A file whose records differ from this journal's under the same
+    /// numbers is refused, and nothing is changed.
+    #[test]
+    fn a_file_from_another_journal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let other: Vec<Event> = (20..25).map(done).collect();
+        // Numbered 4..=8 as this journal's second segment is.
+        let stray = segments::dir_of(&path).join(segments::name(13, 17));
+        std::fs::write(&stray, bytes(&other, 4)).unwrap();
+        let before = std::fs::read(&stray).unwrap();
+        match survey(&path) {
+            Err(e @ JournalError::Conflicting { .. }) => {
+                assert!(e.to_string().contains("not this journal's"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read(&stray).unwrap(), before);
     }
 
     #[test]
