@@ -1686,14 +1686,7 @@ async fn a_lost_journal_segment_stops_the_start_with_a_way_out() {
     assert_eq!(j.tasks, job.tasks, "restated from the checkpoint");
     assert_eq!(j.done, 10, "the results after the lost segment are kept");
     kit::work(&mut w, "w2", usize::MAX).await;
-    let j = kit::job(&mut ops, job.job_id).await;
-    assert_eq!(kit::counts(&j), (14_200, 1_787));
-    let audit = ops
-        .audit_job(v1::JobRef { job_id: job.job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(audit.problems, Vec::<String>::new());
+    kit::exact_and_audited(&mut ops, job.job_id).await;
     drop((w, ops));
     r.shutdown().await.unwrap();
     // The next start is a plain one.
@@ -1950,16 +1943,10 @@ async fn follow_advice(
                     "{what}: {before} results kept after accepting {accept:?} lost records"
                 );
                 kit::work(&mut w, "w2", usize::MAX).await;
-                let j = kit::job(&mut ops, job).await;
-                assert_eq!(
-                    kit::counts(&j),
-                    (724, 92),
-                    "{what}: followed, then recounted"
-                );
-                let audit = ops.audit_job(v1::JobRef { job_id: job }).await;
-                let audit = audit.unwrap().into_inner();
-                assert_eq!(audit.problems, Vec::<String>::new(), "{what}");
-                assert_eq!(audit.counted, j.tasks, "{what}");
+                // Followed, then recounted: exact, and the audit passes
+                // (the harness shows this line with a failure).
+                eprintln!("followed the advice after {what}");
+                kit::exact_and_audited(&mut ops, job).await;
                 drop((w, ops));
                 r.shutdown().await.unwrap();
                 return;
