@@ -112,7 +112,9 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
                 lost: s.lost_records() + acknowledged.saturating_sub(s.last()),
                 ranges: s.ranges(),
             },
-            Err(c @ JournalError::Conflicting { .. }) => AuditError::Journal(c),
+            Err(c @ (JournalError::Conflicting { .. } | JournalError::Beyond { .. })) => {
+                AuditError::Journal(c)
+            }
             _ => AuditError::Journal(cause),
         },
         e => e,
@@ -126,6 +128,15 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     let plan = Plan::new(j.spec)?;
     let tasks = TaskList::of(&plan, &AtomicBool::new(false))?;
     let mut problems = Problems::default();
+    let read = replayed.scanned.records;
+    if acknowledged > read {
+        problems.note(format!(
+            "the journal ends at record {read}, but its commit mark says records up to \
+             {acknowledged} were acknowledged: {} acknowledged record(s) are missing from its end \
+             (a start refuses it, naming the flag that accepts the loss)",
+            acknowledged - read
+        ));
+    }
     // Checks the plan against the digest journaled when it was made.
     if let Err(e) = state.attach_tasks(job, tasks.clone()) {
         problems.note(format!(

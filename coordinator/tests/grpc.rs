@@ -2263,6 +2263,14 @@ async fn whole_records_cut_off_the_journal_are_missed_by_its_commit_mark() {
             && err.contains("--accept-lost-records 3"),
         "{err}"
     );
+    // The audit, which reads the journal alone, sees the loss by the mark.
+    let a = nqueens_coordinator::audit::audit(&dir.path().join("journal"), 1).unwrap();
+    assert!(
+        a.problems
+            .iter()
+            .any(|p| p.contains("3 acknowledged record(s) are missing")),
+        "{a:?}"
+    );
     let accepting = Config {
         accept_lost_records: Some(3),
         ..config(dir.path())

@@ -21,7 +21,7 @@ pub(super) fn refusal(cause: String, path: &Path, survey: &Survey, behind: u64) 
         ranges: survey.ranges(),
         behind: match behind {
             0 => String::new(),
-            n => format!(", and {n} acknowledged record(s) are cut off its end"),
+            n => format!("; at its end, {n} cut off"),
         },
     }
 }

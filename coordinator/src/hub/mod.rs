@@ -106,11 +106,11 @@ pub enum CoordError {
         missing: u64,
     },
     #[error(
-        "{cause}. With no backup: the journal {path} has {lost} acknowledged record(s) lost (what no \
-         longer reads or is missing: {ranges}){behind}; accepting that those records are lost (their \
-         tasks are counted again), start once with --accept-lost-records {lost}: every record that reads is kept at its number, the lost ones \
-         are rebuilt (a job one of them defined is restated from the checkpoint), each file rewritten \
-         is kept beside it as *.damaged-*, and the checkpoints and the store are moved aside \
+        "{cause}. With no backup: the journal {path} has {lost} acknowledged record(s) lost: inside \
+         it, {ranges}{behind}. To go on (the lost results' tasks are counted again), start once \
+         with --accept-lost-records {lost}: every record that reads is kept at its number, the lost ones \
+         are rebuilt (a job one of them defined is restated from the checkpoint), files out of \
+         place are set aside, each file rewritten or removed is kept beside it as *.damaged-*, and the checkpoints and the store are moved aside \
          (*.lost-*) and rebuilt from the journal"
     )]
     JournalLost {

@@ -131,7 +131,7 @@ struct Found {
 /// ends before stops the start unless `accept_lost` is exactly the number
 /// of records it lacks (then the checkpoints and the store are set aside).
 fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, CoordError> {
-    let (mut store, mut store_opened) = Store::open(&data_dir.join("store"))?;
+    let (store, store_opened) = Store::open(&data_dir.join("store"))?;
     let loaded = checkpoint::load(data_dir);
     // How far results were acknowledged, by the store's and the latest
     // readable checkpoint's own marks: the journal must reach it.
@@ -149,7 +149,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
     // it, not only off its end, are what it may accept.
     if let Some(accept) = accept_lost {
         let survey = repair::survey(&journal_path)?;
-        if survey.damaged() {
+        if survey.damaged() || marks.acknowledged() > survey.last() {
             let (store, store_opened, acknowledged) =
                 lost::rebuild(data_dir, survey, &marks, accept, store)?;
             let (journal, replay) = Journal::open_with(&journal_path, 0, acknowledged, io)?;
@@ -163,7 +163,7 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
             });
         }
     }
-    let mut checkpoint = loaded.filter(|c| {
+    let checkpoint = loaded.filter(|c| {
         let covered = c.seen.last();
         if marks.store < covered {
             tracing::warn!(checkpoint = %c.path.display(), covered, store_caught_up = marks.store, "the store is behind the checkpoint (rebuilt or restored?); replaying the whole journal");
@@ -173,20 +173,9 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
     let after = checkpoint.as_ref().map_or(0, |c| c.seen.upto);
     let (journal, replay) = match Journal::open_with(&journal_path, after, marks.acknowledged(), io)
     {
+        // (With the flag, a journal behind was rebuilt above.)
         Err(JournalError::Behind { last, torn, .. }) => {
-            let missing = marks.acknowledged() - last;
-            if accept_lost != Some(missing) {
-                return Err(marks.behind(journal_path, last, torn));
-            }
-            tracing::warn!(missing, "--accept-lost-records: moving the checkpoints and the store aside; their tasks are counted again");
-            drop(store);
-            checkpoint = None;
-            lost::set_aside(
-                data_dir,
-                &["checkpoint", "checkpoint.prev", "store", "journal.mark"],
-            )?;
-            (store, store_opened) = Store::open(&data_dir.join("store"))?;
-            Journal::open_with(&journal_path, 0, 0, io)?
+            return Err(marks.behind(journal_path, last, torn))
         }
         Err(
             e @ (JournalError::Corrupt { .. }
@@ -196,7 +185,9 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
         ) => {
             let survey = match repair::survey(&journal_path) {
                 Ok(s) if s.damaged() => s,
-                Err(c @ JournalError::Conflicting { .. }) => return Err(c.into()),
+                Err(c @ (JournalError::Conflicting { .. } | JournalError::Beyond { .. })) => {
+                    return Err(c.into())
+                }
                 _ => return Err(e.into()),
             };
             let behind = marks.acknowledged().saturating_sub(survey.last());

@@ -134,6 +134,12 @@ pub enum JournalError {
         second: PathBuf,
     },
     #[error(
+        "{path} holds record {seq}, past the live journal's last record ({last}); sealed segments \
+         all come before the live file, so it is not this journal's (a copy from another data \
+         directory?). Nothing was changed: move it out of the data directory, and start again"
+    )]
+    Beyond { path: PathBuf, seq: u64, last: u64 },
+    #[error(
         "the journal {path} ends at record {last} ({torn} bytes of a cut-short record after it), but \
          acknowledged records go up to {acknowledged}"
     )]

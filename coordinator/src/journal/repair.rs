@@ -76,10 +76,14 @@ pub struct Rebuilt {
 pub fn survey(path: &Path) -> Result<Survey, JournalError> {
     let mut found = Found::default();
     let (mut kept, mut misfits) = (Vec::<(u64, u64)>::new(), Vec::new());
-    for s in segments::list_all(path)? {
+    // The highest number each sealed file holds.
+    let mut highest = Vec::new();
+    for s in segments::list_every(path)? {
         let bytes = unpacked(&s.path, s.compressed);
         let (Ok(b) | Err(b)) = &bytes;
-        found.take(&s.path, salvage(b, 1, u64::MAX))?;
+        let records = salvage(b, 1, u64::MAX);
+        highest.push((s.path.clone(), records.last().map_or(0, |r| r.0)));
+        found.take(&s.path, records)?;
         let whole = s.last >= s.first
             && bytes.is_ok_and(|b| {
                 super::parse(&b, &s.path, s.first).is_ok_and(|(r, good, _)| {
@@ -103,7 +107,19 @@ pub fn survey(path: &Path) -> Result<Survey, JournalError> {
             true
         }
         parsed => {
-            found.take(path, salvage(&bytes, 1, u64::MAX))?;
+            let records = salvage(&bytes, 1, u64::MAX);
+            // Sealed segments all precede the live file: one holding a
+            // record past its last is another journal's.
+            if let Some(&(last, _)) = records.last() {
+                if let Some((file, seq)) = highest.iter().find(|(_, seq)| *seq > last) {
+                    return Err(JournalError::Beyond {
+                        path: file.clone(),
+                        seq: *seq,
+                        last,
+                    });
+                }
+            }
+            found.take(path, records)?;
             parsed.is_ok()
         }
     };
@@ -229,9 +245,7 @@ impl Survey {
             ranges.push(format!("and {} more ranges", lost.len() - 5));
         }
         match ranges.is_empty() {
-            true => {
-                "no record: only files out of place, or bytes after the last whole record".into()
-            }
+            true => "none (only files out of place, or bytes after the last whole record)".into(),
             false => ranges.join(", "),
         }
     }
@@ -325,9 +339,11 @@ impl Rebuild {
             self.put(&path, (a, b), &mut files)?;
             written.push(path);
         }
-        if !s.live_whole {
+        // Records restated after the last one go at the live file's end.
+        let end = self.records.len() as u64;
+        if !s.live_whole || end > s.last() {
             let first = s.kept.last().map_or(1, |&(_, last)| last + 1);
-            self.put(&s.journal, (first, s.last()), &mut files)?;
+            self.put(&s.journal, (first, end), &mut files)?;
         }
         for m in s.misfits.iter().filter(|m| !written.contains(m)) {
             let aside = aside(m, self.stamp);
@@ -402,8 +418,18 @@ struct Need {
 /// Fills every lost slot (see the module doc); earliest deadline first,
 /// which places every need whose lost record it stands for was somewhere
 /// before that deadline.
-fn fill(slots: &mut [Option<Event>], known: &Known, now_ms: u64) -> Result<Rebuilt, String> {
+fn fill(slots: &mut Vec<Option<Event>>, known: &Known, now_ms: u64) -> Result<Rebuilt, String> {
     let mut needs = needs(slots, known, now_ms);
+    // Jobs the surviving records delete: none of them is gone by the loss.
+    let deleted: BTreeSet<u64> = slots
+        .iter()
+        .flatten()
+        .filter_map(|r| match r {
+            Event::JobDeleted { job, .. } => Some(*job),
+            _ => None,
+        })
+        .chain(known.deleted.iter().copied())
+        .collect();
     let lost = slots.iter().filter(|s| s.is_none()).count() as u64;
     let epoch = slots
         .iter()
@@ -452,13 +478,18 @@ fn fill(slots: &mut [Option<Event>], known: &Known, now_ms: u64) -> Result<Rebui
             n.deadline, n.event
         ));
     }
+    // What no lost slot could take (a job defined only in records cut off
+    // the end) is restated after the last record, in order: no job a
+    // checkpoint holds goes, and no id is given twice.
+    for need in needs.iter_mut().filter(|n| n.placed.is_none()) {
+        slots.push(Some(need.event.clone()));
+        need.placed = Some(slots.len() as u64);
+    }
     let mut rebuilt = Rebuilt::default();
     for n in needs.iter().filter(|n| n.placed.is_some()) {
         match &n.event {
             Event::JobSubmitted { job, .. } => rebuilt.restated.push(*job),
-            Event::JobDeleted { job, .. } if !known.deleted.contains(job) => {
-                rebuilt.gone.push(*job)
-            }
+            Event::JobDeleted { job, .. } if !deleted.contains(job) => rebuilt.gone.push(*job),
             _ => {}
         }
     }
@@ -472,7 +503,8 @@ struct Refs {
     last: u64,
     submitted: Option<u64>,
     planned: bool,
-    deleted: bool,
+    /// Where its deletion survives.
+    deleted: Option<u64>,
 }
 
 /// The records that must stand in lost slots, for `known`'s jobs and
@@ -495,7 +527,7 @@ fn needs(slots: &[Option<Event>], known: &Known, now_ms: u64) -> Vec<Need> {
         match r {
             Some(Event::JobSubmitted { .. }) => e.submitted = Some(seq),
             Some(Event::JobPlanned { .. }) => e.planned = true,
-            Some(Event::JobDeleted { .. }) => e.deleted = true,
+            Some(Event::JobDeleted { .. }) => e.deleted = Some(seq),
             _ => {}
         }
     }
@@ -516,8 +548,11 @@ fn needs(slots: &[Option<Event>], known: &Known, now_ms: u64) -> Vec<Need> {
             job,
             unix_ms: now_ms,
         };
+        // Its records before a surviving deletion need it defined, or
+        // deleted before them.
+        let defined_before_use = r.deleted.is_some_and(|at| r.first == Some(at));
         match (r.submitted, known.jobs.get(&job)) {
-            (Some(_), _) if r.deleted => {}
+            (Some(_), _) if r.deleted.is_some() => {}
             (Some(at), _) if known.deleted.contains(&job) => {
                 needs.push(need(deleted, r.last.max(at), u64::MAX, None))
             }
@@ -532,7 +567,7 @@ fn needs(slots: &[Option<Event>], known: &Known, now_ms: u64) -> Vec<Need> {
                     needs.push(need(plan.clone(), 0, u64::MAX, after));
                 }
             }
-            (None, None) if !r.deleted => needs.push(need(deleted, 0, deadline, None)),
+            (None, None) if !defined_before_use => needs.push(need(deleted, 0, deadline, None)),
             (None, None) => {}
         }
     }
@@ -802,6 +837,87 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(std::fs::read(&stray).unwrap(), before);
+    }
+
+    /// A job whose submission was lost and whose deletion survives (no
+    /// checkpoint holds a deleted job): deleted before its first
+    /// surviving record, which is then passed over; not reported gone.
+    #[test]
+    fn a_deleted_job_whose_submission_was_lost_stays_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let mut live = records()[8..].to_vec();
+        live.push(Event::JobDeleted { job: 1, unix_ms: 9 });
+        std::fs::write(&path, bytes(&live, 9)).unwrap();
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
+        let done = survey(&path)
+            .unwrap()
+            .rebuild(&Known::default(), 1)
+            .unwrap()
+            .write()
+            .unwrap();
+        assert!(done.gone.is_empty(), "{done:?}");
+        assert!(matches!(
+            read_back(&path)[0],
+            Event::JobDeleted { job: 1, .. }
+        ));
+    }
+
+    /// A job a checkpoint holds whose records were all cut off the end is
+    /// restated after the last record: it does not go, and its id is not
+    /// given again.
+    #[test]
+    fn a_job_cut_off_the_end_is_restated_after_the_last_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let mut known = known();
+        let (mut second, mut plan) = (submitted(), planned());
+        for e in [&mut second, &mut plan] {
+            match e {
+                Event::JobSubmitted { job, .. } | Event::JobPlanned { job, .. } => *job = 2,
+                _ => unreachable!(),
+            }
+        }
+        known.jobs.insert(2, (second.clone(), Some(plan.clone())));
+        let s = survey(&path).unwrap();
+        assert!(!s.damaged());
+        let done = s.rebuild(&known, 1).unwrap().write().unwrap();
+        assert_eq!(done.restated, vec![2]);
+        let got = read_back(&path);
+        assert_eq!(&got[12..], &[second, plan]);
+        intact_but(&got[..12], &[]);
+    }
+
+    /// A segment of another journal numbered past this one's live records
+    /// is refused (sealed segments all come before the live file); a plain
+    /// copy cut short beside its intact compressed twin loses nothing.
+    #[test]
+    fn a_segment_past_the_live_file_is_refused_and_a_twin_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let sealed = segments::dir_of(&path);
+        let far = sealed.join(segments::name(13, 17));
+        let other: Vec<Event> = (20..25).map(done).collect();
+        std::fs::write(&far, bytes(&other, 13)).unwrap();
+        assert!(matches!(
+            survey(&path),
+            Err(JournalError::Beyond {
+                seq: 17,
+                last: 12,
+                ..
+            })
+        ));
+        std::fs::remove_file(&far).unwrap();
+        segments::compress(&path).unwrap();
+        let plain = sealed.join(segments::name(4, 8));
+        let gz = unpacked(&sealed.join(format!("{}.gz", segments::name(4, 8))), true).unwrap();
+        std::fs::write(&plain, &gz[..gz.len() / 2]).unwrap();
+        let s = survey(&path).unwrap();
+        assert!(s.damaged());
+        assert_eq!(s.lost_records(), 0);
+        s.rebuild(&Known::default(), 1).unwrap().write().unwrap();
+        intact_but(&read_back(&path), &[]);
+        assert!(!survey(&path).unwrap().damaged());
     }
 
     #[test]

@@ -64,8 +64,17 @@ pub fn list(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
 }
 
 /// The sealed segments of the journal at `journal`, in order, gaps and
-/// all.
+/// all (one file where a segment is there both plain and compressed).
 pub(super) fn list_all(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
+    let mut found = list_every(journal)?;
+    // The plain file first where both exist; then drop the other.
+    found.dedup_by_key(|s| (s.first, s.last));
+    Ok(found)
+}
+
+/// Every sealed segment file of the journal at `journal`, in order (a
+/// segment there both plain and compressed twice, the plain one first).
+pub(super) fn list_every(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
     let dir = dir_of(journal);
     let entries = match std::fs::read_dir(&dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -85,9 +94,7 @@ pub(super) fn list_all(journal: &Path) -> Result<Vec<Sealed>, JournalError> {
             compressed,
         });
     }
-    // The plain file first where both exist; then drop the other.
     found.sort_by_key(|s| (s.first, s.last, s.compressed));
-    found.dedup_by_key(|s| (s.first, s.last));
     Ok(found)
 }
 
