@@ -667,6 +667,16 @@ mod tests {
         out
     }
 
+    /// The journal at `path` surveyed, rebuilt from `known` and written.
+    fn rebuilt(path: &Path, known: &Known) -> Rebuilt {
+        survey(path)
+            .unwrap()
+            .rebuild(known, 1)
+            .unwrap()
+            .write()
+            .unwrap()
+    }
+
     fn known() -> Known {
         Known {
             jobs: [(1, (submitted(), Some(planned())))].into(),
@@ -718,12 +728,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = journal(dir.path());
         std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
-        let done = survey(&path)
-            .unwrap()
-            .rebuild(&Known::default(), 1)
-            .unwrap()
-            .write()
-            .unwrap();
+        let done = rebuilt(&path, &Known::default());
         assert_eq!(done.gone, vec![1]);
         let got = read_back(&path);
         intact_but(&got, &[1, 2, 3]);
@@ -850,12 +855,7 @@ mod tests {
         live.push(Event::JobDeleted { job: 1, unix_ms: 9 });
         std::fs::write(&path, bytes(&live, 9)).unwrap();
         std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
-        let done = survey(&path)
-            .unwrap()
-            .rebuild(&Known::default(), 1)
-            .unwrap()
-            .write()
-            .unwrap();
+        let done = rebuilt(&path, &Known::default());
         assert!(done.gone.is_empty(), "{done:?}");
         assert!(matches!(
             read_back(&path)[0],
