@@ -1,27 +1,32 @@
 //! Rebuilding the records of a journal that no longer read, when no
-//! backup holds them: a sealed segment deleted or damaged, or damage
-//! inside the live file.
+//! backup holds them: a sealed segment deleted, damaged or out of place,
+//! or damage inside the live file.
 //!
 //! A [`survey`] reads every file of the journal, keeping every record
 //! that reads (its CRC and its sequence number both check, found again
-//! past damage by scanning for the next one), and finds which numbers are
-//! lost. [`Survey::rebuild`] then writes the journal back whole, each
-//! record at its number: the records that read as they were, and in the
-//! slots of the lost ones records that stand for them:
+//! past damage by scanning for the next one) at its own number, whatever
+//! file holds it, and finds which numbers are lost. Files that hold
+//! different records under one number, or a sealed segment numbered past
+//! the live file's records, are refused as another journal's.
+//! [`Survey::rebuild`] then makes the journal whole, each record at its
+//! number: the records that read as they were, and in the slots of the
+//! lost ones records that stand for them:
 //!
-//! - the submission (and plan) of every job the latest checkpoint holds
-//!   whose own record was lost, placed before its first surviving record,
-//!   so no later record names a job the journal does not define;
+//! - the submission (and plan) of every job a checkpoint holds whose own
+//!   record was lost, placed before its first surviving record, so no
+//!   later record names a job the journal does not define (after the last
+//!   record, for a job whose records were all cut off the end);
 //! - a deletion for a job whose submission was lost and that no
 //!   checkpoint holds (its later records are then passed over: it is
-//!   submitted again), and for a job the checkpoint says was deleted;
+//!   submitted again), and for a job a checkpoint says was deleted;
 //! - boots, raising the epoch past any a lost record could have held,
 //!   in every other slot.
 //!
 //! A lost result stands for nothing: its task has no result, and is
 //! counted again. The rebuilt sequence is replayed in memory before
-//! anything is written, and every file rewritten is first linked aside
-//! (`*.damaged-UNIXTIME`), so nothing that was on disk is deleted.
+//! anything is written ([`Rebuild::write`]); new files are written before
+//! any old one moves, and every file replaced or removed is first linked
+//! aside (`*.damaged-UNIXTIME`), so nothing that was on disk is deleted.
 
 use super::{codec, frame, record_at, segments, sync_dir, JournalError, MAGIC};
 use crate::state::{Event, Limits, State};
