@@ -97,7 +97,7 @@ impl Audit {
 /// Audits job `job` from the journal at `path`, without changing it.
 pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
     // Read before the journal: records appended meanwhile cannot pass it.
-    let acknowledged = journal::mark::read(path);
+    let acknowledged = journal::mark::peek(path);
     let replayed = replay(path, job).map_err(|e| match e {
         AuditError::Journal(
             cause @ (JournalError::Corrupt { .. }

@@ -41,6 +41,16 @@ fn decode(b: &[u8]) -> Option<u64> {
     (&b[12..] == TAG && crc == crc32fast::hash(&last)).then(|| u64::from_le_bytes(last))
 }
 
+/// [`read`] without a word: 0 where there is no mark or it does not read
+/// whole (as while its writer rewrites it, to a reader of a running
+/// coordinator's journal).
+pub fn peek(journal: &Path) -> u64 {
+    std::fs::read(path_of(journal))
+        .ok()
+        .and_then(|b| decode(&b))
+        .unwrap_or(0)
+}
+
 /// The last record the journal at `journal` had fsynced when its writer
 /// last said so: 0 where there is no mark, and, with a warning, where it
 /// does not read back whole.
