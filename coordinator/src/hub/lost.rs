@@ -1,8 +1,8 @@
-//! A start that finds acknowledged records lost from inside the journal
-//! (a sealed segment deleted or damaged, damage inside the live file):
-//! the refusal that counts them, and `--accept-lost-records` rebuilding
-//! the journal around every record that still reads
-//! ([`crate::journal::repair`]).
+//! A start that finds acknowledged records lost (a sealed segment
+//! deleted, damaged or out of place, damage inside the live file, records
+//! cut off its end): the refusal that counts them, and
+//! `--accept-lost-records` rebuilding the journal around every record that
+//! still reads ([`crate::journal::repair`]).
 
 use super::recovery::Marks;
 use super::CoordError;
