@@ -112,9 +112,11 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
                 lost: s.lost_records() + acknowledged.saturating_sub(s.last()),
                 ranges: s.ranges(),
             },
-            Err(c @ (JournalError::Conflicting { .. } | JournalError::Beyond { .. })) => {
-                AuditError::Journal(c)
-            }
+            Err(
+                c @ (JournalError::Conflicting { .. }
+                | JournalError::Beyond { .. }
+                | JournalError::Foreign { .. }),
+            ) => AuditError::Journal(c),
             _ => AuditError::Journal(cause),
         },
         e => e,

@@ -205,7 +205,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let data = data_dir(root.path()).await;
         let mut bytes = std::fs::read(data.join("journal")).unwrap();
-        bytes[crate::journal::MAGIC.len() + 20] ^= 0xff;
+        bytes[crate::journal::head::LEN + 20] ^= 0xff;
         std::fs::write(data.join("journal"), bytes).unwrap();
         let to = root.path().join("backup");
         let e = backup(&data, &to).unwrap_err();

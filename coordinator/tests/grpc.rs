@@ -3,6 +3,7 @@
 
 use nqueens_common::plan::Strategy;
 use nqueens_coordinator::hub::{Clock, ManualClock};
+use nqueens_coordinator::journal;
 use nqueens_coordinator::server::{
     start, start_announced, Checkpoints, Config, Running, StartError,
 };
@@ -1694,6 +1695,68 @@ async fn a_lost_journal_segment_stops_the_start_with_a_way_out() {
     r.shutdown().await.unwrap();
 }
 
+/// A sealed segment copied in from another data directory, named to
+/// continue this journal's numbers right after its last record (the live
+/// file holding none after a clean stop), would count another job's
+/// results into this one: its identity refuses it, the start and the
+/// audit name it, and with it moved out as the advice says, the job ends
+/// exact.
+#[tokio::test]
+async fn a_segment_of_another_data_directory_is_refused_by_its_identity() {
+    let (ours, theirs) = (kit::tempdir(), kit::tempdir());
+    let clock = Arc::new(ManualClock::default());
+    let r = serve_unprompted(theirs.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    submit(&mut ops, spec(10, Strategy::Frame, 40)).await;
+    r.core.checkpoint(true).await.unwrap().unwrap();
+    kit::work(&mut w, "w1", 10).await;
+    r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+
+    let r = serve_unprompted(ours.path(), clock.clone()).await;
+    let (w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(11, Strategy::Frame, 40)).await;
+    r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+
+    let journal = ours.path().join("journal");
+    let live = std::fs::read(&journal).unwrap();
+    let next = journal::head::Head::of(&live).first().unwrap();
+    let copied = journal::segments::list(&theirs.path().join("journal"))
+        .unwrap()
+        .into_iter()
+        .find(|s| s.first == next)
+        .expect("their segment of results starts where our live file does");
+    let name = copied.path.file_name().unwrap();
+    let stray = journal::segments::dir_of(&journal).join(name);
+    std::fs::copy(&copied.path, &stray).unwrap();
+
+    let err = start(config(ours.path()), clock.clone())
+        .await
+        .err()
+        .unwrap();
+    let err = err.to_string();
+    assert!(err.contains("belongs to another journal"), "{err}");
+    assert!(err.contains(&stray.display().to_string()), "{err}");
+    let audit = nqueens_coordinator::audit::audit(&journal, job.job_id).unwrap_err();
+    assert!(
+        audit.to_string().contains("belongs to another journal"),
+        "{audit}"
+    );
+
+    let aside = ours.path().join("stray.seg");
+    std::fs::rename(&stray, &aside).unwrap();
+    let r = start(config(ours.path()), clock).await.unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    assert_eq!(kit::job(&mut ops, job.job_id).await.done, 0);
+    kit::work(&mut w, "w2", usize::MAX).await;
+    kit::exact_and_audited(&mut ops, job.job_id).await;
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+}
+
 #[tokio::test]
 async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     let dir = kit::tempdir();
@@ -2216,7 +2279,7 @@ async fn a_done_jobs_export_missing_store_rows_is_refused_and_the_advice_restore
 /// record shows the cut.
 fn cut_whole_records(path: &Path, k: usize) {
     let bytes = std::fs::read(path).unwrap();
-    let magic = nqueens_coordinator::journal::MAGIC.len();
+    let magic = nqueens_coordinator::journal::head::LEN;
     let mut ends = vec![magic];
     while *ends.last().unwrap() < bytes.len() {
         let at = *ends.last().unwrap();

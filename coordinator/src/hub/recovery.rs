@@ -185,9 +185,11 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
         ) => {
             let survey = match repair::survey(&journal_path) {
                 Ok(s) if s.damaged() => s,
-                Err(c @ (JournalError::Conflicting { .. } | JournalError::Beyond { .. })) => {
-                    return Err(c.into())
-                }
+                Err(
+                    c @ (JournalError::Conflicting { .. }
+                    | JournalError::Beyond { .. }
+                    | JournalError::Foreign { .. }),
+                ) => return Err(c.into()),
                 _ => return Err(e.into()),
             };
             let behind = marks.acknowledged().saturating_sub(survey.last());

@@ -9,7 +9,7 @@
 //! left out, as a start-up cuts it off.
 
 use super::view::{try_view, TRIES};
-use super::{io_err, segments, sync_dir, JournalError, MAGIC};
+use super::{head, io_err, segments, sync_dir, JournalError};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -62,7 +62,8 @@ fn try_copy(from: &Path, to: &Path) -> Result<Option<Copied>, JournalError> {
     let Some(view) = try_view(from)? else {
         return Ok(None);
     };
-    let (sealed, live, good, first) = (view.sealed, view.live, view.good, view.first);
+    let (sealed, live, good, first, want) =
+        (view.sealed, view.live, view.good, view.first, view.want);
     let records = view.records.len() as u64;
     let dir = segments::dir_of(to);
     if !sealed.is_empty() {
@@ -78,10 +79,13 @@ fn try_copy(from: &Path, to: &Path) -> Result<Option<Copied>, JournalError> {
         let name = s.path.file_name().expect("a segment's file name");
         let copy = dir.join(name);
         write_synced(&copy, &raw).map_err(io_err(&copy))?;
-        segments::read(&segments::Sealed {
-            path: copy,
-            ..s.clone()
-        })?;
+        segments::read(
+            &segments::Sealed {
+                path: copy,
+                ..s.clone()
+            },
+            want.as_ref(),
+        )?;
         bytes += raw.len() as u64;
     }
     if !sealed.is_empty() {
@@ -90,11 +94,8 @@ fn try_copy(from: &Path, to: &Path) -> Result<Option<Copied>, JournalError> {
             .and_then(|()| sync_dir(&dir))
             .map_err(io_err(&dir))?;
     }
-    let head = if live.is_empty() {
-        MAGIC
-    } else {
-        &live[..good]
-    };
+    let new = head::bytes(segments::identity(want.as_ref()), first);
+    let head = if live.is_empty() { &new } else { &live[..good] };
     write_synced(to, head).map_err(io_err(to))?;
     sync_dir(to).map_err(io_err(to))?;
     Ok(Some(Copied {

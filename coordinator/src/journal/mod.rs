@@ -2,7 +2,8 @@
 //! before anything it holds is acknowledged. It is the coordinator's source
 //! of truth; everything else (sled, memory) is rebuilt from it.
 //!
-//! The file starts with the 8 bytes [`MAGIC`]; then each record is framed
+//! The file starts with a head ([`head`]: the format, the journal's
+//! identity and the number of the file's first record); then each record is framed
 //! as `[u32 length][u32 CRC-32 of seq and payload][u64 seq][payload]`,
 //! little endian; the payload is one `nqueens.v1.JournalRecord` (see [`codec`]) and `seq`
 //! counts records from 1, so a lost record is a gap. (A journal of the
@@ -32,12 +33,14 @@
 
 pub mod codec;
 pub mod copy;
+pub mod head;
 pub mod mark;
 pub mod repair;
 pub mod segments;
 pub mod view;
 
 use crate::state::Event;
+use head::{Head, Identity};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use std::fs::{File, OpenOptions};
@@ -57,8 +60,6 @@ pub static GROUP_RECORDS: LazyLock<Histogram> =
 /// Writes and fsyncs that failed.
 pub static WRITE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
 
-/// The first bytes of a journal in the current format.
-pub const MAGIC: &[u8; 8] = b"NQJRNL\x00\x02";
 /// Frame header: length, CRC, sequence number.
 const HEADER: usize = 16;
 /// Frame header of the first format: length, CRC.
@@ -139,6 +140,30 @@ pub enum JournalError {
          directory?). Nothing was changed: move it out of the data directory, and start again"
     )]
     Beyond { path: PathBuf, seq: u64, last: u64 },
+    #[error(
+        "sealed journal segment {path} holds records up to #{seq}, but the live journal {live} \
+         starts at record #{next}: sealed segments all come before the live file, so one of the two \
+         is not this journal's (a copy from another data directory?). Nothing was changed: move the \
+         one that does not belong (most likely the segment) out of the data directory, and start again"
+    )]
+    Overlaps {
+        path: PathBuf,
+        seq: u64,
+        live: PathBuf,
+        next: u64,
+    },
+    #[error(
+        "{path} belongs to another journal (its identity is {found}, where this journal's is {want}, \
+         read from {from}): it was copied in from another data directory. Nothing was changed: move \
+         it out of the data directory, and start again (if {from} is the file that was copied in, \
+         move that one instead)"
+    )]
+    Foreign {
+        path: PathBuf,
+        found: Identity,
+        want: Identity,
+        from: PathBuf,
+    },
     #[error(
         "the journal {path} ends at record {last} ({torn} bytes of a cut-short record after it), but \
          acknowledged records go up to {acknowledged}"
@@ -245,20 +270,20 @@ pub struct Scanned {
 /// it, and a half-written last record reads as torn). Every record's CRC
 /// is checked; damage before the end is an error, as at start-up.
 pub fn scan(path: &Path, mut each: impl FnMut(Event)) -> Result<Scanned, JournalError> {
-    let magic = MAGIC.len() as u64;
     let v = view::view(path)?;
     let (mut records, mut bytes_read) = (0, 0);
     for s in &v.sealed {
-        let (sealed, len) = view::read_listed(s)?;
-        bytes_read += len.saturating_sub(magic);
-        records += sealed.len() as u64;
-        sealed.into_iter().for_each(&mut each);
+        let sealed = view::read_listed(s, v.want.as_ref())?;
+        bytes_read += sealed.frames;
+        records += sealed.records.len() as u64;
+        sealed.records.into_iter().for_each(&mut each);
     }
     records += v.records.len() as u64;
     v.records.into_iter().for_each(each);
+    let head = Head::of(&v.live).size().min(v.live.len());
     Ok(Scanned {
         records,
-        bytes: bytes_read + (v.live.len() as u64).saturating_sub(magic),
+        bytes: bytes_read + (v.live.len() - head) as u64,
         truncated: (v.live.len() - v.good) as u64,
     })
 }
@@ -268,7 +293,7 @@ pub fn scan(path: &Path, mut each: impl FnMut(Event)) -> Result<Scanned, Journal
 pub fn read(path: &Path) -> Result<(Replay, u64), JournalError> {
     let mut records = Vec::new();
     let scanned = scan(path, |r| records.push(r))?;
-    let v1 = std::fs::read(path).is_ok_and(|b| !b.is_empty() && !b.starts_with(MAGIC));
+    let v1 = std::fs::read(path).is_ok_and(|b| Head::of(&b) == Head::V1);
     Ok((
         Replay {
             records,
@@ -294,11 +319,12 @@ fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Rewrites a first-format journal in the current format: the new file is
-/// written and fsynced beside it, the old one kept as `journal.v1`.
-fn upgrade(path: &Path, records: &[Event]) -> Result<(), JournalError> {
+/// Rewrites a first-format journal in the current format, as journal
+/// `id`: the new file is written and fsynced beside it, the old one kept
+/// as `journal.v1`.
+fn upgrade(path: &Path, records: &[Event], id: Identity) -> Result<(), JournalError> {
     let tmp = path.with_extension("v2.tmp");
-    let mut bytes = MAGIC.to_vec();
+    let mut bytes = head::bytes(id, 1).to_vec();
     for (i, r) in records.iter().enumerate() {
         bytes.extend_from_slice(&frame(i as u64 + 1, &codec::encode(r)));
     }
@@ -324,11 +350,18 @@ struct Live {
     v1: bool,
 }
 
-/// Opens (or creates) the live file at `path`, whose first record is
-/// number `first`: reads it, refuses it if it ends before `acknowledged`,
-/// cuts off a torn last write, upgrades the first format, and leaves the
-/// handle at the end for appends.
-fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live), JournalError> {
+/// Opens (or creates) the live file at `path` of journal `id`, whose
+/// first record is number `first` (the one after the last of `sealed`):
+/// reads it, refuses it if it ends before `acknowledged`, cuts off a torn
+/// last write, upgrades the first format, and leaves the handle at the end
+/// for appends.
+fn open_live(
+    path: &Path,
+    sealed: &[segments::Sealed],
+    acknowledged: u64,
+    id: Identity,
+) -> Result<(File, Live), JournalError> {
+    let first = sealed.last().map_or(1, |s| s.last + 1);
     let existed = path.exists();
     let mut file = crate::owner_only::append(path).map_err(io_err(path))?;
     if !existed {
@@ -336,12 +369,17 @@ fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live),
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(path))?;
-    let (records, good, v1) = match parse(&bytes, path, first) {
+    let Parsed {
+        records,
+        good,
+        head,
+    } = match parse(&bytes, path, first) {
         Err(e @ JournalError::Corrupt { .. }) => {
-            return Err(missing_before(&bytes, path, first).unwrap_or(e))
+            return Err(misplaced(&bytes, path, sealed).unwrap_or(e))
         }
         other => other?,
     };
+    let v1 = head == Head::V1;
     let last = first - 1 + records.len() as u64;
     let truncated = (bytes.len() - good) as u64;
     if last < acknowledged {
@@ -358,7 +396,7 @@ fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live),
         file.sync_all().map_err(io_err(path))?;
     }
     if v1 {
-        upgrade(path, &records)?;
+        upgrade(path, &records, id)?;
         // The file at `path` is the new one.
         drop(file);
         file = OpenOptions::new()
@@ -367,7 +405,7 @@ fn open_live(path: &Path, first: u64, acknowledged: u64) -> Result<(File, Live),
             .open(path)
             .map_err(io_err(path))?;
     } else if good == 0 {
-        file.write_all(MAGIC)
+        file.write_all(&head::bytes(id, first))
             .and_then(|()| file.sync_all())
             .map_err(io_err(path))?;
     }
@@ -407,6 +445,7 @@ impl Journal {
         io: crate::hub::IoMode,
     ) -> Result<(Journal, Replay), JournalError> {
         let sealed = segments::list(path)?;
+        let want = segments::expected((path, head_of_file(path)?), &sealed);
         let mut records = Vec::new();
         let mut from = None;
         let mut keep = |seq: u64, r: Event| {
@@ -416,19 +455,20 @@ impl Journal {
             }
         };
         for s in sealed.iter().filter(|s| s.last > after) {
-            for (seq, r) in (s.first..).zip(segments::read(s)?.0) {
+            for (seq, r) in (s.first..).zip(segments::read(s, want.as_ref())?.records) {
                 keep(seq, r);
             }
         }
         // The current file's first record follows the last sealed one.
         let first = sealed.last().map_or(1, |s| s.last + 1);
-        let (file, live) = open_live(path, first, acknowledged)?;
+        let id = segments::identity(want.as_ref());
+        let (file, live) = open_live(path, &sealed, acknowledged, id)?;
         let last = first - 1 + live.records.len() as u64;
         for (seq, r) in (first..).zip(live.records) {
             keep(seq, r);
         }
         let (healthy_tx, healthy) = tokio::sync::watch::channel(true);
-        let w = Writer::new(file, path.to_path_buf(), (first, last + 1), healthy_tx);
+        let w = Writer::new(file, path.to_path_buf(), id, (first, last + 1), healthy_tx);
         let sink = match io {
             crate::hub::IoMode::Threads => {
                 let (tx, rx) = mpsc::channel();
@@ -555,46 +595,105 @@ fn whole_under_bad_length(rest: &[u8], v1: bool) -> bool {
     crc32fast::hash(&rest[8..]) == crc
 }
 
-/// The sequence number of a live journal file's first record, if it
-/// reads.
-/// The error for a live file at `path` whose first record comes after
-/// `first`, the one after the last sealed: a sealed segment is missing.
-fn missing_before(bytes: &[u8], path: &Path, first: u64) -> Option<JournalError> {
-    let next = first_seq(bytes).filter(|&s| s > first)?;
-    Some(JournalError::MissingRecords {
-        dir: segments::dir_of(path),
-        path: path.to_path_buf(),
-        from: first,
-        to: next - 1,
+/// The error for a live file at `path` (its bytes) that does not start
+/// right after the last of the sealed segments `sealed`: a sealed segment
+/// is missing, or one is numbered past the live file's start.
+fn misplaced(bytes: &[u8], path: &Path, sealed: &[segments::Sealed]) -> Option<JournalError> {
+    let first = sealed.last().map_or(1, |s| s.last + 1);
+    let next = first_seq(bytes)?;
+    if next > first {
+        return Some(JournalError::MissingRecords {
+            dir: segments::dir_of(path),
+            path: path.to_path_buf(),
+            from: first,
+            to: next - 1,
+            next,
+        });
+    }
+    let odd = sealed.iter().find(|s| s.last >= next)?;
+    // Said by its identity where it has one.
+    let want = head::Expected::of([(path, Head::of(bytes))]);
+    if let Err(e) = head::check(want.as_ref(), &odd.path, segments::head_of(odd)) {
+        return Some(e);
+    }
+    Some(JournalError::Overlaps {
+        path: odd.path.clone(),
+        seq: odd.last,
+        live: path.to_path_buf(),
         next,
     })
 }
 
+/// The number of a live journal file's first record: its head's, or
+/// that its first record carries.
 fn first_seq(bytes: &[u8]) -> Option<u64> {
-    let rest = bytes.strip_prefix(MAGIC)?;
-    record_at(rest, false).ok().map(|(_, seq, _)| seq)
+    let head = Head::of(bytes);
+    match head {
+        Head::V3 { first, .. } => Some(first),
+        Head::V2 => record_at(&bytes[head.size()..], false)
+            .ok()
+            .map(|(_, seq, _)| seq),
+        _ => None,
+    }
+}
+
+/// The head of the file at `path` (a missing file has none: [`Head::Torn`]).
+fn head_of_file(path: &Path) -> Result<Head, JournalError> {
+    let mut bytes = Vec::with_capacity(head::LEN);
+    match File::open(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Head::Torn),
+        f => f
+            .and_then(|f| f.take(head::LEN as u64).read_to_end(&mut bytes))
+            .map_err(io_err(path))?,
+    };
+    Ok(Head::of(&bytes))
+}
+
+/// One file's records, read.
+pub(super) struct Parsed {
+    pub records: Vec<Event>,
+    /// The length of the part that reads (head and whole records).
+    pub good: usize,
+    pub head: Head,
 }
 
 /// Reads every record of one file, whose first record must carry sequence
-/// number `first`; returns them, the length of the good part, and whether
-/// the journal is of the first format. Only a short partial record (or
-/// zeros) at the very end is a torn write; see the module doc.
-fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<(Vec<Event>, usize, bool), JournalError> {
-    let v1 = !bytes.is_empty() && !bytes.starts_with(MAGIC);
-    if v1 && first != 1 {
-        return Err(JournalError::Corrupt {
-            path: path.to_path_buf(),
-            offset: 0,
-            len: bytes.len() as u64,
-            record: first,
-            what: "it does not start with the journal's magic bytes".into(),
-        });
+/// number `first`; returns them, the length of the good part, and the
+/// file's head. Only a short partial record (or zeros) at the very end is
+/// a torn write; see the module doc.
+fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<Parsed, JournalError> {
+    let head = Head::of(bytes);
+    let refuse = |what: String| JournalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: 0,
+        len: bytes.len() as u64,
+        record: first,
+        what,
+    };
+    match head {
+        Head::V1 if first != 1 => {
+            return Err(refuse(
+                "it does not start with the journal's magic bytes".into(),
+            ))
+        }
+        Head::Damaged => return Err(refuse("its head does not match its CRC".into())),
+        Head::V3 { first: f, .. } if f != first => {
+            return Err(refuse(format!(
+                "its head gives #{f} as its first record, where #{first} was due"
+            )))
+        }
+        // A torn first write of the head: nothing was ever acknowledged.
+        Head::Torn => {
+            return Ok(Parsed {
+                records: Vec::new(),
+                good: 0,
+                head,
+            })
+        }
+        _ => {}
     }
-    let mut at = if v1 { 0 } else { MAGIC.len().min(bytes.len()) };
-    if !v1 && bytes.len() < MAGIC.len() {
-        // A torn first write of the magic: nothing was ever acknowledged.
-        return Ok((Vec::new(), 0, false));
-    }
+    let v1 = head == Head::V1;
+    let mut at = head.size();
     let mut records = Vec::new();
     let damaged = |at: usize, records: &Vec<Event>, what: String| JournalError::Corrupt {
         path: path.to_path_buf(),
@@ -642,7 +741,11 @@ fn parse(bytes: &[u8], path: &Path, first: u64) -> Result<(Vec<Event>, usize, bo
             Err(Bad::Wrong(what)) => return Err(damaged(at, &records, what)),
         }
     }
-    Ok((records, at, v1))
+    Ok(Parsed {
+        records,
+        good: at,
+        head,
+    })
 }
 
 /// The writer thread: group commit, one fsync per group.
@@ -692,6 +795,8 @@ type RotateAnswer = Result<Option<(u64, u64)>, JournalError>;
 struct Writer {
     file: File,
     path: PathBuf,
+    /// The journal's identity, for the head of each new file.
+    id: Identity,
     /// The current file's first sequence number, and the next to write.
     file_first: u64,
     next: u64,
@@ -712,6 +817,7 @@ impl Writer {
     fn new(
         file: File,
         path: PathBuf,
+        id: Identity,
         // The current file's first sequence number, and the next to write.
         (file_first, next): (u64, u64),
         healthy: tokio::sync::watch::Sender<bool>,
@@ -723,6 +829,7 @@ impl Writer {
             good_len: file.metadata().map_or(0, |m| m.len()),
             file,
             path,
+            id,
             mark,
             mark_failures: crate::throttle::Throttle::new(crate::throttle::EVERY),
             file_first,
@@ -824,10 +931,10 @@ impl Writer {
         if self.file_first == self.next {
             return Ok(None);
         }
-        match seal(&self.path, self.file_first, self.next - 1) {
+        match seal(&self.path, self.id, self.file_first, self.next - 1) {
             Ok(new) => {
                 self.file = new;
-                self.good_len = MAGIC.len() as u64;
+                self.good_len = head::LEN as u64;
                 let sealed = (self.file_first, self.next - 1);
                 self.file_first = self.next;
                 Ok(Some(sealed))
@@ -846,11 +953,11 @@ impl Writer {
 }
 
 /// Moves the current file (records `first..=last`, all fsynced) into the
-/// sealed segments and opens a new, empty one in its place.
-fn seal(path: &Path, first: u64, last: u64) -> io::Result<File> {
+/// sealed segments and opens a new, empty one of journal `id` in its place.
+fn seal(path: &Path, id: Identity, first: u64, last: u64) -> io::Result<File> {
     segments::seal(path, first, last)?;
     let mut file = crate::owner_only::append(path)?;
-    file.write_all(MAGIC)?;
+    file.write_all(&head::bytes(id, last + 1))?;
     file.sync_all()?;
     sync_dir(path)?;
     Ok(file)
@@ -1019,7 +1126,7 @@ mod tests {
         }
         drop(j);
         let full = std::fs::read(&path).unwrap();
-        let one = (full.len() - MAGIC.len()) / 3;
+        let one = (full.len() - head::LEN) / 3;
         // Every possible torn length of the last record.
         for cut in 1..one {
             std::fs::write(&path, &full[..full.len() - cut]).unwrap();
@@ -1028,7 +1135,7 @@ mod tests {
             assert_eq!(r.truncated as usize, one - cut);
             assert_eq!(
                 std::fs::read(&path).unwrap().len(),
-                MAGIC.len() + 2 * one,
+                head::LEN + 2 * one,
                 "file cut back to whole records"
             );
         }
@@ -1053,8 +1160,8 @@ mod tests {
         }
         drop(j);
         let bytes = std::fs::read(&path).unwrap();
-        let one = (bytes.len() - MAGIC.len()) / 3;
-        let at = |k: usize| MAGIC.len() + k * one;
+        let one = (bytes.len() - head::LEN) / 3;
+        let at = |k: usize| head::LEN + k * one;
         // Any bit of the middle or the last record, length, CRC and
         // sequence number included: damage, never a torn tail.
         for bit in 0..2 * one * 8 {
@@ -1093,7 +1200,7 @@ mod tests {
         }
         drop(j);
         let bytes = std::fs::read(path).unwrap();
-        let one = (bytes.len() - MAGIC.len()) / 3;
+        let one = (bytes.len() - head::LEN) / 3;
         (bytes, one)
     }
 
@@ -1102,7 +1209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal");
         let (bytes, one) = three_records(&path).await;
-        let at = |k: usize| MAGIC.len() + k * one;
+        let at = |k: usize| head::LEN + k * one;
         // A few bytes cut out of the middle record.
         for cut in [1, 5, one / 2, one - 1] {
             let mut damaged = bytes[..at(1) + 3].to_vec();
@@ -1152,5 +1259,76 @@ mod tests {
         let path = dir.path().join("journal2");
         std::fs::write(&path, &bad).unwrap();
         assert!(matches!(reopen(&path), Err(JournalError::Corrupt { .. })));
+    }
+
+    /// The heads of the live file and of every sealed segment.
+    fn heads(path: &Path) -> Vec<Head> {
+        let mut h: Vec<Head> = segments::list(path)
+            .unwrap()
+            .iter()
+            .map(segments::head_of)
+            .collect();
+        h.push(head_of_file(path).unwrap());
+        h
+    }
+
+    /// Every file a journal writes carries one identity, kept across
+    /// starts, and the number of its first record.
+    #[tokio::test]
+    async fn every_file_carries_the_journals_identity_and_its_first_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        for start in 0..2u64 {
+            let (j, _) = Journal::open(&path, 0, 0).unwrap();
+            for e in 1..=4 {
+                j.append(&boot(start * 4 + e)).await.unwrap();
+                if e % 2 == 0 {
+                    j.rotate().await.unwrap();
+                }
+            }
+        }
+        segments::compress(&path).unwrap();
+        let heads = heads(&path);
+        let id = heads[0].id().unwrap();
+        let firsts: Vec<Option<u64>> = heads.iter().map(|h| h.first()).collect();
+        assert_eq!(firsts, [1, 3, 5, 7, 9].map(Some));
+        assert!(heads.iter().all(|h| h.id() == Some(id)), "{heads:?}");
+        assert_eq!(
+            epochs(&reopen(&path).unwrap().records),
+            (1..=8).collect::<Vec<_>>()
+        );
+    }
+
+    /// A live file of the second format (no identity) goes on as it is;
+    /// its files after the next seal carry one, and the whole journal
+    /// reads.
+    #[tokio::test]
+    async fn a_journal_of_the_second_format_goes_on_with_an_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut old = head::MAGIC_V2.to_vec();
+        for seq in 1..=3 {
+            old.extend_from_slice(&frame(seq, &codec::encode(&boot(seq))));
+        }
+        std::fs::write(&path, &old).unwrap();
+        let (j, r) = Journal::open(&path, 0, 0).unwrap();
+        assert_eq!(epochs(&r.records), [1, 2, 3]);
+        j.append(&boot(4)).await.unwrap();
+        j.rotate().await.unwrap();
+        j.append(&boot(5)).await.unwrap();
+        drop(j);
+        let before = heads(&path);
+        assert_eq!(before[0], Head::V2);
+        assert_eq!(before[1].first(), Some(5));
+        let (all, _) = read(&path).unwrap();
+        assert_eq!(epochs(&all.records), [1, 2, 3, 4, 5]);
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
+        j.rotate().await.unwrap();
+        drop(j);
+        let after = heads(&path);
+        assert_eq!(
+            after[1..].iter().map(|h| h.id()).collect::<Vec<_>>(),
+            [before[1].id(); 2]
+        );
     }
 }

@@ -5,9 +5,11 @@
 //! A [`survey`] reads every file of the journal, keeping every record
 //! that reads (its CRC and its sequence number both check, found again
 //! past damage by scanning for the next one) at its own number, whatever
-//! file holds it, and finds which numbers are lost. Files that hold
-//! different records under one number, or a sealed segment numbered past
-//! the live file's records, are refused as another journal's.
+//! file holds it, and finds which numbers are lost. A file whose head
+//! carries another journal's identity, files that hold different records
+//! under one number, and a sealed segment numbered past the live file's
+//! records (or past the start its head gives) are refused as another
+//! journal's.
 //! [`Survey::rebuild`] then makes the journal whole, each record at its
 //! number: the records that read as they were, and in the slots of the
 //! lost ones records that stand for them:
@@ -28,7 +30,8 @@
 //! any old one moves, and every file replaced or removed is first linked
 //! aside (`*.damaged-UNIXTIME`), so nothing that was on disk is deleted.
 
-use super::{codec, frame, record_at, segments, sync_dir, JournalError, MAGIC};
+use super::head::{self, Head, Identity};
+use super::{codec, frame, record_at, segments, sync_dir, JournalError};
 use crate::state::{Event, Limits, State};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
@@ -48,6 +51,8 @@ pub struct Survey {
     misfits: Vec<PathBuf>,
     /// The live file reads as it is, from the record after the last kept.
     live_whole: bool,
+    /// The journal's identity, for the files written.
+    id: Identity,
 }
 
 /// What a checkpoint says of the jobs, to restate those whose records
@@ -75,24 +80,31 @@ pub struct Rebuilt {
 }
 
 /// Reads every file of the journal at `path`, keeping every record that
-/// reads at its own number. Changes nothing. Two files that hold
-/// different records under one number are refused: one of them is not
-/// this journal's.
+/// reads at its own number. Changes nothing. A file whose head names
+/// another journal, and two files that hold different records under one
+/// number, are refused: one of them is not this journal's.
 pub fn survey(path: &Path) -> Result<Survey, JournalError> {
     let mut found = Found::default();
     let (mut kept, mut misfits) = (Vec::<(u64, u64)>::new(), Vec::new());
     // The highest number each sealed file holds.
     let mut highest = Vec::new();
-    for s in segments::list_every(path)? {
-        let bytes = unpacked(&s.path, s.compressed);
-        let (Ok(b) | Err(b)) = &bytes;
+    let every = segments::list_every(path)?;
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        r => r.map_err(super::io_err(path))?,
+    };
+    let want = segments::expected((path, Head::of(&bytes)), &every);
+    for s in every {
+        let unpacked = unpacked(&s.path, s.compressed);
+        let (Ok(b) | Err(b)) = &unpacked;
+        head::check(want.as_ref(), &s.path, Head::of(b))?;
         let records = salvage(b, 1, u64::MAX);
         highest.push((s.path.clone(), records.last().map_or(0, |r| r.0)));
         found.take(&s.path, records)?;
         let whole = s.last >= s.first
-            && bytes.is_ok_and(|b| {
-                super::parse(&b, &s.path, s.first).is_ok_and(|(r, good, _)| {
-                    r.len() as u64 == s.last - s.first + 1 && good == b.len()
+            && unpacked.is_ok_and(|b| {
+                super::parse(&b, &s.path, s.first).is_ok_and(|p| {
+                    p.records.len() as u64 == s.last - s.first + 1 && p.good == b.len()
                 })
             });
         match whole && kept.last().is_none_or(|&(_, last)| s.first > last) {
@@ -101,21 +113,20 @@ pub fn survey(path: &Path) -> Result<Survey, JournalError> {
         }
     }
     let due = kept.last().map_or(1, |&(_, last)| last + 1);
-    let bytes = match std::fs::read(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        r => r.map_err(super::io_err(path))?,
-    };
     let live_whole = match super::parse(&bytes, path, due) {
         // The first format, whole: its records carry no numbers.
-        Ok((r, _, true)) => {
-            found.take(path, (due..).zip(r).collect())?;
+        Ok(p) if p.head == Head::V1 => {
+            found.take(path, (due..).zip(p.records).collect())?;
             true
         }
         parsed => {
             let records = salvage(&bytes, 1, u64::MAX);
-            // Sealed segments all precede the live file: one holding a
-            // record past its last is another journal's.
-            if let Some(&(last, _)) = records.last() {
+            // Sealed segments all precede the live file (which, empty,
+            // starts where its head says): one holding a record past its
+            // last is another journal's.
+            let first = Head::of(&bytes).first().filter(|&f| f > 0);
+            let last = records.last().map(|r| r.0).or(first.map(|f| f - 1));
+            if let Some(last) = last {
                 if let Some((file, seq)) = highest.iter().find(|(_, seq)| *seq > last) {
                     return Err(JournalError::Beyond {
                         path: file.clone(),
@@ -134,6 +145,7 @@ pub fn survey(path: &Path) -> Result<Survey, JournalError> {
         kept,
         misfits,
         live_whole,
+        id: segments::identity(want.as_ref()),
     })
 }
 
@@ -189,11 +201,7 @@ fn unpacked(path: &Path, compressed: bool) -> Result<Vec<u8>, Vec<u8>> {
 /// bytes that do not read, the next offset where a whole record does
 /// (its CRC covers its number, so a record found is the one written).
 fn salvage(bytes: &[u8], lo: u64, hi: u64) -> Vec<(u64, Event)> {
-    let mut at = if bytes.starts_with(MAGIC) {
-        MAGIC.len()
-    } else {
-        0
-    };
+    let mut at = Head::of(bytes).size();
     let (mut next, mut out) = (lo, Vec::new());
     while at < bytes.len() {
         match record_at(&bytes[at..], false) {
@@ -374,7 +382,7 @@ impl Rebuild {
             std::fs::hard_link(path, &aside)?;
             files.push((path.to_path_buf(), aside));
         }
-        let mut bytes = MAGIC.to_vec();
+        let mut bytes = head::bytes(self.survey.id, range.0).to_vec();
         for seq in range.0..=range.1 {
             let payload = codec::encode(&self.records[seq as usize - 1]);
             bytes.extend_from_slice(&frame(seq, &payload));
@@ -644,12 +652,18 @@ mod tests {
         r
     }
 
-    fn bytes(records: &[Event], first: u64) -> Vec<u8> {
-        let mut b = MAGIC.to_vec();
+    /// A file of journal `id` of `records`, the first numbered `first`.
+    fn file_of(id: Identity, records: &[Event], first: u64) -> Vec<u8> {
+        let mut b = head::bytes(id, first).to_vec();
         for (seq, r) in (first..).zip(records) {
             b.extend_from_slice(&frame(seq, &codec::encode(r)));
         }
         b
+    }
+
+    /// A file of the journal of [`journal`].
+    fn bytes(records: &[Event], first: u64) -> Vec<u8> {
+        file_of(Identity::fixed(1), records, first)
     }
 
     /// The journal at `dir/journal` of [`records`]: sealed segments 1-3
@@ -751,7 +765,7 @@ mod tests {
         let seg = segments::dir_of(&path).join(segments::name(4, 8));
         let mut b = std::fs::read(&seg).unwrap();
         // One byte of record 6's payload flipped.
-        let at = b.len() - 2 * (b.len() - MAGIC.len()) / 5 - 3;
+        let at = b.len() - 2 * (b.len() - head::LEN) / 5 - 3;
         b[at] ^= 0x40;
         std::fs::write(&seg, &b).unwrap();
         assert_eq!(segments::compress(&path).unwrap(), 2);
@@ -781,7 +795,7 @@ mod tests {
         let mut b = std::fs::read(&path).unwrap();
         // Record 10's header (the second record of the live file).
         let first = frame(9, &codec::encode(&records()[8])).len();
-        b[MAGIC.len() + first + 1] ^= 0xff;
+        b[head::LEN + first + 1] ^= 0xff;
         std::fs::write(&path, &b).unwrap();
         let s = survey(&path).unwrap();
         assert_eq!((s.lost(), s.last()), (vec![(10, 10)], 12));
@@ -946,5 +960,66 @@ mod tests {
         let s = survey(&path).unwrap();
         assert!(!s.damaged(), "a torn tail is not damage");
         assert_eq!((s.lost_records(), s.last()), (0, 12));
+    }
+
+    /// After a clean stop every record is sealed and the live file holds
+    /// none. A segment copied in from another data directory and named to
+    /// continue the numbers is refused by its identity, or, of the second
+    /// format (no identity), by the live file's first number; every reader
+    /// refuses it, and with it moved out as the advice says, the journal
+    /// reads whole again.
+    #[tokio::test]
+    async fn a_segment_copied_in_after_the_last_record_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let sealed = segments::dir_of(&path);
+        std::fs::write(
+            sealed.join(segments::name(9, 12)),
+            bytes(&records()[8..], 9),
+        )
+        .unwrap();
+        let far = sealed.join(segments::name(13, 17));
+        let other: Vec<Event> = (20..25).map(done).collect();
+        std::fs::write(&path, head::bytes(Identity::fixed(1), 13)).unwrap();
+
+        std::fs::write(&far, file_of(Identity::fixed(2), &other, 13)).unwrap();
+        let foreign = |e: &JournalError| {
+            let text = e.to_string();
+            assert!(
+                text.contains("13-") && text.contains("move it out"),
+                "{text}"
+            );
+            matches!(e, JournalError::Foreign { .. })
+        };
+        assert!(foreign(
+            &super::super::Journal::open(&path, 0, 0).err().unwrap()
+        ));
+        assert!(foreign(&super::super::scan(&path, |_| {}).unwrap_err()));
+        assert!(foreign(&survey(&path).unwrap_err()));
+
+        let mut old = head::MAGIC_V2.to_vec();
+        old.extend_from_slice(&bytes(&other, 13)[head::LEN..]);
+        std::fs::write(&far, old).unwrap();
+        match super::super::Journal::open(&path, 0, 0).err().unwrap() {
+            e @ JournalError::Overlaps {
+                seq: 17, next: 13, ..
+            } => {
+                assert!(e.to_string().contains("most likely the segment"), "{e}")
+            }
+            e => panic!("{e}"),
+        }
+        assert!(matches!(
+            survey(&path),
+            Err(JournalError::Beyond {
+                seq: 17,
+                last: 12,
+                ..
+            })
+        ));
+        std::fs::remove_file(&far).unwrap();
+        intact_but(&read_back(&path), &[]);
+        let (j, r) = super::super::Journal::open(&path, 0, 0).unwrap();
+        assert_eq!((r.first, r.last), (1, 12));
+        assert_eq!(j.append(&done(9)).await.unwrap(), 13);
     }
 }

@@ -9,6 +9,7 @@
 //! and a start-up without a usable checkpoint replays them all. Sealed
 //! segments must follow each other from record 1 with no gap.
 
+use super::head::{self, Expected, Head, Identity};
 use super::{io_err, parse, sync_dir, JournalError};
 use crate::state::Event;
 use flate2::{read::GzDecoder, write::GzEncoder, Compression};
@@ -116,9 +117,19 @@ fn bytes_of(s: &Sealed) -> Result<Vec<u8>, JournalError> {
     Ok(bytes)
 }
 
-/// Every record of a sealed segment, CRC-checked, and its size
-/// uncompressed; anything short of the whole segment is damage.
-pub fn read(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
+/// A sealed segment, read.
+#[derive(Debug)]
+pub struct Segment {
+    pub records: Vec<Event>,
+    /// The bytes of its records' frames, uncompressed (its head not
+    /// counted).
+    pub frames: u64,
+}
+
+/// Every record of a sealed segment, CRC-checked; anything short of the
+/// whole segment is damage, and a head of another journal than `want`
+/// is refused.
+pub fn read(s: &Sealed, want: Option<&Expected>) -> Result<Segment, JournalError> {
     let bytes = bytes_of(s)?;
     let damaged = |what: String| JournalError::DamagedSegment {
         path: s.path.clone(),
@@ -126,7 +137,8 @@ pub fn read(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
         last: s.last,
         what,
     };
-    let (records, good, _) = parse(&bytes, &s.path, s.first).map_err(|e| match e {
+    head::check(want, &s.path, Head::of(&bytes))?;
+    let parsed = parse(&bytes, &s.path, s.first).map_err(|e| match e {
         JournalError::Corrupt {
             offset,
             record,
@@ -137,13 +149,56 @@ pub fn read(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
         )),
         e => e,
     })?;
-    if good != bytes.len() || records.len() as u64 != s.last - s.first + 1 {
+    if parsed.good != bytes.len() || parsed.records.len() as u64 != s.last - s.first + 1 {
         return Err(damaged(format!(
             "it ends after {} of its records",
-            records.len()
+            parsed.records.len()
         )));
     }
-    Ok((records, bytes.len() as u64))
+    Ok(Segment {
+        records: parsed.records,
+        frames: (bytes.len() - parsed.head.size()) as u64,
+    })
+}
+
+/// The head of a sealed segment (of a compressed one, as much as
+/// decompresses); a file that cannot be opened has none to read.
+pub fn head_of(s: &Sealed) -> Head {
+    let Ok(file) = File::open(&s.path) else {
+        return Head::Torn;
+    };
+    let mut bytes = Vec::with_capacity(head::LEN);
+    let read = match s.compressed {
+        true => GzDecoder::new(file)
+            .take(head::LEN as u64)
+            .read_to_end(&mut bytes),
+        false => file.take(head::LEN as u64).read_to_end(&mut bytes),
+    };
+    match read {
+        Ok(_) => Head::of(&bytes),
+        Err(_) => Head::Torn,
+    }
+}
+
+/// The identity a journal's files carry: the live file's (with `live`,
+/// its head), else that of the newest sealed segment of `sealed` that
+/// carries one; none where no file of the current format is there.
+pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Option<Expected> {
+    Expected::of([live]).or_else(|| {
+        sealed
+            .iter()
+            .rev()
+            .map(|s| (s.path.as_path(), head_of(s)))
+            // Files of the second format all precede the current one's.
+            .take_while(|(_, h)| !matches!(h, Head::V1 | Head::V2))
+            .find_map(|f| Expected::of([f]))
+    })
+}
+
+/// The identity new files of a journal carry: the one its files carry,
+/// or a new one.
+pub fn identity(want: Option<&Expected>) -> Identity {
+    want.map_or_else(Identity::random, |w| w.id)
 }
 
 /// Moves the journal file at `journal` (holding records `first..=last`,

@@ -12,9 +12,10 @@
 //! with a seal is never mistaken for damage, whose advice would cut
 //! acknowledged records off the journal.
 
-use super::{io_err, missing_before, parse, segments, JournalError};
+use super::head::{Expected, Head};
+use super::{io_err, misplaced, parse, segments, JournalError};
 use crate::state::Event;
-use segments::Sealed;
+use segments::{Sealed, Segment};
 use std::io;
 use std::path::Path;
 
@@ -32,6 +33,9 @@ pub struct View {
     pub records: Vec<Event>,
     pub good: usize,
     pub first: u64,
+    /// The identity every file must carry (none where no file is of the
+    /// current format).
+    pub want: Option<Expected>,
 }
 
 /// A [`View`] of the journal at `path`, trying again while it changes
@@ -83,38 +87,43 @@ pub fn try_view(path: &Path) -> Result<Option<View>, JournalError> {
         return Ok(None);
     }
     let first = sealed.last().map_or(1, |s| s.last + 1);
-    let (records, good) = match parse(&live, path, first) {
-        Ok((records, good, _)) => (records, good),
+    let parsed = match parse(&live, path, first) {
+        Ok(parsed) => parsed,
         // No seal came between the listings: a later first record means
-        // a segment is missing.
+        // a segment is missing, an earlier one a segment out of place.
         Err(e @ JournalError::Corrupt { .. }) => {
-            return Err(missing_before(&live, path, first).unwrap_or(e))
+            return Err(misplaced(&live, path, &sealed).unwrap_or(e))
         }
         Err(e) => return Err(e),
     };
+    let want = segments::expected((path, Head::of(&live)), &sealed);
     Ok(Some(View {
         sealed,
         live,
-        records,
-        good,
+        records: parsed.records,
+        good: parsed.good,
         first,
+        want,
     }))
 }
 
 /// Every record of a segment a view listed (see [`segments::read`]): from
 /// its compressed file where it was compressed since.
-pub fn read_listed(s: &Sealed) -> Result<(Vec<Event>, u64), JournalError> {
-    match segments::read(s) {
+pub fn read_listed(s: &Sealed, want: Option<&Expected>) -> Result<Segment, JournalError> {
+    match segments::read(s, want) {
         Err(JournalError::Io { source, .. })
             if source.kind() == io::ErrorKind::NotFound && !s.compressed =>
         {
             let mut gz = s.path.clone().into_os_string();
             gz.push(".gz");
-            segments::read(&Sealed {
-                path: gz.into(),
-                compressed: true,
-                ..s.clone()
-            })
+            segments::read(
+                &Sealed {
+                    path: gz.into(),
+                    compressed: true,
+                    ..s.clone()
+                },
+                want,
+            )
         }
         r => r,
     }
