@@ -205,6 +205,8 @@ pub struct Running {
     health_watch: tokio::task::JoinHandle<()>,
     refresher: tokio::task::JoinHandle<()>,
     metrics: Option<tokio::task::JoinHandle<()>>,
+    /// Turns true once the data directory's lock is released.
+    released: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Running {
@@ -244,6 +246,14 @@ impl Running {
             tracing::warn!(error = %e, "no checkpoint at shutdown; the next start replays the journal since the last one");
         }
         self.core.close_store();
+        // The lock goes with the coordinator's last handle; the tasks of
+        // calls that just ended may still hold one for a moment.
+        let mut released = self.released.clone();
+        drop(self);
+        let freed = tokio::time::timeout(SHUTDOWN_GRACE, released.wait_for(|&r| r)).await;
+        if freed.is_err() {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "the data directory's lock is still held by tasks of calls that have not ended");
+        }
         served
     }
 
@@ -388,6 +398,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
     let checkpointer = spawn_checkpointer(Arc::clone(&core), config.checkpoints);
     tracing::info!(%addr, dir = %config.data_dir.display(), "coordinator serving");
     Ok(Running {
+        released: core.lock_released(),
         addr,
         metrics_addr,
         metrics,

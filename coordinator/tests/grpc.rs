@@ -1757,6 +1757,22 @@ async fn a_segment_of_another_data_directory_is_refused_by_its_identity() {
     drop((w, ops));
 }
 
+/// The data directory is free once `shutdown` returns, also when the
+/// clients went just before it, their connections' tasks still closing.
+#[tokio::test]
+async fn the_data_directory_is_free_once_shutdown_returns() {
+    let dir = kit::tempdir();
+    for round in 0..3 {
+        let r = serve_unprompted(dir.path(), Arc::default()).await;
+        let (mut w, mut ops) = clients(&r).await;
+        // A watch (the submission's, until the plan is made) and results.
+        submit(&mut ops, spec(8, Strategy::Frame, 4)).await;
+        kit::work(&mut w, &format!("w{round}"), 2).await;
+        drop((w, ops));
+        r.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     let dir = kit::tempdir();

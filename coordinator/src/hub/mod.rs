@@ -207,8 +207,8 @@ pub struct Coordinator {
     keeping: claims::Counts<(u64, String)>,
     /// Worker ids being bound now, each to the credential it is bound to.
     binding: claims::Claims<String, String>,
-    /// Held open for the lifetime of the process: the data directory's lock.
-    _lock: File,
+    /// The data directory's lock, held while this coordinator lives.
+    lock: recovery::DirLock,
 }
 
 mod claims;
@@ -291,6 +291,12 @@ impl Coordinator {
     pub fn close(&self) {
         self.stop_planning();
         self.closing.send_replace(true);
+    }
+
+    /// Turns true once the data directory's lock is released: when the
+    /// last handle to this coordinator goes.
+    pub fn lock_released(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.lock.released()
     }
 
     /// True once [`Coordinator::close`] was called.

@@ -114,6 +114,36 @@ pub(crate) fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
     Ok(lock)
 }
 
+/// The data directory's lock held by a coordinator: released when the
+/// coordinator's last handle goes (a call's task may hold one for a moment
+/// after the server ends), which [`DirLock::released`] tells.
+pub(crate) struct DirLock {
+    file: Option<File>,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl DirLock {
+    pub(crate) fn new(file: File) -> DirLock {
+        DirLock {
+            file: Some(file),
+            released: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// Turns true once the lock is released.
+    pub(crate) fn released(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.released.subscribe()
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Closing the directory's handle releases its flock.
+        drop(self.file.take());
+        self.released.send_replace(true);
+    }
+}
+
 /// What a start finds on disk: the store, the checkpoint it may start
 /// from, and the journal records after it.
 struct Found {
@@ -348,7 +378,7 @@ impl Coordinator {
             recording: Default::default(),
             keeping: Default::default(),
             binding: Default::default(),
-            _lock: lock,
+            lock: DirLock::new(lock),
         });
         let mut recovery = Recovery {
             records,
