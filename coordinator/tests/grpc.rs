@@ -1773,6 +1773,43 @@ async fn the_data_directory_is_free_once_shutdown_returns() {
     }
 }
 
+/// A pause whose record was in a segment lost is set again from the
+/// checkpoint once the loss is accepted: the job stays paused, as its
+/// operator left it, until it is resumed.
+#[tokio::test]
+async fn a_pause_lost_with_its_segment_holds_after_the_loss_is_accepted() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve_unprompted(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(11, Strategy::Frame, 20)).await;
+    let id = v1::JobRef { job_id: job.job_id };
+    kit::work(&mut w, "w1", 5).await;
+    ops.pause_job(id).await.unwrap();
+    let sealed = r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+    let segment = files_under(&dir.path().join("journal.d"))
+        .into_iter()
+        .min()
+        .unwrap();
+    std::fs::remove_file(&segment).unwrap();
+    let accepted = Config {
+        accept_lost_records: Some(sealed.upto),
+        ..config(dir.path())
+    };
+    let r = start(accepted, clock).await.unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(j.state, v1::JobState::Paused as i32);
+    assert!(kit::lease(&mut w, "w2", 5).await.is_empty());
+    ops.resume_job(id).await.unwrap();
+    kit::work(&mut w, "w2", usize::MAX).await;
+    kit::exact_and_audited(&mut ops, job.job_id).await;
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+}
+
 #[tokio::test]
 async fn a_worker_the_coordinator_does_not_know_is_asked_to_register_again() {
     let dir = kit::tempdir();

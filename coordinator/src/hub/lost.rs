@@ -39,6 +39,10 @@ fn known(data_dir: &Path, epoch: u64) -> Known {
     for c in checkpoint::every(data_dir) {
         for j in c.state.jobs() {
             known.jobs.entry(j.id).or_insert_with(|| j.restated());
+            known
+                .controls
+                .entry(j.id)
+                .or_insert((j.control(), c.seen.upto));
         }
         known.deleted.extend(c.state.deleted_jobs());
         known.epoch = known.epoch.max(c.state.epoch());
@@ -100,6 +104,9 @@ pub(super) fn rebuild(
         "--accept-lost-records: the journal was rebuilt around every record that reads; the lost \
          records' tasks are counted again"
     );
+    for (job, control) in &rebuilt.controlled {
+        tracing::warn!(job, state = %control, "the record that set this job so was lost; set again as the checkpoint holds it");
+    }
     if !rebuilt.gone.is_empty() {
         tracing::error!(jobs = ?rebuilt.gone, "these jobs were defined only in the lost records and no checkpoint holds them: their records are passed over; submit them again");
     }

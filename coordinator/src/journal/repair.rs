@@ -22,7 +22,10 @@
 //!   checkpoint holds (its later records are then passed over: it is
 //!   submitted again), and for a job a checkpoint says was deleted;
 //! - boots, raising the epoch past any a lost record could have held,
-//!   in every other slot.
+//!   in every other slot;
+//! - after the last record, the pause or cancellation a checkpoint holds
+//!   for a job whose record of it was lost (no surviving record after
+//!   that checkpoint setting the job otherwise).
 //!
 //! A lost result stands for nothing: its task has no result, and is
 //! counted again. The rebuilt sequence is replayed in memory before
@@ -32,7 +35,7 @@
 
 use super::head::{self, Head, Identity};
 use super::{codec, frame, record_at, segments, sync_dir, JournalError};
-use crate::state::{Event, Limits, State};
+use crate::state::{Event, JobState, Limits, State};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -63,6 +66,9 @@ pub struct Known {
     pub jobs: BTreeMap<u64, (Event, Option<Event>)>,
     pub deleted: BTreeSet<u64>,
     pub epoch: u64,
+    /// What the operator last set for each job (paused, cancelled), and
+    /// the last record the checkpoint that says so holds.
+    pub controls: BTreeMap<u64, (JobState, u64)>,
 }
 
 /// What a rebuild did.
@@ -75,6 +81,9 @@ pub struct Rebuilt {
     /// Jobs whose submission was lost and that no checkpoint holds: their
     /// surviving records are passed over; they must be submitted again.
     pub gone: Vec<u64>,
+    /// Jobs paused or cancelled again, as a checkpoint says they were,
+    /// where the records that did it were lost.
+    pub controlled: Vec<(u64, JobState)>,
     /// Files rewritten, and where the old ones were linked aside.
     pub files: Vec<(PathBuf, PathBuf)>,
 }
@@ -299,16 +308,28 @@ impl Survey {
     pub fn rebuild(self, known: &Known, now_ms: u64) -> Result<Rebuild, String> {
         let mut slots = self.slots();
         let mut rebuilt = fill(&mut slots, known, now_ms)?;
-        let records: Vec<Event> = slots.into_iter().map(|s| s.expect("filled")).collect();
+        let mut records: Vec<Event> = slots.into_iter().map(|s| s.expect("filled")).collect();
         let mut state = State::new(Limits::default());
-        for (i, r) in records.iter().enumerate() {
-            state.apply(r).map_err(|e| {
-                format!(
-                    "the rebuilt journal does not replay at record {}: {e}; nothing was changed",
-                    i + 1
-                )
-            })?;
+        let replay = |state: &mut State, records: &[Event], from: usize| {
+            records.iter().enumerate().skip(from).try_for_each(|(i, r)| {
+                state.apply(r).map(|_| ()).map_err(|e| {
+                    format!(
+                        "the rebuilt journal does not replay at record {}: {e}; nothing was changed",
+                        i + 1
+                    )
+                })
+            })
+        };
+        replay(&mut state, &records, 0)?;
+        let replayed = records.len();
+        for (job, control) in self.controls_lost(known, &state) {
+            records.push(Event::JobControlled {
+                job,
+                state: control,
+            });
+            rebuilt.controlled.push((job, control));
         }
+        replay(&mut state, &records, replayed)?;
         rebuilt.lost = self.lost();
         Ok(Rebuild {
             survey: self,
@@ -316,6 +337,31 @@ impl Survey {
             rebuilt,
             stamp: now_ms / 1000,
         })
+    }
+}
+
+impl Survey {
+    /// The pauses and cancellations a checkpoint in `known` holds that the
+    /// rebuilt journal, replayed into `state`, lacks, where no surviving
+    /// record after that checkpoint sets the job otherwise: their records
+    /// were lost, and each is set again after the last record.
+    fn controls_lost(&self, known: &Known, state: &State) -> Vec<(u64, JobState)> {
+        let set_since = |job: u64, upto: u64| {
+            self.records
+                .range(upto + 1..)
+                .any(|(_, r)| matches!(r, Event::JobControlled { job: j, .. } if *j == job))
+        };
+        known
+            .controls
+            .iter()
+            .filter(|(_, (c, _))| matches!(c, JobState::Paused | JobState::Cancelled))
+            .filter(|(&job, &(c, upto))| {
+                !state.deleted(job)
+                    && state.job(job).is_ok_and(|j| j.control() != c)
+                    && !set_since(job, upto)
+            })
+            .map(|(&job, &(c, _))| (job, c))
+            .collect()
     }
 }
 
@@ -1021,5 +1067,44 @@ mod tests {
         let (j, r) = super::super::Journal::open(&path, 0, 0).unwrap();
         assert_eq!((r.first, r.last), (1, 12));
         assert_eq!(j.append(&done(9)).await.unwrap(), 13);
+    }
+
+    /// A pause whose record was lost is set again as the checkpoint holds
+    /// it, after the last record; not where a surviving record after that
+    /// checkpoint set the job otherwise.
+    #[test]
+    fn a_lost_pause_is_set_again_from_the_checkpoint() {
+        let replayed = |path: &Path| {
+            let mut state = State::new(Limits::default());
+            read_back(path).iter().for_each(|r| {
+                state.apply(r).unwrap();
+            });
+            state.job(1).unwrap().control()
+        };
+        let mut known = known();
+        // A checkpoint holding records up to 8 says job 1 was paused: the
+        // pause was among the records lost with segment 4-8.
+        known.controls.insert(1, (JobState::Paused, 8));
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(4, 8))).unwrap();
+        let done = rebuilt(&path, &known);
+        assert_eq!(done.controlled, vec![(1, JobState::Paused)]);
+        assert_eq!(replayed(&path), JobState::Paused);
+        assert_eq!(read_back(&path).len(), 13);
+
+        // Resumed after that checkpoint, in a record that survives.
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let mut live = records()[8..].to_vec();
+        live.push(Event::JobControlled {
+            job: 1,
+            state: JobState::Running,
+        });
+        std::fs::write(&path, bytes(&live, 9)).unwrap();
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(4, 8))).unwrap();
+        let done = rebuilt(&path, &known);
+        assert!(done.controlled.is_empty(), "{done:?}");
+        assert_eq!(replayed(&path), JobState::Running);
     }
 }

@@ -179,6 +179,11 @@ impl Job {
         }
     }
 
+    /// What the operator last set: running, paused or cancelled.
+    pub fn control(&self) -> JobState {
+        self.control
+    }
+
     /// The plan's task count, once planned.
     pub fn task_count(&self) -> Option<u64> {
         self.tasks.as_ref().map(TaskList::count)
