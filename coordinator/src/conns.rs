@@ -14,7 +14,8 @@
 //! now and then cannot hold a place. The bytes of requests still arriving,
 //! which the server buffers until each message is whole, are bounded per
 //! connection and in all ([`Call::take`]); past the bound in all, the
-//! stalled connection holding the most makes way.
+//! stalled connection holding the most makes way, or, where none is
+//! stalled, the heaviest sender's (see `Table::make_room`).
 
 use futures_util::task::AtomicWaker;
 use nqueens_proto::refusal::Refusal;
@@ -289,18 +290,42 @@ impl Table {
             .map(Duration::from_millis)
     }
 
-    /// The stalled connection holding the most bytes of requests still
-    /// arriving (none in flight, none arriving: see [`arriving`]) is
-    /// closed, so that the bytes it holds come back (its calls end).
+    /// Closes a connection holding bytes of requests still arriving (none
+    /// whose request arrived), so that the bytes it holds come back (its
+    /// calls end): the stalled one holding the most (not arriving: see
+    /// [`arriving`]); where every holder is arriving at pace, the one
+    /// holding the most of the sender holding the most in all (an
+    /// address beyond loopback; on loopback, each connection). Requests
+    /// paced just fast enough to hold their places cannot then fill the
+    /// bound from a few addresses and lock everyone else out: the
+    /// heaviest sender makes way.
     fn make_room(&self, now: u64) {
         let open = self.open.lock().expect("connections lock");
-        let stalled = open
-            .by_peer
-            .values()
-            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && !arriving(c, now))
-            .max_by_key(|c| c.arriving_bytes.load(Ordering::Relaxed))
-            .filter(|c| c.arriving_bytes.load(Ordering::Relaxed) > 0);
-        if let Some(c) = stalled {
+        let held = |c: &Arc<Conn>| c.arriving_bytes.load(Ordering::Relaxed);
+        let holders = || {
+            open.by_peer
+                .values()
+                .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && held(c) > 0)
+        };
+        let sender = |c: &Arc<Conn>| match c.peer.ip() {
+            ip if ip.is_loopback() => c.peer,
+            ip => SocketAddr::new(ip, 0),
+        };
+        let heaviest = || {
+            let mut by_sender: HashMap<SocketAddr, u64> = HashMap::new();
+            for c in holders() {
+                *by_sender.entry(sender(c)).or_default() += held(c);
+            }
+            let (top, _) = by_sender.into_iter().max_by_key(|&(_, bytes)| bytes)?;
+            holders()
+                .filter(|c| sender(c) == top)
+                .max_by_key(|c| held(c))
+        };
+        let victim = holders()
+            .filter(|c| !arriving(c, now))
+            .max_by_key(|c| held(c))
+            .or_else(heaviest);
+        if let Some(c) = victim {
             c.closed.store(true, Ordering::Release);
             c.waker.wake();
         }
@@ -896,6 +921,56 @@ mod tests {
         ca.give_back(4 << 20);
         cc.take_at(2 << 20, 2 << 20, later).unwrap();
         assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 3 << 20);
+    }
+
+    /// Requests from one address that claim the largest message and then
+    /// arrive just fast enough to hold their places fill the bound in
+    /// all; another client's request past it is refused, and that address
+    /// makes way (its connection holding the most), never the other
+    /// client.
+    #[test]
+    fn paced_floods_from_one_address_make_way_past_the_bound() {
+        let table = Table::new(Bounds {
+            total: 10,
+            per_ip: 10,
+            arriving: 8 << 20,
+        });
+        let flood = |port| SocketAddr::from(([203, 0, 113, 7], port));
+        let honest = SocketAddr::from(([198, 51, 100, 2], 9));
+        let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
+        let conns: Vec<_> = (1..=2)
+            .map(|p| table.admit_at(flood(p), 0).unwrap())
+            .collect();
+        let calls: Vec<_> = (1..=2)
+            .map(|p| table.call_at(flood(p), 0).unwrap())
+            .collect();
+        for call in &calls {
+            call.take_at(5, 4 << 20, 0).unwrap();
+        }
+        // Another client's request arrived and is being answered.
+        let h = table.admit_at(honest, 0).unwrap();
+        let _answering = table.call_at(honest, 0).unwrap().arrived();
+        // Each flooding request sends at the least pace every 100 ms: all
+        // of them are arriving, none stalled.
+        let mut now = 0;
+        while now < 10 * BUSY.as_millis() as u64 {
+            now += 100;
+            for call in &calls {
+                call.take_at(MIN_ARRIVAL_RATE / 10 + 1, 0, now).unwrap();
+            }
+        }
+        assert!(calls.iter().all(|c| arriving(&c.conn, now)));
+        let late = table
+            .admit_at(SocketAddr::from(([198, 51, 100, 3], 9)), now)
+            .unwrap();
+        let lc = table.call_at(late.peer, now).unwrap();
+        let e = lc.take_at(5, 1 << 20, now).unwrap_err();
+        assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
+        assert_eq!(conns.iter().filter(|c| closed(c)).count(), 1);
+        assert!(!closed(&h) && !closed(&late));
+        // The closed connection's call ends and gives its bytes back.
+        calls[0].give_back(4 << 20);
+        lc.take_at(5, 1 << 20, now).unwrap();
     }
 
     /// A request holds the length its prefix claims as soon as the prefix
