@@ -115,7 +115,8 @@ pub fn audit(path: &Path, job: u64) -> Result<Audit, AuditError> {
             Err(
                 c @ (JournalError::Conflicting { .. }
                 | JournalError::Beyond { .. }
-                | JournalError::Foreign { .. }),
+                | JournalError::Foreign { .. }
+                | JournalError::Newer { .. }),
             ) => AuditError::Journal(c),
             _ => AuditError::Journal(cause),
         },

@@ -218,7 +218,8 @@ fn find(data_dir: &Path, accept_lost: Option<u64>, io: IoMode) -> Result<Found, 
                 Err(
                     c @ (JournalError::Conflicting { .. }
                     | JournalError::Beyond { .. }
-                    | JournalError::Foreign { .. }),
+                    | JournalError::Foreign { .. }
+                    | JournalError::Newer { .. }),
                 ) => return Err(c.into()),
                 _ => return Err(e.into()),
             };

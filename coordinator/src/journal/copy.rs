@@ -85,7 +85,19 @@ fn try_copy(from: &Path, to: &Path) -> Result<Option<Copied>, JournalError> {
                 ..s.clone()
             },
             want.as_ref(),
-        )?;
+        )
+        .map_err(|e| match e {
+            // Said of the file copied, which is the one to move.
+            JournalError::Foreign {
+                found, want, from, ..
+            } => JournalError::Foreign {
+                path: s.path.clone(),
+                found,
+                want,
+                from,
+            },
+            e => e,
+        })?;
         bytes += raw.len() as u64;
     }
     if !sealed.is_empty() {
@@ -208,6 +220,28 @@ mod tests {
         for (copy, records) in taken {
             assert_eq!(epochs(&copy), (1..=records).collect::<Vec<_>>());
             Journal::open(&copy, 0, records).unwrap();
+        }
+    }
+
+    /// A segment of another journal is refused, named where it lies in
+    /// the journal copied, not in the copy.
+    #[tokio::test]
+    async fn a_segment_of_another_journal_is_named_where_it_lies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let (j, _) = Journal::open(&path, 0, 0).unwrap();
+        for e in 1..=4 {
+            j.append(&boot(e)).await.unwrap();
+            j.rotate().await.unwrap();
+        }
+        drop(j);
+        let odd = segments::list(&path).unwrap().remove(2).path;
+        let mut b = std::fs::read(&odd).unwrap();
+        b[..head::LEN].copy_from_slice(&head::bytes(head::Identity::fixed(9), 3));
+        std::fs::write(&odd, b).unwrap();
+        match copy(&path, &dir.path().join("copy")) {
+            Err(JournalError::Foreign { path, .. }) => assert_eq!(path, odd),
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -86,7 +86,10 @@ impl Head {
                 Head::V1
             };
         }
-        if n < LEN {
+        // Shorter than a head, or the magic and zeros only: a seal's new
+        // file whose head never reached the disk before a power cut (it is
+        // fsynced before any record is written after it).
+        if n < LEN || bytes[MAGIC.len()..].iter().all(|&b| b == 0) {
             return Head::Torn;
         }
         let crc = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
@@ -193,6 +196,15 @@ mod tests {
         for n in 0..LEN {
             assert_eq!(Head::of(&b[..n]), Head::Torn, "{n} bytes");
         }
+        let mut zeros = MAGIC.to_vec();
+        zeros.resize(100, 0);
+        assert_eq!(
+            Head::of(&zeros),
+            Head::Torn,
+            "a head that never reached the disk"
+        );
+        zeros[99] = 1;
+        assert_eq!(Head::of(&zeros), Head::Damaged);
         assert_eq!(Head::of(b"NQJRNL\x00\x02rest"), Head::V2);
         assert_eq!(Head::of(&[9, 0, 0, 0, 1, 2, 3, 4, 5]), Head::V1);
         assert_ne!(Identity::random(), id);

@@ -165,6 +165,13 @@ pub enum JournalError {
         from: PathBuf,
     },
     #[error(
+        "{path}, the newest sealed journal segment, carries a journal identity, but the live journal \
+         {live} is of the older format, which this journal's files had before they carried one: the \
+         segment was copied in from another data directory. Nothing was changed: move it out of the \
+         data directory, and start again"
+    )]
+    Newer { path: PathBuf, live: PathBuf },
+    #[error(
         "the journal {path} ends at record {last} ({torn} bytes of a cut-short record after it), but \
          acknowledged records go up to {acknowledged}"
     )]
@@ -445,7 +452,7 @@ impl Journal {
         io: crate::hub::IoMode,
     ) -> Result<(Journal, Replay), JournalError> {
         let sealed = segments::list(path)?;
-        let want = segments::expected((path, head_of_file(path)?), &sealed);
+        let want = segments::expected((path, head_of_file(path)?), &sealed)?;
         let mut records = Vec::new();
         let mut from = None;
         let mut keep = |seq: u64, r: Event| {

@@ -102,7 +102,7 @@ pub fn survey(path: &Path) -> Result<Survey, JournalError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         r => r.map_err(super::io_err(path))?,
     };
-    let want = segments::expected((path, Head::of(&bytes)), &every);
+    let want = segments::expected((path, Head::of(&bytes)), &every)?;
     for s in every {
         let unpacked = unpacked(&s.path, s.compressed);
         let (Ok(b) | Err(b)) = &unpacked;
@@ -1103,5 +1103,87 @@ mod tests {
         let done = rebuilt(&path, &known);
         assert!(done.controlled.is_empty(), "{done:?}");
         assert_eq!(replayed(&path), JobState::Running);
+    }
+
+    /// [`journal`] of the second format: no file carries an identity.
+    fn second_format(dir: &Path) -> PathBuf {
+        let path = journal(dir);
+        let files = segments::list(&path).unwrap();
+        for file in files.iter().map(|s| s.path.clone()).chain([path.clone()]) {
+            let b = std::fs::read(&file).unwrap();
+            let mut old = head::MAGIC_V2.to_vec();
+            old.extend_from_slice(&b[head::LEN..]);
+            std::fs::write(&file, old).unwrap();
+        }
+        path
+    }
+
+    /// A rebuild of a journal of the second format writes its segments in
+    /// the current format between older ones: every later start, seal,
+    /// audit, backup and rebuild takes the identity they carry, so the
+    /// journal never refuses its own files.
+    #[tokio::test]
+    async fn a_journal_of_the_second_format_rebuilt_keeps_one_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = second_format(dir.path());
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
+        rebuilt(&path, &known());
+        let rebuilt_id = segments::head_of(&segments::list(&path).unwrap()[0]).id();
+        assert!(rebuilt_id.is_some());
+        assert_eq!(Head::of(&std::fs::read(&path).unwrap()), Head::V2);
+        let (j, _) = super::super::Journal::open(&path, 0, 0).unwrap();
+        j.append(&done(9)).await.unwrap();
+        j.rotate().await.unwrap();
+        drop(j);
+        assert_eq!(Head::of(&std::fs::read(&path).unwrap()).id(), rebuilt_id);
+        assert_eq!(read_back(&path).len(), 13);
+        let copy = dir.path().join("copy");
+        std::fs::create_dir(&copy).unwrap();
+        super::super::copy::copy(&path, &copy.join("journal")).unwrap();
+        assert!(!survey(&path).unwrap().damaged());
+
+        // Damage in the live file of a journal whose live file is of the
+        // second format still: the second rebuild takes the same identity.
+        let dir = tempfile::tempdir().unwrap();
+        let path = second_format(dir.path());
+        std::fs::remove_file(segments::dir_of(&path).join(segments::name(1, 3))).unwrap();
+        rebuilt(&path, &known());
+        let mut b = std::fs::read(&path).unwrap();
+        b[head::MAGIC_V2.len() + 30] ^= 0xff;
+        std::fs::write(&path, b).unwrap();
+        let done = rebuilt(&path, &known());
+        assert_eq!(done.lost, vec![(9, 9)], "{done:?}");
+        super::super::Journal::open(&path, 0, 0).unwrap();
+        assert_eq!(read_back(&path).len(), 12);
+    }
+
+    /// A journal of the second format stopped cleanly (its live file the
+    /// magic alone) cannot have a newest segment that carries an identity:
+    /// one copied in, named to continue its numbers, is refused by every
+    /// reader, and the journal reads whole once it is moved out.
+    #[tokio::test]
+    async fn a_segment_with_an_identity_after_an_older_live_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = second_format(dir.path());
+        let sealed = segments::dir_of(&path);
+        let live = std::fs::read(&path).unwrap();
+        std::fs::write(sealed.join(segments::name(9, 12)), &live).unwrap();
+        std::fs::write(&path, head::MAGIC_V2).unwrap();
+        let far = sealed.join(segments::name(13, 17));
+        let other: Vec<Event> = (20..25).map(done).collect();
+        std::fs::write(&far, file_of(Identity::fixed(2), &other, 13)).unwrap();
+        let newer = |e: JournalError| {
+            assert!(e.to_string().contains("move it out"), "{e}");
+            matches!(e, JournalError::Newer { .. })
+        };
+        assert!(newer(
+            super::super::Journal::open(&path, 0, 0).err().unwrap()
+        ));
+        assert!(newer(super::super::scan(&path, |_| {}).unwrap_err()));
+        assert!(newer(survey(&path).unwrap_err()));
+        std::fs::remove_file(&far).unwrap();
+        intact_but(&read_back(&path), &[]);
+        let (j, _) = super::super::Journal::open(&path, 0, 0).unwrap();
+        assert_eq!(j.append(&done(9)).await.unwrap(), 13);
     }
 }

@@ -182,17 +182,34 @@ pub fn head_of(s: &Sealed) -> Head {
 
 /// The identity a journal's files carry: the live file's (with `live`,
 /// its head), else that of the newest sealed segment of `sealed` that
-/// carries one; none where no file of the current format is there.
-pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Option<Expected> {
-    Expected::of([live]).or_else(|| {
-        sealed
-            .iter()
-            .rev()
-            .map(|s| (s.path.as_path(), head_of(s)))
-            // Files of the second format all precede the current one's.
-            .take_while(|(_, h)| !matches!(h, Head::V1 | Head::V2))
-            .find_map(|f| Expected::of([f]))
-    })
+/// carries one; none where no file of the current format is there. (A
+/// journal of the second format may hold files of the current one
+/// anywhere: a rebuild writes the segments it makes in the current
+/// format, between older ones. So every segment's head may be read, once,
+/// until the live file carries the identity after the next seal.)
+///
+/// While the live file is of the second format, the newest segment is
+/// too (a rebuild writes segments only below the newest it keeps, and
+/// rewrites a live file it does not keep in the current format): a newest
+/// segment that carries an identity then is another journal's, refused
+/// with [`JournalError::Newer`].
+pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Result<Option<Expected>, JournalError> {
+    if let Some(e) = Expected::of([live]) {
+        return Ok(Some(e));
+    }
+    let mut heads = sealed.iter().rev().map(|s| (s, head_of(s)));
+    let mut newest = heads.next();
+    if let (Head::V2, Some((s, Head::V3 { .. }))) = (live.1, &newest) {
+        return Err(JournalError::Newer {
+            path: s.path.clone(),
+            live: live.0.to_path_buf(),
+        });
+    }
+    Ok(newest
+        .take()
+        .into_iter()
+        .chain(heads)
+        .find_map(|(s, h)| Expected::of([(s.path.as_path(), h)])))
 }
 
 /// The identity new files of a journal carry: the one its files carry,

@@ -96,7 +96,7 @@ pub fn try_view(path: &Path) -> Result<Option<View>, JournalError> {
         }
         Err(e) => return Err(e),
     };
-    let want = segments::expected((path, Head::of(&live)), &sealed);
+    let want = segments::expected((path, Head::of(&live)), &sealed)?;
     Ok(Some(View {
         sealed,
         live,
