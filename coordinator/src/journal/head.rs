@@ -77,6 +77,11 @@ impl Head {
         if bytes.starts_with(MAGIC_V2) {
             return Head::V2;
         }
+        // Zeros only: a file whose first write never reached the disk
+        // (never a journal of the first format, whose records cannot be).
+        if bytes.iter().all(|&b| b == 0) {
+            return Head::Torn;
+        }
         let n = bytes.len().min(LEN);
         if !bytes.starts_with(MAGIC) {
             let torn = MAGIC.starts_with(&bytes[..n.min(MAGIC.len())]);
@@ -205,6 +210,7 @@ mod tests {
         );
         zeros[99] = 1;
         assert_eq!(Head::of(&zeros), Head::Damaged);
+        assert_eq!(Head::of(&[0; LEN]), Head::Torn);
         assert_eq!(Head::of(b"NQJRNL\x00\x02rest"), Head::V2);
         assert_eq!(Head::of(&[9, 0, 0, 0, 1, 2, 3, 4, 5]), Head::V1);
         assert_ne!(Identity::random(), id);

@@ -1186,4 +1186,28 @@ mod tests {
         let (j, _) = super::super::Journal::open(&path, 0, 0).unwrap();
         assert_eq!(j.append(&done(9)).await.unwrap(), 13);
     }
+
+    /// A live file of another journal, numbered to follow the last
+    /// segment, is refused even by a start whose checkpoint covers every
+    /// segment (it reads none of their records): the newest segment's head
+    /// disagrees, and the one before it says which of the two is odd. A
+    /// live file whose head is zeros only never reached the disk.
+    #[tokio::test]
+    async fn a_live_file_of_another_journal_is_refused_past_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal(dir.path());
+        let sealed = segments::dir_of(&path);
+        std::fs::write(sealed.join(segments::name(9, 12)), bytes(&records()[8..], 9)).unwrap();
+        let other: Vec<Event> = (20..25).map(done).collect();
+        std::fs::write(&path, file_of(Identity::fixed(2), &other, 13)).unwrap();
+        match super::super::Journal::open(&path, 12, 12).err().unwrap() {
+            JournalError::Foreign { path: odd, .. } => assert_eq!(odd, path),
+            e => panic!("{e}"),
+        }
+        std::fs::write(&path, [0; head::LEN]).unwrap();
+        let (j, r) = super::super::Journal::open(&path, 12, 12).unwrap();
+        assert_eq!((r.last, j.append(&done(9)).await.unwrap()), (12, 13));
+        drop(j);
+        intact_but(&read_back(&path)[..12], &[]);
+    }
 }

@@ -181,35 +181,46 @@ pub fn head_of(s: &Sealed) -> Head {
 }
 
 /// The identity a journal's files carry: the live file's (with `live`,
-/// its head), else that of the newest sealed segment of `sealed` that
-/// carries one; none where no file of the current format is there. (A
-/// journal of the second format may hold files of the current one
-/// anywhere: a rebuild writes the segments it makes in the current
-/// format, between older ones. So every segment's head may be read, once,
-/// until the live file carries the identity after the next seal.)
+/// its head) where the newest sealed segment of `sealed` carries the same
+/// or none, else that of the newest segment that carries one; none where
+/// no file of the current format is there. (A journal of the second
+/// format may hold files of the current one anywhere: a rebuild writes the
+/// segments it makes in the current format, between older ones. So every
+/// segment's head may be read, once, until the live file carries the
+/// identity after the next seal.)
 ///
+/// Where the live file and the newest segment differ, one of them is
+/// another journal's ([`JournalError::Foreign`]): the live file if the
+/// next segment with an identity agrees with the newest, else the newest.
 /// While the live file is of the second format, the newest segment is
 /// too (a rebuild writes segments only below the newest it keeps, and
 /// rewrites a live file it does not keep in the current format): a newest
 /// segment that carries an identity then is another journal's, refused
 /// with [`JournalError::Newer`].
 pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Result<Option<Expected>, JournalError> {
-    if let Some(e) = Expected::of([live]) {
-        return Ok(Some(e));
-    }
-    let mut heads = sealed.iter().rev().map(|s| (s, head_of(s)));
-    let mut newest = heads.next();
-    if let (Head::V2, Some((s, Head::V3 { .. }))) = (live.1, &newest) {
-        return Err(JournalError::Newer {
-            path: s.path.clone(),
+    let mut heads = sealed.iter().rev().map(|s| (s.path.as_path(), head_of(s)));
+    let newest = heads.next();
+    let from_live = Expected::of([live]);
+    match (&from_live, newest) {
+        (None, Some((path, Head::V3 { .. }))) if live.1 == Head::V2 => Err(JournalError::Newer {
+            path: path.to_path_buf(),
             live: live.0.to_path_buf(),
-        });
+        }),
+        (Some(l), Some((path, head))) => match l.check(path, head) {
+            Ok(()) => Ok(from_live),
+            Err(newest_odd) => match heads.find_map(|f| Expected::of([f])) {
+                Some(older) if older.id != l.id => Err(older
+                    .check(live.0, live.1)
+                    .expect_err("the live file's identity differs")),
+                _ => Err(newest_odd),
+            },
+        },
+        (Some(_), None) => Ok(from_live),
+        (None, newest) => Ok(newest
+            .into_iter()
+            .chain(heads)
+            .find_map(|f| Expected::of([f]))),
     }
-    Ok(newest
-        .take()
-        .into_iter()
-        .chain(heads)
-        .find_map(|(s, h)| Expected::of([(s.path.as_path(), h)])))
 }
 
 /// The identity new files of a journal carry: the one its files carry,
