@@ -1197,7 +1197,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = journal(dir.path());
         let sealed = segments::dir_of(&path);
-        std::fs::write(sealed.join(segments::name(9, 12)), bytes(&records()[8..], 9)).unwrap();
+        std::fs::write(
+            sealed.join(segments::name(9, 12)),
+            bytes(&records()[8..], 9),
+        )
+        .unwrap();
         let other: Vec<Event> = (20..25).map(done).collect();
         std::fs::write(&path, file_of(Identity::fixed(2), &other, 13)).unwrap();
         match super::super::Journal::open(&path, 12, 12).err().unwrap() {
