@@ -725,6 +725,16 @@ mod tests {
         path
     }
 
+    /// [`journal`] after a clean stop: every record sealed (9-12 too),
+    /// the live file a head only.
+    fn stopped(dir: &Path) -> PathBuf {
+        let path = journal(dir);
+        let sealed = segments::dir_of(&path).join(segments::name(9, 12));
+        std::fs::write(sealed, bytes(&records()[8..], 9)).unwrap();
+        std::fs::write(&path, head::bytes(Identity::fixed(1), 13)).unwrap();
+        path
+    }
+
     /// What the journal at `path` reads now, whole.
     fn read_back(path: &Path) -> Vec<Event> {
         let mut out = Vec::new();
@@ -1021,16 +1031,9 @@ mod tests {
     #[tokio::test]
     async fn a_segment_copied_in_after_the_last_record_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let path = journal(dir.path());
-        let sealed = segments::dir_of(&path);
-        std::fs::write(
-            sealed.join(segments::name(9, 12)),
-            bytes(&records()[8..], 9),
-        )
-        .unwrap();
-        let far = sealed.join(segments::name(13, 17));
+        let path = stopped(dir.path());
+        let far = segments::dir_of(&path).join(segments::name(13, 17));
         let other: Vec<Event> = (20..25).map(done).collect();
-        std::fs::write(&path, head::bytes(Identity::fixed(1), 13)).unwrap();
 
         std::fs::write(&far, file_of(Identity::fixed(2), &other, 13)).unwrap();
         let foreign = |e: &JournalError| {
@@ -1195,13 +1198,7 @@ mod tests {
     #[tokio::test]
     async fn a_live_file_of_another_journal_is_refused_past_a_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let path = journal(dir.path());
-        let sealed = segments::dir_of(&path);
-        std::fs::write(
-            sealed.join(segments::name(9, 12)),
-            bytes(&records()[8..], 9),
-        )
-        .unwrap();
+        let path = stopped(dir.path());
         let other: Vec<Event> = (20..25).map(done).collect();
         std::fs::write(&path, file_of(Identity::fixed(2), &other, 13)).unwrap();
         match super::super::Journal::open(&path, 12, 12).err().unwrap() {
