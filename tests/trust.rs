@@ -7,6 +7,7 @@ use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
+use nqueens_testkit::h2::{answered_on_stream_1, h2_call, h2_frame, h2_preface, half_open};
 use nqueens_testkit::{self as kit, nqueens, operator, Operators};
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -792,80 +793,12 @@ fn issued_worker_tokens_vote_once_each_and_can_be_revoked() {
     runtime().block_on(until_refused(&c.url, &bob, "b1"));
 }
 
-/// An HTTP/2 frame: length, type, flags, stream, payload.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    f.extend_from_slice(&[kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
 /// A coordinator in a fresh directory that holds at most `connections`.
 fn limited_coordinator(connections: u32) -> (tempfile::TempDir, kit::Coordinator) {
     let dir = kit::tempdir();
     let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
     cmd.env("NQUEENS_MAX_CONNECTIONS", connections.to_string());
     (dir, kit::spawn_coordinator(cmd))
-}
-
-/// The client's HTTP/2 preface, its SETTINGS and the server's acknowledged.
-fn h2_preface() -> Vec<u8> {
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend(h2_frame(0x4, 0, 0, &[]));
-    out.extend(h2_frame(0x4, 0x1, 0, &[]));
-    out
-}
-
-/// The HEADERS frame that starts a gRPC call to `path` on `stream`:
-/// :method POST, :scheme http, :path, content-type, te (HPACK literals,
-/// no Huffman), and no END_STREAM: the body is to follow.
-fn h2_call(path: &[u8], stream: u32) -> Vec<u8> {
-    let mut h = vec![0x83, 0x86, 0x04, path.len() as u8];
-    h.extend_from_slice(path);
-    h.extend_from_slice(&[0x0f, 0x10, 16]);
-    h.extend_from_slice(b"application/grpc");
-    h.extend_from_slice(&[0x00, 2]);
-    h.extend_from_slice(b"te");
-    h.push(8);
-    h.extend_from_slice(b"trailers");
-    h2_frame(0x1, 0x4, stream, &h)
-}
-
-/// A connection that completes the HTTP/2 handshake, then opens `streams`
-/// calls whose headers arrive and whose bodies never do, and idles.
-fn half_open(addr: &str, streams: u32) -> Option<std::net::TcpStream> {
-    use std::io::Write;
-    let mut io = std::net::TcpStream::connect(addr).ok()?;
-    let mut out = h2_preface();
-    for i in 0..streams {
-        out.extend(h2_call(b"/nqueens.v1.WorkerService/Report", 1 + 2 * i));
-    }
-    io.write_all(&out).ok()?;
-    Some(io)
-}
-
-/// Reads HTTP/2 frames from `io` until the server answers stream 1 with
-/// its headers (true) or closes, resets or refuses it (false).
-fn answered_on_stream_1(io: &mut std::net::TcpStream) -> bool {
-    use std::io::Read;
-    loop {
-        let mut head = [0u8; 9];
-        if io.read_exact(&mut head).is_err() {
-            return false;
-        }
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        if io.read_exact(&mut payload).is_err() {
-            return false;
-        }
-        match (head[3], stream) {
-            (0x1, 1) => return true,
-            (0x3, 1) | (0x7, _) => return false,
-            _ => {}
-        }
-    }
 }
 
 /// A live call whose request comes in slowly (a byte every 100 ms, as on

@@ -14,8 +14,8 @@
 //! now and then cannot hold a place. The bytes of requests still arriving,
 //! which the server buffers until each message is whole, are bounded per
 //! connection and in all ([`Call::take`]); past the bound in all, the
-//! stalled connection holding the most makes way, or, where none is
-//! stalled, the heaviest sender's (see `Table::make_room`).
+//! connection slowest to finish its request makes way, a stalled one first
+//! (see `Table::make_room`).
 
 use futures_util::task::AtomicWaker;
 use nqueens_proto::refusal::Refusal;
@@ -63,6 +63,14 @@ pub const ARRIVING: Duration = Duration::from_millis(250);
 /// then (a live client sends a request at once: most are under a
 /// kilobyte, and a megabyte takes a minute even at this rate).
 pub const MIN_ARRIVAL_RATE: u64 = 16 << 10;
+
+/// While the bytes of requests still arriving are at their bound in all,
+/// a request holds its place only at this many bytes a second at least
+/// (see `Table::make_room`): four times [`MIN_ARRIVAL_RATE`], so that a
+/// flood paced just fast enough to hold its places makes way, while a
+/// live client's upload on a slow link (half a megabit a second) still
+/// goes on.
+pub const PRESSED_ARRIVAL_RATE: u64 = 4 * MIN_ARRIVAL_RATE;
 
 /// The largest message the server decodes (tonic's default bound).
 pub const LARGEST_MESSAGE: u64 = 4 << 20;
@@ -290,42 +298,61 @@ impl Table {
             .map(Duration::from_millis)
     }
 
-    /// Closes a connection holding bytes of requests still arriving (none
-    /// whose request arrived), so that the bytes it holds come back (its
-    /// calls end): the stalled one holding the most (not arriving: see
-    /// [`arriving`]); where every holder is arriving at pace, the one
-    /// holding the most of the sender holding the most in all (an
-    /// address beyond loopback; on loopback, each connection). Requests
-    /// paced just fast enough to hold their places cannot then fill the
-    /// bound from a few addresses and lock everyone else out: the
-    /// heaviest sender makes way.
-    fn make_room(&self, now: u64) {
+    /// Closes connections holding bytes of requests still arriving, for
+    /// `asking`, which needs `len` more, until what they hold covers it
+    /// (true then): stalled ones first (not arriving: see [`arriving`]),
+    /// the one holding most first; then those whose call started [`BUSY`]
+    /// ago or more and whose bytes came at under [`PRESSED_ARRIVAL_RATE`],
+    /// the one slowest to finish at that pace first ([`finish_ms`]). Never
+    /// `asking`, one whose request arrived and is being answered, one
+    /// younger than [`BUSY`] (its pace is not known yet), nor one arriving
+    /// faster. Where all of them would not
+    /// cover `len`, only the stalled ones are closed, and false. Requests
+    /// paced just fast enough to hold their places then make way before
+    /// any that arrives faster, and what they held comes back as their
+    /// calls end, at once, whatever the flood sends next.
+    fn make_room(&self, asking: &Arc<Conn>, len: u64, now: u64) -> bool {
         let open = self.open.lock().expect("connections lock");
         let held = |c: &Arc<Conn>| c.arriving_bytes.load(Ordering::Relaxed);
-        let holders = || {
-            open.by_peer
-                .values()
-                .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && held(c) > 0)
+        let started = |c: &Arc<Conn>| c.call_start_ms.load(Ordering::Relaxed);
+        let slow = |c: &&Arc<Conn>| {
+            let elapsed = now.saturating_sub(started(c));
+            let sent = c.call_bytes.load(Ordering::Relaxed);
+            elapsed >= BUSY.as_millis() as u64 && sent * 1000 < PRESSED_ARRIVAL_RATE * elapsed
         };
-        let sender = |c: &Arc<Conn>| match c.peer.ip() {
-            ip if ip.is_loopback() => c.peer,
-            ip => SocketAddr::new(ip, 0),
+        let mut holders: Vec<&Arc<Conn>> = open
+            .by_peer
+            .values()
+            .filter(|c| !Arc::ptr_eq(c, asking) && !c.closed.load(Ordering::Acquire))
+            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && held(c) > 0)
+            .filter(|c| !arriving(c, now) || slow(c))
+            .collect();
+        holders.sort_by_key(|c| {
+            let stalled = !arriving(c, now);
+            let slowness = if stalled { held(c) } else { finish_ms(c, now) };
+            std::cmp::Reverse((stalled, slowness))
+        });
+        let mut freed = 0;
+        let enough = holders.iter().position(|c| {
+            freed += held(c);
+            freed >= len
+        });
+        let close = |c: &&Arc<Conn>| {
+            c.closed.store(true, Ordering::Release);
+            c.waker.wake();
         };
-        let heaviest = || {
-            let mut by_sender: HashMap<SocketAddr, u64> = HashMap::new();
-            for c in holders() {
-                *by_sender.entry(sender(c)).or_default() += held(c);
-            }
-            let (top, _) = by_sender.into_iter().max_by_key(|&(_, bytes)| bytes)?;
-            holders()
-                .filter(|c| sender(c) == top)
-                .max_by_key(|c| held(c))
-        };
-        let victim = holders()
-            .filter(|c| !arriving(c, now))
-            .max_by_key(|c| held(c))
-            .or_else(heaviest);
-        if let Some(c) = victim {
+        match enough {
+            Some(last) => holders[..=last].iter().for_each(close),
+            None => holders.iter().filter(|c| !arriving(c, now)).for_each(close),
+        }
+        enough.is_some()
+    }
+
+    /// Closes every connection (its calls end, and with them what they
+    /// hold of the coordinator): at shutdown, once calls had their grace.
+    pub fn close_all(&self) {
+        let open = self.open.lock().expect("connections lock");
+        for c in open.by_peer.values() {
             c.closed.store(true, Ordering::Release);
             c.waker.wake();
         }
@@ -439,11 +466,11 @@ impl Call {
     /// `received` bytes of its request came in, and it holds `len` more
     /// until it arrives or ends (see [`Claim`]): refused, nothing more
     /// held, where its connection would hold more than
-    /// [`ARRIVING_PER_CONNECTION`] or all connections more than their
-    /// bound (then the stalled connection holding the most makes way, for
-    /// the next try). Only bytes received pace it (see [`MIN_ARRIVAL_RATE`]): a
-    /// claim costs its sender nothing. Give what it holds back with
-    /// [`Call::give_back`].
+    /// [`ARRIVING_PER_CONNECTION`]. Past the bound in all, another
+    /// connection makes way (see `Table::make_room`): it goes on where
+    /// what that one held covers it, and is refused otherwise. Only bytes
+    /// received pace it (see [`MIN_ARRIVAL_RATE`]): a claim costs its
+    /// sender nothing. Give what it holds back with [`Call::give_back`].
     pub fn take(&self, received: u64, len: u64) -> Result<(), String> {
         self.take_at(received, len, self.table.now_ms())
     }
@@ -461,9 +488,14 @@ impl Call {
         }
         let all = &self.table.arriving_bytes;
         if all.fetch_add(len, Ordering::Relaxed) + len > self.table.bounds.arriving {
+            // The bytes of the connections closed come back as their
+            // calls end, at once: where they cover this request, it goes
+            // on (past the bound for that moment).
+            if self.table.make_room(conn, len, now) {
+                return Ok(());
+            }
             all.fetch_sub(len, Ordering::Relaxed);
             conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
-            self.table.make_room(now);
             return Err(format!(
                 "the requests still arriving would pass {} bytes in all \
                  (NQUEENS_MAX_ARRIVING_BYTES): try again",
@@ -515,6 +547,19 @@ fn arriving_until(c: &Conn) -> u64 {
     let paced = (c.call_bytes.load(Ordering::Relaxed) * 1000 / MIN_ARRIVAL_RATE)
         .max(BUSY.as_millis() as u64);
     (c.call_ms.load(Ordering::Relaxed) + ARRIVING.as_millis() as u64).min(start + paced)
+}
+
+/// How long `c`'s requests still arriving take yet, in milliseconds, at
+/// the pace their bytes came since its first call started (see
+/// `call_start_ms`): the bytes it holds over that pace. One that sent
+/// nothing yet takes the longest.
+fn finish_ms(c: &Conn, now: u64) -> u64 {
+    let elapsed = now
+        .saturating_sub(c.call_start_ms.load(Ordering::Relaxed))
+        .max(1);
+    let sent = c.call_bytes.load(Ordering::Relaxed).max(1);
+    let held = c.arriving_bytes.load(Ordering::Relaxed);
+    u64::try_from(u128::from(held) * u128::from(elapsed) / u128::from(sent)).unwrap_or(u64::MAX)
 }
 
 fn forget(open: &mut Open, conn: &Conn) {
@@ -884,10 +929,12 @@ mod tests {
     }
 
     /// Bytes of requests still arriving are bounded per connection and in
-    /// all; past the bound in all, the stalled connection holding the most
-    /// makes way, and bytes given back can be taken again.
+    /// all. Past the bound in all, stalled connections make way, the one
+    /// slowest to finish (of equals, the one holding most) first: where
+    /// what they held covers the request, it goes on at once; else it is
+    /// refused, and goes on once their calls gave their bytes back.
     #[test]
-    fn bytes_still_arriving_are_bounded_and_the_biggest_stalled_holder_makes_way() {
+    fn bytes_still_arriving_are_bounded_and_the_slowest_stalled_holders_make_way() {
         let table = Table::new(Bounds {
             total: 10,
             per_ip: 10,
@@ -895,82 +942,105 @@ mod tests {
         });
         let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
-        let (a, b, c) = (
-            table.admit_at(at(1), 0).unwrap(),
-            table.admit_at(at(2), 0).unwrap(),
-            table.admit_at(at(3), 0).unwrap(),
-        );
-        let (ca, cb, cc) = (
-            table.call_at(at(1), 0).unwrap(),
-            table.call_at(at(2), 0).unwrap(),
-            table.call_at(at(3), 0).unwrap(),
-        );
-        ca.take_at(4 << 20, 4 << 20, 0).unwrap();
-        let e = ca
-            .take_at(ARRIVING_PER_CONNECTION, ARRIVING_PER_CONNECTION, 0)
+        let conns: Vec<_> = (1..=4).map(|p| table.admit_at(at(p), 0).unwrap()).collect();
+        let calls: Vec<_> = (1..=4).map(|p| table.call_at(at(p), 0).unwrap()).collect();
+        let e = calls[3]
+            .take_at(5, ARRIVING_PER_CONNECTION + 1, 0)
             .unwrap_err();
         assert!(e.contains("this connection's"), "{e}");
-        cb.take_at(1 << 20, 1 << 20, 0).unwrap();
-        // Both stalled (nothing more for a while): the one holding most
-        // makes way when the bound in all is reached.
+        calls[0].take_at(4 << 20, 4 << 20, 0).unwrap();
+        calls[1].take_at(1 << 20, 1 << 20, 0).unwrap();
+        // Both stalled (nothing more for a while), as fast so far: the one
+        // holding most makes way, and covers the request.
         let later = 10 * BUSY.as_millis() as u64;
-        let e = cc.take_at(2 << 20, 2 << 20, later).unwrap_err();
+        calls[2].take_at(2 << 20, 2 << 20, later).unwrap();
+        let shut: Vec<bool> = conns.iter().map(closed).collect();
+        assert_eq!(shut, [true, false, false, false]);
+        // What the one stalled left holds does not cover 4 MiB: it makes
+        // way all the same, and the request is refused.
+        let e = calls[3].take_at(5, 4 << 20, later).unwrap_err();
         assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
-        assert!(closed(&a) && !closed(&b) && !closed(&c));
-        // Its calls end and give their bytes back: the next try fits.
-        ca.give_back(4 << 20);
-        cc.take_at(2 << 20, 2 << 20, later).unwrap();
-        assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 3 << 20);
+        assert!(closed(&conns[1]) && !closed(&conns[2]));
+        // Their calls end and give their bytes back: the next try fits.
+        calls[0].give_back(4 << 20);
+        calls[1].give_back(1 << 20);
+        calls[3].take_at(5, 4 << 20, later).unwrap();
+        assert_eq!(table.arriving_bytes.load(Ordering::Relaxed), 6 << 20);
     }
 
-    /// Requests from one address that claim the largest message and then
-    /// arrive just fast enough to hold their places fill the bound in
-    /// all; another client's request past it is refused, and that address
-    /// makes way (its connection holding the most), never the other
-    /// client.
+    /// Requests that claim a message and then arrive just fast enough to
+    /// hold their places fill the bound in all. Another request past it
+    /// goes on at once, as many of them making way as it needs, never a
+    /// request arriving faster (though it holds more) nor one being
+    /// answered; and so again when the flood comes back.
     #[test]
-    fn paced_floods_from_one_address_make_way_past_the_bound() {
+    fn past_the_bound_the_requests_slowest_to_finish_make_way() {
         let table = Table::new(Bounds {
-            total: 10,
-            per_ip: 10,
+            total: 20,
+            per_ip: 20,
             arriving: 8 << 20,
         });
         let flood = |port| SocketAddr::from(([203, 0, 113, 7], port));
-        let honest = SocketAddr::from(([198, 51, 100, 2], 9));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
-        let conns: Vec<_> = (1..=2)
+        let conns: Vec<_> = (1..=4)
             .map(|p| table.admit_at(flood(p), 0).unwrap())
             .collect();
-        let calls: Vec<_> = (1..=2)
+        let calls: Vec<_> = (1..=4)
             .map(|p| table.call_at(flood(p), 0).unwrap())
             .collect();
         for call in &calls {
-            call.take_at(5, 4 << 20, 0).unwrap();
+            call.take_at(5, 1 << 20, 0).unwrap();
         }
         // Another client's request arrived and is being answered.
-        let h = table.admit_at(honest, 0).unwrap();
+        let honest = SocketAddr::from(([198, 51, 100, 2], 9));
+        let answered = table.admit_at(honest, 0).unwrap();
         let _answering = table.call_at(honest, 0).unwrap().arrived();
-        // Each flooding request sends at the least pace every 100 ms: all
-        // of them are arriving, none stalled.
+        // A 3 MiB upload at 1 MiB/s, from 1 s on.
+        let upload = table
+            .admit_at(SocketAddr::from(([198, 51, 100, 4], 9)), 1000)
+            .unwrap();
+        let up = table.call_at(upload.peer, 1000).unwrap();
+        up.take_at(5, 3 << 20, 1000).unwrap();
+        // The flood sends at the least pace every 100 ms, the upload at
+        // 1 MiB/s: all of them are arriving, none stalled.
         let mut now = 0;
-        while now < 10 * BUSY.as_millis() as u64 {
+        while now < 2200 {
             now += 100;
             for call in &calls {
                 call.take_at(MIN_ARRIVAL_RATE / 10 + 1, 0, now).unwrap();
             }
+            if now > 1000 {
+                up.take_at((1 << 20) / 10, 0, now).unwrap();
+            }
         }
-        assert!(calls.iter().all(|c| arriving(&c.conn, now)));
+        assert!(calls.iter().all(|c| arriving(&c.conn, now)) && arriving(&up.conn, now));
         let late = table
             .admit_at(SocketAddr::from(([198, 51, 100, 3], 9)), now)
             .unwrap();
         let lc = table.call_at(late.peer, now).unwrap();
-        let e = lc.take_at(5, 1 << 20, now).unwrap_err();
+        lc.take_at(5, 2 << 20, now).unwrap();
+        assert_eq!(conns.iter().filter(|c| closed(c)).count(), 2);
+        assert!(!closed(&answered) && !closed(&upload) && !closed(&late));
+        // The flood comes back as its connections close, before their
+        // calls gave their bytes back: its new request goes on, as a new
+        // one does, and so does the next one after it, the flood's older
+        // requests making way, never the new ones (their pace unknown yet).
+        let back = table.admit_at(flood(9), now).unwrap();
+        let bc = table.call_at(back.peer, now).unwrap();
+        bc.take_at(5, 1 << 20, now).unwrap();
+        let again = table
+            .admit_at(SocketAddr::from(([198, 51, 100, 5], 9)), now)
+            .unwrap();
+        let ac = table.call_at(again.peer, now).unwrap();
+        ac.take_at(5, 1 << 20, now).unwrap();
+        assert!(conns.iter().all(closed));
+        assert!([&upload, &late, &back, &again].iter().all(|c| !closed(c)));
+        // With no old request left to make way, a new one is refused.
+        let third = table.admit_at(flood(10), now).unwrap();
+        let tc = table.call_at(third.peer, now).unwrap();
+        let e = tc.take_at(5, 1 << 20, now).unwrap_err();
         assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
-        assert_eq!(conns.iter().filter(|c| closed(c)).count(), 1);
-        assert!(!closed(&h) && !closed(&late));
-        // The closed connection's call ends and gives its bytes back.
-        calls[0].give_back(4 << 20);
-        lc.take_at(5, 1 << 20, now).unwrap();
+        assert!(!closed(&upload));
     }
 
     /// A request holds the length its prefix claims as soon as the prefix

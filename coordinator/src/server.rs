@@ -207,6 +207,9 @@ pub struct Running {
     metrics: Option<tokio::task::JoinHandle<()>>,
     /// Turns true once the data directory's lock is released.
     released: tokio::sync::watch::Receiver<bool>,
+    /// The connections served, closed where calls outlive the shutdown's
+    /// grace.
+    connections: Arc<crate::conns::Table>,
 }
 
 impl Running {
@@ -234,6 +237,9 @@ impl Running {
             Err(_) => {
                 tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still open after the shutdown grace; closing their connections");
                 self.server.abort();
+                // Their tasks outlive the server's: closed, they end, and
+                // let the coordinator (and its lock) go.
+                self.connections.close_all();
                 Ok(())
             }
         };
@@ -405,6 +411,7 @@ async fn serve_prepared<IO: crate::conns::Accepted>(
         core,
         stop: Some(front.stop),
         server: front.server,
+        connections: front.connections,
         sweeper,
         checkpointer,
         checkpoint_at_shutdown: config.checkpoints.at_shutdown,
@@ -520,6 +527,8 @@ struct Front {
     grpc: Arc<nqueens_metrics::grpc::GrpcMetrics>,
     stop: oneshot::Sender<()>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    /// The connections served.
+    connections: Arc<crate::conns::Table>,
 }
 
 impl Front {
@@ -587,7 +596,7 @@ async fn serve_front<IO: crate::conns::Accepted>(
         .add_service(reflection)
         .add_service(workers)
         .add_service(operators);
-    let incoming = crate::conns::limited(incoming, table, config.tls.is_none());
+    let incoming = crate::conns::limited(incoming, Arc::clone(&table), config.tls.is_none());
     let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
         let _ = stopped.await;
     }));
@@ -597,6 +606,7 @@ async fn serve_front<IO: crate::conns::Accepted>(
         grpc,
         stop,
         server,
+        connections: table,
     })
 }
 

@@ -1771,6 +1771,25 @@ async fn the_data_directory_is_free_once_shutdown_returns() {
         drop((w, ops));
         r.shutdown().await.unwrap();
     }
+    // A call whose request never arrives outlives the shutdown's grace:
+    // its connection is closed, and the directory is free all the same.
+    let r = serve_unprompted(dir.path(), Arc::default()).await;
+    let addr = r.addr.to_string();
+    let stuck = tokio::task::spawn_blocking(move || {
+        let mut stuck = kit::h2::half_open(&addr, 1).unwrap();
+        // The server's first frame: the connection is served.
+        std::io::Read::read_exact(&mut stuck, &mut [0u8; 9]).unwrap();
+        stuck
+    })
+    .await
+    .unwrap();
+    r.shutdown().await.unwrap();
+    serve_unprompted(dir.path(), Arc::default())
+        .await
+        .shutdown()
+        .await
+        .unwrap();
+    drop(stuck);
 }
 
 /// A pause whose record was in a segment lost is set again from the
@@ -1804,6 +1823,49 @@ async fn a_pause_lost_with_its_segment_holds_after_the_loss_is_accepted() {
     assert_eq!(j.state, v1::JobState::Paused as i32);
     assert!(kit::lease(&mut w, "w2", 5).await.is_empty());
     ops.resume_job(id).await.unwrap();
+    kit::work(&mut w, "w2", usize::MAX).await;
+    kit::exact_and_audited(&mut ops, job.job_id).await;
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+}
+
+/// A job paused while its last leased tasks were counted is done: the
+/// pause set no longer holds it. With its results lost and the loss
+/// accepted, it is counted again at once, not left paused.
+#[tokio::test]
+async fn a_done_job_paused_before_its_results_were_lost_is_counted_again() {
+    let dir = kit::tempdir();
+    let clock = Arc::new(ManualClock::default());
+    let r = serve_unprompted(dir.path(), clock.clone()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let job = submit(&mut ops, spec(8, Strategy::Frame, 4)).await;
+    let leases = kit::lease(&mut w, "w1", 4).await;
+    ops.pause_job(v1::JobRef { job_id: job.job_id })
+        .await
+        .unwrap();
+    for l in &leases {
+        kit::count_and_report(&mut w, "w1", l).await;
+    }
+    assert_eq!(
+        kit::job(&mut ops, job.job_id).await.state,
+        v1::JobState::Done as i32
+    );
+    let sealed = r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    drop((w, ops));
+    let segment = files_under(&dir.path().join("journal.d"))
+        .into_iter()
+        .min()
+        .unwrap();
+    std::fs::remove_file(&segment).unwrap();
+    let accepted = Config {
+        accept_lost_records: Some(sealed.upto),
+        ..config(dir.path())
+    };
+    let r = start(accepted, clock).await.unwrap();
+    let (mut w, mut ops) = clients(&r).await;
+    let j = kit::job(&mut ops, job.job_id).await;
+    assert_eq!(j.state, v1::JobState::Running as i32);
     kit::work(&mut w, "w2", usize::MAX).await;
     kit::exact_and_audited(&mut ops, job.job_id).await;
     r.shutdown().await.unwrap();

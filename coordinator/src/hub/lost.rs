@@ -37,12 +37,20 @@ fn known(data_dir: &Path, epoch: u64) -> Known {
         ..Known::default()
     };
     for c in checkpoint::every(data_dir) {
+        // A checkpoint an earlier accept moved aside numbers records as
+        // the journal did before: its jobs stand, not where they stood.
+        let current = c
+            .path
+            .file_name()
+            .is_some_and(|n| n == "checkpoint" || n == "checkpoint.prev");
         for j in c.state.jobs() {
             known.jobs.entry(j.id).or_insert_with(|| j.restated());
-            known
-                .controls
-                .entry(j.id)
-                .or_insert((j.control(), c.seen.upto));
+            if current && !j.finished() {
+                known
+                    .controls
+                    .entry(j.id)
+                    .or_insert((j.control(), c.seen.upto));
+            }
         }
         known.deleted.extend(c.state.deleted_jobs());
         known.epoch = known.epoch.max(c.state.epoch());

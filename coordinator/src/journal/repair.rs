@@ -23,9 +23,10 @@
 //!   submitted again), and for a job a checkpoint says was deleted;
 //! - boots, raising the epoch past any a lost record could have held,
 //!   in every other slot;
-//! - after the last record, the pause or cancellation a checkpoint holds
-//!   for a job whose record of it was lost (no surviving record after
-//!   that checkpoint setting the job otherwise).
+//! - after the last record, what the operator set for a job (a pause, a
+//!   cancellation, a resume) as a checkpoint holds it, where the record
+//!   that set it was lost (no surviving record after that checkpoint
+//!   setting the job otherwise) and the job was not done.
 //!
 //! A lost result stands for nothing: its task has no result, and is
 //! counted again. The rebuilt sequence is replayed in memory before
@@ -66,8 +67,9 @@ pub struct Known {
     pub jobs: BTreeMap<u64, (Event, Option<Event>)>,
     pub deleted: BTreeSet<u64>,
     pub epoch: u64,
-    /// What the operator last set for each job (paused, cancelled), and
-    /// the last record the checkpoint that says so holds.
+    /// What the operator last set for each job not done (running, paused,
+    /// cancelled), and the last record the checkpoint that says so holds;
+    /// from checkpoints of the journal as it is numbered now.
     pub controls: BTreeMap<u64, (JobState, u64)>,
 }
 
@@ -81,8 +83,8 @@ pub struct Rebuilt {
     /// Jobs whose submission was lost and that no checkpoint holds: their
     /// surviving records are passed over; they must be submitted again.
     pub gone: Vec<u64>,
-    /// Jobs paused or cancelled again, as a checkpoint says they were,
-    /// where the records that did it were lost.
+    /// Jobs set again as a checkpoint says the operator set them (paused,
+    /// cancelled, resumed), where the records that did it were lost.
     pub controlled: Vec<(u64, JobState)>,
     /// Files rewritten, and where the old ones were linked aside.
     pub files: Vec<(PathBuf, PathBuf)>,
@@ -341,10 +343,11 @@ impl Survey {
 }
 
 impl Survey {
-    /// The pauses and cancellations a checkpoint in `known` holds that the
-    /// rebuilt journal, replayed into `state`, lacks, where no surviving
-    /// record after that checkpoint sets the job otherwise: their records
-    /// were lost, and each is set again after the last record.
+    /// What the operator set for each job (run, pause, cancel) as a
+    /// checkpoint in `known` holds it, where the rebuilt journal, replayed
+    /// into `state`, says otherwise and no surviving record after that
+    /// checkpoint sets the job: the record that set it was lost, and it is
+    /// set again after the last record.
     fn controls_lost(&self, known: &Known, state: &State) -> Vec<(u64, JobState)> {
         let set_since = |job: u64, upto: u64| {
             self.records
@@ -354,7 +357,6 @@ impl Survey {
         known
             .controls
             .iter()
-            .filter(|(_, (c, _))| matches!(c, JobState::Paused | JobState::Cancelled))
             .filter(|(&job, &(c, upto))| {
                 !state.deleted(job)
                     && state.job(job).is_ok_and(|j| j.control() != c)

@@ -179,6 +179,13 @@ impl Job {
         }
     }
 
+    /// Every planned task has its counted result (what a checkpoint's
+    /// state knows, which holds no task list: see [`Job::state`]).
+    pub fn finished(&self) -> bool {
+        self.planned
+            .is_some_and(|(tasks, _)| self.ledger.done() == tasks)
+    }
+
     /// What the operator last set: running, paused or cancelled.
     pub fn control(&self) -> JobState {
         self.control

@@ -22,6 +22,7 @@
 //! dev-dependencies: integration tests link the one coordinator library).
 
 pub mod client;
+pub mod h2;
 pub mod inproc;
 pub mod process;
 pub mod proxy;
