@@ -1792,6 +1792,27 @@ async fn the_data_directory_is_free_once_shutdown_returns() {
     drop(stuck);
 }
 
+/// Seals every record of `r` into a segment with a checkpoint, stops it,
+/// deletes that segment, and starts again on `dir` accepting the loss.
+async fn restart_with_every_record_sealed_lost(
+    r: Running,
+    dir: &Path,
+    clock: Arc<ManualClock>,
+) -> Running {
+    let sealed = r.core.checkpoint(true).await.unwrap().unwrap();
+    r.shutdown().await.unwrap();
+    let segment = files_under(&dir.join("journal.d"))
+        .into_iter()
+        .min()
+        .unwrap();
+    std::fs::remove_file(&segment).unwrap();
+    let accepted = Config {
+        accept_lost_records: Some(sealed.upto),
+        ..config(dir)
+    };
+    start(accepted, clock).await.unwrap()
+}
+
 /// A pause whose record was in a segment lost is set again from the
 /// checkpoint once the loss is accepted: the job stays paused, as its
 /// operator left it, until it is resumed.
@@ -1805,19 +1826,8 @@ async fn a_pause_lost_with_its_segment_holds_after_the_loss_is_accepted() {
     let id = v1::JobRef { job_id: job.job_id };
     kit::work(&mut w, "w1", 5).await;
     ops.pause_job(id).await.unwrap();
-    let sealed = r.core.checkpoint(true).await.unwrap().unwrap();
-    r.shutdown().await.unwrap();
     drop((w, ops));
-    let segment = files_under(&dir.path().join("journal.d"))
-        .into_iter()
-        .min()
-        .unwrap();
-    std::fs::remove_file(&segment).unwrap();
-    let accepted = Config {
-        accept_lost_records: Some(sealed.upto),
-        ..config(dir.path())
-    };
-    let r = start(accepted, clock).await.unwrap();
+    let r = restart_with_every_record_sealed_lost(r, dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
     let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.state, v1::JobState::Paused as i32);
@@ -1850,19 +1860,8 @@ async fn a_done_job_paused_before_its_results_were_lost_is_counted_again() {
         kit::job(&mut ops, job.job_id).await.state,
         v1::JobState::Done as i32
     );
-    let sealed = r.core.checkpoint(true).await.unwrap().unwrap();
-    r.shutdown().await.unwrap();
     drop((w, ops));
-    let segment = files_under(&dir.path().join("journal.d"))
-        .into_iter()
-        .min()
-        .unwrap();
-    std::fs::remove_file(&segment).unwrap();
-    let accepted = Config {
-        accept_lost_records: Some(sealed.upto),
-        ..config(dir.path())
-    };
-    let r = start(accepted, clock).await.unwrap();
+    let r = restart_with_every_record_sealed_lost(r, dir.path(), clock).await;
     let (mut w, mut ops) = clients(&r).await;
     let j = kit::job(&mut ops, job.job_id).await;
     assert_eq!(j.state, v1::JobState::Running as i32);
