@@ -193,6 +193,12 @@ struct Conn {
     pending: AtomicBool,
     /// Bytes of its requests still arriving (see [`Call::take`]).
     arriving_bytes: AtomicU64,
+    /// Milliseconds after the table's start when it last began to hold
+    /// bytes of requests still arriving (none before), and the bytes of
+    /// requests it received since: its pace while it holds, whatever calls
+    /// complete meanwhile (see `Table::make_room`).
+    hold_ms: AtomicU64,
+    hold_bytes: AtomicU64,
     /// Calls whose request arrived in full and that are not answered yet:
     /// while any is, the connection is live and never makes way.
     in_flight: AtomicU32,
@@ -301,49 +307,56 @@ impl Table {
     /// Closes connections holding bytes of requests still arriving, for
     /// `asking`, which needs `len` more, until what they hold covers it
     /// (true then): stalled ones first (not arriving: see [`arriving`]),
-    /// the one holding most first; then those whose call started [`BUSY`]
-    /// ago or more and whose bytes came at under [`PRESSED_ARRIVAL_RATE`],
-    /// the one slowest to finish at that pace first ([`finish_ms`]). Never
-    /// `asking`, one whose request arrived and is being answered, one
-    /// younger than [`BUSY`] (its pace is not known yet), nor one arriving
-    /// faster. Where all of them would not
-    /// cover `len`, only the stalled ones are closed, and false. Requests
-    /// paced just fast enough to hold their places then make way before
-    /// any that arrives faster, and what they held comes back as their
-    /// calls end, at once, whatever the flood sends next.
+    /// the one holding most first; then those whose bytes came at under
+    /// [`PRESSED_ARRIVAL_RATE`] since they began to hold, the one slowest
+    /// to finish at that pace first ([`finish_ms`]). Never `asking`, one
+    /// whose request arrived and is being answered, one that began to
+    /// hold within [`BUSY`] (its pace is not known yet), nor one arriving
+    /// faster. Where all of them would not cover `len`, only the stalled
+    /// ones are closed, and false. Requests paced just fast enough to hold
+    /// their places then make way before any that arrives faster, and
+    /// what they held comes back as their calls end, at once, whatever
+    /// the flood sends next.
     fn make_room(&self, asking: &Arc<Conn>, len: u64, now: u64) -> bool {
         let open = self.open.lock().expect("connections lock");
-        let held = |c: &Arc<Conn>| c.arriving_bytes.load(Ordering::Relaxed);
-        let started = |c: &Arc<Conn>| c.call_start_ms.load(Ordering::Relaxed);
-        let slow = |c: &&Arc<Conn>| {
-            let elapsed = now.saturating_sub(started(c));
-            let sent = c.call_bytes.load(Ordering::Relaxed);
-            elapsed >= BUSY.as_millis() as u64 && sent * 1000 < PRESSED_ARRIVAL_RATE * elapsed
-        };
-        let mut holders: Vec<&Arc<Conn>> = open
+        // Each one's standing read once: the counters move meanwhile.
+        let mut holders: Vec<(bool, u64, u64, &Arc<Conn>)> = open
             .by_peer
             .values()
             .filter(|c| !Arc::ptr_eq(c, asking) && !c.closed.load(Ordering::Acquire))
-            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0 && held(c) > 0)
-            .filter(|c| !arriving(c, now) || slow(c))
+            .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
+            .filter_map(|c| {
+                let held = c.arriving_bytes.load(Ordering::Relaxed);
+                let age = now.saturating_sub(c.hold_ms.load(Ordering::Relaxed));
+                if held == 0 || age < BUSY.as_millis() as u64 {
+                    return None;
+                }
+                let stalled = !arriving(c, now);
+                let sent = c.hold_bytes.load(Ordering::Relaxed);
+                if !stalled && u128::from(sent) * 1000 >= u128::from(PRESSED_ARRIVAL_RATE * age) {
+                    return None;
+                }
+                let slowness = if stalled {
+                    held
+                } else {
+                    finish_ms(held, sent, age)
+                };
+                Some((stalled, slowness, held, c))
+            })
             .collect();
-        holders.sort_by_key(|c| {
-            let stalled = !arriving(c, now);
-            let slowness = if stalled { held(c) } else { finish_ms(c, now) };
-            std::cmp::Reverse((stalled, slowness))
-        });
+        holders.sort_by_key(|&(stalled, slowness, _, _)| std::cmp::Reverse((stalled, slowness)));
         let mut freed = 0;
-        let enough = holders.iter().position(|c| {
-            freed += held(c);
+        let enough = holders.iter().position(|&(_, _, held, _)| {
+            freed += held;
             freed >= len
         });
-        let close = |c: &&Arc<Conn>| {
+        let close = |(_, _, _, c): &(bool, u64, u64, &Arc<Conn>)| {
             c.closed.store(true, Ordering::Release);
             c.waker.wake();
         };
         match enough {
             Some(last) => holders[..=last].iter().for_each(close),
-            None => holders.iter().filter(|c| !arriving(c, now)).for_each(close),
+            None => holders.iter().filter(|h| h.0).for_each(close),
         }
         enough.is_some()
     }
@@ -399,6 +412,8 @@ impl Table {
             call_bytes: AtomicU64::new(0),
             pending: AtomicBool::new(false),
             arriving_bytes: AtomicU64::new(0),
+            hold_ms: AtomicU64::new(now),
+            hold_bytes: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -479,7 +494,13 @@ impl Call {
         let conn = &self.conn;
         conn.call_ms.store(now, Ordering::Relaxed);
         conn.call_bytes.fetch_add(received, Ordering::Relaxed);
-        if conn.arriving_bytes.fetch_add(len, Ordering::Relaxed) + len > ARRIVING_PER_CONNECTION {
+        let before = conn.arriving_bytes.fetch_add(len, Ordering::Relaxed);
+        if before == 0 && len > 0 {
+            conn.hold_ms.store(now, Ordering::Relaxed);
+            conn.hold_bytes.store(0, Ordering::Relaxed);
+        }
+        conn.hold_bytes.fetch_add(received, Ordering::Relaxed);
+        if before + len > ARRIVING_PER_CONNECTION {
             conn.arriving_bytes.fetch_sub(len, Ordering::Relaxed);
             return Err(format!(
                 "this connection's requests still arriving would pass {} bytes",
@@ -549,17 +570,12 @@ fn arriving_until(c: &Conn) -> u64 {
     (c.call_ms.load(Ordering::Relaxed) + ARRIVING.as_millis() as u64).min(start + paced)
 }
 
-/// How long `c`'s requests still arriving take yet, in milliseconds, at
-/// the pace their bytes came since its first call started (see
-/// `call_start_ms`): the bytes it holds over that pace. One that sent
-/// nothing yet takes the longest.
-fn finish_ms(c: &Conn, now: u64) -> u64 {
-    let elapsed = now
-        .saturating_sub(c.call_start_ms.load(Ordering::Relaxed))
-        .max(1);
-    let sent = c.call_bytes.load(Ordering::Relaxed).max(1);
-    let held = c.arriving_bytes.load(Ordering::Relaxed);
-    u64::try_from(u128::from(held) * u128::from(elapsed) / u128::from(sent)).unwrap_or(u64::MAX)
+/// How long requests holding `held` bytes take yet, in milliseconds, at
+/// the pace of `sent` bytes in `elapsed` ms: one that sent nothing yet
+/// takes the longest.
+fn finish_ms(held: u64, sent: u64, elapsed: u64) -> u64 {
+    let pace = u128::from(elapsed.max(1)) * u128::from(held) / u128::from(sent.max(1));
+    u64::try_from(pace).unwrap_or(u64::MAX)
 }
 
 fn forget(open: &mut Open, conn: &Conn) {
@@ -1041,6 +1057,34 @@ mod tests {
         let e = tc.take_at(5, 1 << 20, now).unwrap_err();
         assert!(e.contains("NQUEENS_MAX_ARRIVING_BYTES"), "{e}");
         assert!(!closed(&upload));
+    }
+
+    /// A connection holding a claim that completes small calls beside it,
+    /// each restarting its latest call's pace, still makes way: its pace
+    /// is measured from when it began to hold.
+    #[test]
+    fn calls_completed_beside_a_claim_do_not_keep_its_place() {
+        let table = Table::new(Bounds {
+            total: 10,
+            per_ip: 10,
+            arriving: 4 << 20,
+        });
+        let at = |port| SocketAddr::from(([192, 0, 2, 1], port));
+        let holder = table.admit_at(at(1), 0).unwrap();
+        let claim = table.call_at(at(1), 0).unwrap();
+        claim.take_at(5, 4 << 20, 0).unwrap();
+        let mut now = 0;
+        while now < 2000 {
+            now += 200;
+            let beside = table.call_at(at(1), now).unwrap();
+            beside.take_at(20, 0, now).unwrap();
+            beside.completed();
+        }
+        assert!(arriving(&holder, now));
+        table.admit_at(at(2), now).unwrap();
+        let other = table.call_at(at(2), now).unwrap();
+        other.take_at(5, 1 << 20, now).unwrap();
+        assert!(holder.closed.load(Ordering::Acquire));
     }
 
     /// A request holds the length its prefix claims as soon as the prefix
