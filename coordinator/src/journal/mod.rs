@@ -619,7 +619,7 @@ fn misplaced(bytes: &[u8], path: &Path, sealed: &[segments::Sealed]) -> Option<J
     }
     let odd = sealed.iter().find(|s| s.last >= next)?;
     // Said by its identity where it has one.
-    let want = head::Expected::of([(path, Head::of(bytes))]);
+    let want = head::Expected::of((path, Head::of(bytes)));
     if let Err(e) = head::check(want.as_ref(), &odd.path, segments::head_of(odd)) {
         return Some(e);
     }

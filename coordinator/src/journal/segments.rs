@@ -200,7 +200,7 @@ pub fn head_of(s: &Sealed) -> Head {
 pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Result<Option<Expected>, JournalError> {
     let mut heads = sealed.iter().rev().map(|s| (s.path.as_path(), head_of(s)));
     let newest = heads.next();
-    let from_live = Expected::of([live]);
+    let from_live = Expected::of(live);
     match (&from_live, newest) {
         (None, Some((path, Head::V3 { .. }))) if live.1 == Head::V2 => Err(JournalError::Newer {
             path: path.to_path_buf(),
@@ -208,7 +208,7 @@ pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Result<Option<Expecte
         }),
         (Some(l), Some((path, head))) => match l.check(path, head) {
             Ok(()) => Ok(from_live),
-            Err(newest_odd) => match heads.find_map(|f| Expected::of([f])) {
+            Err(newest_odd) => match heads.find_map(Expected::of) {
                 Some(older) if older.id != l.id => Err(older
                     .check(live.0, live.1)
                     .expect_err("the live file's identity differs")),
@@ -216,10 +216,7 @@ pub fn expected(live: (&Path, Head), sealed: &[Sealed]) -> Result<Option<Expecte
             },
         },
         (Some(_), None) => Ok(from_live),
-        (None, newest) => Ok(newest
-            .into_iter()
-            .chain(heads)
-            .find_map(|f| Expected::of([f]))),
+        (None, newest) => Ok(newest.into_iter().chain(heads).find_map(Expected::of)),
     }
 }
 
