@@ -79,11 +79,6 @@ impl<T: Copy> Latest<T> {
     pub fn is_empty(&self) -> bool {
         self.kept.is_empty()
     }
-
-    /// Forgets everything kept.
-    pub fn clear(&mut self) {
-        self.kept.clear();
-    }
 }
 
 impl Latest<Instant> {
@@ -96,44 +91,67 @@ impl Latest<Instant> {
     }
 }
 
-/// A worker's pace: its slots (CPU threads and card feeders) and when its
-/// latest tasks finished.
+/// Jobs whose rates are kept: a worker given tasks of a few jobs in turn
+/// (a lease brings one job's tasks handed back, then the next job's)
+/// keeps each one's rate, and measures again only a job it has not seen.
+const JOBS: usize = 8;
+
+/// A worker's pace: its slots (CPU threads and card feeders) and when the
+/// latest tasks of each job it leased lately finished.
 #[derive(Debug)]
 pub struct Pace {
     slots: usize,
-    finished: Latest<Instant>,
+    /// The jobs leased lately, each with its latest tasks' ends, the one
+    /// leased last at the back: its rate is the one followed.
+    jobs: VecDeque<(u64, Latest<Instant>)>,
     /// The latest lease calls' round trips.
     trips: Latest<Duration>,
     /// Tasks to keep queued at least, within [`MAX_AHEAD`].
     cover: usize,
-    /// The job whose tasks the rate is measured on.
-    job: Option<u64>,
 }
 
 impl Pace {
     pub fn new(slots: usize) -> Pace {
         Pace {
             slots: slots.max(1),
-            finished: Latest::new(WINDOW),
+            jobs: VecDeque::with_capacity(JOBS),
             trips: Latest::new(TRIPS),
             cover: 0,
-            job: None,
         }
     }
 
-    /// A task of `job` was leased at `now`. Tasks of another job than the
-    /// one measured may differ in size by orders of magnitude: the rate is
-    /// measured again, from `now` (so until tasks finish, the first ones
-    /// count as taking all the time since).
-    /// Returns whether the rate is measured again.
-    pub fn leased(&mut self, job: u64, now: Instant) -> bool {
-        let new = self.job != Some(job);
-        if new {
-            self.job = Some(job);
-            self.finished.clear();
-            self.finished.push(now);
+    /// Tasks of `jobs` were leased at `now` (one lease answer). Each job
+    /// keeps its rate; the one followed from now on is that of a job new
+    /// among them, else of the last. Tasks of a job not seen lately may
+    /// differ in size from the others' by orders of magnitude: its rate is
+    /// measured from `now` (so until tasks finish, the first ones count as
+    /// taking all the time since). Returns whether one of them is new.
+    pub fn leased(&mut self, jobs: impl IntoIterator<Item = u64>, now: Instant) -> bool {
+        let mut new = None;
+        for job in jobs {
+            match self.jobs.iter().position(|(j, _)| *j == job) {
+                Some(i) => self.follow(i),
+                None => {
+                    if self.jobs.len() == JOBS {
+                        self.jobs.pop_front();
+                    }
+                    let mut ends = Latest::new(WINDOW);
+                    ends.push(now);
+                    self.jobs.push_back((job, ends));
+                    new = Some(job);
+                }
+            }
         }
-        new
+        if let Some(i) = new.and_then(|job| self.jobs.iter().position(|(j, _)| *j == job)) {
+            self.follow(i);
+        }
+        new.is_some()
+    }
+
+    /// The `i`th job kept is the one followed.
+    fn follow(&mut self, i: usize) {
+        let kept = self.jobs.remove(i).expect("a job kept");
+        self.jobs.push_back(kept);
     }
 
     /// Keeps at least `tasks` queued (within [`MAX_AHEAD`]) from now on.
@@ -146,9 +164,12 @@ impl Pace {
         self.trips.push(took);
     }
 
-    /// A task finished (counted, or stopped) at `at`.
-    pub fn finished(&mut self, at: Instant) {
-        self.finished.push(at);
+    /// A task of `job` finished (counted) at `at`; a job not leased lately
+    /// is not followed.
+    pub fn finished(&mut self, job: u64, at: Instant) {
+        if let Some((_, ends)) = self.jobs.iter_mut().find(|(j, _)| *j == job) {
+            ends.push(at);
+        }
     }
 
     /// Tasks to keep queued beyond the running ones: two per slot until a
@@ -163,7 +184,7 @@ impl Pace {
 
     fn by_rate(&self, now: Instant) -> usize {
         let most = (MAX_AHEAD_PER_SLOT * self.slots).min(MAX_AHEAD);
-        let Some(rate) = self.finished.rate(now) else {
+        let Some(rate) = self.jobs.back().and_then(|(_, ends)| ends.rate(now)) else {
             return 2 * self.slots;
         };
         let trip = self.trips.iter().max().unwrap_or_default();
@@ -184,6 +205,18 @@ impl Pace {
 mod tests {
     use super::*;
 
+    /// Job 1's tasks leased at the first of `ends` and finished at the
+    /// others.
+    fn ran(p: &mut Pace, ends: impl IntoIterator<Item = Instant>) {
+        let mut ends = ends.into_iter();
+        if let Some(first) = ends.next() {
+            p.leased([1], first);
+        }
+        for at in ends {
+            p.finished(1, at);
+        }
+    }
+
     /// Before any task finished: three per slot, as a fixed rule would.
     #[test]
     fn a_new_worker_holds_three_tasks_a_slot() {
@@ -198,35 +231,32 @@ mod tests {
     fn what_is_held_follows_the_measured_rate() {
         let t0 = Instant::now();
         let mut fast = Pace::new(6);
-        for i in 0..=100 {
-            fast.finished(t0 + Duration::from_millis(20 * i));
-        }
+        ran(
+            &mut fast,
+            (0..=100).map(|i| t0 + Duration::from_millis(20 * i)),
+        );
         let now = t0 + Duration::from_secs(2);
         assert_eq!(fast.ahead(now), 250);
         assert_eq!(fast.target(now), 256);
         let mut one = Pace::new(1);
-        for i in 0..=100 {
-            one.finished(t0 + Duration::from_millis(20 * i));
-        }
+        ran(
+            &mut one,
+            (0..=100).map(|i| t0 + Duration::from_millis(20 * i)),
+        );
         assert_eq!(one.ahead(now), MAX_AHEAD_PER_SLOT);
 
         let mut slow = Pace::new(2);
-        slow.finished(t0);
-        slow.finished(t0 + Duration::from_secs(1800));
+        ran(&mut slow, [t0, t0 + Duration::from_secs(1800)]);
         assert_eq!(slow.ahead(t0 + Duration::from_secs(3600)), 1);
         assert_eq!(slow.target(t0 + Duration::from_secs(3600)), 3);
 
         let mut flood = Pace::new(100);
-        for _ in 0..WINDOW {
-            flood.finished(t0);
-        }
+        ran(&mut flood, std::iter::repeat_n(t0, WINDOW));
         assert_eq!(flood.ahead(t0 + Duration::from_millis(1)), MAX_AHEAD);
         // 150 ms from the coordinator, 1,000 tiny tasks a second: four
         // round trips of them, past the per-slot cap.
         let mut far = Pace::new(1);
-        for i in 0..=100 {
-            far.finished(t0 + Duration::from_millis(i));
-        }
+        ran(&mut far, (0..=100).map(|i| t0 + Duration::from_millis(i)));
         let now = t0 + Duration::from_millis(100);
         assert_eq!(far.ahead(now), MAX_AHEAD_PER_SLOT);
         far.round_trip(Duration::from_millis(150));
@@ -237,8 +267,7 @@ mod tests {
         assert_eq!(far.target(now), MAX_HELD);
 
         let mut wide = Pace::new(4000);
-        wide.finished(t0);
-        wide.finished(t0 + Duration::from_millis(1));
+        ran(&mut wide, [t0, t0 + Duration::from_millis(1)]);
         assert_eq!(wide.target(t0 + Duration::from_millis(1)), MAX_HELD);
     }
 
@@ -250,21 +279,59 @@ mod tests {
     fn a_new_job_is_measured_from_its_first_lease() {
         let t0 = Instant::now();
         let mut p = Pace::new(2);
-        p.leased(1, t0);
+        p.leased([1], t0);
         for i in 1..=200 {
-            p.finished(t0 + Duration::from_millis(i));
+            p.finished(1, t0 + Duration::from_millis(i));
         }
         let then = t0 + Duration::from_millis(200);
         assert_eq!(p.ahead(then), 2 * MAX_AHEAD_PER_SLOT);
-        p.leased(1, then);
+        p.leased([1], then);
         assert_eq!(p.ahead(then), 2 * MAX_AHEAD_PER_SLOT, "the same job");
-        p.leased(2, then);
+        p.leased([2], then);
         assert_eq!(p.ahead(then), 4, "two a slot until one finishes");
         // Two of its tasks finish at once, 10 s after they were leased.
         let later = then + Duration::from_secs(10);
-        p.finished(later);
-        p.finished(later);
+        p.finished(2, later);
+        p.finished(2, later);
         assert_eq!(p.ahead(later), 1, "0.2 tasks/s: one queued");
+    }
+
+    /// Two jobs leased in turn keep their own rates: going back to one
+    /// measures nothing again, its tasks' ends are its own, a new job in
+    /// an answer is followed, and only a job not among the latest
+    /// [`JOBS`] starts afresh.
+    #[test]
+    fn jobs_leased_in_turn_keep_their_rates() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(2);
+        assert!(p.leased([1], t0));
+        for i in 1..=100 {
+            p.finished(1, t0 + Duration::from_millis(10 * i));
+        }
+        let now = t0 + Duration::from_secs(1);
+        assert!(p.leased([2], now));
+        assert_eq!(p.ahead(now), 4, "two a slot until one finishes");
+        p.finished(2, now + Duration::from_secs(5));
+        let later = now + Duration::from_secs(5);
+        assert_eq!(p.ahead(later), 1, "job 2: one task in 5 s");
+        assert!(!p.leased([1], later), "job 1 is not new");
+        // Job 1's 100 tasks from t0 to `later`, not job 2's one.
+        assert_eq!(p.ahead(later), 84);
+        assert!(!p.leased([2], later));
+        assert_eq!(p.ahead(later), 1);
+        assert!(!p.leased([2, 1], later), "an answer of known jobs");
+        assert_eq!(p.ahead(later), 84, "the last one's rate is followed");
+        // An answer with a new job's tasks: the new job's pace is
+        // followed, whatever came after them.
+        assert!(p.leased([2, 100, 1], later));
+        assert_eq!(p.ahead(later), 4);
+        for job in 3..3 + JOBS as u64 {
+            assert!(p.leased([job], later));
+        }
+        assert!(
+            p.leased([1], later),
+            "job 1 is forgotten past the latest {JOBS}"
+        );
     }
 
     /// A worker whose CPU threads need 900 card tasks queued keeps them
@@ -273,9 +340,10 @@ mod tests {
     fn the_cover_for_cpu_threads_is_kept_queued() {
         let t0 = Instant::now();
         let mut p = Pace::new(24);
-        for i in 0..=100 {
-            p.finished(t0 + Duration::from_millis(20 * i));
-        }
+        ran(
+            &mut p,
+            (0..=100).map(|i| t0 + Duration::from_millis(20 * i)),
+        );
         let now = t0 + Duration::from_secs(2);
         assert_eq!(p.ahead(now), 250);
         p.cover(900);

@@ -75,7 +75,15 @@ pub enum SelfTest {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub reported: u64,
+    /// Leases handed back as the worker stopped: not started at its
+    /// drain, or still running when its grace ran out.
     pub released: u64,
+    /// Leases handed back at once: a lease's tasks beyond the pace of a
+    /// job new to the worker.
+    pub declined: u64,
+    /// Lease answers whose tasks were cut so (at most one a job, while
+    /// the worker keeps its rate).
+    pub cut: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -455,7 +463,8 @@ impl Session {
                 }
                 let back = self.hold(want, r.leases);
                 if !back.is_empty() {
-                    self.summary.released += self.link.release(back).await;
+                    self.summary.cut += 1;
+                    self.summary.declined += self.link.release(back).await;
                 }
             }
             Err(s) if worth_retrying(&s) => {
@@ -490,10 +499,7 @@ impl Session {
         leases.retain(|l| !self.held.contains_key(&l.lease_id) && ids.insert(l.lease_id));
         leases.truncate(want);
         let now = std::time::Instant::now();
-        let mut new_job = false;
-        for l in &leases {
-            new_job |= self.pace.leased(l.job_id, now);
-        }
+        let new_job = self.pace.leased(leases.iter().map(|l| l.job_id), now);
         let room = self.pace.target(now).saturating_sub(self.held.len()).max(1);
         let back = match new_job && leases.len() > room {
             true => leases.split_off(room),
@@ -550,7 +556,7 @@ impl Session {
         };
         // Only counted tasks make the pace: tasks that fail at once must
         // not make the worker lease more.
-        self.pace.finished(std::time::Instant::now());
+        self.pace.finished(lease.job_id, std::time::Instant::now());
         self.pace.cover(self.pool.cover());
         // As the lease said: a coordinator's number, never trusted to fit.
         self.subproblems_done = self.subproblems_done.saturating_add(subproblems);
@@ -661,9 +667,11 @@ impl Session {
             ),
         }
         tracing::info!(
-            "stopped: {} results reported, {} tasks handed back",
+            "stopped: {} results reported, {} tasks handed back as it stopped, {} as leases \
+             brought more of a new job than its pace",
             summary.reported,
-            summary.released
+            summary.released,
+            summary.declined
         );
         summary
     }

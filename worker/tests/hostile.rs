@@ -8,7 +8,8 @@ use nqueens_proto::refusal::Refusal;
 use nqueens_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use nqueens_proto::v1::{self, ReportOutcome};
 use nqueens_worker::run::{run, Config, SelfTest, WorkerError};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
@@ -28,6 +29,11 @@ struct Hostile {
     heard: AtomicBool,
     /// The first lease call's answer (later ones lease nothing).
     leases: Mutex<Vec<v1::Lease>>,
+    /// Lease calls answered with as many tasks as asked for (of job 2,
+    /// every third answer of jobs 1 and 2), before the later ones lease
+    /// nothing.
+    mixed_answers: AtomicUsize,
+    next_id: AtomicU64,
     /// How many tasks each lease call asked for.
     asked: Mutex<Vec<u32>>,
     /// The lease ids reported, and handed back.
@@ -62,8 +68,26 @@ impl WorkerService for Hostile {
         }))
     }
     async fn lease(&self, r: Request<v1::LeaseRequest>) -> Answer<v1::LeaseResponse> {
-        self.asked.lock().unwrap().push(r.into_inner().max_tasks);
-        let leases = std::mem::take(&mut *self.leases.lock().unwrap());
+        let asked = r.into_inner().max_tasks;
+        self.asked.lock().unwrap().push(asked);
+        let mut leases = std::mem::take(&mut *self.leases.lock().unwrap());
+        let left = self
+            .mixed_answers
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+        if let Ok(left) = left {
+            // Every third answer starts with job 1's tasks; the others
+            // are all job 2's.
+            let mixed = left % 3 == 0;
+            leases = (0..asked)
+                .map(|i| {
+                    let id = self.next_id.fetch_add(1, SeqCst) + 1;
+                    v1::Lease {
+                        job_id: 1 + u64::from(!mixed || 2 * i >= asked),
+                        ..lease(id)
+                    }
+                })
+                .collect();
+        }
         Ok(Response::new(v1::LeaseResponse {
             leases,
             register_again: false,
@@ -167,10 +191,10 @@ fn lease(id: u64) -> v1::Lease {
     };
     let task = v1::Task {
         plan: Some(plan),
-        index: id,
+        index: id % 16,
         lo: frame,
         hi: 2 * frame,
-        skip: id,
+        skip: id % 16,
         take: 1,
         subproblems: 1,
         work: 1.0,
@@ -240,4 +264,28 @@ async fn a_proxys_401_is_retried_and_the_coordinators_refusal_ends_the_worker() 
         "{ended:?}"
     );
     assert_eq!(refusing.registers.load(Ordering::SeqCst), 1);
+}
+
+/// Lease answers that bring tasks of two jobs in turn (as a coordinator's
+/// do when one job's tasks were handed back and the next job's follow):
+/// the worker keeps each job's pace, so after job 1 is first seen it
+/// keeps what it asked for. Before, each answer after a change of job
+/// looked like a new job's, was cut to a fresh pace and mostly handed
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_mixing_two_jobs_are_kept_whole() {
+    let coordinator = Arc::new(Hostile {
+        mixed_answers: AtomicUsize::new(61),
+        ..Hostile::default()
+    });
+    let (running, drain) = worker(coordinator.clone()).await;
+    while coordinator.mixed_answers.load(SeqCst) > 0 {
+        coordinator.news.notified().await;
+    }
+    drain.send(()).unwrap();
+    let summary = running.await.unwrap().unwrap();
+    let leased = coordinator.next_id.load(SeqCst);
+    assert!(summary.cut <= 1, "{summary:?} of {leased} leased");
+    let released = coordinator.released.lock().unwrap().len() as u64;
+    assert_eq!(summary.reported + released, leased, "{summary:?}");
 }

@@ -326,3 +326,30 @@ async fn a_new_job_is_leased_at_its_own_pace_not_the_last_ones() {
     worker.await.unwrap().unwrap();
     r.shutdown().await.unwrap();
 }
+
+/// Two jobs at once, through a real coordinator: a lease answer may
+/// bring tasks of both (the first job's handed back, then the second's);
+/// the worker cuts at most one answer to the new job's pace, and both
+/// jobs end exact (`hostile.rs` drives the answers that cut many before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_leased_in_turn_keep_their_pace() {
+    let dir = kit::tempdir();
+    let r = on_any_port(dir.path()).await;
+    let first = submit(&r, 14, 400).await;
+    let mut ops = kit::operators(&kit::url(&r)).await;
+    let plan = kit::plan_spec(15, Strategy::Prefix, 5, 3000);
+    let second = kit::submit(&mut ops, kit::job_request(plan)).await.job_id;
+    let (stop, worker) = spawn_worker(worker_config(&r, 1));
+    let a = watch_until(&r, first, kit::done).await;
+    let b = watch_until(&r, second, kit::done).await;
+    assert_eq!(kit::counts(&a), (365_596, 45_752));
+    assert_eq!(kit::counts(&b), (2_279_184, 285_053));
+    stop.send(()).unwrap();
+    let summary = worker.await.unwrap().unwrap();
+    assert_eq!(summary.reported, 3400, "{summary:?}");
+    // One lease at the switch may bring more than the new job's fresh
+    // pace: its tasks beyond it go back, once.
+    assert!(summary.cut <= 1, "{summary:?}");
+    assert_eq!(summary.released, 0, "nothing was left to hand back");
+    r.shutdown().await.unwrap();
+}
