@@ -14,6 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
+        // Prost's codec, with the fields of each message counted before
+        // it is decoded (src/codec.rs).
+        .codec_path("crate::codec::BoundedCodec")
         .file_descriptor_set_path(out.join("nqueens_descriptor.bin"))
         .compile_with_config(config, &protos, &["."])?;
     Ok(())

@@ -241,6 +241,26 @@ async fn pause_resume_and_cancel() {
     r.shutdown().await.unwrap();
 }
 
+/// A request of many tiny fields (here 200,000 empty reports in 400 KB,
+/// which would take tens of megabytes decoded) is refused before it is
+/// decoded, by the count of its fields, not after by its reports' bound;
+/// the coordinator goes on serving.
+#[tokio::test]
+async fn a_request_of_many_tiny_fields_is_refused_unread() {
+    let dir = kit::tempdir();
+    let r = serve(dir.path(), Arc::default()).await;
+    let (mut w, mut ops) = clients(&r).await;
+    let req = v1::ReportManyRequest {
+        worker_id: "w".into(),
+        reports: vec![v1::ReportItem::default(); 200_000],
+    };
+    let e = w.raw().report_many(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e}");
+    assert!(e.message().contains("refused unread"), "{e}");
+    ops.list_jobs(v1::ListJobsRequest::default()).await.unwrap();
+    r.shutdown().await.unwrap();
+}
+
 // Over 80 lines: one scenario whose steps each build on the state the
 // last one left; split, they would only pass that state along.
 #[tokio::test]

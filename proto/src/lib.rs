@@ -6,6 +6,7 @@
 //! re-derived from its id by the plan and must equal the payload sent.
 
 pub mod client;
+pub mod codec;
 pub mod convert;
 pub mod refusal;
 pub mod worker_client;
