@@ -843,6 +843,82 @@ fn a_request_arriving_slowly_during_a_flood_is_answered() {
     );
 }
 
+/// A connection from `from` that completes a health check every 100 ms
+/// until `stop` (a busy client, as each of a flood's connections looks),
+/// telling `answered` its `id` at each answer.
+async fn busy_from(
+    from: [u8; 4],
+    addr: std::net::SocketAddr,
+    id: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: tokio::sync::mpsc::UnboundedSender<usize>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((from, 0))).unwrap();
+    let (mut rd, mut wr) = socket.connect(addr).await.unwrap().into_split();
+    wr.write_all(&h2_preface()).await.unwrap();
+    tokio::spawn(async move {
+        // Trailers (HEADERS ending a stream) end each answered call.
+        let mut head = [0u8; 9];
+        while rd.read_exact(&mut head).await.is_ok() {
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if rd.read_exact(&mut payload).await.is_err() {
+                break;
+            }
+            if head[3] == 0x1 && head[4] & 0x1 != 0 && answered.send(id).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stream = 1;
+    while !stop.load(Relaxed) {
+        let mut call = h2_call(b"/grpc.health.v1.Health/Check", stream);
+        call.extend(h2_frame(0x0, 0x1, stream, &[0; 5]));
+        if wr.write_all(&call).await.is_err() {
+            return;
+        }
+        stream += 2;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every place held by connections of two addresses that each complete a
+/// health check ten times a second: a client of a third address (the
+/// operator's, 127.0.0.1) is still served, taking a place from the
+/// flood's busiest address. (Before, a connection that completed a call
+/// within a second never made way, and every new client was refused.)
+#[test]
+fn a_busy_flood_of_two_addresses_leaves_a_place_for_a_third() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let _watchdog = kit::watchdog("a_busy_flood_of_two_addresses_leaves_a_place_for_a_third");
+    let (_dir, c) = limited_coordinator(8);
+    let addr: std::net::SocketAddr = c.url.trim_start_matches("http://").parse().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
+    for id in 0..8 {
+        let from = [127, 0, 1, 1 + (id % 2) as u8];
+        rt.spawn(busy_from(from, addr, id, stop.clone(), answered.clone()));
+    }
+    // Every connection of the flood answered: the table is full.
+    rt.block_on(async {
+        let mut heard = std::collections::HashSet::new();
+        while heard.len() < 8 {
+            heard.insert(answers.recv().await.unwrap());
+        }
+    });
+    let (code, _, err) = operator(&c.url, &["jobs"]);
+    assert_eq!(code, 0, "the operator was refused: {err}");
+    stop.store(true, Relaxed);
+}
+
 /// Connections each holding a place with a request trickled a byte every
 /// 200 ms (its prefix claiming 100 kB) fill a table: a new client still
 /// gets a place within seconds, the trickles making way once they have
