@@ -30,6 +30,12 @@ pub enum CredentialError {
     Unknown(String),
     #[error("{path} line {line} is damaged: expected 'NAME SHA256-HEX'")]
     Damaged { path: PathBuf, line: usize },
+    #[error(
+        "the tokens' file would belong to user {mine}, and the coordinator runs as the data \
+         directory's owner, user {owner}, who could not read it: run this as that user \
+         (e.g. `sudo -u '#{owner}' nqueens token ...`) or as root"
+    )]
+    NotTheOwner { mine: u32, owner: u32 },
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -91,12 +97,46 @@ fn write(dir: &Path, entries: &[(String, String)]) -> Result<(), CredentialError
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     let mut f = o.open(&tmp).map_err(io)?;
+    #[cfg(unix)]
+    if let Err(e) = give_to_owner(dir, &f) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::io::Write::write_all(&mut f, text.as_bytes()).map_err(io)?;
     f.sync_all().map_err(io)?;
     std::fs::rename(&tmp, &path).map_err(io)?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io)
+}
+
+/// Gives `file`, just made in `dir`, to `dir`'s owner and group, the
+/// coordinator's user: a token issued by root (as `sudo nqueens token
+/// issue` does) must stay readable by the coordinator. Another user, who
+/// cannot give a file away, is refused and told whom to run as.
+#[cfg(unix)]
+fn give_to_owner(dir: &Path, file: &std::fs::File) -> Result<(), CredentialError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| CredentialError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let (owner, made) = (
+        std::fs::metadata(dir).map_err(io)?,
+        file.metadata().map_err(io)?,
+    );
+    if (made.uid(), made.gid()) == (owner.uid(), owner.gid()) {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(file, Some(owner.uid()), Some(owner.gid())).map_err(|e| {
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => CredentialError::NotTheOwner {
+                mine: made.uid(),
+                owner: owner.uid(),
+            },
+            _ => io(e),
+        }
+    })
 }
 
 /// Whether `dir` is a coordinator's data directory: it holds a journal
@@ -228,6 +268,24 @@ impl Credentials {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token issued by root in a data directory of another user (the
+    /// coordinator's) is given to that user, who can then read it.
+    /// Skipped, saying why, where the test cannot give a directory away.
+    #[test]
+    fn a_token_issued_by_root_belongs_to_the_data_directorys_owner() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        crate::owner_only::create_dir_all(&data).unwrap();
+        if let Err(e) = std::os::unix::fs::chown(&data, Some(65534), Some(65534)) {
+            return println!("skipped: cannot give a directory to user 65534 here ({e})");
+        }
+        issue(&data, "node1").unwrap();
+        let file = std::fs::metadata(data.join(FILE)).unwrap();
+        assert_eq!((file.uid(), file.gid()), (65534, 65534));
+        assert!(!data.join(format!("{FILE}.tmp")).exists());
+    }
 
     #[test]
     fn issued_tokens_are_known_by_name_until_revoked() {
