@@ -409,7 +409,9 @@ pub struct WorkerRow {
     pub draining: bool,
     /// Not heard from within a lease's lifetime.
     pub lost: bool,
-    /// working, idle, draining, left, lost or quarantined.
+    /// Not heard from since the coordinator started.
+    pub unheard: bool,
+    /// working, idle, draining, left, lost, unheard or quarantined.
     pub state: &'static str,
     /// One task it holds, `JOB:TASK`, if any.
     pub in_hand: Option<String>,
@@ -435,6 +437,7 @@ impl WorkerRow {
             quarantined: w.quarantined,
             draining: w.draining,
             lost: w.lost,
+            unheard: w.unheard,
             state: "",
             in_hand: w
                 .in_hand
@@ -448,13 +451,16 @@ impl WorkerRow {
         row
     }
 
-    /// quarantined (no more leases), left (it said it was draining and
-    /// holds no task, or fell silent since: it went away as asked), lost
-    /// (not heard from within a lease's lifetime), draining (going away,
-    /// finishing its tasks), working (holding tasks), or idle.
+    /// quarantined (no more leases), unheard (known from the
+    /// coordinator's records, not heard from since it started), left (it
+    /// said it was draining and holds no task, or fell silent since: it
+    /// went away as asked), lost (not heard from within a lease's
+    /// lifetime), draining (going away, finishing its tasks), working
+    /// (holding tasks), or idle.
     fn state(&self) -> &'static str {
         match () {
             () if self.quarantined => "quarantined",
+            () if self.unheard => "unheard",
             () if self.draining && (self.lost || self.leases == 0) => "left",
             () if self.lost => "lost",
             () if self.draining => "draining",
@@ -811,6 +817,12 @@ mod tests {
         assert_eq!(w(true, false, 2), "draining", "finishing its tasks");
         assert_eq!(w(true, false, 0), "left", "its drain is done");
         assert_eq!(w(false, false, 0), "idle");
+        let unheard = v1::Worker {
+            unheard: true,
+            leases: 3,
+            ..v1::Worker::default()
+        };
+        assert_eq!(WorkerRow::new(&unheard).state, "unheard");
     }
 
     #[test]

@@ -551,10 +551,10 @@ impl OperatorService for Operators {
                 .map(|(w, leases, in_hand)| {
                     let mut wire = worker_to_wire(w, *leases);
                     wire.in_hand = in_hand.as_ref().map(v1::LeaseRef::from);
-                    wire.lost = w.last_seen_ms < lost_before;
+                    wire.lost = w.heard && w.last_seen_ms < lost_before;
                     // Measured between its latest heartbeats: what it
                     // counts now only while it holds work and is heard.
-                    if wire.lost || *leases == 0 {
+                    if wire.lost || wire.unheard || *leases == 0 {
                         wire.subproblems_per_second = 0.0;
                     }
                     wire

@@ -80,6 +80,7 @@ pub fn worker_to_wire(w: &WorkerInfo, leases: usize) -> v1::Worker {
         subproblems_per_second: w.rate,
         // Known to the caller, who has the leases and the clock.
         lost: false,
+        unheard: !w.heard,
         in_hand: None,
     }
 }

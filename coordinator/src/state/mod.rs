@@ -488,7 +488,7 @@ impl State {
             (job.schedule.leases()).any(|(_, l)| {
                 self.workers
                     .get(&l.worker)
-                    .is_some_and(|w| w.last_seen_ms >= since)
+                    .is_some_and(|w| w.heard && w.last_seen_ms >= since)
             })
         };
         match job.state() {

@@ -1344,9 +1344,42 @@ mod whole {
             );
         }
         for w in s.workers() {
+            // Whether it called since the start is not durable.
+            let w = WorkerInfo {
+                heard: false,
+                ..w.clone()
+            };
             out += &format!("{w:?}\n");
         }
         out
+    }
+
+    /// A worker known from a checkpoint only has not called this
+    /// coordinator: it is no worker a job can count on until it calls
+    /// (before, one that had gone away counted as connected for a lease's
+    /// lifetime after a restart, and the job said nothing of waiting).
+    #[test]
+    fn a_worker_known_only_from_the_records_is_unheard_until_it_calls() {
+        use crate::checkpoint;
+        use crate::seen::Seen;
+        let (mut s, plan, _) = running(spec(8, Strategy::Frame, 8), 1);
+        s.touch_worker("w1", 1_000);
+        assert!(s.worker("w1").unwrap().heard);
+        assert_eq!(s.waiting_for(1, 2_000), None);
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint::save(dir.path(), &checkpoint::encode(&Seen::upto(3), &s, 3)).unwrap();
+        let mut back = checkpoint::load(dir.path())
+            .unwrap()
+            .state
+            .with_limits(s.limits());
+        back.attach_tasks(1, TaskList::Listed(table_of(&plan)))
+            .unwrap();
+        let w1 = back.worker("w1").unwrap();
+        assert!(!w1.heard && w1.last_seen_ms == 1_000);
+        let why = back.waiting_for(1, 2_000).expect("no worker heard");
+        assert!(why.starts_with("workers: none"), "{why}");
+        back.touch_worker("w1", 2_000);
+        assert_eq!(back.waiting_for(1, 2_000), None);
     }
 
     #[test]

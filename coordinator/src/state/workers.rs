@@ -53,6 +53,11 @@ pub struct WorkerInfo {
     /// It said it is going away.
     #[serde(skip)]
     pub draining: bool,
+    /// It called this coordinator since it started: one known only from
+    /// the records (it may have gone away since) counts as no connected
+    /// worker, and shows as unheard.
+    #[serde(skip)]
+    pub heard: bool,
     /// Subproblems per second between its latest heartbeats, and the
     /// latest heartbeat's (subproblems done, time).
     #[serde(skip)]
@@ -208,6 +213,7 @@ impl Workers {
     pub fn touch(&mut self, id: &str, now: u64) -> &mut WorkerInfo {
         let w = self.entry(id);
         w.last_seen_ms = now;
+        w.heard = true;
         if w.told_lost {
             w.told_lost = false;
             tracing::info!(worker = id, name = %w.name, "worker back");
@@ -255,12 +261,13 @@ impl Workers {
             .map_or((false, true), WorkerInfo::devices)
     }
 
-    /// The workers that may take a task: seen since `since_ms`, neither
-    /// quarantined nor draining (one going away takes no new task).
+    /// The workers that may take a task: heard from since `since_ms` (and
+    /// since this coordinator started), neither quarantined nor draining
+    /// (one going away takes no new task).
     fn taking_since(&self, since_ms: u64) -> impl Iterator<Item = &WorkerInfo> {
-        self.known
-            .values()
-            .filter(move |w| w.last_seen_ms >= since_ms && !w.quarantined() && !w.draining)
+        self.known.values().filter(move |w| {
+            w.heard && w.last_seen_ms >= since_ms && !w.quarantined() && !w.draining
+        })
     }
 
     /// Whether any worker that may take a task ([`Workers::taking_since`])
