@@ -1366,3 +1366,28 @@ fn a_damaged_state_directory_says_how_to_accept_the_loss() {
     let v = json(stdout(&o).trim().lines().last().unwrap());
     assert_eq!((kit::dec(&v["total"]), kit::dec(&v["unique"])), (724, 92));
 }
+
+/// Messages on a standard error that cannot be written (a full disk) are
+/// lost, and the run goes on to its own exit code: a resumable run
+/// finishes, says it is done when run again, and refuses another plan as
+/// it would otherwise. (Each message's `eprintln!` once panicked: 101.)
+#[test]
+fn a_standard_error_that_cannot_be_written_changes_no_exit_code() {
+    let dir = kit::tempdir();
+    let state = dir.path().join("state");
+    let run = |n: &str| {
+        Command::new(kit::binary())
+            .args(["solve", n, "--threads", "1", "--state"])
+            .arg(&state)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let o = run("10");
+        assert_eq!(o.status.code(), Some(0));
+        assert!(stdout(&o).contains("724"), "{}", stdout(&o));
+    }
+    assert_eq!(run("11").status.code(), Some(2), "another plan is refused");
+}

@@ -78,7 +78,7 @@ impl Operator {
         let r = self.client.list_jobs(v1::ListJobsRequest {}).await;
         let r = r.map_err(|s| self.fail(&s))?.into_inner();
         if r.total > r.jobs.len() as u64 {
-            eprintln!(
+            say!(
                 "note: the coordinator listed the newest {} of its {} jobs",
                 r.jobs.len(),
                 r.total
@@ -91,7 +91,7 @@ impl Operator {
         let r = self.client.list_workers(v1::ListWorkersRequest {}).await;
         let r = r.map_err(|s| self.fail(&s))?.into_inner();
         if r.total > r.workers.len() as u64 {
-            eprintln!(
+            say!(
                 "note: the coordinator listed the {} most recently seen of its {} workers",
                 r.workers.len(),
                 r.total

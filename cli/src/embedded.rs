@@ -115,7 +115,7 @@ async fn count(plan: Plan, dir: PathBuf, run: Run) -> Result<JobInfo, Failure> {
     let job = open_job(&running, plan, &dir).await?;
     let tasks_before = job.done;
     if tasks_before > 0 && !run.json {
-        eprintln!(
+        say!(
             "resuming from {}: {} tasks already stored",
             dir.display(),
             thousands(tasks_before.into())

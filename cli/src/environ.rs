@@ -99,7 +99,7 @@ pub fn forward_signals() -> tokio::sync::mpsc::UnboundedReceiver<()> {
         signals.recv().await;
         let _ = tx.send(());
         signals.recv().await;
-        eprintln!("second signal: exiting at once");
+        say!("second signal: exiting at once");
         std::process::exit(130);
     });
     rx

@@ -82,11 +82,11 @@ impl Failure {
             Failure::UnknownJob(m) => (4, m),
             Failure::Refused(m) => (5, m),
             Failure::Interrupted(m) => {
-                eprintln!("{m}");
+                say!("{m}");
                 return ExitCode::from(130);
             }
         };
-        eprintln!("error: {msg}");
+        say!("error: {msg}");
         ExitCode::from(code)
     }
 }

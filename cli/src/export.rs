@@ -226,7 +226,7 @@ fn check_sum(job: u64, rows: &Rows, info: &crate::human::JobInfo) -> Result<(), 
         Some(Ok(t)) => {
             let (total, unique) = (t.total().unwrap_or(0), t.unique().unwrap_or(0));
             let agree = total == info.total && unique == info.unique && total == rows.total;
-            eprintln!(
+            say!(
                 "{said}; re-added: total {}, unique {} ({} the job's)",
                 thousands(total),
                 thousands(unique),
@@ -241,7 +241,7 @@ fn check_sum(job: u64, rows: &Rows, info: &crate::human::JobInfo) -> Result<(), 
         }
         Some(Err(e)) => Err(Failure::Failed(format!("re-adding the rows: {e}"))),
         None => {
-            eprintln!("{said}; not all tasks have a result yet, so no final counts");
+            say!("{said}; not all tasks have a result yet, so no final counts");
             Ok(())
         }
     }

@@ -34,7 +34,7 @@ pub fn for_worker(core: Option<Path>, gpus: &Choice) -> Result<Vec<Arc<dyn Devic
     }
     let (opened, skipped) = devices(gpus).map_err(|e| Failure::BadInput(format!("--gpus: {e}")))?;
     for why in skipped {
-        eprintln!("warning: GPU left out: {why}");
+        say!("warning: GPU left out: {why}");
     }
     if on_cards && opened.is_empty() {
         return Ok(forced(core)?.into_iter().collect());

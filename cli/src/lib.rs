@@ -18,6 +18,16 @@
 //! Modules import in one direction (no circle): commands → `client`,
 //! `progress`, `human` → `opts`, `format`, `environ`, `exit`.
 
+/// `eprintln!` that never panics: a note or an error that cannot be
+/// written (stderr on a full disk, or closed) is lost, and the run goes
+/// on to its own exit code.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod args;
 pub mod bench;
 pub mod client;
@@ -360,7 +370,7 @@ fn backup(data_dir: &std::path::Path, dest: &std::path::Path) -> Result<(), Fail
     if also.is_empty() {
         also = "nothing else".into();
     }
-    eprintln!(
+    say!(
         "backed up {} to {}: journal records 1..={} ({} sealed segments, {} bytes), {also}; \
          restore with: nqueens coordinator --data-dir {}",
         data_dir.display(),
@@ -410,11 +420,11 @@ fn token(action: opts::TokenAction) -> Result<(), Failure> {
                      the output going to a terminal or a file"
                 )));
             }
-            eprintln!("issued worker token '{name}': give it to that worker with --token-file (it is not shown again)");
+            say!("issued worker token '{name}': give it to that worker with --token-file (it is not shown again)");
         }
         opts::TokenAction::Revoke { name, data_dir } => {
             revoke(&data_dir, &name).map_err(fail)?;
-            eprintln!("revoked worker token '{name}'");
+            say!("revoked worker token '{name}'");
         }
         opts::TokenAction::List { data_dir } => {
             for name in list(&data_dir).map_err(fail)? {

@@ -124,14 +124,14 @@ fn announce_long_run(n: Size, threads: usize, path: &str) {
                 stop.await;
             }
         });
-        eprintln!(
+        say!(
             "interrupted: a count in memory keeps nothing, so this one is lost; \
              `{hint}` would have kept every finished task (run it again to continue)"
         );
         std::process::exit(130);
     });
     let _ = armed.recv();
-    eprintln!(
+    say!(
         "counting N={n} on {threads} threads ({path} path); this takes a while. Ctrl-C loses \
          it: `{command}` keeps finished tasks on disk and can resume"
     );
@@ -180,7 +180,7 @@ pub fn estimate(
             Ok(pe) => pe,
             // One mode that cannot take this N (or this memory) leaves the other.
             Err(f) if modes.len() > 1 => {
-                eprintln!(
+                say!(
                     "{} mode: {}",
                     shape.mode(n, Some(strategy)).name(),
                     f.message()

@@ -206,7 +206,8 @@ pub enum LogLevel {
     Warn,
     /// What a process does: jobs, workers, leases, recovery (the default).
     Info,
-    /// Per-task detail.
+    /// Per-task detail, of this program's own modules (RUST_LOG=debug
+    /// adds every library's, down to each HTTP/2 frame).
     Debug,
     /// Everything.
     Trace,
@@ -219,7 +220,11 @@ impl LogLevel {
             LogLevel::Error => "error",
             LogLevel::Warn => "warn",
             LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
+            LogLevel::Debug => {
+                "info,nqueens=debug,nqueens_cli=debug,nqueens_coordinator=debug,\
+                 nqueens_worker=debug,nqueens_common=debug,nqueens_engine=debug,\
+                 nqueens_gpu=debug,nqueens_proto=debug,nqueens_metrics=debug"
+            }
             LogLevel::Trace => "trace",
         }
     }
@@ -470,4 +475,49 @@ pub struct Check {
     /// still lacks): different hardware checks each other.
     #[arg(long)]
     pub cross_device: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogLevel;
+    use std::sync::{Arc, Mutex};
+
+    /// What a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// `--log-level debug` is this program's detail: a worker's leases,
+    /// not the HTTP/2 library's frames (thousands a second), whose own
+    /// information still shows.
+    #[test]
+    fn debug_is_this_programs_detail_not_every_librarys() {
+        let written = Written::default();
+        let out = written.clone();
+        let filter = tracing_subscriber::EnvFilter::new(LogLevel::Debug.directive());
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "h2::codec::framed_read", "a frame");
+            tracing::debug!(target: "nqueens_worker::run", "leased 3 tasks");
+            tracing::debug!(target: "nqueens_coordinator::hub", "a lease");
+            tracing::info!(target: "h2::proto", "a library's information");
+        });
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        for shown in ["leased 3 tasks", "a lease", "a library's information"] {
+            assert!(text.contains(shown), "{shown}: {text}");
+        }
+        assert!(!text.contains("a frame"), "{text}");
+    }
 }

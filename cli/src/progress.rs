@@ -87,7 +87,7 @@ pub async fn follow(
                     let note = format!("lost the coordinator at {}; watching again in {wait:.1?}", op.url);
                     match &bar {
                         Some(bar) => bar.set_message(note),
-                        None if lines => eprintln!("{note}"),
+                        None if lines => say!("{note}"),
                         None => {}
                     }
                     tokio::time::sleep(wait).await;
