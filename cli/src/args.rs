@@ -236,7 +236,7 @@ pub enum Command {
         #[arg(value_parser = crate::opts::job_id)]
         job: u64,
         /// csv or jsonl (`--json` means jsonl).
-        #[arg(long, value_enum, default_value = "csv")]
+        #[arg(long, value_enum, default_value = "csv", conflicts_with = "json")]
         format: crate::export::Format,
         /// Write here instead of standard output.
         #[arg(long, value_name = "FILE")]
@@ -266,7 +266,7 @@ pub enum Command {
         /// The new directory to copy into.
         dest: PathBuf,
         /// The coordinator's data directory.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
         data_dir: PathBuf,
     },
     /// Issue, revoke or list per-worker tokens, stored hashed in a coordinator's data directory.
@@ -579,7 +579,7 @@ pub struct BenchArgs {
 #[derive(clap::Args)]
 pub struct CoordinatorArgs {
     /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "NQUEENS_LISTEN", default_value = "127.0.0.1:7700")]
+    #[arg(long, env = "NQUEENS_LISTEN", default_value = "127.0.0.1:7700", value_parser = crate::opts::socket_addr)]
     pub listen: std::net::SocketAddr,
     /// Directory for the journal, the store and the lock.
     #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
@@ -604,7 +604,7 @@ pub struct CoordinatorArgs {
     )]
     pub lease_ttl: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (loopback only, unless --metrics-public).
-    #[arg(long, value_name = "ADDR", env = "NQUEENS_METRICS")]
+    #[arg(long, value_name = "ADDR", env = "NQUEENS_METRICS", value_parser = crate::opts::socket_addr)]
     pub metrics: Option<std::net::SocketAddr>,
     /// Allow --metrics on a non-loopback address: the page carries no
     /// authentication, so guard it with a firewall or network policy.
@@ -688,14 +688,14 @@ pub struct WorkerArgs {
     )]
     pub tls_key: Option<PathBuf>,
     /// Name shown to operators [default: host-pid].
-    #[arg(long, env = "NQUEENS_WORKER_NAME")]
+    #[arg(long, env = "NQUEENS_WORKER_NAME", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub name: Option<String>,
     /// Seconds a drain waits for running tasks before handing them back.
     #[arg(long, value_name = "S", env = "NQUEENS_GRACE", default_value_t = 300)]
     pub grace: u64,
     /// Serve this worker's Prometheus metrics at http://ADDR/metrics (rate, tasks, errors,
     /// leases, engine path; loopback only, unless --metrics-public).
-    #[arg(long, value_name = "ADDR", env = "NQUEENS_WORKER_METRICS")]
+    #[arg(long, value_name = "ADDR", env = "NQUEENS_WORKER_METRICS", value_parser = crate::opts::socket_addr)]
     pub metrics: Option<std::net::SocketAddr>,
     /// Allow --metrics on a non-loopback address: the page carries no
     /// authentication, so guard it with a firewall or network policy.

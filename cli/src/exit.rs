@@ -42,6 +42,10 @@ impl Failure {
             Refusal::Unknown => {
                 Failure::UnknownJob(format!("{msg} (`nqueens jobs` lists the jobs)"))
             }
+            // The coordinator's refusal names the option already.
+            Refusal::Unauthenticated | Refusal::Forbidden if msg.contains("--token-file") => {
+                Failure::Refused(msg)
+            }
             Refusal::Unauthenticated | Refusal::Forbidden => Failure::Refused(format!(
                 "{msg} (give the operator token with --token-file or NQUEENS_OPERATOR_TOKEN)"
             )),

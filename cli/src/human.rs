@@ -665,7 +665,7 @@ impl AuditView {
              results  {} tasks counted ({} result records), each checked against its task\n\
              counts   {counts}\n\
              known    {known}\n\
-             digest   sha256:{}\n\
+             digest   {} (SHA-256)\n\
              {checked}\
              verdict  {outcome}\n",
             self.job,

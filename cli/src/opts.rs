@@ -370,7 +370,7 @@ pub enum TokenAction {
         /// whose results are whose).
         name: String,
         /// The coordinator's data directory.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
         data_dir: PathBuf,
         /// DIR is for a coordinator not started yet: make it (its workers
         /// will need tokens from the first start).
@@ -382,13 +382,13 @@ pub enum TokenAction {
         /// The credential's name, as `token list` shows it.
         name: String,
         /// The coordinator's data directory.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
         data_dir: PathBuf,
     },
     /// List the names of the issued worker tokens.
     List {
         /// The coordinator's data directory.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", env = "NQUEENS_DATA_DIR")]
         data_dir: PathBuf,
     },
 }
@@ -442,6 +442,17 @@ pub(crate) fn probability(s: &str) -> Result<f64, String> {
     }
 }
 
+/// An address to listen on: an IP address and a port.
+pub(crate) fn socket_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!(
+            "'{s}' is not an IP address and port: give one such as 127.0.0.1:7700 (this \
+             machine only), 0.0.0.0:7700 (every interface) or [::1]:7700; a host name is not \
+             taken, and port 0 picks a free one"
+        )
+    })
+}
+
 /// A job's id, as `nqueens jobs` lists them.
 pub(crate) fn job_id(s: &str) -> Result<u64, String> {
     s.parse::<u64>().map_err(|_| {
@@ -461,13 +472,13 @@ pub(crate) fn positive_seconds(s: &str) -> Result<f64, String> {
 /// Redundant verification of a job's tasks.
 #[derive(clap::Args, Clone, Copy)]
 pub struct Check {
-    /// Workers that must agree on each task: 2 has every task checked by
-    /// a second worker (a mismatch goes to a third; the odd one out is
-    /// quarantined).
+    /// Workers that must agree on each task, 1 to 3: 2 has every task
+    /// checked by a second worker (a mismatch goes to a third; the odd
+    /// one out is quarantined).
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
     pub redundancy: u32,
-    /// With --redundancy, check only this share of the tasks (0 to 1),
-    /// chosen by a hash of job and task.
+    /// With --redundancy, check only this share of the tasks (above 0, at
+    /// most 1), chosen by a hash of job and task.
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = share)]
     pub verify_fraction: f64,
     /// With --redundancy, a checked task is done only when a result counted on a graphics
@@ -480,6 +491,15 @@ pub struct Check {
 #[cfg(test)]
 mod tests {
     use super::LogLevel;
+
+    #[test]
+    fn an_address_to_listen_on_says_what_it_takes() {
+        assert_eq!(super::socket_addr("0.0.0.0:7700").unwrap().port(), 7700);
+        for bad in ["localhost:7750", ":7750", "7750"] {
+            let e = super::socket_addr(bad).unwrap_err();
+            assert!(e.contains("127.0.0.1:7700") && e.contains(bad), "{e}");
+        }
+    }
     use std::sync::{Arc, Mutex};
 
     /// What a subscriber wrote.

@@ -38,7 +38,11 @@ pub enum AuditError {
     Replay(StateError),
     #[error("job {0} is not in this journal")]
     UnknownJob(u64),
-    #[error("job {0} was deleted (`nqueens delete`): its results are no longer counted anywhere")]
+    #[error(
+        "job {0} was deleted, by `nqueens delete` or, where the records that submitted it were \
+         lost and the loss accepted (--accept-lost-records), passed over: its results are no \
+         longer counted anywhere (submit it again to count it)"
+    )]
     Deleted(u64),
     #[error("job {0} has not been planned yet; audit it once it has tasks")]
     NotPlanned(u64),

@@ -27,6 +27,15 @@ pub fn append(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Creates `dir`, mode 0700, whose parent must exist (an existing one is
+/// left as it is).
+pub fn create_dir(dir: &Path) -> io::Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        done => done,
+    }
+}
+
 /// Creates `dir` and its missing parents, mode 0700 (an existing one is
 /// left as it is).
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {

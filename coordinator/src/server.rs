@@ -160,8 +160,10 @@ pub enum StartError {
          journal in (it is created if missing)"
     )]
     DataDirIsAFile(PathBuf),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} ({flag}): {source}")]
     Bind {
+        /// The option that named the address: `--listen` or `--metrics`.
+        flag: &'static str,
         addr: SocketAddr,
         source: std::io::Error,
     },
@@ -338,6 +340,12 @@ fn prepare(config: &Config) -> Result<Prepared, StartError> {
     let access = check_access(config)?;
     let builder = server_builder(config.tls.as_ref())?;
     let lock = crate::hub::lock_dir(&config.data_dir)?;
+    // Read, or made on a first start: a directory the coordinator cannot
+    // write in is refused before it announces an address.
+    crate::hub::lease_key(&config.data_dir).map_err(|why| CoordError::DataDir {
+        path: config.data_dir.clone(),
+        why,
+    })?;
     let issued = Arc::new(
         Credentials::open(&config.data_dir).map_err(|e| StartError::Credentials(e.to_string()))?,
     );
@@ -483,6 +491,7 @@ fn tls_config(tls: &Tls) -> Result<tonic::transport::ServerTlsConfig, StartError
 /// Binds the gRPC listener; returns it with the address it got.
 async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
     let bind_error = |source| StartError::Bind {
+        flag: "--listen",
         addr: listen,
         source,
     };
@@ -511,7 +520,11 @@ async fn bind_metrics(
              who can reach {at} reads job progress and worker names"
         );
     }
-    let bind_error = |source| StartError::Bind { addr: at, source };
+    let bind_error = |source| StartError::Bind {
+        flag: "--metrics",
+        addr: at,
+        source,
+    };
     let listener = nqueens_metrics::http::bind(at).await.map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
     Ok(Some((listener, addr)))

@@ -522,6 +522,38 @@ async fn health_of(url: &str, service: &str) -> i32 {
         .status
 }
 
+/// A data directory under folders that do not exist (a mistyped path) is
+/// refused, saying so, and nothing is made; one the coordinator cannot
+/// write its lease key in is refused before any address is announced
+/// (scripts wait for that line); one more folder is made, and it serves.
+#[tokio::test]
+async fn a_mistyped_or_unwritable_data_directory_is_refused_before_it_listens() {
+    let dir = kit::tempdir();
+    let typo = dir.path().join("no/such/dir");
+    let e = start(config(&typo), Arc::new(ManualClock::default()))
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(!dir.path().join("no").exists());
+    let unwritable = dir.path().join("unwritable");
+    std::fs::create_dir_all(unwritable.join("lease.key")).unwrap();
+    let mut announced = false;
+    let started = start_announced(
+        config(&unwritable),
+        Arc::new(ManualClock::default()),
+        |_| announced = true,
+    );
+    let e = started.await.err().expect("refused");
+    assert!(e.to_string().contains("lease.key"), "{e}");
+    assert!(!announced, "announced, then refused");
+    serve(&dir.path().join("new"), Arc::default())
+        .await
+        .shutdown()
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_not_serving_until_the_state_is_recovered_then_serving() {
     use tonic_health::pb::health_check_response::ServingStatus;

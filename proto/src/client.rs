@@ -158,8 +158,15 @@ pub fn explain(url: &str, status: &Status) -> String {
             status.message()
         ),
         Refusal::Transport => format!(
-            "cannot reach the coordinator at {url}: {} (is it running? check --coordinator or NQUEENS_COORDINATOR)",
-            status.message()
+            "cannot reach the coordinator at {url}: {} (is it running? check --coordinator or \
+             NQUEENS_COORDINATOR{})",
+            status.message(),
+            implied_port(url)
+                .map(|p| format!(
+                    "; the address names no port, so port {p} was tried: a coordinator \
+                     listens on 7700 unless its --listen says otherwise"
+                ))
+                .unwrap_or_default()
         ),
         Refusal::NotNow => format!(
             "the coordinator at {url} cannot answer that now: {} (try again shortly)",
@@ -170,6 +177,17 @@ pub fn explain(url: &str, status: &Status) -> String {
             status.message()
         ),
         _ => status.message().to_string(),
+    }
+}
+
+/// The port a coordinator's address without one stands for (80 for
+/// http, 443 for https), if it names none.
+fn implied_port(url: &str) -> Option<u16> {
+    let uri: tonic::codegen::http::Uri = url.parse().ok()?;
+    match (uri.port_u16(), uri.scheme_str()) {
+        (None, Some("https")) => Some(443),
+        (None, _) => Some(80),
+        (Some(_), _) => None,
     }
 }
 
@@ -262,6 +280,20 @@ pub fn tls_mismatch(url: &str, status: &Status) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address without a port: the failure says which port was tried,
+    /// and the coordinator's.
+    #[test]
+    fn an_address_without_a_port_names_the_port_tried() {
+        let down = Status::from_error(Box::new(std::io::Error::other("tcp connect error")));
+        let said = explain("http://127.0.0.1", &down);
+        assert!(
+            said.contains("port 80 was tried") && said.contains("7700"),
+            "{said}"
+        );
+        assert!(explain("https://coord", &down).contains("port 443"));
+        assert!(!explain("http://127.0.0.1:7700", &down).contains("was tried"));
+    }
 
     /// A proxy's 401 is said to be the proxy's; the coordinator's own
     /// refusal of the token is said to be the coordinator's.

@@ -87,7 +87,7 @@ for _ in $(seq 300); do
     grep -q ready "$work/coordinator.out" && break
     sleep 0.1
 done
-url="http://$(head -n 1 "$work/coordinator.out" | awk '{ print $NF }')"
+url="http://$(grep -m 1 'listening on' "$work/coordinator.out" | awk '{ print $NF }')"
 start=$(now)
 "$bin" worker --coordinator "$url" --core gpu >"$work/worker.out" 2>&1 &
 "$bin" submit "$LOOP_N" --mode backtrack --coordinator "$url" --watch >"$work/watch"

@@ -215,7 +215,7 @@ mod claims;
 mod jobs;
 mod lost;
 mod recovery;
-pub(crate) use recovery::lock_dir;
+pub(crate) use recovery::{lease_key, lock_dir};
 mod workers;
 
 impl Coordinator {

@@ -59,7 +59,7 @@ impl Marks {
 
 /// The data directory's secret for lease ids (`DIR/lease.key`, 32 random
 /// bytes, owner-only), made on first start.
-fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
+pub(crate) fn lease_key(dir: &Path) -> Result<crate::state::LeaseKey, String> {
     let path = dir.join("lease.key");
     match std::fs::read(&path) {
         Ok(bytes) => bytes.try_into().map_err(|b: Vec<u8>| {
@@ -100,7 +100,25 @@ pub(crate) fn lock_dir(data_dir: &Path) -> Result<File, CoordError> {
         path: data_dir.to_path_buf(),
         why,
     };
-    crate::owner_only::create_dir_all(data_dir)
+    if !data_dir.exists() {
+        let parent = match data_dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if !parent.is_dir() {
+            return Err(dir_err(format!(
+                "it does not exist, nor does {}: only the last folder of the path is made, so \
+                 that a mistyped path starts no empty run (create the folders above it first)",
+                parent.display()
+            )));
+        }
+        tracing::info!(
+            path = %data_dir.display(),
+            "made a new, empty data directory: no jobs, results or tokens yet (if this \
+             coordinator ran before, it was on another directory)"
+        );
+    }
+    crate::owner_only::create_dir(data_dir)
         .map_err(|e| dir_err(format!("cannot create it: {e}")))?;
     let lock =
         File::open(data_dir).map_err(|e| dir_err(format!("cannot open it to lock it: {e}")))?;
