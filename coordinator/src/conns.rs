@@ -8,9 +8,9 @@
 //! then neither lock live clients out nor use up the process's file
 //! descriptors. Where none of them can make way (every place busy or just
 //! opened), the address holding the most places gives one up to a client
-//! of an address holding fewer (see [`crowded`]; an IPv6 /64 counts as
-//! one address), so a flood of busy connections from a few addresses
-//! cannot either. A connection refused is told why (its calls answered
+//! of an address holding fewer (see `crowded`; IPv6 addresses may count
+//! by a prefix, see [`Bounds`]), so a flood of busy connections from a
+//! few addresses cannot either. A connection refused is told why (its calls answered
 //! RESOURCE_EXHAUSTED, "too many connections") before it is closed, and
 //! accepting never waits for a place (see [`limited`]).
 //!
@@ -149,12 +149,18 @@ pub async fn give_back_memory() {
 /// 1,000) in all, and `NQUEENS_MAX_CONNECTIONS_PER_IP` (default a quarter
 /// of that) from one address other than loopback; and the bytes of
 /// requests still arriving, all connections together
-/// (`NQUEENS_MAX_ARRIVING_BYTES`, default 256 MiB).
+/// (`NQUEENS_MAX_ARRIVING_BYTES`, default 256 MiB). IPv6 addresses that
+/// share their first `NQUEENS_IPV6_PREFIX` bits (default 128: each
+/// address on its own) count as one address: 64 where clients are
+/// reached over the internet, where one machine is often given a whole
+/// /64; the default where many machines share a subnet's /64, as in a
+/// data centre.
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
     pub total: usize,
     pub per_ip: usize,
     pub arriving: u64,
+    pub ipv6_prefix: u8,
 }
 
 impl Bounds {
@@ -170,6 +176,7 @@ impl Bounds {
             total,
             per_ip: var("NQUEENS_MAX_CONNECTIONS_PER_IP").unwrap_or((total / 4).max(1)),
             arriving: var("NQUEENS_MAX_ARRIVING_BYTES").map_or(256 << 20, |b| b as u64),
+            ipv6_prefix: var("NQUEENS_IPV6_PREFIX").map_or(128, |p| p.min(128) as u8),
         }
     }
 }
@@ -178,6 +185,8 @@ impl Bounds {
 #[derive(Debug)]
 struct Conn {
     peer: SocketAddr,
+    /// The address it counts under (see [`group`]).
+    from: IpAddr,
     /// Milliseconds after the table's start of its latest completed call
     /// (or of its opening).
     active_ms: AtomicU64,
@@ -278,10 +287,8 @@ impl Table {
     /// request may still be on its way (see [`NoPlace::Wait`]).
     fn victim(&self, open: &Open, now: u64, from: IpAddr, mine: usize) -> Option<Arc<Conn>> {
         let since = |c: &&Arc<Conn>| c.active_ms.load(Ordering::Relaxed);
-        let fair = |c: &&Arc<Conn>| {
-            let of = group(c.peer.ip());
-            of == from || open.per_ip.get(&of).is_some_and(|&n| n > mine)
-        };
+        let fair =
+            |c: &&Arc<Conn>| c.from == from || open.per_ip.get(&c.from).is_some_and(|&n| n > mine);
         let long = |c: &&Arc<Conn>| now.saturating_sub(since(c)) >= BUSY.as_millis() as u64;
         let silent = |c: &&Arc<Conn>| !c.called.load(Ordering::Relaxed);
         let idle = || {
@@ -321,7 +328,8 @@ impl Table {
     /// crowded address (see [`crowded`]), ahead of those waiting in line.
     fn lighter(&self, peer: SocketAddr) -> bool {
         let open = self.open.lock().expect("connections lock");
-        let mine = open.per_ip.get(&group(peer.ip())).copied().unwrap_or(0);
+        let from = group(peer.ip(), self.bounds.ipv6_prefix);
+        let mine = open.per_ip.get(&from).copied().unwrap_or(0);
         open.by_peer.len() >= self.bounds.total && crowding(&open, mine).is_some()
     }
 
@@ -401,12 +409,12 @@ impl Table {
     /// [`Table::admit`] at `now` (ms after the table's start).
     fn admit_at(self: &Arc<Self>, peer: SocketAddr, now: u64) -> Result<Arc<Conn>, NoPlace> {
         let mut open = self.open.lock().expect("connections lock");
-        let from = group(peer.ip());
+        let from = group(peer.ip(), self.bounds.ipv6_prefix);
         let from_ip = open.per_ip.get(&from).copied().unwrap_or(0);
         if !peer.ip().is_loopback() && from_ip >= self.bounds.per_ip {
             return Err(NoPlace::Refused(format!(
                 "too many connections from {}: {} (NQUEENS_MAX_CONNECTIONS_PER_IP)",
-                named(from),
+                named(from, self.bounds.ipv6_prefix),
                 self.bounds.per_ip
             )));
         }
@@ -429,6 +437,7 @@ impl Table {
         }
         let conn = Arc::new(Conn {
             peer,
+            from,
             active_ms: AtomicU64::new(now),
             called: AtomicBool::new(false),
             started: AtomicBool::new(false),
@@ -608,7 +617,7 @@ fn crowded(open: &Open, mine: usize) -> Option<Arc<Conn>> {
     let heaviest = crowding(open, mine)?;
     open.by_peer
         .values()
-        .filter(|c| group(c.peer.ip()) == heaviest)
+        .filter(|c| c.from == heaviest)
         .min_by_key(|c| {
             let answering = c.in_flight.load(Ordering::Relaxed) > 0;
             (answering, c.active_ms.load(Ordering::Relaxed))
@@ -633,34 +642,35 @@ fn finish_ms(held: u64, sent: u64, elapsed: u64) -> u64 {
 
 fn forget(open: &mut Open, conn: &Conn) {
     open.by_peer.remove(&conn.peer);
-    let from = group(conn.peer.ip());
-    if let Some(n) = open.per_ip.get_mut(&from) {
+    if let Some(n) = open.per_ip.get_mut(&conn.from) {
         *n -= 1;
         if *n == 0 {
-            open.per_ip.remove(&from);
+            open.per_ip.remove(&conn.from);
         }
     }
 }
 
-/// The clients an address stands for, whose connections are counted
-/// together: an IPv4 address (an IPv4-mapped IPv6 one as its IPv4
-/// address), or an IPv6 address's /64, which one machine is often given
-/// whole.
-fn group(ip: IpAddr) -> IpAddr {
+/// The address whose connections `ip`'s are counted with: an IPv4
+/// address (an IPv4-mapped IPv6 one as its IPv4 address), or an IPv6
+/// address's first `prefix` bits ([`Bounds::ipv6_prefix`]).
+fn group(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+            None => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
         },
     }
 }
 
-/// `group` as a person reads it.
-fn named(group: IpAddr) -> String {
+/// An address counted with others (see [`group`]) as a person reads it.
+fn named(group: IpAddr, prefix: u8) -> String {
     match group {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("{v6}/64"),
+        IpAddr::V6(v6) if prefix < 128 => format!("{v6}/{prefix}"),
+        ip => ip.to_string(),
     }
 }
 
@@ -844,9 +854,9 @@ const MOST_WAITING: usize = 256;
 /// way: their requests are read first, so a burst of new connections
 /// cannot push out a client whose request has not been read yet, nor
 /// take its turn. A client of an address holding fewer places than
-/// another is given its place at once (see [`crowded`]), ahead of the
+/// another is given its place at once (see `crowded`), ahead of the
 /// line, whatever waits in it; accepting waits only while the line is
-/// full ([`MOST_WAITING`]).
+/// full (`MOST_WAITING`).
 pub fn limited<IO: Accepted>(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>>,
     table: Arc<Table>,
@@ -1023,6 +1033,7 @@ mod tests {
             total: 5,
             per_ip: 1,
             arriving: 1 << 30,
+            ipv6_prefix: 128,
         });
         let t = 10 * BUSY.as_millis() as u64;
         let ms = |d: Duration| d.as_millis() as u64;
@@ -1098,6 +1109,7 @@ mod tests {
             total: 2,
             per_ip: 2,
             arriving: 1 << 30,
+            ipv6_prefix: 128,
         });
         let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
@@ -1139,6 +1151,7 @@ mod tests {
             total: 1,
             per_ip: 1,
             arriving: 1 << 30,
+            ipv6_prefix: 128,
         });
         let restarter = one.admit_at(at(5), 0).unwrap();
         let mut now = 0;
@@ -1162,6 +1175,7 @@ mod tests {
             total: 10,
             per_ip: 10,
             arriving: 6 << 20,
+            ipv6_prefix: 128,
         });
         let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
@@ -1202,6 +1216,7 @@ mod tests {
             total: 20,
             per_ip: 20,
             arriving: 8 << 20,
+            ipv6_prefix: 128,
         });
         let flood = |port| SocketAddr::from(([203, 0, 113, 7], port));
         let closed = |c: &Arc<Conn>| c.closed.load(Ordering::Acquire);
@@ -1275,6 +1290,7 @@ mod tests {
             total: 10,
             per_ip: 10,
             arriving: 4 << 20,
+            ipv6_prefix: 128,
         });
         let at = |port| SocketAddr::from(([192, 0, 2, 1], port));
         let holder = table.admit_at(at(1), 0).unwrap();
@@ -1322,6 +1338,7 @@ mod tests {
             total: 10,
             per_ip: 1,
             arriving: 1 << 30,
+            ipv6_prefix: 128,
         });
         t.admit(at([10, 0, 0, 1], 1)).unwrap();
         match t.admit(at([10, 0, 0, 1], 2)) {
@@ -1351,6 +1368,7 @@ mod fairness {
             total,
             per_ip: usize::MAX,
             arriving: 1 << 30,
+            ipv6_prefix: 128,
         })
     }
 
@@ -1425,16 +1443,21 @@ mod fairness {
         assert_eq!(t.len(), 4);
     }
 
-    /// An IPv6 /64 is one address: its share is counted together, and
-    /// named as the /64.
+    /// With `NQUEENS_IPV6_PREFIX=64`, an IPv6 /64 is one address: its
+    /// share is counted together, and named as the /64. By default each
+    /// IPv6 address is its own (a data centre's subnet shares a /64).
     #[test]
-    fn an_ipv6_64_counts_as_one_address() {
-        let t = Table::new(Bounds {
-            total: 10,
-            per_ip: 2,
-            arriving: 1 << 30,
-        });
+    fn an_ipv6_prefix_counts_as_one_address_where_asked() {
+        let table = |ipv6_prefix| {
+            Table::new(Bounds {
+                total: 10,
+                per_ip: 2,
+                arriving: 1 << 30,
+                ipv6_prefix,
+            })
+        };
         let v6 = |s: &str| SocketAddr::new(s.parse().unwrap(), 1);
+        let t = table(64);
         t.admit(v6("2001:db8::1")).unwrap();
         t.admit(v6("2001:db8::2")).unwrap();
         match t.admit(v6("2001:db8::ffff:1")) {
@@ -1446,6 +1469,16 @@ mod fairness {
         t.admit(v6("::ffff:10.0.0.1")).unwrap();
         t.admit(at([10, 0, 0, 1], 2)).unwrap();
         assert!(t.admit(at([10, 0, 0, 1], 3)).is_err());
+        let each = table(128);
+        for host in 1..=4 {
+            each.admit(v6(&format!("2001:db8::{host}"))).unwrap();
+        }
+        each.admit(SocketAddr::new("2001:db8::1".parse().unwrap(), 2))
+            .unwrap();
+        match each.admit(SocketAddr::new("2001:db8::1".parse().unwrap(), 3)) {
+            Err(NoPlace::Refused(why)) => assert!(why.contains("from 2001:db8::1:"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// A test connection: a pipe with a client address.
