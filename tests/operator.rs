@@ -148,6 +148,14 @@ fn submit_watch_status_jobs_workers_pause_resume_cancel() {
     let (code, _, err) = operator(&c.url, &["status", &id]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("was deleted"), "{err}");
+    // The same from the journal itself.
+    let data = dir.path().join("data");
+    let (code, _, err) = operator(
+        &c.url,
+        &["audit", &id, "--data-dir", data.to_str().unwrap()],
+    );
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("was deleted"), "{err}");
 
     kit::terminate(&w);
     assert!(w.wait().unwrap().success());

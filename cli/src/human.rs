@@ -259,11 +259,20 @@ impl JobInfo {
             self.rate(),
             if self.state == "done" { "" } else { " so far" },
             thousands(self.total),
-            thousands(self.unique),
+            self.unique_text(),
             self.workers_text(),
             self.eta(),
             self.warnings(),
         )
+    }
+
+    /// The unique count, or when it comes: a frame plan's is known only
+    /// once every task has its result.
+    fn unique_text(&self) -> String {
+        match self.state != "done" && self.unique == 0 && self.total > 0 {
+            true => "at the end".to_string(),
+            false => thousands(self.unique),
+        }
     }
 
     /// What needs an operator, if anything.
@@ -340,7 +349,7 @@ impl JobInfo {
             self.rate(),
             thousands(self.total),
             if self.state == "done" { "" } else { " (so far)" },
-            thousands(self.unique),
+            self.unique_text(),
             self.active_workers,
             human_duration(age),
             utc(self.submitted_unix_ms),
@@ -645,6 +654,9 @@ impl AuditView {
             lines
         } else if self.total.is_some() {
             "passed".to_string()
+        } else if self.state == "cancelled" {
+            "passed for the results it has (the job was cancelled: it has no final count)"
+                .to_string()
         } else {
             "passed so far (the job is not finished)".to_string()
         };
@@ -823,6 +835,26 @@ mod tests {
             ..v1::Worker::default()
         };
         assert_eq!(WorkerRow::new(&unheard).state, "unheard");
+    }
+
+    /// A frame plan's unique count comes with its last result: before,
+    /// a line says when instead of showing 0; a cancelled job's audit
+    /// says it has no final count.
+    #[test]
+    fn a_unique_count_to_come_is_not_shown_as_zero() {
+        let mut job = JobInfo::new(&v1::Job::default());
+        (job.state, job.total, job.unique) = ("running", 14_696_112, 0);
+        assert!(job.line().contains("unique at the end"), "{}", job.line());
+        assert!(
+            job.text().contains("unique    at the end"),
+            "{}",
+            job.text()
+        );
+        (job.state, job.total, job.unique) = ("done", 95_815_104, 11_977_939);
+        assert!(job.line().contains("unique 11,977,939"), "{}", job.line());
+        let mut a = AuditView::new(&v1::AuditReport::default());
+        a.state = "cancelled";
+        assert!(a.text().contains("the job was cancelled"), "{}", a.text());
     }
 
     #[test]

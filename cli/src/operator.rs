@@ -274,6 +274,8 @@ pub fn audit(job: u64, data_dir: Option<&Path>, c: &Connect) -> Result<(), Failu
                         path.display()
                     )))
                 }
+                // As a coordinator answers it: no such job (exit 4).
+                Err(e @ AuditError::Deleted(_)) => return Err(Failure::UnknownJob(e.to_string())),
                 Err(e) => {
                     return Err(Failure::Failed(format!(
                         "the audit of job {job} cannot vouch for it: {e}"
