@@ -843,6 +843,83 @@ fn a_request_arriving_slowly_during_a_flood_is_answered() {
     );
 }
 
+/// A connection that completes a health check every 100 ms until `stop`,
+/// telling `answered` its `id` at each answer.
+fn checking_health(
+    addr: String,
+    id: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::mpsc::Sender<usize>,
+) {
+    use std::io::{Read, Write};
+    let Ok(mut io) = std::net::TcpStream::connect(&addr) else {
+        return;
+    };
+    let mut stream = 1;
+    let mut out = h2_preface();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        out.extend(h2_call(b"/grpc.health.v1.Health/Check", stream));
+        out.extend(h2_frame(0x0, 0x1, stream, &[0; 5]));
+        if io.write_all(&std::mem::take(&mut out)).is_err() {
+            return;
+        }
+        // Frames until this call's trailers (HEADERS ending its stream).
+        loop {
+            let mut head = [0u8; 9];
+            if io.read_exact(&mut head).is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if io.read_exact(&mut payload).is_err() {
+                return;
+            }
+            let on = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+            if head[3] == 0x1 && head[4] & 0x1 != 0 && on == stream {
+                break;
+            }
+        }
+        let _ = answered.send(id);
+        stream += 2;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every place held by connections that complete a health check ten times
+/// a second (a health check needs no token): an operator is still served,
+/// one of them making way, since a health check keeps no place. (Before,
+/// a connection that completed any call within a second never made way,
+/// and every new client was refused, "8 are open and busy".)
+#[test]
+fn connections_that_only_check_health_make_way_for_clients() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let _watchdog = kit::watchdog("connections_that_only_check_health_make_way_for_clients");
+    let dir = kit::tempdir();
+    let op_token = dir.path().join("op.token");
+    std::fs::write(&op_token, "operator-token-0123456789").unwrap();
+    let mut cmd = kit::coordinator_cmd(&dir.path().join("data"), "127.0.0.1:0");
+    cmd.arg("--operator-token-file")
+        .arg(&op_token)
+        .env("NQUEENS_MAX_CONNECTIONS", "8");
+    let c = kit::spawn_coordinator(cmd);
+    let addr = c.url.trim_start_matches("http://").to_string();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (answered, answers) = std::sync::mpsc::channel();
+    for id in 0..8 {
+        let (addr, stop, answered) = (addr.clone(), stop.clone(), answered.clone());
+        std::thread::spawn(move || checking_health(addr, id, stop, answered));
+    }
+    // Every connection answered: the table is full.
+    let mut heard = std::collections::HashSet::new();
+    while heard.len() < 8 {
+        heard.insert(answers.recv().unwrap());
+    }
+    let token = op_token.to_str().unwrap();
+    let (code, _, err) = operator(&c.url, &["jobs", "--token-file", token]);
+    assert_eq!(code, 0, "the operator was refused: {err}");
+    stop.store(true, Relaxed);
+}
+
 /// Connections each holding a place with a request trickled a byte every
 /// 200 ms (its prefix claiming 100 kB) fill a table: a new client still
 /// gets a place within seconds, the trickles making way once they have

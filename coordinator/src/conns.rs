@@ -271,7 +271,8 @@ impl Table {
     /// flight or one whose latest call started or sent bytes within
     /// [`ARRIVING`], in this order (oldest or idlest first):
     /// 1. one that started a call and never completed one (a half-open
-    ///    call, or only refusals): what a flood looks like;
+    ///    call, or only refusals and health checks, which keep no place):
+    ///    what a flood looks like;
     /// 2. one that never completed a call, open for [`BUSY`];
     /// 3. one with no call completed within [`BUSY`].
     ///

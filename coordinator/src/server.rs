@@ -944,6 +944,10 @@ where
         use http_body::Body as _;
         let call = peer_of(&req).and_then(|peer| self.table.call(peer).map(Arc::new));
         let stamp = (!req.uri().path().starts_with(WORKER_CALLS)).then(|| self.stamp.clone());
+        // A health check needs no token and costs nothing: it keeps no
+        // connection's place (see `conns::Table::victim`), so a flood of
+        // connections that only check health makes way for clients.
+        let keeps_place = !req.uri().path().starts_with(HEALTH_CALLS);
         let slot: CallSlot = Arc::new(std::sync::Mutex::new(Stage::Arriving));
         let req = match &call {
             Some(call) => req.map(|inner| {
@@ -968,7 +972,7 @@ where
             drop(answered);
             if let (Ok(r), Some(call)) = (&answer, call) {
                 let status = r.headers().get("grpc-status");
-                if status.is_none_or(|s| s == "0") {
+                if status.is_none_or(|s| s == "0") && keeps_place {
                     call.completed();
                 }
             }
@@ -1030,6 +1034,9 @@ impl Stamp {
 
 /// The path of every WorkerService call.
 const WORKER_CALLS: &str = "/nqueens.v1.WorkerService/";
+
+/// The path of every health check.
+const HEALTH_CALLS: &str = "/grpc.health.v1.Health/";
 
 /// Decides who must authenticate, once: workers when a shared token is
 /// given or the data directory was protected before (see
