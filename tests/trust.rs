@@ -7,7 +7,9 @@ use nqueens_proto::u128_from_wire;
 use nqueens_proto::v1::operator_service_client::OperatorServiceClient;
 use nqueens_proto::v1::worker_service_client::WorkerServiceClient;
 use nqueens_proto::v1::{self, ReportOutcome};
-use nqueens_testkit::h2::{answered_on_stream_1, h2_call, h2_frame, h2_preface, half_open};
+use nqueens_testkit::h2::{
+    answered_on_stream_1, h2_call, h2_frame, h2_preface, half_open, read_frame, Frame,
+};
 use nqueens_testkit::{self as kit, nqueens, operator, Operators};
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -851,7 +853,7 @@ fn checking_health(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     answered: std::sync::mpsc::Sender<usize>,
 ) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let Ok(mut io) = std::net::TcpStream::connect(&addr) else {
         return;
     };
@@ -864,20 +866,9 @@ fn checking_health(
             return;
         }
         // Frames until this call's trailers (HEADERS ending its stream).
-        loop {
-            let mut head = [0u8; 9];
-            if io.read_exact(&mut head).is_err() {
-                return;
-            }
-            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-            let mut payload = vec![0u8; len];
-            if io.read_exact(&mut payload).is_err() {
-                return;
-            }
-            let on = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-            if head[3] == 0x1 && head[4] & 0x1 != 0 && on == stream {
-                break;
-            }
+        let trailers = |f: &Frame| f.kind == 0x1 && f.flags & 0x1 != 0 && f.stream == stream;
+        if !std::iter::from_fn(|| read_frame(&mut io)).any(|f| trailers(&f)) {
+            return;
         }
         let _ = answered.send(id);
         stream += 2;
@@ -1016,7 +1007,7 @@ fn requests_past_the_bytes_arriving_at_once_are_refused_as_they_come() {
 /// refused at once, where both would have held 4 MiB for a minute.
 #[test]
 fn a_prefix_claiming_more_than_a_connection_may_hold_is_refused_at_once() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let _watchdog = kit::watchdog("a_prefix_claiming_more_than_a_connection_may_hold");
     let (_dir, c) = limited_coordinator(8);
     let addr = c.url.trim_start_matches("http://").to_string();
@@ -1031,21 +1022,8 @@ fn a_prefix_claiming_more_than_a_connection_may_hold_is_refused_at_once() {
     io.write_all(&out).unwrap();
     // Frames until the server answers either call (its headers, or a
     // reset): whichever it took second is refused.
-    let answered = loop {
-        let mut head = [0u8; 9];
-        if io.read_exact(&mut head).is_err() {
-            break false;
-        }
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        if io.read_exact(&mut payload).is_err() {
-            break false;
-        }
-        if matches!(stream, 1 | 3) && matches!(head[3], 0x1 | 0x3) {
-            break true;
-        }
-    };
+    let answered = std::iter::from_fn(|| read_frame(&mut io))
+        .any(|f| matches!(f.stream, 1 | 3) && matches!(f.kind, 0x1 | 0x3));
     assert!(answered, "both claims were held, neither refused");
 }
 

@@ -47,25 +47,38 @@ pub fn half_open(addr: &str, streams: u32) -> Option<std::net::TcpStream> {
     Some(io)
 }
 
+/// One HTTP/2 frame as read.
+pub struct Frame {
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+    pub payload: Vec<u8>,
+}
+
+/// The next frame from `io`, or `None` once it ends.
+pub fn read_frame(io: &mut impl std::io::Read) -> Option<Frame> {
+    let mut head = [0u8; 9];
+    io.read_exact(&mut head).ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    io.read_exact(&mut payload).ok()?;
+    Some(Frame {
+        kind: head[3],
+        flags: head[4],
+        stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+        payload,
+    })
+}
+
 /// Reads HTTP/2 frames from `io` until the server answers stream 1 with
 /// its headers (true) or closes, resets or refuses it (false).
 pub fn answered_on_stream_1(io: &mut std::net::TcpStream) -> bool {
-    use std::io::Read;
-    loop {
-        let mut head = [0u8; 9];
-        if io.read_exact(&mut head).is_err() {
-            return false;
-        }
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        if io.read_exact(&mut payload).is_err() {
-            return false;
-        }
-        match (head[3], stream) {
+    while let Some(f) = read_frame(io) {
+        match (f.kind, f.stream) {
             (0x1, 1) => return true,
             (0x3, 1) | (0x7, _) => return false,
             _ => {}
         }
     }
+    false
 }
